@@ -1,0 +1,251 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STATUS_UNSPECIFIED: _ClassVar[Status]
+    STATUS_OK: _ClassVar[Status]
+    STATUS_INVALID_ARGUMENT: _ClassVar[Status]
+    STATUS_INVALID_GUID: _ClassVar[Status]
+    STATUS_PAYLOAD_TOO_LARGE: _ClassVar[Status]
+    STATUS_NOT_WRITABLE: _ClassVar[Status]
+    STATUS_NOT_READABLE: _ClassVar[Status]
+    STATUS_UNKNOWN_QUEUE: _ClassVar[Status]
+    STATUS_UNKNOWN_GUID: _ClassVar[Status]
+    STATUS_MALFORMED_FRAME: _ClassVar[Status]
+    STATUS_UNKNOWN_FRAME: _ClassVar[Status]
+    STATUS_PROTOCOL_ERROR: _ClassVar[Status]
+    STATUS_VERSION_MISMATCH: _ClassVar[Status]
+    STATUS_ALREADY_OPEN: _ClassVar[Status]
+    STATUS_STORE_ERROR: _ClassVar[Status]
+    STATUS_SHUTTING_DOWN: _ClassVar[Status]
+    STATUS_INVALID_PROPERTIES: _ClassVar[Status]
+STATUS_UNSPECIFIED: Status
+STATUS_OK: Status
+STATUS_INVALID_ARGUMENT: Status
+STATUS_INVALID_GUID: Status
+STATUS_PAYLOAD_TOO_LARGE: Status
+STATUS_NOT_WRITABLE: Status
+STATUS_NOT_READABLE: Status
+STATUS_UNKNOWN_QUEUE: Status
+STATUS_UNKNOWN_GUID: Status
+STATUS_MALFORMED_FRAME: Status
+STATUS_UNKNOWN_FRAME: Status
+STATUS_PROTOCOL_ERROR: Status
+STATUS_VERSION_MISMATCH: Status
+STATUS_ALREADY_OPEN: Status
+STATUS_STORE_ERROR: Status
+STATUS_SHUTTING_DOWN: Status
+STATUS_INVALID_PROPERTIES: Status
+
+class ClientFrame(_message.Message):
+    __slots__ = ("hello", "open_queue", "configure_queue", "close_queue", "puts", "confirms")
+    HELLO_FIELD_NUMBER: _ClassVar[int]
+    OPEN_QUEUE_FIELD_NUMBER: _ClassVar[int]
+    CONFIGURE_QUEUE_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PUTS_FIELD_NUMBER: _ClassVar[int]
+    CONFIRMS_FIELD_NUMBER: _ClassVar[int]
+    hello: Hello
+    open_queue: OpenQueue
+    configure_queue: ConfigureQueue
+    close_queue: CloseQueue
+    puts: PutBatch
+    confirms: ConfirmBatch
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., open_queue: _Optional[_Union[OpenQueue, _Mapping]] = ..., configure_queue: _Optional[_Union[ConfigureQueue, _Mapping]] = ..., close_queue: _Optional[_Union[CloseQueue, _Mapping]] = ..., puts: _Optional[_Union[PutBatch, _Mapping]] = ..., confirms: _Optional[_Union[ConfirmBatch, _Mapping]] = ...) -> None: ...
+
+class ServerFrame(_message.Message):
+    __slots__ = ("hello_reply", "response", "acks", "pushes", "error")
+    HELLO_REPLY_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    PUSHES_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    hello_reply: HelloReply
+    response: Response
+    acks: AckBatch
+    pushes: PushBatch
+    error: Error
+    def __init__(self, hello_reply: _Optional[_Union[HelloReply, _Mapping]] = ..., response: _Optional[_Union[Response, _Mapping]] = ..., acks: _Optional[_Union[AckBatch, _Mapping]] = ..., pushes: _Optional[_Union[PushBatch, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
+
+class Hello(_message.Message):
+    __slots__ = ("protocol_version", "client_id", "client_name")
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    protocol_version: int
+    client_id: str
+    client_name: str
+    def __init__(self, protocol_version: _Optional[int] = ..., client_id: _Optional[str] = ..., client_name: _Optional[str] = ...) -> None: ...
+
+class HelloReply(_message.Message):
+    __slots__ = ("protocol_version", "session_id", "dedup_window_ms", "max_payload_bytes", "max_properties", "max_properties_bytes", "broker_id")
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_WINDOW_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_PAYLOAD_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    MAX_PROPERTIES_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    protocol_version: int
+    session_id: str
+    dedup_window_ms: int
+    max_payload_bytes: int
+    max_properties: int
+    max_properties_bytes: int
+    broker_id: str
+    def __init__(self, protocol_version: _Optional[int] = ..., session_id: _Optional[str] = ..., dedup_window_ms: _Optional[int] = ..., max_payload_bytes: _Optional[int] = ..., max_properties: _Optional[int] = ..., max_properties_bytes: _Optional[int] = ..., broker_id: _Optional[str] = ...) -> None: ...
+
+class QueueOptions(_message.Message):
+    __slots__ = ("max_unconfirmed_messages", "max_unconfirmed_bytes")
+    MAX_UNCONFIRMED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    MAX_UNCONFIRMED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    max_unconfirmed_messages: int
+    max_unconfirmed_bytes: int
+    def __init__(self, max_unconfirmed_messages: _Optional[int] = ..., max_unconfirmed_bytes: _Optional[int] = ...) -> None: ...
+
+class OpenQueue(_message.Message):
+    __slots__ = ("request_id", "queue_id", "uri", "read", "write", "options")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    URI_FIELD_NUMBER: _ClassVar[int]
+    READ_FIELD_NUMBER: _ClassVar[int]
+    WRITE_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    queue_id: int
+    uri: str
+    read: bool
+    write: bool
+    options: QueueOptions
+    def __init__(self, request_id: _Optional[int] = ..., queue_id: _Optional[int] = ..., uri: _Optional[str] = ..., read: _Optional[bool] = ..., write: _Optional[bool] = ..., options: _Optional[_Union[QueueOptions, _Mapping]] = ...) -> None: ...
+
+class ConfigureQueue(_message.Message):
+    __slots__ = ("request_id", "queue_id", "options")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    queue_id: int
+    options: QueueOptions
+    def __init__(self, request_id: _Optional[int] = ..., queue_id: _Optional[int] = ..., options: _Optional[_Union[QueueOptions, _Mapping]] = ...) -> None: ...
+
+class CloseQueue(_message.Message):
+    __slots__ = ("request_id", "queue_id")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    queue_id: int
+    def __init__(self, request_id: _Optional[int] = ..., queue_id: _Optional[int] = ...) -> None: ...
+
+class Response(_message.Message):
+    __slots__ = ("request_id", "status", "message")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    status: Status
+    message: str
+    def __init__(self, request_id: _Optional[int] = ..., status: _Optional[_Union[Status, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class Put(_message.Message):
+    __slots__ = ("queue_id", "guid", "payload", "properties")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    GUID_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    guid: bytes
+    payload: bytes
+    properties: _containers.ScalarMap[str, str]
+    def __init__(self, queue_id: _Optional[int] = ..., guid: _Optional[bytes] = ..., payload: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class PutBatch(_message.Message):
+    __slots__ = ("puts",)
+    PUTS_FIELD_NUMBER: _ClassVar[int]
+    puts: _containers.RepeatedCompositeFieldContainer[Put]
+    def __init__(self, puts: _Optional[_Iterable[_Union[Put, _Mapping]]] = ...) -> None: ...
+
+class Ack(_message.Message):
+    __slots__ = ("queue_id", "guid", "status")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    GUID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    guid: bytes
+    status: Status
+    def __init__(self, queue_id: _Optional[int] = ..., guid: _Optional[bytes] = ..., status: _Optional[_Union[Status, str]] = ...) -> None: ...
+
+class AckBatch(_message.Message):
+    __slots__ = ("acks",)
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    acks: _containers.RepeatedCompositeFieldContainer[Ack]
+    def __init__(self, acks: _Optional[_Iterable[_Union[Ack, _Mapping]]] = ...) -> None: ...
+
+class Push(_message.Message):
+    __slots__ = ("queue_id", "guid", "payload", "properties", "delivery_count")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    GUID_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    guid: bytes
+    payload: bytes
+    properties: _containers.ScalarMap[str, str]
+    delivery_count: int
+    def __init__(self, queue_id: _Optional[int] = ..., guid: _Optional[bytes] = ..., payload: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., delivery_count: _Optional[int] = ...) -> None: ...
+
+class PushBatch(_message.Message):
+    __slots__ = ("pushes",)
+    PUSHES_FIELD_NUMBER: _ClassVar[int]
+    pushes: _containers.RepeatedCompositeFieldContainer[Push]
+    def __init__(self, pushes: _Optional[_Iterable[_Union[Push, _Mapping]]] = ...) -> None: ...
+
+class Confirm(_message.Message):
+    __slots__ = ("queue_id", "guid")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    GUID_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    guid: bytes
+    def __init__(self, queue_id: _Optional[int] = ..., guid: _Optional[bytes] = ...) -> None: ...
+
+class ConfirmBatch(_message.Message):
+    __slots__ = ("confirms",)
+    CONFIRMS_FIELD_NUMBER: _ClassVar[int]
+    confirms: _containers.RepeatedCompositeFieldContainer[Confirm]
+    def __init__(self, confirms: _Optional[_Iterable[_Union[Confirm, _Mapping]]] = ...) -> None: ...
+
+class Error(_message.Message):
+    __slots__ = ("status", "message", "queue_id", "guids", "fatal")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    GUIDS_FIELD_NUMBER: _ClassVar[int]
+    FATAL_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    message: str
+    queue_id: int
+    guids: _containers.RepeatedScalarFieldContainer[bytes]
+    fatal: bool
+    def __init__(self, status: _Optional[_Union[Status, str]] = ..., message: _Optional[str] = ..., queue_id: _Optional[int] = ..., guids: _Optional[_Iterable[bytes]] = ..., fatal: _Optional[bool] = ...) -> None: ...
