@@ -1,0 +1,65 @@
+"""The dispatcher thread: runs application callbacks (ACKs, messages, events) in order.
+
+Callbacks never run on the thread that reads the network, so a slow callback
+delays other callbacks but never the link's liveness or its ACK processing. An
+exception in a callback is logged and does not stop the dispatcher.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("holdfast.sdk.dispatch")
+
+Callback = tuple[Callable[[Any], Any], Any]
+_STOP = object()
+
+
+class Dispatcher:
+    """A thread that runs batches of callbacks in submission order."""
+
+    def __init__(self, name: str) -> None:
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, callbacks: list[Callback]) -> None:
+        """Run these callbacks, in order, after everything submitted before."""
+        if callbacks:
+            self._queue.put(callbacks)
+
+    def in_dispatcher(self) -> bool:
+        """True when called from a callback (waiting on the dispatcher would deadlock)."""
+        return threading.current_thread() is self._thread
+
+    def barrier(self, timeout: float | None) -> bool:
+        """Wait until every callback submitted so far has run; False on timeout."""
+        if self.in_dispatcher():
+            return True
+        done = threading.Event()
+        self._queue.put(done)
+        return done.wait(timeout)
+
+    def stop(self, timeout: float | None) -> None:
+        """Run what is queued, then stop the thread."""
+        self._queue.put(_STOP)
+        if not self.in_dispatcher():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            for function, argument in item:
+                try:
+                    function(argument)
+                except Exception:
+                    log.exception("a Holdfast callback raised; continuing")

@@ -1,0 +1,69 @@
+"""Encoding the engine's outbound items into batched wire frames.
+
+Consecutive PUTs share one ``PutBatch`` frame and consecutive CONFIRMs one
+``ConfirmBatch`` frame, up to ``max_batch_bytes`` each; requests travel in their
+own frames and keep their place in the order, so a PUT posted before a close
+still reaches the broker before that close.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from holdfast.proto import pb
+from holdfast.sdk.engine import ConfirmItem, OutboundItem, PendingPut
+
+CONFIRM_SIZE = 24
+"""Approximate wire size of one CONFIRM."""
+
+
+def encode(items: Iterable[OutboundItem], max_batch_bytes: int) -> list[tuple[pb.ClientFrame, int]]:
+    """Turn outbound items into frames; return each frame with the bytes it accounts for."""
+    frames: list[tuple[pb.ClientFrame, int]] = []
+    puts: pb.PutBatch | None = None
+    put_bytes = 0
+    confirms: pb.ConfirmBatch | None = None
+    confirm_bytes = 0
+
+    def flush_puts() -> None:
+        nonlocal puts, put_bytes
+        if puts is not None:
+            frames.append((pb.ClientFrame(puts=puts), put_bytes))
+            puts, put_bytes = None, 0
+
+    def flush_confirms() -> None:
+        nonlocal confirms, confirm_bytes
+        if confirms is not None:
+            frames.append((pb.ClientFrame(confirms=confirms), confirm_bytes))
+            confirms, confirm_bytes = None, 0
+
+    for item in items:
+        if isinstance(item, PendingPut):
+            if puts is not None and put_bytes + item.size > max_batch_bytes:
+                flush_puts()
+            if puts is None:
+                puts = pb.PutBatch()
+            if item.properties:
+                puts.puts.add(
+                    queue_id=item.queue.queue_id,
+                    guid=item.guid,
+                    payload=item.payload,
+                    properties=item.properties,
+                )
+            else:
+                puts.puts.add(queue_id=item.queue.queue_id, guid=item.guid, payload=item.payload)
+            put_bytes += item.size
+        elif isinstance(item, ConfirmItem):
+            if confirms is not None and confirm_bytes + CONFIRM_SIZE > max_batch_bytes:
+                flush_confirms()
+            if confirms is None:
+                confirms = pb.ConfirmBatch()
+            confirms.confirms.add(queue_id=item.queue_id, guid=item.guid)
+            confirm_bytes += CONFIRM_SIZE
+        else:
+            flush_puts()
+            flush_confirms()
+            frames.append((item, 64))
+    flush_puts()
+    flush_confirms()
+    return frames

@@ -1,0 +1,101 @@
+"""Options as small documented value objects: queue, reconnect and session options."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from holdfast.sdk.errors import InvalidArgumentError
+
+DEFAULT_ADDRESS = "127.0.0.1:7701"
+"""Where a session connects when neither an address nor ``$HOLDFAST_ADDRESS`` is given."""
+
+
+def default_address() -> str:
+    """``$HOLDFAST_ADDRESS`` if set, else ``127.0.0.1:7701`` (the local sidecar proxy)."""
+    return os.environ.get("HOLDFAST_ADDRESS") or DEFAULT_ADDRESS
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise InvalidArgumentError(message)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOptions:
+    """Consumer flow control for one queue handle.
+
+    The broker stops PUSHing to this consumer while it holds this many unconfirmed
+    messages or bytes. Setting ``max_unconfirmed_messages=0`` pauses delivery.
+    """
+
+    max_unconfirmed_messages: int = 1000
+    max_unconfirmed_bytes: int = 32 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        _require(
+            0 <= self.max_unconfirmed_messages < 2**32,
+            "max_unconfirmed_messages must be in [0, 2**32)",
+        )
+        _require(0 <= self.max_unconfirmed_bytes < 2**64, "max_unconfirmed_bytes must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class ReconnectOptions:
+    """Capped, jittered exponential back-off between connection attempts.
+
+    The delay after the n-th consecutive failed round over all addresses is
+    ``min(maximum, initial * multiplier**n)``, scaled by a random factor in
+    ``[1 - jitter, 1 + jitter]`` so that many clients do not reconnect in step.
+    """
+
+    initial: float = 0.05
+    maximum: float = 0.5
+    multiplier: float = 2.0
+    jitter: float = 0.2
+
+    def __post_init__(self) -> None:
+        _require(0 < self.initial <= self.maximum, "need 0 < initial <= maximum")
+        _require(self.multiplier >= 1, "multiplier must be >= 1")
+        _require(0 <= self.jitter < 1, "jitter must be in [0, 1)")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOptions:
+    """How a ``Session`` connects, detects dead links and buffers.
+
+    Liveness is gRPC keepalive: a ping every ``keepalive_time`` seconds that must be
+    answered within ``keepalive_timeout`` seconds, so a black-holed link is noticed
+    within about their sum.
+    """
+
+    connect_timeout: float = 5.0
+    """Seconds one connection attempt (TCP + Hello) may take before it is abandoned."""
+    keepalive_time: float = 1.0
+    """Seconds between gRPC keepalive pings."""
+    keepalive_timeout: float = 2.0
+    """Seconds a keepalive ping may go unanswered before the link is declared dead."""
+    reconnect: ReconnectOptions = field(default_factory=ReconnectOptions)
+    """Back-off between connection attempts."""
+    high_watermark_bytes: int = 64 * 1024 * 1024
+    """Outbound bytes not yet taken by the transport above which ``post()`` waits (5 s at most)."""
+    max_batch_bytes: int = 1024 * 1024
+    """Target size of one outbound frame; a single larger message travels alone."""
+    max_disconnected_buffer_bytes: int | None = None
+    """Optional bound on payload bytes buffered while not connected (default: none)."""
+    close_timeout: float = 30.0
+    """Seconds ``close()`` waits for outstanding ACKs before reporting them ``UNKNOWN``."""
+    client_name: str = ""
+    """Free text sent to the broker in Hello, for its logs."""
+
+    def __post_init__(self) -> None:
+        _require(self.connect_timeout > 0, "connect_timeout must be > 0")
+        _require(self.keepalive_time > 0, "keepalive_time must be > 0")
+        _require(self.keepalive_timeout > 0, "keepalive_timeout must be > 0")
+        _require(self.high_watermark_bytes > 0, "high_watermark_bytes must be > 0")
+        _require(self.max_batch_bytes > 0, "max_batch_bytes must be > 0")
+        _require(
+            self.max_disconnected_buffer_bytes is None or self.max_disconnected_buffer_bytes > 0,
+            "max_disconnected_buffer_bytes must be None or > 0",
+        )
+        _require(self.close_timeout >= 0, "close_timeout must be >= 0")

@@ -1,0 +1,64 @@
+"""``Queue``: the handle ``Session.open_queue`` returns."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from holdfast.sdk.engine import QueueRecord, QueueState
+from holdfast.sdk.options import QueueOptions
+from holdfast.sdk.types import Ack
+
+if TYPE_CHECKING:
+    from holdfast.sdk.session import Session
+
+
+class Queue:
+    """An open queue: post to it, reconfigure it, close it. Thread-safe."""
+
+    def __init__(self, session: Session, record: QueueRecord) -> None:
+        self._session = session
+        self._record = record
+
+    @property
+    def uri(self) -> str:
+        """``hf://<domain>/<queue>``."""
+        return self._record.uri
+
+    @property
+    def options(self) -> QueueOptions:
+        """The latest options given at open or by ``configure``."""
+        return self._record.options
+
+    @property
+    def is_open(self) -> bool:
+        """False once the queue is closed (by ``close`` or by a failed reopen)."""
+        return self._record.state not in (QueueState.CLOSED, QueueState.CLOSING)
+
+    def post(
+        self,
+        payload: bytes,
+        properties: Mapping[str, str] | None = None,
+        on_ack: Callable[[Ack], Any] | None = None,
+    ) -> uuid.UUID:
+        """Buffer a PUT and return its GUID; ``on_ack`` is called exactly once.
+
+        Never fails because the link is down: the PUT is kept until the broker
+        ACKs it and retransmitted after a reconnect. When the transport pushes
+        back, waits here up to 5 s, then raises ``BandwidthLimitError`` without
+        taking the message.
+        """
+        return self._session._post(self._record.queue_id, payload, properties, on_ack)
+
+    def configure(self, options: QueueOptions, timeout: float = 30.0) -> None:
+        """Change the consumer flow-control options; kept across reconnects."""
+        self._session._configure(self._record.queue_id, options, timeout)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Close the queue. While disconnected this is local: the queue is not
+        reopened and its unacknowledged PUTs are reported ``UNKNOWN``."""
+        self._session._close_queue(self._record.queue_id, timeout)
+
+    def __repr__(self) -> str:
+        return f"Queue({self.uri!r}, state={self._record.state.value})"

@@ -1,0 +1,126 @@
+"""The gRPC link: channel options, one session stream, and the sorting of gRPC status codes.
+
+This is the transport boundary. ``classify_rpc_error`` is the only code in the
+SDK that looks at gRPC status codes: everything above it sees
+``RetryableTransportError`` (reconnect) or ``TerminalTransportError`` (give up).
+
+Liveness is gRPC keepalive, configured here from ``SessionOptions``: pings every
+``keepalive_time`` seconds, even on a stream with no data in flight, and a link
+whose ping is not answered within ``keepalive_timeout`` is closed by gRPC, which
+ends the stream with ``UNAVAILABLE``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+
+from holdfast.proto import SESSION_METHOD, pb
+from holdfast.sdk.errors import (
+    RetryableTransportError,
+    TerminalTransportError,
+    TransportError,
+)
+from holdfast.sdk.options import SessionOptions
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""Largest frame either side of the link accepts (a batch of PUSHes can be large)."""
+
+RETRYABLE_CODES = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNKNOWN,
+    }
+)
+"""Codes a new connection can cure: the link or the peer went away, or hiccupped."""
+
+TERMINAL_CODES = frozenset(
+    {
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.OUT_OF_RANGE,
+        grpc.StatusCode.ALREADY_EXISTS,
+        grpc.StatusCode.DATA_LOSS,
+    }
+)
+"""Codes no reconnect can cure: the peer is not a Holdfast broker, or refuses us."""
+
+
+def classify_rpc_error(error: grpc.RpcError) -> TransportError:
+    """Sort a gRPC failure into retryable or terminal (unknown codes are retryable)."""
+    code = error.code() if isinstance(error, grpc.Call) else None
+    details = (error.details() if isinstance(error, grpc.Call) else None) or str(error)
+    text = f"{code.name if code else 'ERROR'}: {details}"
+    if code in TERMINAL_CODES:
+        return TerminalTransportError(text)
+    return RetryableTransportError(text)
+
+
+def channel_options(options: SessionOptions) -> list[tuple[str, Any]]:
+    """gRPC channel arguments for a session link."""
+    return [
+        ("grpc.keepalive_time_ms", int(options.keepalive_time * 1000)),
+        ("grpc.keepalive_timeout_ms", int(options.keepalive_timeout * 1000)),
+        ("grpc.keepalive_permit_without_calls", 1),
+        # Keep pinging while the stream is idle, or an idle black hole goes unseen.
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        # Each attempt gets a channel of its own; sharing subchannels across
+        # channels would inherit gRPC's own back-off from a previous failure.
+        ("grpc.use_local_subchannel_pool", 1),
+        ("grpc.enable_retries", 0),
+    ]
+
+
+class Link:
+    """One connection attempt: a gRPC channel and the session stream on it."""
+
+    def __init__(self, address: str, options: SessionOptions) -> None:
+        self.address = address
+        self.closed = False
+        self.closed_by_timer = False
+        self._channel = grpc.insecure_channel(address, options=channel_options(options))
+        self._method = self._channel.stream_stream(
+            SESSION_METHOD,
+            request_serializer=pb.ClientFrame.SerializeToString,
+            response_deserializer=pb.ServerFrame.FromString,
+        )
+        self._call: Any = None
+        self._lock = threading.Lock()
+
+    def open(self, outbound: Iterator[pb.ClientFrame]) -> Iterator[pb.ServerFrame]:
+        """Start the stream; gRPC pulls frames from ``outbound`` on a thread of its own."""
+        with self._lock:
+            if self.closed:
+                raise RetryableTransportError("link closed before it opened")
+            self._call = self._method(outbound)
+            return iter(self._call)
+
+    def expire(self) -> None:
+        """Close the link because its handshake took too long."""
+        self.closed_by_timer = not self.closed
+        self.close()
+
+    def close(self) -> None:
+        """Cancel the stream and close the channel (idempotent, any thread)."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            call = self._call
+        if call is not None:
+            call.cancel()
+        self._channel.close()
