@@ -1,0 +1,40 @@
+# Holdfast: `make demo` and `make test` work on a fresh machine (Python 3.10+ with venv).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+# mypy cannot follow setuptools' package-dir mapping, so it checks a tree of links.
+TYPES  := .typecheck/holdfast
+
+.PHONY: demo test lint typecheck pytest bench chaos proto clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python examples/outage_demo.py
+
+test: lint typecheck pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+$(TYPES):
+	mkdir -p $(TYPES)
+	for d in proto sdk broker; do ln -sfn ../../$$d $(TYPES)/$$d; done
+
+typecheck: $(STAMP) $(TYPES)
+	MYPYPATH=.typecheck $(BIN)/mypy -p holdfast.proto -p holdfast.sdk -p holdfast.broker tests examples
+
+pytest: $(STAMP)
+	$(BIN)/pytest -q
+
+proto: $(STAMP)
+	$(BIN)/python proto/generate.py
+
+clean:
+	rm -rf $(VENV) .typecheck .pytest_cache .mypy_cache .ruff_cache *.egg-info build

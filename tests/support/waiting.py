@@ -1,0 +1,16 @@
+"""Bounded waits for tests: poll a condition until it holds or a deadline passes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+def wait_until(condition: Callable[[], object], timeout: float, what: str = "condition") -> None:
+    """Poll ``condition`` every 10 ms; raise ``AssertionError`` if it is still false after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.01)
