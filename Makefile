@@ -28,7 +28,8 @@ $(TYPES):
 	for d in proto sdk broker; do ln -sfn ../../$$d $(TYPES)/$$d; done
 
 typecheck: $(STAMP) $(TYPES)
-	MYPYPATH=.typecheck $(BIN)/mypy -p holdfast.proto -p holdfast.sdk -p holdfast.broker tests examples
+	MYPYPATH=.typecheck $(BIN)/mypy -p holdfast.proto -p holdfast.sdk -p holdfast.broker
+	MYPYPATH=.typecheck $(BIN)/mypy tests examples
 
 pytest: $(STAMP)
 	$(BIN)/pytest -q

@@ -25,19 +25,17 @@ from typing import Any
 import grpc
 
 from holdfast.proto import pb
-from holdfast.sdk.backoff import Backoff
 from holdfast.sdk.dispatch import Dispatcher
 from holdfast.sdk.engine import HIGH_WATERMARK_WAIT, SessionEngine
 from holdfast.sdk.errors import (
     BandwidthLimitError,
     HoldfastError,
-    InvalidArgumentError,
     RequestTimeoutError,
     RetryableTransportError,
-    SessionClosedError,
     TerminalTransportError,
 )
 from holdfast.sdk.events import ConnectAttemptFailed, SessionEvent, log_event
+from holdfast.sdk.failover import FailoverPolicy, parse_addresses
 from holdfast.sdk.frames import encode
 from holdfast.sdk.options import QueueOptions, SessionOptions, default_address
 from holdfast.sdk.queue import Queue
@@ -45,18 +43,6 @@ from holdfast.sdk.transport import Link, classify_rpc_error
 from holdfast.sdk.types import Ack, Message
 
 log = logging.getLogger("holdfast.sdk.session")
-
-
-def parse_addresses(address: str) -> list[str]:
-    """Split ``"host:port[,host:port...]"`` into an ordered list of addresses."""
-    addresses = [part.strip() for part in address.split(",") if part.strip()]
-    if not addresses:
-        raise InvalidArgumentError(f"no address in {address!r}")
-    for entry in addresses:
-        host, sep, port = entry.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise InvalidArgumentError(f"address {entry!r} is not HOST:PORT")
-    return addresses
 
 
 class Session:
@@ -281,10 +267,9 @@ class Session:
     # ------------------------------------------------------------------ the connector thread
 
     def _connect_loop(self) -> None:
-        backoff = Backoff(self._options.reconnect)
-        index = failures_in_round = 0
+        policy = FailoverPolicy(self._addresses, self._options.reconnect)
         while not self._stopping.is_set():
-            address = self._addresses[index]
+            address = policy.current
             try:
                 established, reason = self._run_link(address)
             except TerminalTransportError as exc:
@@ -294,19 +279,11 @@ class Session:
                 return
             if self._stopping.is_set():
                 return
-            if established:
-                backoff.reset()
-                failures_in_round = 0
-                continue  # retry the same address at once: most drops are transient
-            index = (index + 1) % len(self._addresses)
-            failures_in_round += 1
-            delay = 0.0
-            if failures_in_round >= len(self._addresses):
-                failures_in_round = 0
-                delay = backoff.next_delay()
-            with self._lock:
-                self._engine.emit(ConnectAttemptFailed(address, reason, delay))
-                self._after_input()
+            delay = policy.connection_ended(established)
+            if not established:
+                with self._lock:
+                    self._engine.emit(ConnectAttemptFailed(address, reason, delay))
+                    self._after_input()
             self._stopping.wait(delay)
 
     def _run_link(self, address: str) -> tuple[bool, str]:
@@ -380,4 +357,4 @@ class Session:
                     self._changed.notify_all()
 
 
-__all__ = ["Session", "SessionClosedError", "parse_addresses"]
+__all__ = ["Session"]

@@ -1,0 +1,63 @@
+"""Which address to try next, and how long to wait first.
+
+Shared by every shell around the session engine (the SDK's threads and the
+proxy's asyncio upstream), so they fail over the same way:
+
+- addresses are tried in the order given;
+- after an established connection drops, the same address is tried again at
+  once, since most drops are transient;
+- a failed attempt moves on to the next address at once; after a whole round
+  of failures the policy waits a capped, jittered, growing back-off.
+"""
+
+from __future__ import annotations
+
+import random
+
+from holdfast.sdk.backoff import Backoff
+from holdfast.sdk.errors import InvalidArgumentError
+from holdfast.sdk.options import ReconnectOptions
+
+
+def parse_addresses(address: str) -> list[str]:
+    """Split ``"host:port[,host:port...]"`` into an ordered list of addresses."""
+    addresses = [part.strip() for part in address.split(",") if part.strip()]
+    if not addresses:
+        raise InvalidArgumentError(f"no address in {address!r}")
+    for entry in addresses:
+        host, sep, port = entry.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise InvalidArgumentError(f"address {entry!r} is not HOST:PORT")
+    return addresses
+
+
+class FailoverPolicy:
+    """Chooses the next address and the delay before trying it."""
+
+    def __init__(
+        self, addresses: list[str], options: ReconnectOptions, rng: random.Random | None = None
+    ) -> None:
+        if not addresses:
+            raise InvalidArgumentError("need at least one address")
+        self.addresses = list(addresses)
+        self._backoff = Backoff(options, rng)
+        self._index = 0
+        self._failures_in_round = 0
+
+    @property
+    def current(self) -> str:
+        """The address to try next."""
+        return self.addresses[self._index]
+
+    def connection_ended(self, established: bool) -> float:
+        """Record how the last attempt ended; return the seconds to wait before the next."""
+        if established:
+            self._backoff.reset()
+            self._failures_in_round = 0
+            return 0.0
+        self._index = (self._index + 1) % len(self.addresses)
+        self._failures_in_round += 1
+        if self._failures_in_round < len(self.addresses):
+            return 0.0
+        self._failures_in_round = 0
+        return self._backoff.next_delay()
