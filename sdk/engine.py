@@ -261,6 +261,10 @@ class SessionEngine:
         """Payload and property bytes of the pending PUTs."""
         return self._pending_bytes
 
+    def is_pending(self, guid: uuid.UUID) -> bool:
+        """True while a PUT with this GUID waits for its ACK."""
+        return guid.bytes in self._pending
+
     @property
     def connected(self) -> bool:
         """True once the broker answered Hello on the current connection."""
@@ -483,9 +487,17 @@ class SessionEngine:
         properties: Mapping[str, str] | None,
         on_ack: Callable[[Ack], Any] | None,
         now: float,
+        guid: uuid.UUID | None = None,
     ) -> uuid.UUID:
-        """Buffer a PUT under a new GUID (and send it if the link is ACTIVE)."""
+        """Buffer a PUT under a new uuid7 GUID (and send it if the link is ACTIVE).
+
+        ``guid`` replaces the new GUID for producers that must be idempotent
+        across processes (a proxy forwarding its clients' GUIDs, a Spark task
+        retried elsewhere): the caller promises it names this message only.
+        """
         self._check_usable()
+        if guid is not None and guid.bytes in self._pending:
+            raise InvalidArgumentError(f"GUID {guid} is already pending on this session")
         queue = self._queues.get(queue_id)
         if queue is None or queue.state not in _WRITABLE_STATES:
             raise QueueNotOpenError(f"queue {queue.uri if queue else queue_id} is not open")
@@ -515,7 +527,7 @@ class SessionEngine:
                 f"{self._pending_bytes} bytes are buffered while disconnected; this PUT "
                 f"would exceed max_disconnected_buffer_bytes={self._disconnected_limit}"
             )
-        guid_obj = uuid6.uuid7()
+        guid_obj = guid if guid is not None else uuid6.uuid7()
         put = PendingPut(guid_obj.bytes, queue, payload, props, on_ack, now, size)
         self._pending[put.guid] = put
         self._pending_bytes += size

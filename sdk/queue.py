@@ -41,6 +41,8 @@ class Queue:
         payload: bytes,
         properties: Mapping[str, str] | None = None,
         on_ack: Callable[[Ack], Any] | None = None,
+        *,
+        guid: uuid.UUID | None = None,
     ) -> uuid.UUID:
         """Buffer a PUT and return its GUID; ``on_ack`` is called exactly once.
 
@@ -48,8 +50,12 @@ class Queue:
         ACKs it and retransmitted after a reconnect. When the transport pushes
         back, waits here up to 5 s, then raises ``BandwidthLimitError`` without
         taking the message.
+
+        ``guid`` is for idempotent producers only (such as the Spark sink, whose
+        retried tasks must post the same GUIDs again): by default the SDK assigns
+        a fresh uuid7. A GUID still pending on this session is refused.
         """
-        return self._session._post(self._record.queue_id, payload, properties, on_ack)
+        return self._session._post(self._record.queue_id, payload, properties, on_ack, guid)
 
     def configure(self, options: QueueOptions, timeout: float = 30.0) -> None:
         """Change the consumer flow-control options; kept across reconnects."""

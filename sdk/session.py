@@ -193,11 +193,14 @@ class Session:
         payload: bytes,
         properties: Mapping[str, str] | None,
         on_ack: Callable[[Ack], Any] | None,
+        guid: uuid.UUID | None,
     ) -> uuid.UUID:
         with self._lock:
             if self._engine.over_high_watermark():
                 self._wait_below_high_watermark()
-            guid = self._engine.post(queue_id, payload, properties, on_ack, time.monotonic())
+            guid = self._engine.post(
+                queue_id, payload, properties, on_ack, time.monotonic(), guid=guid
+            )
             if self._writer_idle:
                 self._writer_wakeup.notify()
         return guid
