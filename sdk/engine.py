@@ -230,7 +230,8 @@ class SessionEngine:
         self.failure: HoldfastError | None = None
         self._address = ""
         self._has_connected = False
-        self._has_restored = False
+        self._reconnecting = False
+        """This connection follows a loss: its restore ends with StateRestored."""
 
         self._queues: dict[int, QueueRecord] = {}
         self._next_queue_id = 1
@@ -596,6 +597,7 @@ class SessionEngine:
             broker_id=reply.broker_id,
         )
         self.state = LinkState.RESTORING
+        self._reconnecting = self._has_connected
         if self._has_connected:
             self._emit(ev.Reconnected(self._address, reply.broker_id))
         else:
@@ -616,6 +618,9 @@ class SessionEngine:
             log.warning("ignoring a response to unknown request %d", response.request_id)
             return
         queue = request.queue
+        # Read before the answer is handled: a refused (re)open forgets the queue,
+        # which takes it out of ``_restoring`` too, and the restore must still finish.
+        restoring = request.kind == "open" and queue.queue_id in self._restoring
         error: HoldfastError | None = None
         if response.status != pb.STATUS_OK:
             error = RequestFailedError(status_name(response.status), response.message)
@@ -624,7 +629,7 @@ class SessionEngine:
         elif request.kind == "close":
             self._close_locally(queue)
         self._complete(request.resolves, error)
-        if request.kind == "open" and queue.queue_id in self._restoring:
+        if restoring:
             self._restoring.discard(queue.queue_id)
             if not self._restoring and self.state is LinkState.RESTORING:
                 self._finish_restore(now)
@@ -664,9 +669,8 @@ class SessionEngine:
                 self._queued_bytes += put.size
                 retransmitted += 1
         self.state = LinkState.ACTIVE
-        if self._has_restored:
+        if self._reconnecting:  # every Reconnected is followed by one StateRestored
             self._emit(ev.StateRestored(retransmitted, expired))
-        self._has_restored = True
 
     def _on_acks(self, batch: pb.AckBatch) -> None:
         pending = self._pending
