@@ -458,7 +458,12 @@ class SessionEngine:
         """Close a queue. Return a request id to wait on, or None if it closed locally."""
         self._check_usable()
         queue = self._live_queue(queue_id)
-        if not self.connected or queue.state is QueueState.OPENING:
+        if queue.state is QueueState.OPENING:
+            # The broker may still open it: undo that when it answers, as for a timeout.
+            self._complete(queue.waiters, QueueNotOpenError(f"queue {queue.uri} was closed"))
+            self.abandon_open(queue_id)
+            return None
+        if not self.connected:
             self._close_locally(queue)
             return None
         request_id = self._new_request_id()
@@ -664,6 +669,8 @@ class SessionEngine:
                 # The broker may have forgotten this GUID: a retransmit could duplicate it.
                 self._report(put, AckStatus.UNKNOWN)
                 expired += 1
+            elif put.queue.state is QueueState.CLOSING:
+                continue  # reported UNKNOWN when its close completes; sending it is waste
             else:
                 self._outbound.append(put)
                 self._queued_bytes += put.size

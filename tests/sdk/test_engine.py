@@ -1108,3 +1108,41 @@ def test_abandoned_open_answered_last_still_restores_the_state(h: Harness) -> No
     h.answer(first_open.request_id, pb.STATUS_INVALID_ARGUMENT)
     assert h.state() is LinkState.ACTIVE
     assert put_guids(h.sent_frames()) == [guid]
+
+
+def test_close_of_a_queue_whose_open_is_in_flight_undoes_the_open(h: Harness) -> None:
+    """Closing before the first open is answered must not leave it open on the broker."""
+    h.establish()
+    queue_id, request_id = h.open_queue()
+    (sent,) = opens_in(h.sent_frames())
+    assert h.engine.close_queue(queue_id) is None
+    h.run_callbacks()
+    assert isinstance(h.outcomes(request_id)[0], QueueNotOpenError)
+
+    h.answer(sent.request_id)
+
+    (frame,) = h.sent_frames()
+    assert frame.WhichOneof("frame") == "close_queue"
+    assert frame.close_queue.queue_id == queue_id
+
+
+def test_puts_of_a_queue_closing_during_the_restore_are_not_retransmitted(h: Harness) -> None:
+    h.establish()
+    closing = h.open_active(URI)
+    h.open_active(OTHER)
+    guid = h.post(closing)
+    h.sent_frames()
+    h.lose()
+    h.connect()
+    h.answer_hello()
+    reopens = opens_in(h.sent_frames())
+    h.answer(reopens[0].request_id)
+    close_request = h.engine.close_queue(closing)
+    assert close_request is not None
+    h.answer(reopens[1].request_id)  # the restore finishes while the close is in flight
+
+    frames = h.sent_frames()
+    assert guid not in put_guids(frames)
+    (close_frame,) = [f for f in frames if f.WhichOneof("frame") == "close_queue"]
+    h.answer(close_frame.close_queue.request_id)
+    assert h.statuses(guid) == [AckStatus.UNKNOWN]
