@@ -460,7 +460,6 @@ class SessionEngine:
         queue = self._live_queue(queue_id)
         if queue.state is QueueState.OPENING:
             # The broker may still open it: undo that when it answers, as for a timeout.
-            self._complete(queue.waiters, QueueNotOpenError(f"queue {queue.uri} was closed"))
             self.abandon_open(queue_id)
             return None
         if not self.connected:
@@ -475,12 +474,22 @@ class SessionEngine:
         return request_id
 
     def abandon_open(self, queue_id: int) -> None:
-        """The application stopped waiting for a queue's first open (it timed out)."""
+        """Give up a queue's first open (timed out, or closed before it completed).
+
+        Whoever still waits for it is told the queue is not open; if the open is
+        already on the wire, the queue is closed again when the broker opens it.
+        """
         queue = self._queues.get(queue_id)
         if queue is None or queue.state is not QueueState.OPENING:
             return
-        queue.waiters.clear()
-        if any(r.queue is queue for r in self._inflight.values()):
+        gone = QueueNotOpenError(f"queue {queue.uri} was given up before it opened")
+        self._complete(queue.waiters, gone)
+        queue.waiters = []
+        inflight = [r for r in self._inflight.values() if r.queue is queue]
+        for request in inflight:
+            self._complete(request.resolves, gone)
+            request.resolves = []
+        if inflight:
             queue.state = QueueState.ABANDONED  # closed if the broker says it opened
         else:
             queue.state = QueueState.CLOSED
