@@ -26,6 +26,7 @@ class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STATUS_STORE_ERROR: _ClassVar[Status]
     STATUS_SHUTTING_DOWN: _ClassVar[Status]
     STATUS_INVALID_PROPERTIES: _ClassVar[Status]
+    STATUS_UNKNOWN: _ClassVar[Status]
 STATUS_UNSPECIFIED: Status
 STATUS_OK: Status
 STATUS_INVALID_ARGUMENT: Status
@@ -43,6 +44,7 @@ STATUS_ALREADY_OPEN: Status
 STATUS_STORE_ERROR: Status
 STATUS_SHUTTING_DOWN: Status
 STATUS_INVALID_PROPERTIES: Status
+STATUS_UNKNOWN: Status
 
 class ClientFrame(_message.Message):
     __slots__ = ("hello", "open_queue", "configure_queue", "close_queue", "puts", "confirms")

@@ -36,6 +36,7 @@ class AckStatus(enum.Enum):
 
 _FROM_WIRE: dict[int, AckStatus] = {
     pb.STATUS_OK: AckStatus.SUCCESS,
+    pb.STATUS_UNKNOWN: AckStatus.UNKNOWN,
     pb.STATUS_INVALID_GUID: AckStatus.INVALID_GUID,
     pb.STATUS_PAYLOAD_TOO_LARGE: AckStatus.PAYLOAD_TOO_LARGE,
     pb.STATUS_INVALID_PROPERTIES: AckStatus.INVALID_PROPERTIES,

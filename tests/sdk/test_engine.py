@@ -241,6 +241,7 @@ def test_each_put_of_an_ack_batch_is_reported_with_its_own_status(h: Harness) ->
     ("wire", "expected"),
     [
         (pb.STATUS_OK, AckStatus.SUCCESS),
+        (pb.STATUS_UNKNOWN, AckStatus.UNKNOWN),
         (pb.STATUS_NOT_WRITABLE, AckStatus.NOT_WRITABLE),
         (pb.STATUS_INVALID_GUID, AckStatus.INVALID_GUID),
         (pb.STATUS_PAYLOAD_TOO_LARGE, AckStatus.PAYLOAD_TOO_LARGE),
