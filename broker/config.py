@@ -1,0 +1,70 @@
+"""The broker's options, as one immutable value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from holdfast.broker.dedup import DEFAULT_MAX_GUIDS, DEFAULT_WINDOW
+from holdfast.broker.store import parse_store_spec
+
+MIB = 1024 * 1024
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """Split ``HOST:PORT`` (``[v6]:PORT`` too); raise ``ValueError`` if it is not one."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT, got {address!r}")
+    return host, int(port)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """Everything a broker is started with. Values are checked on construction."""
+
+    listen: str = "127.0.0.1:7700"
+    """``HOST:PORT`` to serve on; port 0 picks a free port (logged once bound)."""
+    store: str = "memory"
+    """Where queues are kept: ``memory`` (nothing survives a restart)."""
+    dedup_window: float = DEFAULT_WINDOW
+    """Seconds a queue remembers an accepted GUID and ACKs its replays without
+    enqueuing them again. Announced to clients in HelloReply."""
+    max_payload_bytes: int = 4 * MIB
+    """Largest payload a PUT may carry; a bigger one is ACKed PAYLOAD_TOO_LARGE."""
+    max_properties: int = 64
+    """Most properties one message may carry."""
+    max_properties_bytes: int = 64 * 1024
+    """Most bytes (UTF-8 keys plus values) the properties of one message may take."""
+    dedup_max_guids: int = DEFAULT_MAX_GUIDS
+    """Memory bound: most GUIDs one queue's history holds (the oldest go first)."""
+    session_read_bound_bytes: int = 8 * MIB
+    """A session stops reading client frames while more than this many bytes of its
+    ACKs and responses wait to be sent, so a client that does not read cannot make
+    the broker buffer without bound."""
+    max_frame_bytes: int = MIB
+    """Target size of one coalesced AckBatch or PushBatch frame."""
+    shutdown_grace: float = 5.0
+    """Seconds sessions get on SIGTERM to receive what is queued for them."""
+
+    def __post_init__(self) -> None:
+        split_host_port(self.listen)
+        parse_store_spec(self.store)
+        _check(self.dedup_window > 0, "dedup_window must be > 0 seconds")
+        _check(self.max_payload_bytes > 0, "max_payload_bytes must be > 0")
+        _check(self.max_properties >= 0, "max_properties must be >= 0")
+        _check(self.max_properties_bytes >= 0, "max_properties_bytes must be >= 0")
+        _check(self.dedup_max_guids > 0, "dedup_max_guids must be > 0")
+        _check(self.session_read_bound_bytes > 0, "session_read_bound_bytes must be > 0")
+        _check(self.max_frame_bytes > 0, "max_frame_bytes must be > 0")
+        _check(self.shutdown_grace >= 0, "shutdown_grace must be >= 0")
+
+    @property
+    def max_message_bytes(self) -> int:
+        """The gRPC message size limit: comfortably above the largest valid frame, so an
+        oversize payload still reaches the broker and gets a typed answer."""
+        return 2 * self.max_payload_bytes + self.max_properties_bytes + MIB
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)

@@ -1,0 +1,277 @@
+"""The frames waiting to go out to one client, and how they are coalesced.
+
+Two lanes feed one writer:
+
+* the ordered lane: ACKs, responses and errors, in the order the client frames
+  that caused them were read. The ACKs of a PUT batch may have to wait for a store
+  write (an ``AckGroup`` that is not ready yet); everything behind it waits too, so
+  an ACK for a PUT read before a CloseQueue goes out before that close's Response.
+  Consecutive ready ACK groups leave as one ``AckBatch`` frame.
+* the push lane: PUSHes, which only their own queue handle orders (a consumer
+  starts receiving once its open Response is written), so they never wait behind a
+  store write. Pending PUSHes leave as one ``PushBatch`` frame.
+
+The writer takes one frame per ``context.write()``. While a write waits for gRPC
+flow control, more items accumulate and go out together in the next frame: the
+batches grow exactly when the link is the bottleneck.
+
+Only the ordered lane counts toward the read bound: it is what reading client
+frames produces, so a client that does not read its ACKs stops being read. PUSHes
+are bounded by the consumers' flow limits instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+
+from holdfast.broker.store import StoredMessage
+from holdfast.proto import pb
+
+AckEntry = tuple[int, bytes, "pb.Status"]
+"""An ACK as (queue_id, guid, status); turned into ``pb.Ack`` by the writer."""
+
+_ACK_OVERHEAD = 8
+"""Approximate wire bytes of one ACK besides its GUID."""
+
+_PUSH_OVERHEAD = 32
+"""Approximate wire bytes of one PUSH besides its GUID, payload and properties."""
+
+
+class AckGroup:
+    """The ACKs of one PutBatch frame, in PUT order; ``ready`` once they are final."""
+
+    __slots__ = ("acks", "ready")
+
+    def __init__(self) -> None:
+        self.acks: list[AckEntry] = []
+        self.ready = False
+
+
+class _Framed:
+    """A frame to send as it is (HelloReply, Response, Error)."""
+
+    __slots__ = ("frame", "on_written", "size")
+
+    def __init__(self, frame: pb.ServerFrame, on_written: Callable[[], None] | None) -> None:
+        self.frame = frame
+        self.on_written = on_written
+        self.size = frame.ByteSize()
+
+
+class Outbox:
+    """Everything one session has to send, in the order it must be sent."""
+
+    def __init__(self, max_frame_bytes: int, read_bound_bytes: int) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        """Coalescing stops once a frame is about this big (a bigger item goes alone)."""
+        self.read_bound_bytes = read_bound_bytes
+        """The session stops reading while the ordered lane holds more than this."""
+        self._ordered: deque[AckGroup | _Framed] = deque()
+        self._ordered_bytes = 0
+        self._pushes: list[tuple[int, StoredMessage, int]] = []
+        self._push_bytes = 0
+        self._push_turn = False
+        self._work = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+        self.closed = False
+        """Nothing more will be sent: new items are dropped."""
+        self.finishing = False
+        """The session is ending: no more PUSHes, the ordered lane drains."""
+
+    # -- producers ------------------------------------------------------------------
+
+    def send(self, frame: pb.ServerFrame, on_written: Callable[[], None] | None = None) -> None:
+        """Queue ``frame`` in the ordered lane; ``on_written`` runs once it is written."""
+        if self.closed:
+            return
+        item = _Framed(frame, on_written)
+        self._ordered.append(item)
+        self._grow(item.size)
+        if len(self._ordered) == 1:
+            self._work.set()
+
+    def add_acks(self, group: AckGroup) -> None:
+        """Queue the ACKs of one PUT batch in the ordered lane; they leave once
+        ``group.ready`` is set and ``acks_ready(group)`` is called."""
+        if self.closed:
+            return
+        self._ordered.append(group)
+        self._grow(sum(len(guid) for _, guid, _ in group.acks) + _ACK_OVERHEAD * len(group.acks))
+        if group.ready and len(self._ordered) == 1:
+            self._work.set()
+
+    def acks_ready(self, group: AckGroup) -> None:
+        """``group`` is final; wake the writer if it was what the ordered lane waited on."""
+        group.ready = True
+        if self._ordered and self._ordered[0] is group:
+            self._work.set()
+
+    def push(self, queue_id: int, message: StoredMessage, delivery_count: int) -> None:
+        """Queue a PUSH of ``message`` under handle ``queue_id``."""
+        if self.closed or self.finishing:
+            return
+        self._pushes.append((queue_id, message, delivery_count))
+        self._push_bytes += len(message.payload) + _PUSH_OVERHEAD
+        self._work.set()
+
+    def drop_pushes(self, queue_id: int) -> None:
+        """Forget the PUSHes not yet written for handle ``queue_id`` (it was closed and
+        its messages went back to the queue)."""
+        kept = [p for p in self._pushes if p[0] != queue_id]
+        if len(kept) != len(self._pushes):
+            self._pushes = kept
+            self._push_bytes = sum(len(m.payload) + _PUSH_OVERHEAD for _, m, _ in kept)
+
+    def finish(self) -> None:
+        """The session is ending: drop PUSHes not written yet (their consumers are gone)
+        and let the writer finish once the ordered lane is empty."""
+        self.finishing = True
+        self._pushes = []
+        self._push_bytes = 0
+        self._work.set()
+
+    def close(self) -> None:
+        """Drop everything: the stream is gone."""
+        self.closed = True
+        self._ordered.clear()
+        self._pushes = []
+        self._ordered_bytes = self._push_bytes = 0
+        self._room.set()
+        self._work.set()
+
+    # -- state ----------------------------------------------------------------------
+
+    @property
+    def ordered_bytes(self) -> int:
+        """Approximate bytes waiting in the ordered lane."""
+        return self._ordered_bytes
+
+    @property
+    def push_bytes(self) -> int:
+        """Approximate bytes of PUSHes waiting."""
+        return self._push_bytes
+
+    @property
+    def ordered_pending(self) -> bool:
+        """Whether the ordered lane still holds anything (ready or not)."""
+        return bool(self._ordered)
+
+    @property
+    def pushes_pending(self) -> int:
+        """How many PUSHes wait to be written."""
+        return len(self._pushes)
+
+    def _grow(self, size: int) -> None:
+        self._ordered_bytes += size
+        if self._ordered_bytes > self.read_bound_bytes:
+            self._room.clear()
+
+    def _shrink(self, size: int) -> None:
+        self._ordered_bytes -= size
+        # Resume reading at half the bound, not just below it, so that reading does
+        # not flap on and off with every frame written.
+        if self._ordered_bytes <= self.read_bound_bytes // 2:
+            self._room.set()
+
+    async def wait_for_room(self) -> None:
+        """Return once the ordered lane is small enough to read more client frames."""
+        await self._room.wait()
+
+    async def wait_for_work(self) -> None:
+        """Return once there may be a frame to take (or the outbox was closed)."""
+        await self._work.wait()
+
+    # -- the writer's side ----------------------------------------------------------
+
+    def take(self) -> tuple[pb.ServerFrame, Callable[[], None] | None] | None:
+        """The next frame to write and what to run once it is written, or ``None`` if
+        nothing can be sent now (then ``wait_for_work()``). Ordered frames and push
+        batches take turns so that neither lane starves the other."""
+        self._work.clear()
+        if self.closed:
+            return None
+        ordered_ready = bool(self._ordered) and self._ready(self._ordered[0])
+        if self._pushes and (self._push_turn or not ordered_ready):
+            self._push_turn = False
+            if ordered_ready:
+                self._work.set()
+            return self._take_pushes(), None
+        if ordered_ready:
+            self._push_turn = True
+            if self._pushes:
+                self._work.set()
+            return self._take_ordered()
+        return None
+
+    @staticmethod
+    def _ready(item: AckGroup | _Framed) -> bool:
+        return not isinstance(item, AckGroup) or item.ready
+
+    def _take_ordered(self) -> tuple[pb.ServerFrame, Callable[[], None] | None]:
+        ordered = self._ordered
+        head = ordered.popleft()
+        if isinstance(head, _Framed):
+            self._shrink(head.size)
+            self._wake_if_ready()
+            return head.frame, head.on_written
+        frame = pb.ServerFrame()
+        add = frame.acks.acks.add
+        size = 0
+        group: AckGroup | _Framed = head
+        while True:
+            assert isinstance(group, AckGroup)
+            for queue_id, guid, status in group.acks:
+                add(queue_id=queue_id, guid=guid, status=status)
+                size += len(guid) + _ACK_OVERHEAD
+            if size >= self.max_frame_bytes or not ordered:
+                break
+            group = ordered[0]
+            if not isinstance(group, AckGroup) or not group.ready:
+                break
+            ordered.popleft()
+        self._shrink(size)
+        self._wake_if_ready()
+        return frame, None
+
+    def _wake_if_ready(self) -> None:
+        if self._ordered and self._ready(self._ordered[0]):
+            self._work.set()
+
+    def _take_pushes(self) -> pb.ServerFrame:
+        pushes = self._pushes
+        frame = pb.ServerFrame()
+        add = frame.pushes.pushes.add
+        limit = self.max_frame_bytes
+        size = 0
+        taken = 0
+        for queue_id, message, delivery_count in pushes:
+            if taken and size >= limit:
+                break
+            properties = message.properties
+            if properties:
+                add(
+                    queue_id=queue_id,
+                    guid=message.guid,
+                    payload=message.payload,
+                    properties=properties,
+                    delivery_count=delivery_count,
+                )
+            else:
+                add(
+                    queue_id=queue_id,
+                    guid=message.guid,
+                    payload=message.payload,
+                    delivery_count=delivery_count,
+                )
+            size += len(message.payload) + _PUSH_OVERHEAD
+            taken += 1
+        if taken == len(pushes):
+            self._pushes = []
+        else:
+            del pushes[:taken]
+            self._work.set()
+        self._push_bytes -= size
+        return frame

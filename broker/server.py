@@ -1,0 +1,168 @@
+"""The broker: a grpc.aio server and all queue state, on one asyncio event loop.
+
+Every session handler, PUT completion and delivery runs on that one loop, so the
+broker's state needs no locks: a piece of code that does not ``await`` sees and
+changes the state atomically.
+
+The session method is registered without a request deserializer: the broker gets
+the raw bytes of each client frame and parses them itself, so bytes that are not a
+ClientFrame get a typed Error(MALFORMED_FRAME) instead of gRPC failing the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any
+
+import grpc
+
+from holdfast.broker.config import BrokerConfig, split_host_port
+from holdfast.broker.puts import PutPipeline
+from holdfast.broker.queues import QueueRegistry
+from holdfast.broker.session import Session
+from holdfast.broker.store import Store, open_store
+from holdfast.proto import SERVICE_NAME, pb
+
+log = logging.getLogger(__name__)
+
+
+def server_options(config: BrokerConfig) -> list[tuple[str, int]]:
+    """gRPC server arguments for ``config``."""
+    return [
+        # Above the largest valid frame, so that an oversize payload reaches our code
+        # and is answered PAYLOAD_TOO_LARGE rather than failing the whole stream.
+        ("grpc.max_receive_message_length", config.max_message_bytes),
+        ("grpc.max_send_message_length", config.max_message_bytes),
+        # Notice dead clients (their consumers' messages must be redelivered).
+        ("grpc.keepalive_time_ms", 5000),
+        ("grpc.keepalive_timeout_ms", 5000),
+        ("grpc.http2.max_pings_without_data", 0),
+        # SDK clients ping every 1-2 s to detect black holes; let them, without strikes.
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 500),
+        ("grpc.http2.max_ping_strikes", 0),
+        # A second broker on a port in use must fail, not share the port silently.
+        ("grpc.so_reuseport", 0),
+    ]
+
+
+def _serialize(frame: pb.ServerFrame) -> bytes:
+    return frame.SerializeToString()
+
+
+class Broker:
+    """A Holdfast broker: ``await start()``, then ``await stop()``."""
+
+    def __init__(self, config: BrokerConfig, store: Store | None = None) -> None:
+        self.config = config
+        self.broker_id = uuid.uuid4().hex
+        """Identifies this broker process to clients (HelloReply.broker_id)."""
+        self.store: Store = store if store is not None else open_store(config.store)
+        self.queues = QueueRegistry(self.store, config.dedup_window, config.dedup_max_guids)
+        self.puts = PutPipeline(
+            self.store,
+            self.queues,
+            config.max_payload_bytes,
+            config.max_properties,
+            config.max_properties_bytes,
+        )
+        self.address = ""
+        """``HOST:PORT`` the broker listens on, with the real port, once started."""
+        self._sessions: set[Session] = set()
+        self._server: Any = None
+        self._stopping = False
+        self._stopped = asyncio.Event()
+
+    @property
+    def port(self) -> int:
+        """The bound port (0 before ``start()``)."""
+        return split_host_port(self.address)[1] if self.address else 0
+
+    @property
+    def sessions(self) -> int:
+        """How many sessions are connected."""
+        return len(self._sessions)
+
+    async def start(self) -> str:
+        """Recover the store's state, bind, serve; log and return ``HOST:PORT``.
+        Raises ``OSError`` if the address cannot be bound."""
+        state = self.store.recover()
+        messages, guids = self.queues.restore(state)
+        if messages or guids:
+            log.info("recovered %d messages and %d GUIDs of dedup history", messages, guids)
+        host, _ = split_host_port(self.config.listen)
+        server = grpc.aio.server(options=server_options(self.config))
+        handler = grpc.stream_stream_rpc_method_handler(
+            self._serve_session,
+            request_deserializer=None,
+            response_serializer=_serialize,
+        )
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE_NAME, {"Session": handler}),)
+        )
+        try:
+            port = server.add_insecure_port(self.config.listen)
+        except RuntimeError as error:
+            raise OSError(f"cannot listen on {self.config.listen}: {error}") from error
+        if not port:
+            raise OSError(f"cannot listen on {self.config.listen}")
+        await server.start()
+        self._server = server
+        self.address = f"{host}:{port}"
+        log.info(
+            "listening on %s (store %s, dedup window %g s, max payload %d bytes)",
+            self.address,
+            self.config.store,
+            self.config.dedup_window,
+            self.config.max_payload_bytes,
+        )
+        return self.address
+
+    async def _serve_session(self, request_iterator: Any, context: Any) -> None:
+        if self._stopping:
+            error = pb.Error(
+                status=pb.STATUS_SHUTTING_DOWN, message="the broker is stopping", fatal=True
+            )
+            await context.write(pb.ServerFrame(error=error))
+            return
+        session = Session(
+            context, uuid.uuid4().hex, self.broker_id, self.config, self.queues, self.puts
+        )
+        self._sessions.add(session)
+        try:
+            await session.run()
+        except Exception:
+            # One session's failure must not reach gRPC's server loop or other sessions.
+            log.exception("session %s failed", session.session_id)
+        finally:
+            self._sessions.discard(session)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop: refuse new sessions, tell connected ones SHUTTING_DOWN (best effort),
+        give them ``grace`` seconds (default: the config's) to receive what is queued
+        for them, finish PUTs being stored, and close the store."""
+        if self._stopping:
+            await self._stopped.wait()
+            return
+        self._stopping = True
+        grace = self.config.shutdown_grace if grace is None else grace
+        log.info("stopping: %d sessions connected", len(self._sessions))
+        for session in list(self._sessions):
+            session.stop()
+        try:
+            if self._server is not None:
+                await self._server.stop(grace)
+            await asyncio.wait_for(self.puts.drain(), timeout=max(grace, 1.0))
+            await asyncio.wait_for(self.queues.updates.drain(), timeout=max(grace, 1.0))
+        except asyncio.TimeoutError:
+            log.warning("stopping: the store did not finish in time")
+        finally:
+            self.store.close()
+            self._stopped.set()
+            log.info("stopped")
+
+    async def wait_stopped(self) -> None:
+        """Return once ``stop()`` has finished."""
+        await self._stopped.wait()

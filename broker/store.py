@@ -1,0 +1,215 @@
+"""The storage interface of the broker, and the in-memory store.
+
+The broker keeps every queue in memory and uses a ``Store`` only to make its
+changes durable and to get them back after a restart:
+
+* at start, ``recover()`` returns the ready messages of every queue, in delivery
+  order, and the GUID history (what was accepted, and when) so that dedup keeps
+  working across a restart;
+* while running, the broker hands the store ``StoreBatch`` es through ``write()``:
+  new messages (awaited before their PUTs are ACKed), confirmed messages and
+  delivery-count updates (not awaited);
+* at stop, ``close()``.
+
+``MemoryStore`` persists nothing: its state is the broker's queues, so it dies
+with the process. A durable store (sqlite) implements the same four names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, NamedTuple, Protocol
+
+NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})
+"""The shared, read-only properties of a message that has none."""
+
+
+@dataclass(slots=True, eq=False)
+class StoredMessage:
+    """One accepted message: the broker's queues hold these, and stores persist them.
+
+    ``delivery_count`` is how many times the message has been PUSHed so far: 0 while
+    it has never been delivered; a PUSH carries the count after incrementing it.
+    """
+
+    queue_uri: str
+    guid: bytes
+    payload: bytes
+    properties: Mapping[str, str]
+    accepted_at: float
+    """Wall-clock time (``time.time()``) at which the broker accepted the PUT."""
+    delivery_count: int = 0
+
+
+class HistoryEntry(NamedTuple):
+    """A GUID the broker accepted on a queue, and when (``time.time()``)."""
+
+    queue_uri: str
+    guid: bytes
+    accepted_at: float
+
+
+class MessageKey(NamedTuple):
+    """Names one message: its queue and its GUID."""
+
+    queue_uri: str
+    guid: bytes
+
+
+class DeliveryUpdate(NamedTuple):
+    """A message's new delivery count (it was PUSHed once more)."""
+
+    queue_uri: str
+    guid: bytes
+    delivery_count: int
+
+
+@dataclass(slots=True)
+class StoreBatch:
+    """Changes to make durable together.
+
+    A store must apply batches in the order ``write()`` was called. Every new
+    message is also a GUID history entry (``queue_uri, guid, accepted_at``) and
+    stays in the history after it is removed, until the dedup window has passed.
+    """
+
+    messages: list[StoredMessage] = field(default_factory=list)
+    """Newly accepted messages, appended to their queues in this order."""
+    removed: list[MessageKey] = field(default_factory=list)
+    """Confirmed messages: no longer in their queue."""
+    delivered: list[DeliveryUpdate] = field(default_factory=list)
+    """Messages whose delivery count changed."""
+
+    def __bool__(self) -> bool:
+        return bool(self.messages or self.removed or self.delivered)
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveredState:
+    """What a store holds at start: queues and the GUID history."""
+
+    queues: Mapping[str, Sequence[StoredMessage]] = field(default_factory=dict)
+    """Queue URI -> its ready (unconfirmed) messages in delivery order, with their
+    delivery counts. A queue with no message may be listed with an empty sequence."""
+    history: Sequence[HistoryEntry] = ()
+    """Accepted GUIDs; entries older than the dedup window may be included (the broker
+    drops them)."""
+
+
+class Store(Protocol):
+    """Where the broker makes its state durable. Every method runs on the broker's
+    event loop thread; a store that blocks must move that work to a thread of its own.
+    """
+
+    def recover(self) -> RecoveredState:
+        """Return the state to start from. Called once, before any ``write()``."""
+        ...
+
+    def write(self, batch: StoreBatch) -> Awaitable[None]:
+        """Take ``batch`` now (batches are applied in call order) and return an
+        awaitable that completes once the batch is durable, or raises if it could not
+        be made durable (nothing of it then counts as stored).
+
+        The broker awaits it before it ACKs the batch's PUTs and enqueues their
+        messages. For batches of only removals and delivery updates it does not wait,
+        but it does consume the result, so the awaitable must not need awaiting to
+        make progress.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release the store; called once, at stop, after the last ``write()``.
+        Batches already taken are made durable (or failed) before it returns."""
+        ...
+
+
+class Completed:
+    """An awaitable that is already done: what a store returns for work it finished
+    synchronously, without creating a future per batch."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return
+        yield  # makes this a generator that finishes at once
+
+
+COMPLETED = Completed()
+"""The shared already-done awaitable."""
+
+
+class MemoryStore:
+    """A ``Store`` that keeps nothing: queues live only in the broker's memory, so a
+    restart starts empty (and forgets the GUID history)."""
+
+    def recover(self) -> RecoveredState:
+        """Nothing was kept: an empty state."""
+        return RecoveredState()
+
+    def write(self, batch: StoreBatch) -> Awaitable[None]:
+        """Nothing to persist: the batch is as durable as it will get."""
+        return COMPLETED
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSpec:
+    """A parsed ``--store`` value."""
+
+    kind: str
+    """``memory``."""
+    location: str = ""
+    """Where a durable store keeps its data (empty for ``memory``)."""
+
+
+STORE_KINDS = ("memory",)
+"""The ``--store`` values this broker understands."""
+
+
+def parse_store_spec(spec: str) -> StoreSpec:
+    """Parse a ``--store`` value; raise ``ValueError`` naming the accepted forms."""
+    if spec == "memory":
+        return StoreSpec("memory")
+    scheme = spec.partition(":")[0]
+    raise ValueError(
+        f"unknown store {spec!r} (scheme {scheme!r}): this broker supports "
+        + ", ".join(STORE_KINDS)
+    )
+
+
+def open_store(spec: str) -> Store:
+    """Create the store named by a ``--store`` value."""
+    parsed = parse_store_spec(spec)
+    if parsed.kind == "memory":
+        return MemoryStore()
+    raise AssertionError(f"parse_store_spec accepted {spec!r} but no store implements it")
+
+
+async def settle(result: Awaitable[None]) -> None:
+    """Await a store result whose outcome nobody waits for, so that it completes and its
+    failure is raised here (for the caller to log) rather than lost."""
+    if not isinstance(result, Completed):
+        await result
+
+
+__all__ = [
+    "COMPLETED",
+    "NO_PROPERTIES",
+    "Completed",
+    "DeliveryUpdate",
+    "HistoryEntry",
+    "MemoryStore",
+    "MessageKey",
+    "RecoveredState",
+    "Store",
+    "StoreBatch",
+    "StoreSpec",
+    "StoredMessage",
+    "open_store",
+    "parse_store_spec",
+    "settle",
+]

@@ -1,0 +1,37 @@
+"""Fixtures shared by every test suite: broker subprocesses."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.support.processes import BrokerProcess
+
+
+@pytest.fixture
+def broker() -> Iterator[BrokerProcess]:
+    """A started broker (memory store, default options) on a free port, stopped at
+    teardown whatever the test did to it."""
+    process = BrokerProcess()
+    try:
+        process.start()
+        yield process
+    finally:
+        process.close()
+
+
+@pytest.fixture
+def broker_factory() -> Iterator[Callable[..., BrokerProcess]]:
+    """Start brokers with extra arguments: ``broker_factory("--dedup-window", "1.5")``.
+    Every broker it started is stopped at teardown."""
+    started: list[BrokerProcess] = []
+
+    def start(*args: str) -> BrokerProcess:
+        process = BrokerProcess(list(args))
+        started.append(process)
+        return process.start()
+
+    yield start
+    for process in started:
+        process.close()
