@@ -12,7 +12,8 @@ changes durable and to get them back after a restart:
 * at stop, ``close()``.
 
 ``MemoryStore`` persists nothing: its state is the broker's queues, so it dies
-with the process. A durable store (sqlite) implements the same four names.
+with the process. ``SqliteStore`` (``sqlite_store``) implements the same names
+durably. A store that cannot be opened or read raises ``StoreError``.
 """
 
 from __future__ import annotations
@@ -22,8 +23,15 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
+from holdfast.broker.dedup import DEFAULT_WINDOW
+
 NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})
 """The shared, read-only properties of a message that has none."""
+
+
+class StoreError(Exception):
+    """A store cannot be opened, read or written. The message names the store's
+    location and the problem, in one line fit for a user."""
 
 
 @dataclass(slots=True, eq=False)
@@ -161,12 +169,12 @@ class StoreSpec:
     """A parsed ``--store`` value."""
 
     kind: str
-    """``memory``."""
+    """``memory`` or ``sqlite``."""
     location: str = ""
     """Where a durable store keeps its data (empty for ``memory``)."""
 
 
-STORE_KINDS = ("memory",)
+STORE_KINDS = ("memory", "sqlite:PATH")
 """The ``--store`` values this broker understands."""
 
 
@@ -174,18 +182,29 @@ def parse_store_spec(spec: str) -> StoreSpec:
     """Parse a ``--store`` value; raise ``ValueError`` naming the accepted forms."""
     if spec == "memory":
         return StoreSpec("memory")
-    scheme = spec.partition(":")[0]
+    scheme, _, location = spec.partition(":")
+    if scheme == "sqlite":
+        if not location:
+            raise ValueError("the sqlite store needs a file: sqlite:PATH")
+        return StoreSpec("sqlite", location)
     raise ValueError(
         f"unknown store {spec!r} (scheme {scheme!r}): this broker supports "
         + ", ".join(STORE_KINDS)
     )
 
 
-def open_store(spec: str) -> Store:
-    """Create the store named by a ``--store`` value."""
+def open_store(spec: str, *, dedup_window: float = DEFAULT_WINDOW, sync: str = "full") -> Store:
+    """Create the store named by a ``--store`` value. A durable store prunes the GUID
+    history older than ``dedup_window`` (pass the broker's) and syncs its commits per
+    ``sync`` (``full`` or ``normal``). Raises ``StoreError`` if it cannot be opened."""
     parsed = parse_store_spec(spec)
     if parsed.kind == "memory":
         return MemoryStore()
+    if parsed.kind == "sqlite":
+        # Imported here: sqlite_store builds on this module.
+        from holdfast.broker.sqlite_store import SqliteStore
+
+        return SqliteStore(parsed.location, dedup_window=dedup_window, sync=sync)
     raise AssertionError(f"parse_store_spec accepted {spec!r} but no store implements it")
 
 
@@ -207,6 +226,7 @@ __all__ = [
     "RecoveredState",
     "Store",
     "StoreBatch",
+    "StoreError",
     "StoreSpec",
     "StoredMessage",
     "open_store",

@@ -1,0 +1,678 @@
+"""A durable ``Store`` in one SQLite file, in WAL mode, with group commit.
+
+``holdfast-broker --store sqlite:PATH [--sync full|normal]``.
+
+What persists: every accepted message (queue, GUID, payload, properties, acceptance
+time), its queue order and delivery count, and the GUID history of the dedup window.
+A message leaves the file when its consumer confirms it; a history entry stays until
+its window has passed, so that after a restart (even a kill -9) a retransmitted PUT is
+still recognised as a replay.
+
+Threads and group commit
+------------------------
+
+One writer thread owns the only connection. ``write()`` runs on the broker's event
+loop: it queues the batch and returns an ``asyncio.Future`` of that loop. The writer
+takes every batch queued so far, applies them in order in one transaction, commits,
+and resolves all their futures with one ``call_soon_threadsafe``. While one commit
+waits for its fsync the next group accumulates, so the cost of an fsync is shared by
+every PUT that arrived meanwhile. If a group's transaction fails, each of its batches
+is retried in a transaction of its own, so one bad batch fails only its own PUTs.
+``recover()`` runs on the writer thread as well (the caller waits for it).
+
+Sync modes (``PRAGMA synchronous``)
+-----------------------------------
+
+* ``full`` (the default): every commit is fsynced before its PUTs are ACKed. An ACKed
+  message survives a process crash, a kill -9, an OS crash and a power loss.
+* ``normal``: in WAL mode commits are written to the OS but fsynced only at
+  checkpoints. An ACKed message survives a process crash or a kill -9 (the OS still
+  has the data); an OS crash or a power loss may lose the last commits (the file
+  stays consistent, it just goes back in time).
+
+Schema (version 1, in ``meta``)
+-------------------------------
+
+::
+
+    meta(key TEXT PRIMARY KEY, value)                  -- 'schema_version', 'application'
+    queues(id INTEGER PRIMARY KEY, uri TEXT UNIQUE)    -- URI stored once, rows carry the id
+    messages(seq INTEGER PRIMARY KEY,                  -- store-wide acceptance order
+             queue_id INTEGER, guid BLOB, accepted_at REAL, delivery_count INTEGER,
+             properties TEXT,                          -- compact JSON; NULL when none
+             payload BLOB)                             -- last: large values overflow last
+    UNIQUE INDEX messages_by_guid ON messages(queue_id, guid)
+    history(queue_id INTEGER, guid BLOB, accepted_at REAL)   -- append-only, rowid order
+
+Why this shape: ``seq`` is the rowid, assigned by the writer (max + 1 at open), so a
+new message is appended at the end of the table's B-tree and recovery reads the
+table in order; it is store-wide, hence increasing within every queue. Confirmations
+and delivery counts find a message by ``(queue_id, guid)``. The history is never
+searched by GUID (the broker keeps it in memory); it is only read whole at start and
+pruned from its old end, so it needs no index at all: its rowid order is acceptance
+order, and pruning deletes the expired prefix in small chunks piggybacked on group
+commits (or on their own transaction when the broker is idle). A PUT therefore costs
+three B-tree inserts.
+
+Two copies of one GUID in a queue (a re-PUT after the window while the first copy is
+still unconfirmed) are stored once: the second insert is ignored.
+
+The connection holds SQLite's exclusive lock for its whole life
+(``locking_mode=EXCLUSIVE``), so a second broker on the same file fails at start
+instead of corrupting the queues; the OS releases the lock when a broker dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import logging
+import os
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from holdfast.broker.dedup import DEFAULT_WINDOW
+from holdfast.broker.store import (
+    COMPLETED,
+    NO_PROPERTIES,
+    HistoryEntry,
+    RecoveredState,
+    StoreBatch,
+    StoredMessage,
+    StoreError,
+)
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+"""The layout this module reads and writes (``meta.schema_version``)."""
+
+APPLICATION = "holdfast-broker"
+"""``meta.application``: tells a Holdfast store from any other SQLite file."""
+
+SYNC_MODES = ("full", "normal")
+"""``--sync`` values: the SQLite ``synchronous`` setting of the store."""
+
+DEFAULT_SYNC = "full"
+"""Safe by default: an ACKed message survives a power loss."""
+
+PRUNE_CHUNK = 2000
+"""Most expired history rows deleted per transaction: small, so a PUT's commit never
+waits behind a large delete."""
+
+PRUNE_INTERVAL = 1.0
+"""Seconds between looks for expired history once nothing was left to prune."""
+
+BUSY_TIMEOUT = 1.0
+"""Seconds to wait for a lock at open (a broker on the same file that is exiting)."""
+
+_SCHEMA = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID",
+    "CREATE TABLE queues (id INTEGER PRIMARY KEY, uri TEXT NOT NULL UNIQUE)",
+    "CREATE TABLE messages ("
+    " seq INTEGER PRIMARY KEY,"
+    " queue_id INTEGER NOT NULL,"
+    " guid BLOB NOT NULL,"
+    " accepted_at REAL NOT NULL,"
+    " delivery_count INTEGER NOT NULL,"
+    " properties TEXT,"
+    " payload BLOB NOT NULL)",
+    "CREATE UNIQUE INDEX messages_by_guid ON messages (queue_id, guid)",
+    "CREATE TABLE history ("
+    " queue_id INTEGER NOT NULL, guid BLOB NOT NULL, accepted_at REAL NOT NULL)",
+)
+_TABLES = frozenset({"meta", "queues", "messages", "history"})
+
+_INSERT_MESSAGE = (
+    "INSERT INTO messages"
+    " (seq, queue_id, guid, accepted_at, delivery_count, properties, payload)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (queue_id, guid) DO NOTHING"
+)
+_INSERT_HISTORY = "INSERT INTO history (queue_id, guid, accepted_at) VALUES (?, ?, ?)"
+_UPDATE_DELIVERY = "UPDATE messages SET delivery_count = ? WHERE queue_id = ? AND guid = ?"
+_DELETE_MESSAGE = "DELETE FROM messages WHERE queue_id = ? AND guid = ?"
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class _Write:
+    """A batch waiting for the writer, and the future its caller awaits."""
+
+    batch: StoreBatch
+    future: asyncio.Future[None]
+
+
+@dataclass(slots=True)
+class _Job:
+    """Something else to run on the writer thread, in queue order (``recover()``)."""
+
+    run: Callable[[sqlite3.Connection], Any]
+    result: concurrent.futures.Future[Any]
+
+
+_STOP = object()
+"""Queued by ``close()``: everything before it is written, then the writer exits."""
+
+
+class SqliteStore:
+    """A ``Store`` in the SQLite file at ``path`` (created if it does not exist).
+
+    The constructor opens and checks the file and raises ``StoreError`` (naming the
+    path and the problem) if it cannot be used: not a database, not a Holdfast store,
+    another schema version, a directory, a missing directory, no permission, in use by
+    another broker. ``dedup_window`` is the broker's: history older than it is not
+    recovered and is pruned. ``sync`` is one of ``SYNC_MODES``.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        dedup_window: float = DEFAULT_WINDOW,
+        sync: str = DEFAULT_SYNC,
+        clock: Callable[[], float] = time.time,
+        prune_chunk: int = PRUNE_CHUNK,
+        prune_interval: float = PRUNE_INTERVAL,
+    ) -> None:
+        if sync not in SYNC_MODES:
+            raise ValueError(f"sync must be one of {', '.join(SYNC_MODES)}, got {sync!r}")
+        if dedup_window <= 0:
+            raise ValueError("dedup_window must be > 0 seconds")
+        if prune_chunk <= 0 or prune_interval <= 0:
+            raise ValueError("prune_chunk and prune_interval must be > 0")
+        self.path = os.fspath(path)
+        self.dedup_window = dedup_window
+        self.sync = sync
+        self._clock = clock
+        self._prune_chunk = prune_chunk
+        self._prune_interval = prune_interval
+        self.commits = 0
+        """Transactions committed that carried batches (a measure of group commit)."""
+        self.batches = 0
+        """Batches made durable."""
+        self.pruned = 0
+        """Expired history rows deleted."""
+        self._queue: queue.SimpleQueue[_Write | _Job | object] = queue.SimpleQueue()
+        # Guards the decision "is the writer still taking work" against write()/close().
+        self._lock = threading.Lock()
+        self._closed = False
+        self._failure: BaseException | None = None
+        self._queue_ids: dict[str, int] = {}
+        self._next_seq = 1
+        self._next_prune = 0.0
+        opened: concurrent.futures.Future[sqlite3.Connection] = concurrent.futures.Future()
+        self._thread = threading.Thread(
+            target=self._run,
+            args=(opened,),
+            name=f"holdfast-sqlite-writer:{os.path.basename(self.path)}",
+            # A broker that dies without close() must not hang on this thread; SQLite's
+            # atomic commit keeps the file consistent whatever the thread was doing.
+            daemon=True,
+        )
+        self._thread.start()
+        try:
+            opened.result()
+        except StoreError:
+            self._thread.join()
+            raise
+
+    def __repr__(self) -> str:
+        return f"SqliteStore({self.path!r}, sync={self.sync!r})"
+
+    # -- the Store protocol (broker event loop thread) ----------------------------------
+
+    def recover(self) -> RecoveredState:
+        """Read every queue (messages in acceptance order, with delivery counts) and
+        the GUID history still inside the dedup window. Raises ``StoreError`` if the
+        file cannot be read."""
+        return self._call(self._recover)
+
+    def write(self, batch: StoreBatch) -> Awaitable[None]:
+        """Queue ``batch`` for the next group commit; the returned future completes once
+        it is committed, or fails with ``StoreError``. Must be called on the event loop
+        whose future is returned."""
+        if not batch:
+            return COMPLETED
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        with self._lock:
+            if self._closed or self._failure is not None:
+                future.set_exception(self._unavailable())
+                return future
+            self._queue.put(_Write(batch, future))
+        return future
+
+    def close(self) -> None:
+        """Commit what was already taken, stop the writer thread, close the file.
+        Idempotent."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._queue.put(_STOP)
+        self._thread.join()
+
+    # -- helpers of the caller's side ---------------------------------------------------
+
+    def _unavailable(self) -> StoreError:
+        if self._failure is not None:
+            return StoreError(f"sqlite store {self.path} failed: {self._failure}")
+        return StoreError(f"sqlite store {self.path} is closed")
+
+    def _call(self, run: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``run(connection)`` on the writer thread, after what is queued; wait."""
+        result: concurrent.futures.Future[T] = concurrent.futures.Future()
+        with self._lock:
+            if self._closed or self._failure is not None:
+                raise self._unavailable()
+            self._queue.put(_Job(run, result))
+        return result.result()
+
+    # -- the writer thread ----------------------------------------------------------------
+
+    def _run(self, opened: concurrent.futures.Future[sqlite3.Connection]) -> None:
+        try:
+            connection = self._open()
+        except BaseException as error:
+            opened.set_exception(error)
+            return
+        opened.set_result(connection)
+        try:
+            self._serve(connection)
+        except BaseException as error:
+            # A bug, not a failed write (those are reported per batch): never leave a
+            # caller waiting on a writer that is gone.
+            log.exception("sqlite store %s: the writer thread failed", self.path)
+            with self._lock:
+                self._failure = error
+            self._fail_queued(self._unavailable())
+        finally:
+            connection.close()
+
+    def _open(self) -> sqlite3.Connection:
+        path = self.path
+        # SQLite says only "unable to open database file" for these; say what is wrong.
+        if os.path.isdir(path):
+            raise StoreError(f"cannot open sqlite store {path}: it is a directory")
+        directory = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(directory):
+            raise StoreError(
+                f"cannot open sqlite store {path}: directory {directory} does not exist"
+            )
+        try:
+            connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None)
+        except sqlite3.Error as error:
+            raise StoreError(f"cannot open sqlite store {path}: {_describe(error)}") from None
+        try:
+            self._prepare(connection)
+        except StoreError:
+            connection.close()
+            raise
+        except sqlite3.Error as error:
+            connection.close()
+            raise StoreError(f"cannot open sqlite store {path}: {_describe(error)}") from None
+        return connection
+
+    def _prepare(self, connection: sqlite3.Connection) -> None:
+        # Set before WAL is entered: the lock is then held for the connection's life and
+        # the WAL index lives in this process's memory, not in a shared -shm file.
+        connection.execute("PRAGMA locking_mode = EXCLUSIVE")
+        (mode,) = connection.execute("PRAGMA journal_mode = WAL").fetchone()
+        if str(mode).lower() != "wal":
+            raise StoreError(
+                f"cannot open sqlite store {self.path}: "
+                f"the file system does not support WAL mode (journal mode is {mode})"
+            )
+        connection.execute(f"PRAGMA synchronous = {self.sync.upper()}")
+        # Let the WAL shrink back after checkpoints instead of keeping its peak size.
+        connection.execute("PRAGMA journal_size_limit = 67108864")
+        connection.execute("PRAGMA cache_size = -65536")
+        # Takes the exclusive lock now: a second broker on this file fails here.
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            self._check_schema(connection)
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+        self._queue_ids = {
+            uri: qid for qid, uri in connection.execute("SELECT id, uri FROM queues")
+        }
+        (last_seq,) = connection.execute("SELECT max(seq) FROM messages").fetchone()
+        self._next_seq = (last_seq or 0) + 1
+
+    def _check_schema(self, connection: sqlite3.Connection) -> None:
+        tables = {
+            name
+            for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        if not tables:
+            for statement in _SCHEMA:
+                connection.execute(statement)
+            connection.executemany(
+                "INSERT INTO meta (key, value) VALUES (?, ?)",
+                [("schema_version", SCHEMA_VERSION), ("application", APPLICATION)],
+            )
+            return
+        meta: dict[str, Any] = {}
+        if "meta" in tables:
+            meta = dict(connection.execute("SELECT key, value FROM meta").fetchall())
+        if meta.get("application") != APPLICATION:
+            raise StoreError(
+                f"cannot open sqlite store {self.path}: it is an SQLite database but not a "
+                f"Holdfast store (tables: {', '.join(sorted(tables))})"
+            )
+        version = meta.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise StoreError(
+                f"cannot open sqlite store {self.path}: its schema version is {version!r}, "
+                f"this broker reads version {SCHEMA_VERSION}"
+            )
+        missing = _TABLES - tables
+        if missing:
+            raise StoreError(
+                f"cannot open sqlite store {self.path}: "
+                f"tables {', '.join(sorted(missing))} are missing"
+            )
+
+    def _serve(self, connection: sqlite3.Connection) -> None:
+        take = self._queue.get
+        take_now = self._queue.get_nowait
+        while True:
+            timeout = max(self._next_prune - self._clock(), 0.0)
+            try:
+                items = [take(timeout=timeout)]
+            except queue.Empty:
+                self._prune_alone(connection)
+                continue
+            # Group commit: everything that arrived while the last commit ran.
+            while True:
+                try:
+                    items.append(take_now())
+                except queue.Empty:
+                    break
+            writes: list[_Write] = []
+            for item in items:
+                if isinstance(item, _Write):
+                    writes.append(item)
+                    continue
+                if writes:
+                    self._commit(connection, writes)
+                    writes = []
+                if isinstance(item, _Job):
+                    _run_job(item, connection)
+                elif item is _STOP:
+                    # close() queues nothing after the stop.
+                    return
+            if writes:
+                self._commit(connection, writes)
+
+    def _commit(
+        self, connection: sqlite3.Connection, writes: list[_Write], may_prune: bool = True
+    ) -> None:
+        """Make ``writes`` durable in one transaction and resolve their futures."""
+        # A chunk of pruning rides along with the group: it shares the group's fsync.
+        prune = may_prune and self._clock() >= self._next_prune
+        new_queues: list[str] = []
+        pruned = (0, False)
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            for write in writes:
+                self._apply(connection, write.batch, new_queues)
+            if prune:
+                pruned = self._prune(connection)
+            connection.execute("COMMIT")
+        except Exception as error:
+            self._rollback(connection, new_queues)
+            if len(writes) == 1 and not prune:
+                self._resolve(writes, self._failed(error))
+                return
+            if len(writes) > 1:
+                log.warning(
+                    "sqlite store %s: a group of %d batches failed (%s); writing them one by one",
+                    self.path,
+                    len(writes),
+                    _describe(error),
+                )
+            # Retried without pruning, so a failure of the pruning fails no PUT.
+            for write in writes:
+                self._commit(connection, [write], may_prune=False)
+            return
+        self.commits += 1
+        self.batches += len(writes)
+        if prune:
+            self._pruned(*pruned)
+        self._resolve(writes, None)
+
+    def _apply(
+        self, connection: sqlite3.Connection, batch: StoreBatch, new_queues: list[str]
+    ) -> None:
+        ids = self._queue_ids
+        if batch.messages:
+            seq = self._next_seq
+            rows: list[tuple[Any, ...]] = []
+            history: list[tuple[int, bytes, float]] = []
+            last_uri = ""
+            queue_id = 0
+            for message in batch.messages:
+                if message.queue_uri != last_uri:
+                    last_uri = message.queue_uri
+                    queue_id = ids.get(last_uri) or self._add_queue(
+                        connection, last_uri, new_queues
+                    )
+                properties = message.properties
+                rows.append(
+                    (
+                        seq,
+                        queue_id,
+                        message.guid,
+                        message.accepted_at,
+                        message.delivery_count,
+                        _encode(properties) if properties else None,
+                        message.payload,
+                    )
+                )
+                history.append((queue_id, message.guid, message.accepted_at))
+                seq += 1
+            connection.executemany(_INSERT_MESSAGE, rows)
+            connection.executemany(_INSERT_HISTORY, history)
+            # Gaps left by a rolled-back transaction are harmless: only order matters.
+            self._next_seq = seq
+        if batch.delivered:
+            # A queue the store never saw holds no message to update (nor to remove).
+            connection.executemany(
+                _UPDATE_DELIVERY,
+                [
+                    (update.delivery_count, ids[update.queue_uri], update.guid)
+                    for update in batch.delivered
+                    if update.queue_uri in ids
+                ],
+            )
+        if batch.removed:
+            connection.executemany(
+                _DELETE_MESSAGE,
+                [(ids[key.queue_uri], key.guid) for key in batch.removed if key.queue_uri in ids],
+            )
+
+    def _add_queue(self, connection: sqlite3.Connection, uri: str, new_queues: list[str]) -> int:
+        cursor = connection.execute("INSERT INTO queues (uri) VALUES (?)", (uri,))
+        queue_id = cursor.lastrowid
+        assert queue_id is not None
+        self._queue_ids[uri] = queue_id
+        new_queues.append(uri)
+        return queue_id
+
+    def _rollback(self, connection: sqlite3.Connection, new_queues: list[str]) -> None:
+        # Queue ids handed out in the failed transaction do not exist in the file.
+        for uri in new_queues:
+            self._queue_ids.pop(uri, None)
+        if connection.in_transaction:
+            try:
+                connection.execute("ROLLBACK")
+            except sqlite3.Error as error:
+                # SQLite may have rolled back on its own already (disk full, I/O error).
+                log.warning("sqlite store %s: rollback failed: %s", self.path, _describe(error))
+
+    def _failed(self, error: Exception) -> StoreError:
+        return StoreError(f"sqlite store {self.path}: write failed: {_describe(error)}")
+
+    def _resolve(self, writes: list[_Write], error: StoreError | None) -> None:
+        """Complete the futures of ``writes`` on their loops, one wake-up per loop."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+        for write in writes:
+            by_loop.setdefault(write.future.get_loop(), []).append(write.future)
+        for loop, futures in by_loop.items():
+            # RuntimeError: that loop is closed, nobody is left to tell.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle_futures, futures, error)
+
+    def _prune(self, connection: sqlite3.Connection) -> tuple[int, bool]:
+        """Delete the oldest history rows whose window has passed, at most one chunk.
+        Returns how many, and whether a whole chunk went (more may be waiting)."""
+        cutoff = self._clock() - self.dedup_window
+        rows = connection.execute(
+            "SELECT rowid, accepted_at FROM history ORDER BY rowid LIMIT ?", (self._prune_chunk,)
+        ).fetchall()
+        # Rowid order is acceptance order, so the expired rows are a prefix and the scan
+        # stops at the first live one (a wall clock stepping back only keeps a few rows
+        # longer than needed).
+        last = None
+        count = 0
+        for rowid, accepted_at in rows:
+            if accepted_at > cutoff:
+                break
+            last = rowid
+            count += 1
+        if last is not None:
+            connection.execute("DELETE FROM history WHERE rowid <= ?", (last,))
+        return count, count == self._prune_chunk
+
+    def _pruned(self, count: int, more: bool) -> None:
+        """Account for a committed prune and schedule the next one."""
+        self.pruned += count
+        self._next_prune = self._clock() + (0.0 if more else self._prune_interval)
+
+    def _prune_alone(self, connection: sqlite3.Connection) -> None:
+        """Prune one chunk while there is nothing else to commit. In autocommit mode the
+        DELETE is its own transaction, and a look that finds nothing writes nothing."""
+        try:
+            pruned = self._prune(connection)
+        except Exception as error:
+            self._rollback(connection, [])
+            log.warning(
+                "sqlite store %s: pruning the history failed: %s", self.path, _describe(error)
+            )
+            pruned = (0, False)
+        self._pruned(*pruned)
+
+    def _recover(self, connection: sqlite3.Connection) -> RecoveredState:
+        try:
+            names = {qid: uri for qid, uri in connection.execute("SELECT id, uri FROM queues")}
+            queues: dict[str, list[StoredMessage]] = {}
+            cursor = connection.execute(
+                "SELECT seq, queue_id, guid, payload, properties, accepted_at, delivery_count"
+                " FROM messages ORDER BY seq"
+            )
+            for seq, queue_id, guid, payload, properties, accepted_at, count in cursor:
+                uri = names.get(queue_id)
+                if uri is None:
+                    raise StoreError(
+                        f"cannot read sqlite store {self.path}: "
+                        f"message {seq} names queue {queue_id}, which does not exist"
+                    )
+                ready = queues.get(uri)
+                if ready is None:
+                    ready = queues[uri] = []
+                ready.append(
+                    StoredMessage(
+                        uri,
+                        guid,
+                        payload,
+                        _decode(properties, seq) if properties is not None else NO_PROPERTIES,
+                        accepted_at,
+                        count,
+                    )
+                )
+            cutoff = self._clock() - self.dedup_window
+            history = [
+                HistoryEntry(names[queue_id], guid, accepted_at)
+                for queue_id, guid, accepted_at in connection.execute(
+                    "SELECT queue_id, guid, accepted_at FROM history WHERE accepted_at > ?",
+                    (cutoff,),
+                )
+                if queue_id in names
+            ]
+        except sqlite3.Error as error:
+            raise StoreError(f"cannot read sqlite store {self.path}: {_describe(error)}") from None
+        except ValueError as error:
+            raise StoreError(f"cannot read sqlite store {self.path}: {error}") from None
+        return RecoveredState(queues=queues, history=history)
+
+    def _fail_queued(self, error: StoreError) -> None:
+        """Fail everything still queued (the writer is gone)."""
+        writes: list[_Write] = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, _Write):
+                writes.append(item)
+            elif isinstance(item, _Job):
+                item.result.set_exception(error)
+        self._resolve(writes, error)
+
+
+def _run_job(job: _Job, connection: sqlite3.Connection) -> None:
+    try:
+        job.result.set_result(job.run(connection))
+    except BaseException as error:
+        job.result.set_exception(error)
+
+
+def _settle_futures(futures: list[asyncio.Future[None]], error: StoreError | None) -> None:
+    """Runs on the loop: complete each future (one whose awaiter gave up is skipped)."""
+    for future in futures:
+        if future.done():
+            continue
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
+
+
+def _encode(properties: Mapping[str, str]) -> str:
+    if type(properties) is not dict:
+        properties = dict(properties)
+    return json.dumps(properties, separators=(",", ":"), ensure_ascii=False)
+
+
+def _decode(text: str, seq: int) -> Mapping[str, str]:
+    try:
+        properties = json.loads(text)
+    except ValueError:
+        raise ValueError(f"message {seq} has unreadable properties") from None
+    if not isinstance(properties, dict):
+        raise ValueError(f"message {seq} has unreadable properties")
+    return properties
+
+
+def _describe(error: BaseException) -> str:
+    """One line saying what went wrong, in words a user can act on."""
+    text = str(error) or type(error).__name__
+    if text.startswith("database is locked"):
+        return "it is in use by another process (database is locked)"
+    if text.startswith("unable to open database file"):
+        return "unable to open the file (check its permissions and its directory's)"
+    if text.startswith("attempt to write a readonly database"):
+        return "the file or its directory is read-only"
+    return text.splitlines()[0] if text else text
+
+
+__all__ = ["DEFAULT_SYNC", "SCHEMA_VERSION", "SYNC_MODES", "SqliteStore"]
