@@ -1,10 +1,13 @@
 """``holdfast-broker``: run a broker until SIGTERM or SIGINT.
 
     holdfast-broker --listen 127.0.0.1:7700 --store memory --dedup-window 300
+    holdfast-broker --store sqlite:/var/lib/holdfast/broker.db --sync full
 
 Once it serves, the broker logs one line ``listening on HOST:PORT`` (with the
 real port when ``--listen`` asks for port 0) to stderr. SIGTERM or SIGINT stop it
-gracefully and it exits 0.
+gracefully and it exits 0. A store that cannot be opened or read (not a database,
+another schema version, a directory, no permission, in use by another broker) is
+reported in one line and the broker exits 2.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from typing import TypeVar
 
 from holdfast.broker.config import BrokerConfig, split_host_port
 from holdfast.broker.server import Broker
-from holdfast.broker.store import parse_store_spec
+from holdfast.broker.sqlite_store import SYNC_MODES
+from holdfast.broker.store import Store, StoreError, open_store, parse_store_spec
 
 log = logging.getLogger("holdfast.broker")
 
@@ -81,7 +85,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--store",
         default=defaults.store,
         type=_argument(_store),
-        help="where queues are kept: memory (default: %(default)s)",
+        help="where queues are kept: memory, or sqlite:PATH for a durable file "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--sync",
+        default=defaults.sync,
+        choices=SYNC_MODES,
+        type=str.lower,
+        help="sqlite store: full fsyncs every commit, so an ACKed message survives a power "
+        "loss; normal survives a crash or kill -9 of the broker, but an OS crash or power "
+        "loss may lose the last commits (default: %(default)s)",
     )
     parser.add_argument(
         "--dedup-window",
@@ -112,18 +126,26 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
     return BrokerConfig(
         listen=args.listen,
         store=args.store,
+        sync=args.sync,
         dedup_window=args.dedup_window,
         max_payload_bytes=args.max_payload_bytes,
     )
 
 
-async def serve(config: BrokerConfig) -> int:
-    """Run a broker until SIGTERM or SIGINT, then stop it gracefully; the exit code."""
-    broker = Broker(config)
+async def serve(config: BrokerConfig, store: Store | None = None) -> int:
+    """Run a broker (on ``store``, or the one ``config`` names) until SIGTERM or SIGINT,
+    then stop it gracefully; the exit code."""
+    broker = Broker(config, store)
     try:
         await broker.start()
+    except StoreError as error:
+        # The file opened but its contents cannot be read back.
+        log.error("%s", error)
+        broker.store.close()
+        return 2
     except OSError as error:
         log.error("%s", error)
+        broker.store.close()
         return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -143,7 +165,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as error:
         log.error("invalid configuration: %s", error)
         return 2
-    return asyncio.run(serve(config))
+    try:
+        # Opened here rather than by Broker, so the store gets the broker's dedup window
+        # and sync mode, and a store that cannot be used stops us before anything runs.
+        store = open_store(config.store, dedup_window=config.dedup_window, sync=config.sync)
+    except StoreError as error:
+        log.error("%s", error)
+        return 2
+    return asyncio.run(serve(config, store))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from holdfast.broker.dedup import DEFAULT_MAX_GUIDS, DEFAULT_WINDOW
+from holdfast.broker.sqlite_store import DEFAULT_SYNC, SYNC_MODES
 from holdfast.broker.store import parse_store_spec
 
 MIB = 1024 * 1024
@@ -25,7 +26,12 @@ class BrokerConfig:
     listen: str = "127.0.0.1:7700"
     """``HOST:PORT`` to serve on; port 0 picks a free port (logged once bound)."""
     store: str = "memory"
-    """Where queues are kept: ``memory`` (nothing survives a restart)."""
+    """Where queues are kept: ``memory`` (nothing survives a restart) or
+    ``sqlite:PATH`` (messages, delivery counts and the GUID history survive)."""
+    sync: str = DEFAULT_SYNC
+    """How a durable store syncs its commits: ``full`` (fsync on every commit: an
+    ACKed message survives a power loss) or ``normal`` (survives a crash or kill -9 of
+    the broker; an OS crash or power loss may lose the last commits)."""
     dedup_window: float = DEFAULT_WINDOW
     """Seconds a queue remembers an accepted GUID and ACKs its replays without
     enqueuing them again. Announced to clients in HelloReply."""
@@ -49,6 +55,7 @@ class BrokerConfig:
     def __post_init__(self) -> None:
         split_host_port(self.listen)
         parse_store_spec(self.store)
+        _check(self.sync in SYNC_MODES, f"sync must be one of {', '.join(SYNC_MODES)}")
         _check(self.dedup_window > 0, "dedup_window must be > 0 seconds")
         _check(self.max_payload_bytes > 0, "max_payload_bytes must be > 0")
         _check(self.max_properties >= 0, "max_properties must be >= 0")
