@@ -272,6 +272,11 @@ class SessionEngine:
         return self.state in (LinkState.RESTORING, LinkState.ACTIVE)
 
     @property
+    def ever_connected(self) -> bool:
+        """True once any broker has answered Hello (``limits`` are then its announcement)."""
+        return self._has_connected
+
+    @property
     def has_outbound(self) -> bool:
         """True when ``take_outbound()`` has something to give."""
         return bool(self._outbound)
