@@ -701,7 +701,7 @@ class SessionEngine:
                 self.stale_acks += 1
                 continue
             self._pending_bytes -= put.size
-            callback = put.on_ack or put.queue.on_ack
+            callback = put.on_ack if put.on_ack is not None else put.queue.on_ack
             if callback is not None:
                 status = AckStatus.SUCCESS if ack.status == pb.STATUS_OK else None
                 self._callbacks.append(
@@ -820,7 +820,7 @@ class SessionEngine:
         if self._pending.pop(put.guid, None) is None:
             return
         self._pending_bytes -= put.size
-        callback = put.on_ack or put.queue.on_ack
+        callback = put.on_ack if put.on_ack is not None else put.queue.on_ack
         if callback is not None:
             self._callbacks.append(
                 (callback, Ack(uuid.UUID(bytes=put.guid), status, put.queue.uri))

@@ -203,6 +203,35 @@ def test_queue_level_on_ack_is_used_for_puts_posted_without_one(h: Harness) -> N
     assert queue_acks == [Ack(guid, AckStatus.SUCCESS, URI)]
 
 
+class _FalsyCallback:
+    """A callable that is falsy when empty, like a list-backed recorder."""
+
+    def __init__(self) -> None:
+        self.acks: list[Ack] = []
+
+    def __len__(self) -> int:
+        return len(self.acks)
+
+    def __call__(self, ack: Ack) -> None:
+        self.acks.append(ack)
+
+
+def test_a_falsy_on_ack_callable_is_still_called(h: Harness) -> None:
+    queue_id = writer(h)
+    callback = _FalsyCallback()
+    guid = h.post(queue_id, on_ack=callback)
+    h.ack(guid)
+    h.lose()
+    expiring = h.post(queue_id, on_ack=_FalsyCallback())
+    assert callback.acks == [Ack(guid, AckStatus.SUCCESS, URI)]
+    other = _FalsyCallback()
+    unknown = h.post(queue_id, on_ack=other)
+    h.engine.close_queue(queue_id)
+    h.run_callbacks()
+    assert [a.guid for a in other.acks] == [unknown]
+    assert expiring != unknown
+
+
 def test_duplicate_ack_is_ignored_and_counted_stale(h: Harness) -> None:
     queue_id = writer(h)
     guid = h.post(queue_id)
