@@ -7,9 +7,10 @@ Two lanes feed one writer:
   write (an ``AckGroup`` that is not ready yet); everything behind it waits too, so
   an ACK for a PUT read before a CloseQueue goes out before that close's Response.
   Consecutive ready ACK groups leave as one ``AckBatch`` frame.
-* the push lane: PUSHes, which only their own queue handle orders (a consumer
-  starts receiving once its open Response is written), so they never wait behind a
-  store write. Pending PUSHes leave as one ``PushBatch`` frame.
+* the push lane: PUSHes, which never wait behind a store write. The one order they
+  keep is with the Responses that open queues: while such a Response waits in the
+  ordered lane, PUSHes wait too, so no PUSH overtakes the Response that opened its
+  queue handle. Pending PUSHes leave as one ``PushBatch`` frame.
 
 The writer takes one frame per ``context.write()``. While a write waits for gRPC
 flow control, more items accumulate and go out together in the next frame: the
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
 
 from holdfast.broker.store import StoredMessage
 from holdfast.proto import pb
@@ -52,11 +52,11 @@ class AckGroup:
 class _Framed:
     """A frame to send as it is (HelloReply, Response, Error)."""
 
-    __slots__ = ("frame", "on_written", "size")
+    __slots__ = ("frame", "holds_pushes", "size")
 
-    def __init__(self, frame: pb.ServerFrame, on_written: Callable[[], None] | None) -> None:
+    def __init__(self, frame: pb.ServerFrame, holds_pushes: bool) -> None:
         self.frame = frame
-        self.on_written = on_written
+        self.holds_pushes = holds_pushes
         self.size = frame.ByteSize()
 
 
@@ -73,6 +73,7 @@ class Outbox:
         self._pushes: list[tuple[int, StoredMessage, int]] = []
         self._push_bytes = 0
         self._push_turn = False
+        self._push_holds = 0
         self._work = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
@@ -83,11 +84,13 @@ class Outbox:
 
     # -- producers ------------------------------------------------------------------
 
-    def send(self, frame: pb.ServerFrame, on_written: Callable[[], None] | None = None) -> None:
-        """Queue ``frame`` in the ordered lane; ``on_written`` runs once it is written."""
+    def send(self, frame: pb.ServerFrame, holds_pushes: bool = False) -> None:
+        """Queue ``frame`` in the ordered lane. With ``holds_pushes`` no PUSH is written
+        before it (the Response that opens a consumer's queue handle)."""
         if self.closed:
             return
-        item = _Framed(frame, on_written)
+        item = _Framed(frame, holds_pushes)
+        self._push_holds += holds_pushes
         self._ordered.append(item)
         self._grow(item.size)
         if len(self._ordered) == 1:
@@ -138,7 +141,7 @@ class Outbox:
         self.closed = True
         self._ordered.clear()
         self._pushes = []
-        self._ordered_bytes = self._push_bytes = 0
+        self._ordered_bytes = self._push_bytes = self._push_holds = 0
         self._room.set()
         self._work.set()
 
@@ -176,6 +179,11 @@ class Outbox:
         if self._ordered_bytes <= self.read_bound_bytes // 2:
             self._room.set()
 
+    @property
+    def has_room(self) -> bool:
+        """Whether the session may read more client frames now."""
+        return self._room.is_set()
+
     async def wait_for_room(self) -> None:
         """Return once the ordered lane is small enough to read more client frames."""
         await self._room.wait()
@@ -186,19 +194,20 @@ class Outbox:
 
     # -- the writer's side ----------------------------------------------------------
 
-    def take(self) -> tuple[pb.ServerFrame, Callable[[], None] | None] | None:
-        """The next frame to write and what to run once it is written, or ``None`` if
-        nothing can be sent now (then ``wait_for_work()``). Ordered frames and push
-        batches take turns so that neither lane starves the other."""
+    def take(self) -> pb.ServerFrame | None:
+        """The next frame to write, or ``None`` if nothing can be sent now (then
+        ``wait_for_work()``). Frames are written one at a time in the order taken.
+        Ordered frames and push batches take turns so neither lane starves the other."""
         self._work.clear()
         if self.closed:
             return None
         ordered_ready = bool(self._ordered) and self._ready(self._ordered[0])
-        if self._pushes and (self._push_turn or not ordered_ready):
+        pushes_ready = bool(self._pushes) and not self._push_holds
+        if pushes_ready and (self._push_turn or not ordered_ready):
             self._push_turn = False
             if ordered_ready:
                 self._work.set()
-            return self._take_pushes(), None
+            return self._take_pushes()
         if ordered_ready:
             self._push_turn = True
             if self._pushes:
@@ -210,13 +219,14 @@ class Outbox:
     def _ready(item: AckGroup | _Framed) -> bool:
         return not isinstance(item, AckGroup) or item.ready
 
-    def _take_ordered(self) -> tuple[pb.ServerFrame, Callable[[], None] | None]:
+    def _take_ordered(self) -> pb.ServerFrame:
         ordered = self._ordered
         head = ordered.popleft()
         if isinstance(head, _Framed):
+            self._push_holds -= head.holds_pushes
             self._shrink(head.size)
             self._wake_if_ready()
-            return head.frame, head.on_written
+            return head.frame
         frame = pb.ServerFrame()
         add = frame.acks.acks.add
         size = 0
@@ -234,7 +244,7 @@ class Outbox:
             ordered.popleft()
         self._shrink(size)
         self._wake_if_ready()
-        return frame, None
+        return frame
 
     def _wake_if_ready(self) -> None:
         if self._ordered and self._ready(self._ordered[0]):

@@ -143,12 +143,20 @@ class PutPipeline:
         result: Awaitable[None] | None = None
         if written is not None:
             # Taken by the store now, so stores see batches in the order frames were read.
-            result = self._store.write(StoreBatch(messages=fresh))
+            try:
+                result = self._store.write(StoreBatch(messages=fresh))
+            except Exception as error:
+                result = _raise(error)
         task = asyncio.get_running_loop().create_task(
             self._finish(result, written, fresh, fresh_queues, own, waits, group, outbox)
         )
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.error("a PUT batch failed; its PUTs are ACKed STORE_ERROR", exc_info=error)
 
     async def _finish(
         self,
@@ -217,6 +225,10 @@ class PutPipeline:
     def in_progress(self) -> int:
         """How many PUT batches wait for the store or for an original's outcome."""
         return len(self._tasks)
+
+
+async def _raise(error: Exception) -> None:
+    raise error
 
 
 def _mark_failed(acks: list[AckEntry], positions: Iterable[int]) -> None:

@@ -38,6 +38,9 @@ def server_options(config: BrokerConfig) -> list[tuple[str, int]]:
         # Notice dead clients (their consumers' messages must be redelivered).
         ("grpc.keepalive_time_ms", 5000),
         ("grpc.keepalive_timeout_ms", 5000),
+        # Without this a keepalive ping that merged with another ping waits for gRPC's
+        # generic 60 s ping timeout, and a frozen client goes unnoticed for a minute.
+        ("grpc.http2.ping_timeout_ms", 5000),
         ("grpc.http2.max_pings_without_data", 0),
         # SDK clients ping every 1-2 s to detect black holes; let them, without strikes.
         ("grpc.keepalive_permit_without_calls", 1),

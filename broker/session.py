@@ -124,7 +124,15 @@ class Session:
         read = self._context.read
         outbox = self._outbox
         while not self._ending:
-            await outbox.wait_for_room()
+            if not outbox.has_room:
+                log.info(
+                    "session %s: %d bytes wait for the client to read them; "
+                    "not reading its frames until it does",
+                    self.session_id,
+                    outbox.ordered_bytes,
+                )
+                await outbox.wait_for_room()
+                log.info("session %s: the client caught up; reading again", self.session_id)
             raw = await read()
             if raw is grpc.aio.EOF:
                 self._end_reason = "client closed the stream"
@@ -135,16 +143,13 @@ class Session:
         write = self._context.write
         outbox = self._outbox
         while True:
-            taken = outbox.take()
-            if taken is None:
+            frame = outbox.take()
+            if frame is None:
                 if outbox.closed or (outbox.finishing and not outbox.ordered_pending):
                     return
                 await outbox.wait_for_work()
                 continue
-            frame, on_written = taken
             await write(frame)
-            if on_written is not None:
-                on_written()
 
     def _on_writer_done(self, writer: asyncio.Task[None]) -> None:
         if writer.cancelled() or self._reader is None or self._reader.done():
@@ -236,16 +241,14 @@ class Session:
         if request.read:
             options = request.options if request.HasField("options") else None
             consumer = Consumer(queue_id, self._outbox, FlowLimits.from_wire(options))
-        handle = QueueHandle(queue_id, queue, request.read, request.write, consumer)
-        self._handles[queue_id] = handle
-        # A consumer starts receiving once the client has been told the queue is open,
-        # so that no PUSH for a handle can overtake the Response that opens it.
-        on_written = (lambda: self._start_consumer(handle)) if consumer is not None else None
-        self._respond(request.request_id, pb.STATUS_OK, "", on_written)
-
-    def _start_consumer(self, handle: QueueHandle) -> None:
-        if self._handles.get(handle.queue_id) is handle and handle.consumer is not None:
-            handle.queue.attach(handle.consumer)
+        self._handles[queue_id] = QueueHandle(
+            queue_id, queue, request.read, request.write, consumer
+        )
+        # The outbox writes no PUSH before this Response, so the client learns that the
+        # handle is open before it receives messages on it.
+        self._respond(request.request_id, pb.STATUS_OK, holds_pushes=consumer is not None)
+        if consumer is not None:
+            queue.attach(consumer)
 
     def _on_configure(self, request: pb.ConfigureQueue) -> None:
         handle = self._handles.get(request.queue_id)
@@ -311,10 +314,10 @@ class Session:
         request_id: int,
         status: pb.Status,
         message: str = "",
-        on_written: Callable[[], None] | None = None,
+        holds_pushes: bool = False,
     ) -> None:
         response = pb.Response(request_id=request_id, status=status, message=message)
-        self._outbox.send(pb.ServerFrame(response=response), on_written)
+        self._outbox.send(pb.ServerFrame(response=response), holds_pushes)
 
     def _error(
         self,

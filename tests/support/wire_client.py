@@ -28,6 +28,9 @@ DEFAULT_TIMEOUT = 10.0
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
+BARRIER_QUEUE_ID = 2**32 - 1
+"""The queue_id ``barrier()`` uses; tests must not open it."""
+
 PutItem = tuple[bytes, bytes, Mapping[str, str]]
 """One PUT as (guid, payload, properties)."""
 
@@ -49,9 +52,13 @@ def _identity(data: bytes) -> bytes:
 
 
 class WireClient:
-    """One session stream to ``address`` (``HOST:PORT``)."""
+    """One session stream to ``address`` (``HOST:PORT``).
 
-    def __init__(self, address: str) -> None:
+    With ``receive=False`` nothing reads the stream: a client that stops reading, so
+    that gRPC flow control pushes back on the server (``recv`` then times out).
+    """
+
+    def __init__(self, address: str, receive: bool = True) -> None:
         self.address = address
         self._channel = grpc.insecure_channel(
             address,
@@ -70,9 +77,12 @@ class WireClient:
         self._kept: list[pb.ServerFrame] = []
         self._ended: StreamEnded | None = None
         self._next_request_id = 1
+        self.hello_reply: pb.HelloReply | None = None
+        """What the server answered to ``hello()``."""
         self._call = method(self._requests())
         self._receiver = threading.Thread(target=self._receive, daemon=True)
-        self._receiver.start()
+        if receive:
+            self._receiver.start()
 
     # -- raw sending and receiving ----------------------------------------------------
 
@@ -196,6 +206,8 @@ class WireClient:
     def ended(self, timeout: float = DEFAULT_TIMEOUT) -> StreamEnded:
         """Wait for the server to end the stream; its status. Frames still unread are
         kept for ``recv``."""
+        if not self._receiver.is_alive() and self._ended is None:
+            raise RuntimeError("this client does not receive (receive=False)")
         self._receiver.join(timeout)
         if self._ended is None:
             raise TimeoutError(f"the stream did not end within {timeout} s")
@@ -213,6 +225,7 @@ class WireClient:
         """Send Hello and return the HelloReply."""
         self.send_hello(protocol_version, client_id, client_name)
         reply: pb.HelloReply = self.recv("hello_reply", timeout).hello_reply
+        self.hello_reply = reply
         return reply
 
     def send_hello(
@@ -270,6 +283,13 @@ class WireClient:
         self.send(pb.ClientFrame(close_queue=request))
         return self.response(request.request_id, timeout)
 
+    def barrier(self, timeout: float = DEFAULT_TIMEOUT) -> None:
+        """Return once the server has read every frame sent before: a round trip with a
+        request it answers in order (a ConfigureQueue on a queue_id nobody opens)."""
+        request = pb.ConfigureQueue(request_id=self.request_id(), queue_id=BARRIER_QUEUE_ID)
+        self.send(pb.ClientFrame(configure_queue=request))
+        self.response(request.request_id, timeout)
+
     def response(self, request_id: int, timeout: float = DEFAULT_TIMEOUT) -> pb.Response:
         """The Response to ``request_id`` (other Responses are kept for later)."""
         deadline = time.monotonic() + timeout
@@ -305,7 +325,8 @@ class WireClient:
         self._outgoing.put(_END)
         self._call.cancel()
         self._channel.close()
-        self._receiver.join(5)
+        if self._receiver.is_alive():
+            self._receiver.join(5)
 
     def finish(self) -> None:
         """Half-close the stream (no more frames from us), leaving it open to receive."""

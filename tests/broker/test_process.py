@@ -1,0 +1,122 @@
+"""The broker as a process: the listening line, signals, command-line errors."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from holdfast.proto import pb
+from tests.broker.util import connected, new_guid, unique_uri
+from tests.support.processes import BrokerProcess
+from tests.support.wire_client import WireClient
+
+
+def test_listening_line_names_the_bound_port(broker: BrokerProcess) -> None:
+    lines = [line for line in broker.output.splitlines() if "listening on" in line]
+    assert len(lines) == 1
+    match = re.search(r"listening on 127\.0\.0\.1:(\d+)", lines[0])
+    assert match is not None
+    port = int(match[1])
+    assert port != 0
+    assert broker.port == port
+    assert broker.address == f"127.0.0.1:{port}"
+    with connected(broker.address) as client:
+        assert client.hello_reply is not None
+        assert client.hello_reply.protocol_version == 1
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signal_stops_gracefully_and_tells_sessions(
+    broker: BrokerProcess, signum: signal.Signals
+) -> None:
+    with connected(broker.address) as client:
+        client.open(1, unique_uri("stop"), write=True)
+        client.put(1, [(new_guid(), b"x", {})])
+        client.acks(1)
+        started = time.monotonic()
+        os.kill(broker.pid, signum)
+        error = client.recv("error").error
+        assert (error.status, error.fatal) == (pb.STATUS_SHUTTING_DOWN, True)
+        client.ended()
+        assert broker.terminate(timeout=10) == 0
+    assert time.monotonic() - started < 10
+    assert "stopped" in broker.output
+
+
+def test_sigterm_with_a_client_that_does_not_read(broker: BrokerProcess) -> None:
+    """A consumer that stopped reading cannot hold the broker up beyond its grace period."""
+    uri = unique_uri("stuck")
+    stuck = WireClient(broker.address, receive=False)
+    try:
+        stuck.send_hello()
+        limits = pb.QueueOptions(max_unconfirmed_messages=1000, max_unconfirmed_bytes=2**30)
+        request = pb.OpenQueue(request_id=1, queue_id=1, uri=uri, read=True, options=limits)
+        stuck.send(pb.ClientFrame(open_queue=request))
+        with connected(broker.address) as producer:
+            producer.open(1, uri, write=True)
+            # 64 MB of PUSHes: far more than gRPC and the kernel buffer for a stream, so
+            # the broker's writes to the stuck consumer wait on flow control.
+            for _ in range(16):
+                producer.put(1, [(new_guid(), b"p" * 1_000_000, {}) for _ in range(4)])
+            producer.acks(64, timeout=30)
+            # The broker still serves others meanwhile.
+            assert producer.open(2, unique_uri("others"), write=True).status == pb.STATUS_OK
+        started = time.monotonic()
+        assert broker.terminate(timeout=20) == 0
+        assert time.monotonic() - started < 15
+    finally:
+        stuck.close()
+
+
+def test_restart_on_the_same_port_after_a_kill(broker: BrokerProcess) -> None:
+    port, pid = broker.port, broker.pid
+    broker.kill()
+    assert broker.returncode == -signal.SIGKILL
+    broker.restart()
+    assert (broker.port, broker.address) == (port, f"127.0.0.1:{port}")
+    assert broker.pid != pid
+    with connected(broker.address) as client:
+        assert client.open(1, unique_uri("restarted"), write=True).status == pb.STATUS_OK
+
+
+def test_a_port_in_use_is_an_error(broker: BrokerProcess) -> None:
+    second = BrokerProcess(port=broker.port)
+    with pytest.raises(RuntimeError, match="exited with 1"):
+        second.start()
+    assert "cannot listen on" in second.output
+
+
+@pytest.mark.parametrize(
+    ("args", "complaint"),
+    [
+        (["--store", "sqlite3:/tmp/x.db"], "unknown store 'sqlite3:/tmp/x.db'"),
+        (["--store", "nowhere"], "unknown store"),
+        (["--dedup-window", "0"], "must be > 0"),
+        (["--dedup-window", "soon"], "--dedup-window"),
+        (["--max-payload-bytes", "-1"], "must be > 0"),
+        (["--listen", "nowhere"], "expected HOST:PORT"),
+    ],
+)
+def test_bad_command_line(args: list[str], complaint: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "holdfast.broker", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert complaint in result.stderr
+
+
+def test_console_script_help() -> None:
+    script = os.path.join(os.path.dirname(sys.executable), "holdfast-broker")
+    result = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0
+    for option in ("--listen", "--store", "--dedup-window", "--max-payload-bytes", "--log-level"):
+        assert option in result.stdout
