@@ -99,8 +99,8 @@ class Outbox:
     def add_acks(self, group: AckGroup) -> None:
         """Queue the ACKs of one PUT batch in the ordered lane; they leave once
         ``group.ready`` is set and ``acks_ready(group)`` is called."""
-        if self.closed:
-            return
+        if self.closed or not group.acks:
+            return  # an empty PutBatch: nothing to answer
         self._ordered.append(group)
         self._grow(sum(len(guid) for _, guid, _ in group.acks) + _ACK_OVERHEAD * len(group.acks))
         if group.ready and len(self._ordered) == 1:

@@ -135,7 +135,11 @@ class Session:
                 log.info("session %s: the client caught up; reading again", self.session_id)
             raw = await read()
             if raw is grpc.aio.EOF:
-                self._end_reason = "client closed the stream"
+                self._end_reason = (
+                    "stream cancelled"
+                    if self._context.cancelled()
+                    else "end of the client's stream"
+                )
                 return
             self.on_bytes(raw)
 

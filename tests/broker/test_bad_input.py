@@ -121,6 +121,15 @@ def test_frame_with_nothing_set(client: WireClient, bystander: Bystander) -> Non
     assert_stream_still_usable(client)
 
 
+def test_empty_batches_are_harmless(client: WireClient, bystander: Bystander) -> None:
+    client.send(pb.ClientFrame(puts=pb.PutBatch()))
+    client.send(pb.ClientFrame(confirms=pb.ConfirmBatch()))
+    client.barrier()
+    assert client.poll() is None  # nothing to answer, and no empty frame either
+    bystander.assert_works()
+    assert_stream_still_usable(client)
+
+
 # -- requests ---------------------------------------------------------------------------
 
 

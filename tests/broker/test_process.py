@@ -74,6 +74,53 @@ def test_sigterm_with_a_client_that_does_not_read(broker: BrokerProcess) -> None
         stuck.close()
 
 
+FROZEN_CONSUMER = """
+import sys
+from tests.support.wire_client import WireClient
+client = WireClient(sys.argv[1])
+client.hello()
+client.open(1, sys.argv[2], read=True)
+client.pushes(3)
+print("holding", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_frozen_consumer_is_noticed_and_its_messages_redelivered(
+    shared_broker: BrokerProcess,
+) -> None:
+    """SIGSTOP keeps the consumer's socket open: only keepalive can tell it is gone."""
+    uri = unique_uri("frozen")
+    with connected(shared_broker.address) as producer:
+        producer.open(1, uri, write=True)
+        guids = [new_guid() for _ in range(3)]
+        producer.put(1, [(g, b"x", {}) for g in guids])
+        producer.acks(3)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    frozen = subprocess.Popen(
+        [sys.executable, "-c", FROZEN_CONSUMER, shared_broker.address, uri],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": root},
+    )
+    try:
+        assert frozen.stdout is not None
+        assert frozen.stdout.readline() == "holding\n"
+        os.kill(frozen.pid, signal.SIGSTOP)
+        with connected(shared_broker.address) as consumer:
+            consume_options = pb.QueueOptions(
+                max_unconfirmed_messages=10, max_unconfirmed_bytes=1000
+            )
+            consumer.open(1, uri, read=True, options=consume_options)
+            again = consumer.pushes(3, timeout=30)
+        assert [(p.guid, p.delivery_count) for p in again] == [(g, 2) for g in guids]
+    finally:
+        frozen.kill()
+        frozen.wait(10)
+
+
 def test_restart_on_the_same_port_after_a_kill(broker: BrokerProcess) -> None:
     port, pid = broker.port, broker.pid
     broker.kill()

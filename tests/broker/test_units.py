@@ -1,0 +1,371 @@
+"""The broker's parts on their own, without sockets: history, queues, outbox, config."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+import pytest
+
+from holdfast.broker import BrokerConfig, MemoryStore
+from holdfast.broker.dedup import GuidHistory
+from holdfast.broker.outbox import AckGroup, Outbox
+from holdfast.broker.puts import properties_error
+from holdfast.broker.queues import Consumer, FlowLimits, Queue, QueueRegistry, Updates
+from holdfast.broker.store import (
+    NO_PROPERTIES,
+    HistoryEntry,
+    RecoveredState,
+    StoreBatch,
+    StoredMessage,
+    open_store,
+    parse_store_spec,
+)
+from holdfast.proto import pb
+
+
+class Clock:
+    """A settable wall clock."""
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def run(coroutine: Coroutine[Any, Any, None]) -> None:
+    asyncio.run(coroutine)
+
+
+# -- GUID history -------------------------------------------------------------------
+
+
+def test_history_forgets_a_guid_when_its_window_has_passed() -> None:
+    clock = Clock()
+    history = GuidHistory(window=10.0, clock=clock)
+    history.record(b"a", clock.now)
+    clock.now += 5
+    history.record(b"b", clock.now)
+    clock.now += 4.9
+    assert b"a" in history and b"b" in history
+    clock.now += 0.2  # a is 10.1 s old, b 5.1 s
+    assert b"a" not in history
+    assert b"b" in history
+    clock.now += 5
+    assert b"b" not in history
+
+
+def test_history_keeps_the_original_acceptance_time_of_recovered_guids() -> None:
+    clock = Clock()
+    history = GuidHistory(window=300.0, clock=clock)
+    history.record(b"recent", clock.now - 290)
+    history.record(b"stale", clock.now - 301)
+    assert b"recent" in history
+    assert b"stale" not in history
+    assert len(history) == 1  # an entry already expired is not kept at all
+    clock.now += 11
+    assert b"recent" not in history
+
+
+def test_history_is_bounded_and_counts_what_it_forgot_early() -> None:
+    clock = Clock()
+    history = GuidHistory(window=300.0, max_guids=3, clock=clock)
+    for guid in (b"1", b"2", b"3", b"4"):
+        history.record(guid, clock.now)
+    assert b"1" not in history
+    assert all(g in history for g in (b"2", b"3", b"4"))
+    assert history.evicted == 1
+
+
+def test_history_rejects_a_window_that_is_not_positive() -> None:
+    with pytest.raises(ValueError, match="window"):
+        GuidHistory(window=0)
+
+
+# -- queues ---------------------------------------------------------------------------
+
+
+class Sink:
+    """Records PUSHes as (queue_id, guid, delivery_count)."""
+
+    def __init__(self) -> None:
+        self.pushed: list[tuple[int, bytes, int]] = []
+
+    def push(self, queue_id: int, message: StoredMessage, delivery_count: int) -> None:
+        self.pushed.append((queue_id, message.guid, delivery_count))
+
+
+class RecordingStore(MemoryStore):
+    def __init__(self) -> None:
+        self.batches: list[StoreBatch] = []
+
+    def write(self, batch: StoreBatch) -> Any:
+        self.batches.append(batch)
+        return super().write(batch)
+
+
+def message(guid: bytes, size: int = 10) -> StoredMessage:
+    return StoredMessage("hf://t/q", guid, b"x" * size, NO_PROPERTIES, 0.0)
+
+
+def make_queue(store: RecordingStore | None = None) -> Queue:
+    return Queue("hf://t/q", GuidHistory(), Updates(store or RecordingStore()))
+
+
+def test_queue_delivers_round_robin_within_limits() -> None:
+    async def scenario() -> None:
+        queue = make_queue()
+        sink = Sink()
+        a = Consumer(1, sink, FlowLimits(max_messages=2))
+        b = Consumer(2, sink, FlowLimits(max_messages=10))
+        queue.attach(a)
+        queue.attach(b)
+        queue.enqueue(message(bytes([i])) for i in range(6))
+        queue.deliver()
+        # a fills up after two; b takes the rest.
+        assert [(q, g) for q, g, _ in sink.pushed] == [
+            (1, b"\x00"),
+            (2, b"\x01"),
+            (1, b"\x02"),
+            (2, b"\x03"),
+            (2, b"\x04"),
+            (2, b"\x05"),
+        ]
+        assert len(a.unconfirmed) == 2 and len(b.unconfirmed) == 4
+
+    run(scenario())
+
+
+def test_queue_byte_limit_stops_at_or_above_the_limit() -> None:
+    async def scenario() -> None:
+        queue = make_queue()
+        sink = Sink()
+        consumer = Consumer(1, sink, FlowLimits(max_bytes=25))
+        queue.attach(consumer)
+        queue.enqueue(message(bytes([i]), size=10) for i in range(5))
+        queue.deliver()
+        assert len(sink.pushed) == 3  # 0, 10, 20 < 25; at 30 it stops
+        assert consumer.unconfirmed_bytes == 30
+        assert queue.confirm(consumer, b"\x00")
+        queue.deliver()
+        assert len(sink.pushed) == 4
+        # A single message bigger than the limit still goes to an empty consumer.
+        big = Consumer(2, sink, FlowLimits(max_bytes=5))
+        queue.detach(consumer)
+        queue.attach(big)
+        assert [g for q, g, _ in sink.pushed if q == 2] == [b"\x01"]
+
+    run(scenario())
+
+
+def test_detach_returns_messages_to_the_front_in_order_with_counts() -> None:
+    async def scenario() -> None:
+        store = RecordingStore()
+        queue = make_queue(store)
+        sink = Sink()
+        consumer = Consumer(1, sink, FlowLimits())
+        queue.enqueue(message(g) for g in (b"a", b"b", b"c"))
+        queue.attach(consumer)
+        assert queue.confirm(consumer, b"b")
+        assert not queue.confirm(consumer, b"b")  # once only
+        queue.enqueue([message(b"d")])  # arrives while a and c are out
+        assert queue.detach(consumer, redeliver=False) == 2
+        assert [m.guid for m in queue.ready] == [b"a", b"c", b"d"]
+        assert [m.delivery_count for m in queue.ready] == [1, 1, 0]
+        again = Consumer(2, sink, FlowLimits())
+        queue.attach(again)
+        assert sink.pushed[-3:] == [(2, b"a", 2), (2, b"c", 2), (2, b"d", 1)]
+        await queue._updates.drain()
+        removed = [key.guid for batch in store.batches for key in batch.removed]
+        counts = [(u.guid, u.delivery_count) for b in store.batches for u in b.delivered]
+        assert removed == [b"b"]
+        assert counts == [(b"a", 1), (b"b", 1), (b"c", 1), (b"a", 2), (b"c", 2), (b"d", 1)]
+
+    run(scenario())
+
+
+def test_detaching_an_unknown_consumer_is_harmless() -> None:
+    async def scenario() -> None:
+        queue = make_queue()
+        assert queue.detach(Consumer(1, Sink(), FlowLimits())) == 0
+
+    run(scenario())
+
+
+def test_registry_restores_messages_and_history() -> None:
+    clock = Clock()
+    registry = QueueRegistry(MemoryStore(), dedup_window=300.0, clock=clock)
+    state = RecoveredState(
+        queues={"hf://t/q": [message(b"a"), message(b"b")]},
+        history=[
+            HistoryEntry("hf://t/q", b"a", clock.now - 1),
+            HistoryEntry("hf://t/other", b"x", clock.now - 1),
+            HistoryEntry("hf://t/q", b"old", clock.now - 301),
+        ],
+    )
+    assert registry.restore(state) == (2, 2)
+    queue = registry.get("hf://t/q")
+    assert queue is not None
+    assert [m.guid for m in queue.ready] == [b"a", b"b"]
+    assert b"a" in queue.history and b"old" not in queue.history
+    other = registry.get("hf://t/other")
+    assert other is not None and b"x" in other.history
+
+
+def test_flow_limits_default_when_options_are_absent() -> None:
+    assert FlowLimits.from_wire(None) == FlowLimits(1000, 32 * 1024 * 1024)
+    assert FlowLimits.from_wire(pb.QueueOptions()) == FlowLimits(0, 0)
+
+
+# -- outbox ---------------------------------------------------------------------------
+
+
+def response(request_id: int) -> pb.ServerFrame:
+    return pb.ServerFrame(response=pb.Response(request_id=request_id, status=pb.STATUS_OK))
+
+
+def test_outbox_keeps_the_ordered_lane_in_order_behind_pending_acks() -> None:
+    async def scenario() -> None:
+        outbox = Outbox(max_frame_bytes=1 << 20, read_bound_bytes=1 << 20)
+        first, second = AckGroup(), AckGroup()
+        first.acks.append((1, b"g1", pb.STATUS_OK))
+        second.acks.append((1, b"g2", pb.STATUS_OK))
+        outbox.add_acks(first)
+        outbox.add_acks(second)
+        outbox.send(response(7))
+        assert outbox.take() is None  # everything waits for the first group
+        outbox.acks_ready(second)
+        assert outbox.take() is None
+        outbox.acks_ready(first)
+        frame = outbox.take()
+        assert frame is not None
+        assert [a.guid for a in frame.acks.acks] == [b"g1", b"g2"]  # coalesced
+        frame = outbox.take()
+        assert frame is not None and frame.response.request_id == 7
+        assert outbox.take() is None
+        assert outbox.ordered_bytes == 0
+
+    run(scenario())
+
+
+def test_outbox_pushes_wait_for_an_open_response_and_alternate_with_acks() -> None:
+    async def scenario() -> None:
+        outbox = Outbox(max_frame_bytes=1 << 20, read_bound_bytes=1 << 20)
+        pending = AckGroup()
+        pending.acks.append((2, b"g", pb.STATUS_OK))
+        outbox.add_acks(pending)
+        outbox.send(response(1), holds_pushes=True)
+        outbox.push(1, message(b"p1"), 1)
+        assert outbox.take() is None  # the Response that opens handle 1 must go first
+        outbox.acks_ready(pending)
+        kinds = []
+        while (frame := outbox.take()) is not None:
+            kinds.append(frame.WhichOneof("frame"))
+        assert kinds == ["acks", "response", "pushes"]
+        # With both lanes busy, they take turns.
+        for i in range(2):
+            group = AckGroup()
+            group.acks.append((1, b"g%d" % i, pb.STATUS_OK))
+            outbox.add_acks(group)
+            outbox.acks_ready(group)
+            outbox.send(response(10 + i))
+            outbox.push(1, message(b"q%d" % i), 1)
+        kinds = []
+        while (frame := outbox.take()) is not None:
+            kinds.append(frame.WhichOneof("frame"))
+        assert kinds == ["acks", "pushes", "response", "acks", "response"]
+
+    run(scenario())
+
+
+def test_outbox_ignores_an_empty_ack_group() -> None:
+    async def scenario() -> None:
+        outbox = Outbox(max_frame_bytes=1 << 20, read_bound_bytes=1 << 20)
+        empty = AckGroup()
+        outbox.add_acks(empty)
+        outbox.acks_ready(empty)
+        outbox.send(response(3))
+        frame = outbox.take()
+        assert frame is not None and frame.WhichOneof("frame") == "response"
+        assert outbox.take() is None
+
+    run(scenario())
+
+
+def test_outbox_splits_push_batches_at_the_frame_size() -> None:
+    async def scenario() -> None:
+        outbox = Outbox(max_frame_bytes=250, read_bound_bytes=1 << 20)
+        for i in range(5):
+            outbox.push(3, message(bytes([i]), size=100), 1)
+        sizes = []
+        while (frame := outbox.take()) is not None:
+            sizes.append(len(frame.pushes.pushes))
+        assert sizes == [2, 2, 1]
+        assert outbox.push_bytes == 0
+
+    run(scenario())
+
+
+def test_outbox_drops_pushes_of_a_closed_handle() -> None:
+    async def scenario() -> None:
+        outbox = Outbox(max_frame_bytes=1 << 20, read_bound_bytes=1 << 20)
+        outbox.push(1, message(b"a"), 1)
+        outbox.push(2, message(b"b"), 1)
+        outbox.drop_pushes(1)
+        frame = outbox.take()
+        assert frame is not None
+        assert [(p.queue_id, p.guid) for p in frame.pushes.pushes] == [(2, b"b")]
+
+    run(scenario())
+
+
+def test_outbox_read_bound_closes_and_reopens_with_hysteresis() -> None:
+    async def scenario() -> None:
+        outbox = Outbox(max_frame_bytes=1 << 20, read_bound_bytes=100)
+        groups = []
+        for i in range(6):  # 6 x (16 + 8) = 144 bytes > 100
+            group = AckGroup()
+            group.acks.append((1, bytes([i]) * 16, pb.STATUS_OK))
+            groups.append(group)
+            outbox.add_acks(group)
+        assert not outbox.has_room
+        outbox.acks_ready(groups[0])
+        outbox.take()  # 120 bytes left: above the bound
+        assert not outbox.has_room
+        for group in groups[1:4]:
+            outbox.acks_ready(group)
+        outbox.take()  # 48 bytes left: under half the bound
+        assert outbox.has_room
+        await asyncio.wait_for(outbox.wait_for_room(), 1)
+
+    run(scenario())
+
+
+# -- configuration -----------------------------------------------------------------------
+
+
+def test_store_specs() -> None:
+    assert parse_store_spec("memory").kind == "memory"
+    assert isinstance(open_store("memory"), MemoryStore)
+    for spec in ("", "disk", "sqlite3:/x.db", "memory:extra"):
+        with pytest.raises(ValueError, match="unknown store"):
+            parse_store_spec(spec)
+
+
+def test_config_checks_its_values() -> None:
+    config = BrokerConfig(listen="127.0.0.1:0", dedup_window=1.5)
+    assert config.max_message_bytes > 2 * config.max_payload_bytes
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        BrokerConfig(listen="localhost")
+    with pytest.raises(ValueError, match="dedup_window"):
+        BrokerConfig(dedup_window=0)
+    with pytest.raises(ValueError, match="unknown store"):
+        BrokerConfig(store="tape")
+
+
+def test_properties_limits_count_utf8_bytes() -> None:
+    assert properties_error({"k": "v"}, 1, 2) is None
+    assert properties_error({"a": "1", "b": "2"}, 1, 100) is not None
+    assert properties_error({"k": "é"}, 1, 2) is not None  # 1 + 2 bytes
