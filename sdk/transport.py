@@ -76,6 +76,9 @@ def channel_options(options: SessionOptions) -> list[tuple[str, Any]]:
         ("grpc.keepalive_permit_without_calls", 1),
         # Keep pinging while the stream is idle, or an idle black hole goes unseen.
         ("grpc.http2.max_pings_without_data", 0),
+        # A keepalive that finds a flow-control (BDP) ping in flight waits for that
+        # ping's answer, under the ping timeout (1 minute by default), not its own.
+        ("grpc.http2.ping_timeout_ms", int(options.keepalive_timeout * 1000)),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         # Each attempt gets a channel of its own; sharing subchannels across
