@@ -148,20 +148,21 @@ def test_unconfirmed_messages_go_to_the_remaining_consumer(shared_broker: Broker
 
 def test_unconfirmed_messages_go_to_a_returning_consumer(shared_broker: BrokerProcess) -> None:
     uri = unique_uri("return")
-    guids = produce(shared_broker.address, uri, [b"m%d" % i for i in range(4)])
+    guids = produce(shared_broker.address, uri, [b"m%d" % i for i in range(6)])
     with connected(shared_broker.address) as first:
-        consume(first, 1, uri)
-        assert [p.guid for p in first.pushes(4)] == guids
+        consume(first, 1, uri, messages=4)
+        assert [p.guid for p in first.pushes(4)] == guids[:4]
         first.confirm(1, [guids[1]])
         first.barrier()
+        assert [p.guid for p in first.pushes(1)] == [guids[4]]
+    # guids[5] never left the queue; the unconfirmed ones go back in front of it.
     for delivery in (2, 3):
         with connected(shared_broker.address) as again:
             consume(again, 1, uri)
-            pushes = again.pushes(3)
+            pushes = again.pushes(5)
             assert extra_pushes(again) == 0
-        # The front of the queue, in the original order, with the next delivery count.
-        assert [p.guid for p in pushes] == [guids[0], guids[2], guids[3]]
-        assert [p.delivery_count for p in pushes] == [delivery] * 3
+        assert [p.guid for p in pushes] == [guids[0], *guids[2:]]
+        assert [p.delivery_count for p in pushes] == [delivery] * 4 + [delivery - 1]
 
 
 def test_close_queue_returns_unconfirmed_messages(shared_broker: BrokerProcess) -> None:

@@ -65,7 +65,7 @@ def _identity(data: bytes) -> bytes:
 class AioClient:
     """A bare session stream on the test's event loop; a task receives its frames."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, receive: bool = True) -> None:
         self.channel = grpc.aio.insecure_channel(address)
         method = self.channel.stream_stream(
             SESSION_METHOD,
@@ -75,6 +75,12 @@ class AioClient:
         self.call = method()
         self.next_id = 1
         self.frames: asyncio.Queue[pb.ServerFrame | BaseException | None] = asyncio.Queue()
+        self.receiver: asyncio.Task[None] | None = None
+        if receive:
+            self.start_receiving()
+
+    def start_receiving(self) -> None:
+        """Start reading the stream (a client made with ``receive=False`` does not)."""
         self.receiver = asyncio.get_running_loop().create_task(self._receive())
 
     async def _receive(self) -> None:
@@ -145,7 +151,8 @@ class AioClient:
     async def close(self) -> None:
         self.call.cancel()
         await self.channel.close()
-        await asyncio.wait([self.receiver])
+        if self.receiver is not None:
+            await asyncio.wait([self.receiver])
 
 
 def run_with_broker(
@@ -304,6 +311,49 @@ def test_pushes_do_not_wait_behind_a_slow_store_write() -> None:
         store.release()
         assert [a.status for a in await both.acks(1)] == [pb.STATUS_OK]
         await both.close()
+        await producer.close()
+
+    run_with_broker(scenario)
+
+
+def test_no_push_for_a_handle_follows_its_close_response() -> None:
+    """PUSHes still waiting in the outbox when a consumer closes its handle are not
+    sent: the messages go back to the queue, and the client sees nothing for the handle
+    after the Response that closed it."""
+    uri = unique_uri("close-pending")
+    payload = b"p" * 1_000_000
+
+    async def scenario(broker: Broker, store: GatedStore) -> None:
+        consumer = AioClient(broker.address, receive=False)
+        await consumer.send(pb.ClientFrame(hello=pb.Hello(protocol_version=PROTOCOL_VERSION)))
+        limits = pb.QueueOptions(max_unconfirmed_messages=1000, max_unconfirmed_bytes=2**30)
+        opened = pb.OpenQueue(request_id=1, queue_id=1, uri=uri, read=True, options=limits)
+        await consumer.send(pb.ClientFrame(open_queue=opened))
+        producer = await AioClient.connect(broker.address)
+        await producer.open(1, uri, write=True)
+        guids = [new_guid() for _ in range(64)]
+        for start in range(0, 64, 4):
+            await producer.put(1, guids[start : start + 4], payload)
+        await producer.acks(64)
+        queue = broker.queues.get(uri)
+        assert queue is not None
+        (held,) = queue.consumers
+        assert len(held.unconfirmed) == 64  # all PUSHed, most still in the outbox
+        close = pb.CloseQueue(request_id=2, queue_id=1)
+        await consumer.send(pb.ClientFrame(close_queue=close))
+        await wait_for(lambda: not queue.consumers)
+        consumer.start_receiving()
+        assert (await consumer.recv()).WhichOneof("frame") == "hello_reply"
+        assert (await consumer.recv()).response.request_id == 1
+        received: list[bytes] = []
+        while (frame := await consumer.recv()).WhichOneof("frame") != "response":
+            received.extend(p.guid for p in frame.pushes.pushes)
+        assert frame.response.request_id == 2
+        assert 0 < len(received) < 64  # gRPC had taken some of them already
+        assert await consumer.nothing_within()
+        assert [m.guid for m in queue.ready] == guids  # all back, in order
+        assert {m.delivery_count for m in queue.ready} == {1}
+        await consumer.close()
         await producer.close()
 
     run_with_broker(scenario)
