@@ -69,6 +69,7 @@ import concurrent.futures
 import contextlib
 import json
 import logging
+import math
 import os
 import queue
 import sqlite3
@@ -207,7 +208,9 @@ class SqliteStore:
         self._failure: BaseException | None = None
         self._queue_ids: dict[str, int] = {}
         self._next_seq = 1
-        self._next_prune = 0.0
+        # No pruning before recover() or the first commit: a store that turns out to be
+        # unreadable must fail in recover(), not first log a failed prune.
+        self._next_prune = math.inf
         opened: concurrent.futures.Future[sqlite3.Connection] = concurrent.futures.Future()
         self._thread = threading.Thread(
             target=self._run,
@@ -385,7 +388,9 @@ class SqliteStore:
         take = self._queue.get
         take_now = self._queue.get_nowait
         while True:
-            timeout = max(self._next_prune - self._clock(), 0.0)
+            timeout = (
+                None if self._next_prune == math.inf else max(self._next_prune - self._clock(), 0)
+            )
             try:
                 items = [take(timeout=timeout)]
             except queue.Empty:
@@ -417,6 +422,8 @@ class SqliteStore:
         self, connection: sqlite3.Connection, writes: list[_Write], may_prune: bool = True
     ) -> None:
         """Make ``writes`` durable in one transaction and resolve their futures."""
+        if self._next_prune == math.inf:
+            self._next_prune = self._clock()
         # A chunk of pruning rides along with the group: it shares the group's fsync.
         prune = may_prune and self._clock() >= self._next_prune
         new_queues: list[str] = []
@@ -536,19 +543,22 @@ class SqliteStore:
         """Delete the oldest history rows whose window has passed, at most one chunk.
         Returns how many, and whether a whole chunk went (more may be waiting)."""
         cutoff = self._clock() - self.dedup_window
-        rows = connection.execute(
+        cursor = connection.execute(
             "SELECT rowid, accepted_at FROM history ORDER BY rowid LIMIT ?", (self._prune_chunk,)
-        ).fetchall()
+        )
         # Rowid order is acceptance order, so the expired rows are a prefix and the scan
         # stops at the first live one (a wall clock stepping back only keeps a few rows
         # longer than needed).
         last = None
         count = 0
-        for rowid, accepted_at in rows:
-            if accepted_at > cutoff:
-                break
-            last = rowid
-            count += 1
+        try:
+            for rowid, accepted_at in cursor:
+                if accepted_at > cutoff:
+                    break
+                last = rowid
+                count += 1
+        finally:
+            cursor.close()
         if last is not None:
             connection.execute("DELETE FROM history WHERE rowid <= ?", (last,))
         return count, count == self._prune_chunk
@@ -612,6 +622,8 @@ class SqliteStore:
             raise StoreError(f"cannot read sqlite store {self.path}: {_describe(error)}") from None
         except ValueError as error:
             raise StoreError(f"cannot read sqlite store {self.path}: {error}") from None
+        # What expired while the broker was down goes first.
+        self._next_prune = self._clock()
         return RecoveredState(queues=queues, history=history)
 
     def _fail_queued(self, error: StoreError) -> None:

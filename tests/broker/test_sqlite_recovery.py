@@ -245,6 +245,29 @@ def test_a_store_the_broker_cannot_use_is_one_clear_line_and_exit_2(
 
 
 @pytest.mark.timeout(60)
+def test_a_store_damaged_inside_fails_the_start_with_one_clear_line(tmp_path: Path) -> None:
+    path = tmp_path / "broker.db"
+    uri = unique_uri("sqlite-damaged")
+    with sqlite_broker(path) as broker, connected(broker.address) as client:
+        assert client.open(1, uri, write=True).status == pb.STATUS_OK
+        put_all(client, 1, [(new_guid(), os.urandom(300), {}) for _ in range(2000)])
+        assert statuses(client.acks(2000)) == ["STATUS_OK"] * 2000
+    page = 4096
+    assert path.stat().st_size > 20 * page
+    # Pages of the messages table, past the schema on page 1.
+    with path.open("r+b") as file:
+        file.seek(5 * page)
+        file.write(os.urandom(3 * page))
+    result = run_broker("--store", f"sqlite:{path}")
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert str(path) in lines[0]
+    assert "malformed" in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.timeout(60)
 def test_a_second_broker_on_the_same_file_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "broker.db"
     with sqlite_broker(path):
