@@ -437,6 +437,9 @@ class SqliteStore:
             connection.execute("COMMIT")
         except Exception as error:
             self._rollback(connection, new_queues)
+            if prune:
+                # Whatever failed, do not retry the pruning with every group.
+                self._pruned(0, False)
             if len(writes) == 1 and not prune:
                 self._resolve(writes, self._failed(error))
                 return
