@@ -62,7 +62,11 @@ class Broker:
         self.config = config
         self.broker_id = uuid.uuid4().hex
         """Identifies this broker process to clients (HelloReply.broker_id)."""
-        self.store: Store = store if store is not None else open_store(config.store)
+        self.store: Store = (
+            store
+            if store is not None
+            else open_store(config.store, dedup_window=config.dedup_window, sync=config.sync)
+        )
         self.queues = QueueRegistry(self.store, config.dedup_window, config.dedup_max_guids)
         self.puts = PutPipeline(
             self.store,

@@ -156,10 +156,10 @@ class Session:
             await write(frame)
 
     def _on_writer_done(self, writer: asyncio.Task[None]) -> None:
-        if writer.cancelled() or self._reader is None or self._reader.done():
+        if writer.cancelled():
             return
-        error = writer.exception()
-        if error is not None:
+        error = writer.exception()  # retrieved even when unused, so asyncio does not warn
+        if error is not None and self._reader is not None and not self._reader.done():
             # The client is unreachable: stop reading too, and let run() clean up.
             self._end_reason = f"write failed: {error!r}"
             self._ending = True
