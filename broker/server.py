@@ -4,9 +4,10 @@ Every session handler, PUT completion and delivery runs on that one loop, so the
 broker's state needs no locks: a piece of code that does not ``await`` sees and
 changes the state atomically.
 
-The session method is registered without a request deserializer: the broker gets
-the raw bytes of each client frame and parses them itself, so bytes that are not a
-ClientFrame get a typed Error(MALFORMED_FRAME) instead of gRPC failing the stream.
+The server is bound by ``holdfast.broker.stream.start_server``, which the proxy
+shares: sessions receive the raw bytes of each client frame and parse them
+themselves, so bytes that are not a ClientFrame get a typed Error(MALFORMED_FRAME)
+instead of gRPC failing the stream.
 """
 
 from __future__ import annotations
@@ -16,43 +17,15 @@ import logging
 import uuid
 from typing import Any
 
-import grpc
-
 from holdfast.broker.config import BrokerConfig, split_host_port
 from holdfast.broker.puts import PutPipeline
 from holdfast.broker.queues import QueueRegistry
 from holdfast.broker.session import Session
 from holdfast.broker.store import Store, open_store
-from holdfast.proto import SERVICE_NAME, pb
+from holdfast.broker.stream import start_server
+from holdfast.proto import pb
 
 log = logging.getLogger(__name__)
-
-
-def server_options(config: BrokerConfig) -> list[tuple[str, int]]:
-    """gRPC server arguments for ``config``."""
-    return [
-        # Above the largest valid frame, so that an oversize payload reaches our code
-        # and is answered PAYLOAD_TOO_LARGE rather than failing the whole stream.
-        ("grpc.max_receive_message_length", config.max_message_bytes),
-        ("grpc.max_send_message_length", config.max_message_bytes),
-        # Notice dead clients (their consumers' messages must be redelivered).
-        ("grpc.keepalive_time_ms", 5000),
-        ("grpc.keepalive_timeout_ms", 5000),
-        # Without this a keepalive ping that merged with another ping waits for gRPC's
-        # generic 60 s ping timeout, and a frozen client goes unnoticed for a minute.
-        ("grpc.http2.ping_timeout_ms", 5000),
-        ("grpc.http2.max_pings_without_data", 0),
-        # SDK clients ping every 1-2 s to detect black holes; let them, without strikes.
-        ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.min_recv_ping_interval_without_data_ms", 500),
-        ("grpc.http2.max_ping_strikes", 0),
-        # A second broker on a port in use must fail, not share the port silently.
-        ("grpc.so_reuseport", 0),
-    ]
-
-
-def _serialize(frame: pb.ServerFrame) -> bytes:
-    return frame.SerializeToString()
 
 
 class Broker:
@@ -100,22 +73,9 @@ class Broker:
         if messages or guids:
             log.info("recovered %d messages and %d GUIDs of dedup history", messages, guids)
         host, _ = split_host_port(self.config.listen)
-        server = grpc.aio.server(options=server_options(self.config))
-        handler = grpc.stream_stream_rpc_method_handler(
-            self._serve_session,
-            request_deserializer=None,
-            response_serializer=_serialize,
+        server, port = await start_server(
+            self.config.listen, self.config.max_message_bytes, self._serve_session
         )
-        server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(SERVICE_NAME, {"Session": handler}),)
-        )
-        try:
-            port = server.add_insecure_port(self.config.listen)
-        except RuntimeError as error:
-            raise OSError(f"cannot listen on {self.config.listen}: {error}") from error
-        if not port:
-            raise OSError(f"cannot listen on {self.config.listen}")
-        await server.start()
         self._server = server
         self.address = f"{host}:{port}"
         log.info(

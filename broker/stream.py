@@ -1,0 +1,335 @@
+"""One served session stream of the contract: framing, the Hello handshake, the writer.
+
+The broker's sessions (``holdfast.broker.session``) and the proxy's client
+sessions (``holdfast.proxy.client``) speak the same protocol downstream; this base
+class is that protocol's stream half, and subclasses supply what each frame does.
+
+A stream reads client frames in one task and writes server frames in another
+(see ``outbox``). Reading is synchronous per frame: a frame is parsed, checked and
+handed to its handler before the next one is read; anything that must wait
+continues in a task while its answers hold their place in the outbox.
+
+Rules of the stream:
+
+* bytes that do not parse, or a frame of a kind this server does not know, are
+  answered with an Error (MALFORMED_FRAME, UNKNOWN_FRAME) and the stream goes on;
+* the first known frame must be a Hello of this protocol version; anything else, or
+  a second Hello, is a fatal Error (PROTOCOL_ERROR, VERSION_MISMATCH): the error is
+  sent and the stream ends;
+* when the stream ends, however it ends, ``on_end()`` runs (the broker detaches
+  consumers so their messages are redelivered; the proxy closes upstream handles).
+
+A failure inside one stream is logged and ends that stream only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from holdfast.broker.outbox import Outbox
+from holdfast.proto import PROTOCOL_VERSION, SERVICE_NAME, pb
+
+log = logging.getLogger(__name__)
+
+FLUSH_TIMEOUT = 5.0
+"""Seconds an ending stream waits for its last ACKs and responses to be written."""
+
+
+class ContractStream(ABC):
+    """Serves one ``holdfast.v1.Broker/Session`` stream; subclasses handle the frames."""
+
+    def __init__(
+        self, context: Any, session_id: str, max_frame_bytes: int, read_bound_bytes: int
+    ) -> None:
+        self.session_id = session_id
+        self.peer: str = context.peer()
+        self.client_id = ""
+        self.client_name = ""
+        self.outbox = Outbox(max_frame_bytes, read_bound_bytes)
+        """What this stream has to send; handlers queue answers here."""
+        self._context = context
+        self._greeted = False
+        self._ending = False
+        self._end_reason = "stream cancelled"
+        self._reader: asyncio.Task[None] | None = None
+        self._dispatch: dict[str, Callable[[Any], None]] = {
+            "hello": self._on_hello,
+            "open_queue": self.on_open,
+            "configure_queue": self.on_configure,
+            "close_queue": self.on_close,
+            "puts": self.on_puts,
+            "confirms": self.on_confirms,
+        }
+
+    # -- what subclasses do -----------------------------------------------------------
+
+    @abstractmethod
+    def greet(self, hello: pb.Hello) -> None:
+        """A valid Hello arrived: send the HelloReply (now, or once it can be answered)."""
+
+    @abstractmethod
+    def on_open(self, request: pb.OpenQueue) -> None:
+        """Handle OpenQueue; answer with ``respond``."""
+
+    @abstractmethod
+    def on_configure(self, request: pb.ConfigureQueue) -> None:
+        """Handle ConfigureQueue; answer with ``respond``."""
+
+    @abstractmethod
+    def on_close(self, request: pb.CloseQueue) -> None:
+        """Handle CloseQueue; answer with ``respond``."""
+
+    @abstractmethod
+    def on_puts(self, batch: pb.PutBatch) -> None:
+        """Handle a PutBatch; every PUT gets exactly one ACK through the outbox."""
+
+    @abstractmethod
+    def on_confirms(self, batch: pb.ConfirmBatch) -> None:
+        """Handle a ConfirmBatch; rejected CONFIRMs are answered with ``error``."""
+
+    @abstractmethod
+    def on_end(self) -> None:
+        """The stream is over: release what this client held."""
+
+    async def wait_before_read(self) -> None:
+        """Return once another client frame may be read: not while the client leaves
+        its answers unread (subclasses add their own back-pressure)."""
+        outbox = self.outbox
+        if not outbox.has_room:
+            log.info(
+                "session %s: %d bytes wait for the client to read them; "
+                "not reading its frames until it does",
+                self.session_id,
+                outbox.ordered_bytes,
+            )
+            await outbox.wait_for_room()
+            log.info("session %s: the client caught up; reading again", self.session_id)
+
+    # -- the stream ---------------------------------------------------------------------
+
+    @property
+    def ending(self) -> bool:
+        """True once the stream is ending: nothing more is read."""
+        return self._ending
+
+    async def run(self) -> None:
+        """Serve the stream until the client leaves, a fatal error, or ``stop()``."""
+        loop = asyncio.get_running_loop()
+        writer = loop.create_task(self._write_loop(), name=f"write {self.session_id}")
+        reader = loop.create_task(self._read_loop(), name=f"read {self.session_id}")
+        self._reader = reader
+        writer.add_done_callback(self._on_writer_done)
+        try:
+            # wait() rather than await: a cancelled reader is an ending, not our cancel.
+            await asyncio.wait([reader])
+            if not reader.cancelled() and (error := reader.exception()) is not None:
+                self._end_reason = f"internal error: {error!r}"
+                log.error("session %s failed", self.session_id, exc_info=error)
+                self._context.set_code(grpc.StatusCode.INTERNAL)
+                self._context.set_details(f"server error: {error!r}")
+            self._ending = True
+            self.outbox.finish()
+            self.on_end()
+            await asyncio.wait([writer], timeout=FLUSH_TIMEOUT)
+        finally:
+            self._ending = True
+            reader.cancel()
+            writer.cancel()
+            self.on_end()
+            self.outbox.close()
+            log.info(
+                "session %s ended (%s): client %r %s at %s",
+                self.session_id,
+                self._end_reason,
+                self.client_id,
+                self.client_name,
+                self.peer,
+            )
+
+    def stop(self, message: str) -> None:
+        """End the stream from the server's side: tell the client why (best effort),
+        stop reading, and let ``run()`` flush and return."""
+        if not self._ending:
+            self.fatal(pb.STATUS_SHUTTING_DOWN, message, reason="server stopping")
+        if self._reader is not None:
+            self._reader.cancel()
+
+    async def _read_loop(self) -> None:
+        read = self._context.read
+        while not self._ending:
+            await self.wait_before_read()
+            raw = await read()
+            if raw is grpc.aio.EOF:
+                self._end_reason = (
+                    "stream cancelled"
+                    if self._context.cancelled()
+                    else "end of the client's stream"
+                )
+                return
+            self.on_bytes(raw)
+
+    async def _write_loop(self) -> None:
+        write = self._context.write
+        outbox = self.outbox
+        while True:
+            frame = outbox.take()
+            if frame is None:
+                if outbox.closed or (outbox.finishing and not outbox.ordered_pending):
+                    return
+                await outbox.wait_for_work()
+                continue
+            await write(frame)
+
+    def _on_writer_done(self, writer: asyncio.Task[None]) -> None:
+        if writer.cancelled():
+            return
+        error = writer.exception()  # retrieved even when unused, so asyncio does not warn
+        if error is not None and self._reader is not None and not self._reader.done():
+            # The client is unreachable: stop reading too, and let run() clean up.
+            self._end_reason = f"write failed: {error!r}"
+            self._ending = True
+            self._reader.cancel()
+
+    # -- frames -------------------------------------------------------------------------
+
+    def on_bytes(self, raw: bytes) -> None:
+        """Parse one client frame and hand it to its handler."""
+        try:
+            frame = pb.ClientFrame.FromString(raw)
+        except DecodeError as error:
+            self.error(
+                pb.STATUS_MALFORMED_FRAME,
+                f"{len(raw)} bytes that do not parse as a ClientFrame: {error}",
+            )
+            return
+        kind = frame.WhichOneof("frame")
+        if kind is None:
+            self.error(pb.STATUS_UNKNOWN_FRAME, "a ClientFrame with no frame this server knows")
+            return
+        if not self._greeted and kind != "hello":
+            self.fatal(pb.STATUS_PROTOCOL_ERROR, f"expected hello as the first frame, got {kind}")
+            return
+        self._dispatch[kind](getattr(frame, kind))
+
+    def _on_hello(self, hello: pb.Hello) -> None:
+        if self._greeted:
+            self.fatal(pb.STATUS_PROTOCOL_ERROR, "a second hello on the same stream")
+            return
+        if hello.protocol_version != PROTOCOL_VERSION:
+            self.fatal(
+                pb.STATUS_VERSION_MISMATCH,
+                f"the client speaks protocol version {hello.protocol_version}; "
+                f"this server speaks version {PROTOCOL_VERSION}",
+            )
+            return
+        self._greeted = True
+        self.client_id = hello.client_id
+        self.client_name = hello.client_name
+        self.greet(hello)
+        log.info(
+            "session %s started: client %r %s at %s",
+            self.session_id,
+            self.client_id,
+            self.client_name,
+            self.peer,
+        )
+
+    # -- answers ------------------------------------------------------------------------
+
+    def send(self, frame: pb.ServerFrame) -> None:
+        """Queue a frame in order with the other answers."""
+        self.outbox.send(frame)
+
+    def respond(
+        self,
+        request_id: int,
+        status: pb.Status,
+        message: str = "",
+        holds_pushes: bool = False,
+    ) -> None:
+        """Answer a request. With ``holds_pushes`` no PUSH is written before this answer
+        (the Response that opens a consumer's handle)."""
+        response = pb.Response(request_id=request_id, status=status, message=message)
+        self.outbox.send(pb.ServerFrame(response=response), holds_pushes)
+
+    def error(
+        self,
+        status: pb.Status,
+        message: str,
+        queue_id: int = 0,
+        guids: Iterable[bytes] = (),
+        fatal: bool = False,
+    ) -> None:
+        """Send a typed Error frame."""
+        error = pb.Error(
+            status=status, message=message, queue_id=queue_id, guids=guids, fatal=fatal
+        )
+        self.outbox.send(pb.ServerFrame(error=error))
+        if not fatal:
+            log.debug("session %s: %s: %s", self.session_id, pb.Status.Name(status), message)
+
+    def fatal(self, status: pb.Status, message: str, reason: str | None = None) -> None:
+        """Send a fatal Error and end the stream once it is written."""
+        self.error(status, message, fatal=True)
+        self._ending = True
+        self._end_reason = reason or f"{pb.Status.Name(status)}: {message}"
+
+
+def _serialize(frame: pb.ServerFrame) -> bytes:
+    return frame.SerializeToString()
+
+
+def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
+    """gRPC server arguments for a server of the contract (broker or proxy)."""
+    return [
+        # Above the largest valid frame, so that an oversize payload reaches our code
+        # and is answered PAYLOAD_TOO_LARGE rather than failing the whole stream.
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+        # Notice dead clients (their consumers' messages must be redelivered).
+        ("grpc.keepalive_time_ms", 5000),
+        ("grpc.keepalive_timeout_ms", 5000),
+        # Without this a keepalive ping that merged with another ping waits for gRPC's
+        # generic 60 s ping timeout, and a frozen client goes unnoticed for a minute.
+        ("grpc.http2.ping_timeout_ms", 5000),
+        ("grpc.http2.max_pings_without_data", 0),
+        # SDK clients ping every 1-2 s to detect black holes; let them, without strikes.
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 500),
+        ("grpc.http2.max_ping_strikes", 0),
+        # A second server on a port in use must fail, not share the port silently.
+        ("grpc.so_reuseport", 0),
+    ]
+
+
+async def start_server(
+    listen: str,
+    max_message_bytes: int,
+    serve_session: Callable[[Any, Any], Any],
+) -> tuple[Any, int]:
+    """Bind a grpc.aio server of the contract on ``listen`` and start it; return it and
+    the bound port. The session method takes raw bytes (no request deserializer), so
+    that bytes which are not a ClientFrame get a typed Error instead of failing the
+    stream. Raises ``OSError`` if the address cannot be bound."""
+    server = grpc.aio.server(options=server_options(max_message_bytes))
+    handler = grpc.stream_stream_rpc_method_handler(
+        serve_session, request_deserializer=None, response_serializer=_serialize
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(SERVICE_NAME, {"Session": handler}),)
+    )
+    try:
+        port = server.add_insecure_port(listen)
+    except RuntimeError as error:
+        raise OSError(f"cannot listen on {listen}: {error}") from error
+    if not port:
+        raise OSError(f"cannot listen on {listen}")
+    await server.start()
+    return server, port
