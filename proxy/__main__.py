@@ -1,0 +1,7 @@
+"""``python -m holdfast.proxy``: the same as ``holdfast-proxy``."""
+
+import sys
+
+from holdfast.proxy.cli import main
+
+sys.exit(main())

@@ -1,0 +1,121 @@
+"""``holdfast-proxy``: run the local sidecar until SIGTERM or SIGINT.
+
+    holdfast-proxy --listen 127.0.0.1:7701 --upstream 127.0.0.1:7700,10.0.0.2:7700
+
+Once it serves, the proxy logs one line ``listening on HOST:PORT`` to stderr. It
+connects upstream in the background and fails over across the ``--upstream``
+list in order; applications may connect before any broker is reachable.
+SIGTERM or SIGINT stop it gracefully and it exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from holdfast.proxy.config import ProxyConfig
+from holdfast.proxy.server import Proxy
+from holdfast.sdk.errors import InvalidArgumentError
+from holdfast.sdk.options import ReconnectOptions, SessionOptions
+
+log = logging.getLogger("holdfast.proxy")
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``holdfast-proxy``."""
+    defaults = ProxyConfig()
+    session = defaults.upstream_options
+    parser = argparse.ArgumentParser(
+        prog="holdfast-proxy",
+        description="The Holdfast sidecar: the broker's contract locally, with HA upstream.",
+    )
+    parser.add_argument("--listen", default=defaults.listen, help="(default: %(default)s)")
+    parser.add_argument(
+        "--upstream",
+        default=defaults.upstream,
+        help="HOST:PORT[,HOST:PORT...] of brokers, in failover order (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--keepalive",
+        type=float,
+        default=session.keepalive_time,
+        metavar="SECONDS",
+        help="upstream keepalive ping interval (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--keepalive-timeout",
+        type=float,
+        default=session.keepalive_timeout,
+        metavar="SECONDS",
+        help="upstream link declared dead after this long without a ping answer "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--reconnect-max",
+        type=float,
+        default=session.reconnect.maximum,
+        metavar="SECONDS",
+        help="cap of the upstream reconnect back-off (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        type=str.upper,
+    )
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> ProxyConfig:
+    """The ``ProxyConfig`` parsed command-line arguments describe."""
+    reconnect = ReconnectOptions(maximum=args.reconnect_max)
+    return ProxyConfig(
+        listen=args.listen,
+        upstream=args.upstream,
+        upstream_options=SessionOptions(
+            keepalive_time=args.keepalive,
+            keepalive_timeout=args.keepalive_timeout,
+            reconnect=reconnect,
+            client_name="holdfast-proxy",
+        ),
+    )
+
+
+async def serve(config: ProxyConfig) -> int:
+    """Run a proxy until SIGTERM or SIGINT, then stop it gracefully; the exit code."""
+    proxy = Proxy(config)
+    try:
+        await proxy.start()
+    except OSError as error:
+        log.error("%s", error)
+        await proxy.stop(0)
+        return 1
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    await proxy.stop()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``holdfast-proxy`` and ``python -m holdfast.proxy``."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, format=LOG_FORMAT, stream=sys.stderr)
+    try:
+        config = config_from_args(args)
+    except (InvalidArgumentError, ValueError) as error:
+        log.error("invalid configuration: %s", error)
+        return 2
+    return asyncio.run(serve(config))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,397 @@
+"""One application connected to the proxy: its queue handles, routed onto the upstream.
+
+Each handle a client opens becomes a queue handle of the proxy's one upstream
+session (``holdfast.proxy.upstream.Upstream``), so each consumer keeps its own
+flow limits at the broker and the proxy knows whose PUSH is whose:
+
+- a PUT keeps the client's GUID upstream (so the broker's dedup works end to end)
+  and its ACK is routed back to the client that posted it, by GUID. A GUID
+  already pending upstream (the client retransmitting after it lost the proxy)
+  is not posted twice: its route moves to the new stream;
+- a PUSH goes to the client whose handle it was delivered to;
+- a CONFIRM goes upstream only for a message delivered on the current upstream
+  connection; one delivered on an earlier connection is answered as stale
+  (UNKNOWN_GUID), since the broker has already taken it back for redelivery;
+- when the client goes, its upstream handles are closed, so the broker
+  redelivers what it held unconfirmed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from holdfast.broker.outbox import AckGroup
+from holdfast.broker.store import NO_PROPERTIES, StoredMessage
+from holdfast.broker.stream import ContractStream
+from holdfast.proto import PROTOCOL_VERSION, pb
+from holdfast.proto.uri import parse_queue_uri
+from holdfast.proxy.config import ProxyConfig
+from holdfast.proxy.upstream import Upstream
+from holdfast.sdk.engine import QueueRecord
+from holdfast.sdk.errors import (
+    ConfirmDroppedError,
+    HoldfastError,
+    InvalidPropertiesError,
+    NotWritableError,
+    PayloadTooLargeError,
+    QueueStateError,
+    RequestFailedError,
+    RequestTimeoutError,
+)
+from holdfast.sdk.options import QueueOptions
+from holdfast.sdk.types import Ack, AckStatus, Message
+
+log = logging.getLogger(__name__)
+
+
+def wire_status(status: AckStatus) -> pb.Status:
+    """The wire status that relays an upstream ``AckStatus`` to a client."""
+    if status is AckStatus.SUCCESS:
+        return pb.STATUS_OK
+    if status is AckStatus.REFUSED:
+        return pb.STATUS_INVALID_ARGUMENT
+    return cast(pb.Status, pb.Status.Value(f"STATUS_{status.value}"))
+
+
+def request_status(error: HoldfastError) -> tuple[pb.Status, str]:
+    """The wire status and message that relay a failed upstream request to a client."""
+    if isinstance(error, RequestFailedError):
+        try:
+            return cast(pb.Status, pb.Status.Value(f"STATUS_{error.status}")), error.message
+        except ValueError:
+            return pb.STATUS_INVALID_ARGUMENT, str(error)
+    if isinstance(error, RequestTimeoutError):
+        return pb.STATUS_SHUTTING_DOWN, f"the broker did not answer in time: {error}"
+    return pb.STATUS_INVALID_ARGUMENT, str(error)
+
+
+_POST_ERRORS: dict[type[HoldfastError], pb.Status] = {
+    PayloadTooLargeError: pb.STATUS_PAYLOAD_TOO_LARGE,
+    InvalidPropertiesError: pb.STATUS_INVALID_PROPERTIES,
+    NotWritableError: pb.STATUS_NOT_WRITABLE,
+}
+
+
+@dataclass(eq=False)
+class ClientHandle:
+    """A queue handle of one client, and the upstream handle it maps to."""
+
+    queue_id: int
+    uri: str
+    read: bool
+    write: bool
+    upstream: QueueRecord | None = None
+    """None until the upstream open completes."""
+    delivered: dict[bytes, Message] = field(default_factory=dict)
+    """Messages PUSHed to this client and not yet confirmed, by GUID."""
+
+
+class Routes:
+    """Which client stream each pending PUT's ACK goes back to, by GUID."""
+
+    def __init__(self) -> None:
+        self._by_guid: dict[bytes, tuple[ClientSession, int]] = {}
+
+    def add(self, guid: bytes, client: ClientSession, queue_id: int) -> None:
+        """Route the ACK of ``guid`` to ``client``'s handle ``queue_id`` (the latest wins)."""
+        self._by_guid[guid] = (client, queue_id)
+
+    def on_ack(self, ack: Ack) -> None:
+        """Deliver an upstream ACK to the client that posted the PUT, if it is still there."""
+        guid = ack.guid.bytes
+        route = self._by_guid.pop(guid, None)
+        if route is not None:
+            client, queue_id = route
+            client.ack(queue_id, guid, wire_status(ack.status))
+
+    def __len__(self) -> int:
+        return len(self._by_guid)
+
+
+class ClientSession(ContractStream):
+    """Serves one client stream by routing it onto the proxy's upstream session."""
+
+    def __init__(
+        self,
+        context: Any,
+        session_id: str,
+        config: ProxyConfig,
+        upstream: Upstream,
+        routes: Routes,
+    ) -> None:
+        super().__init__(context, session_id, config.max_frame_bytes, config.read_bound_bytes)
+        self._config = config
+        self._upstream = upstream
+        self._routes = routes
+        self._handles: dict[int, ClientHandle] = {}
+        self._acks: AckGroup | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- the handshake ------------------------------------------------------------------
+
+    def greet(self, hello: pb.Hello) -> None:
+        """Answer Hello with the broker's limits, once the upstream has learnt them."""
+        if self._upstream.engine.ever_connected:
+            self._send_hello_reply()
+        else:
+            self._spawn(self._greet_when_connected())
+
+    async def _greet_when_connected(self) -> None:
+        if not await self._upstream.wait_connected(self._config.hello_wait):
+            log.warning(
+                "no broker reachable within %g s: answering %s with default limits",
+                self._config.hello_wait,
+                self.session_id,
+            )
+        self._send_hello_reply()
+
+    def _send_hello_reply(self) -> None:
+        limits = self._upstream.limits
+        self.send(
+            pb.ServerFrame(
+                hello_reply=pb.HelloReply(
+                    protocol_version=PROTOCOL_VERSION,
+                    session_id=self.session_id,
+                    dedup_window_ms=round(limits.dedup_window * 1000),
+                    max_payload_bytes=limits.max_payload_bytes,
+                    max_properties=limits.max_properties,
+                    max_properties_bytes=limits.max_properties_bytes,
+                    broker_id=limits.broker_id,
+                )
+            )
+        )
+
+    # -- requests -----------------------------------------------------------------------
+
+    def on_open(self, request: pb.OpenQueue) -> None:
+        """Open the client's handle upstream; answer once the broker has."""
+        try:
+            parse_queue_uri(request.uri)
+        except ValueError as error:
+            self.respond(request.request_id, pb.STATUS_INVALID_ARGUMENT, str(error))
+            return
+        if request.queue_id in self._handles:
+            self.respond(
+                request.request_id,
+                pb.STATUS_ALREADY_OPEN,
+                f"queue_id {request.queue_id} is already open",
+            )
+            return
+        if not (request.read or request.write):
+            self.respond(
+                request.request_id, pb.STATUS_INVALID_ARGUMENT, "open with read, write or both"
+            )
+            return
+        handle = ClientHandle(request.queue_id, request.uri, request.read, request.write)
+        self._handles[handle.queue_id] = handle
+        self._spawn(self._open_upstream(request, handle))
+
+    async def _open_upstream(self, request: pb.OpenQueue, handle: ClientHandle) -> None:
+        options = (
+            QueueOptions(
+                max_unconfirmed_messages=request.options.max_unconfirmed_messages,
+                max_unconfirmed_bytes=request.options.max_unconfirmed_bytes,
+            )
+            if request.HasField("options")
+            else QueueOptions()
+        )
+        try:
+            record = await self._upstream.open_queue(
+                request.uri,
+                read=request.read,
+                write=request.write,
+                options=options,
+                on_message=(lambda m: self._on_push(handle, m)) if request.read else None,
+                on_ack=self._routes.on_ack,
+                timeout=self._config.request_timeout,
+            )
+        except HoldfastError as error:
+            if self._handles.get(handle.queue_id) is handle:
+                del self._handles[handle.queue_id]
+            self.respond(request.request_id, *request_status(error))
+            return
+        if self._handles.get(handle.queue_id) is not handle or self.ending:
+            # The client closed it or left while the open was on its way: undo it.
+            self._spawn(self._close_upstream(record))
+            return
+        handle.upstream = record
+        self.respond(request.request_id, pb.STATUS_OK)
+
+    def on_configure(self, request: pb.ConfigureQueue) -> None:
+        """Reconfigure the client's handle upstream."""
+        handle = self._handles.get(request.queue_id)
+        if handle is None or handle.upstream is None:
+            self.respond(
+                request.request_id,
+                pb.STATUS_UNKNOWN_QUEUE,
+                f"queue_id {request.queue_id} is not open",
+            )
+            return
+        options = QueueOptions(
+            max_unconfirmed_messages=request.options.max_unconfirmed_messages,
+            max_unconfirmed_bytes=request.options.max_unconfirmed_bytes,
+        )
+        self._spawn(self._configure_upstream(request.request_id, handle.upstream, options))
+
+    async def _configure_upstream(
+        self, request_id: int, record: QueueRecord, options: QueueOptions
+    ) -> None:
+        try:
+            await self._upstream.configure_queue(
+                record.queue_id, options, self._config.request_timeout
+            )
+        except HoldfastError as error:
+            self.respond(request_id, *request_status(error))
+            return
+        self.respond(request_id, pb.STATUS_OK)
+
+    def on_close(self, request: pb.CloseQueue) -> None:
+        """Close the client's handle; the upstream handle closes behind it."""
+        handle = self._handles.pop(request.queue_id, None)
+        if handle is None:
+            self.respond(
+                request.request_id,
+                pb.STATUS_UNKNOWN_QUEUE,
+                f"queue_id {request.queue_id} is not open",
+            )
+            return
+        self.outbox.drop_pushes(handle.queue_id)
+        if handle.upstream is None:
+            self.respond(request.request_id, pb.STATUS_OK)
+        else:
+            # Answer after the upstream close: the ACKs of PUTs posted before it come
+            # back first, so the client does not report them UNKNOWN.
+            self._spawn(self._close_upstream(handle.upstream, request.request_id))
+
+    async def _close_upstream(self, record: QueueRecord, request_id: int | None = None) -> None:
+        try:
+            await self._upstream.close_queue(record.queue_id, self._config.request_timeout)
+        except (HoldfastError, QueueStateError) as error:
+            log.debug("closing upstream handle of %s: %s", record.uri, error)
+        if request_id is not None:
+            self.respond(request_id, pb.STATUS_OK)
+
+    # -- messages -----------------------------------------------------------------------
+
+    def on_puts(self, batch: pb.PutBatch) -> None:
+        """Post each PUT upstream under the client's GUID; refuse bad ones with a typed ACK."""
+        upstream = self._upstream
+        pending = upstream.engine.is_pending
+        for put in batch.puts:
+            guid = put.guid
+            handle = self._handles.get(put.queue_id)
+            status: pb.Status | None = None
+            if handle is None or handle.upstream is None:
+                status = pb.STATUS_UNKNOWN_QUEUE
+            elif not handle.write:
+                status = pb.STATUS_NOT_WRITABLE
+            elif len(guid) != 16:
+                status = pb.STATUS_INVALID_GUID
+            else:
+                guid_obj = uuid.UUID(bytes=guid)
+                if not pending(guid_obj):
+                    try:
+                        upstream.post(
+                            handle.upstream.queue_id,
+                            put.payload,
+                            put.properties or None,
+                            guid_obj,
+                        )
+                    except HoldfastError as error:
+                        status = _POST_ERRORS.get(type(error), pb.STATUS_UNKNOWN_QUEUE)
+                if status is None:
+                    self._routes.add(guid, self, put.queue_id)
+                    continue
+            self.ack(put.queue_id, guid, status)
+
+    def ack(self, queue_id: int, guid: bytes, status: pb.Status) -> None:
+        """Queue an ACK for this client; ACKs routed in one turn of the loop share a frame."""
+        if self.ending:
+            return
+        group = self._acks
+        if group is None:
+            group = self._acks = AckGroup()
+            asyncio.get_running_loop().call_soon(self._flush_acks)
+        group.acks.append((queue_id, guid, status))
+
+    def _flush_acks(self) -> None:
+        group, self._acks = self._acks, None
+        if group is not None and group.acks:
+            group.ready = True
+            self.outbox.add_acks(group)
+
+    def _on_push(self, handle: ClientHandle, message: Message) -> None:
+        if self._handles.get(handle.queue_id) is not handle or self.ending:
+            return  # the upstream handle is closing; the broker redelivers it
+        guid = message.guid.bytes
+        handle.delivered[guid] = message
+        stored = StoredMessage(
+            handle.uri,
+            guid,
+            message.payload,
+            message.properties or NO_PROPERTIES,
+            0.0,
+            message.delivery_count,
+        )
+        self.outbox.push(handle.queue_id, stored, message.delivery_count)
+
+    def on_confirms(self, batch: pb.ConfirmBatch) -> None:
+        """CONFIRM upstream what this client was delivered on the current upstream link."""
+        rejected: dict[tuple[pb.Status, int], list[bytes]] = {}
+        for confirm in batch.confirms:
+            handle = self._handles.get(confirm.queue_id)
+            status: pb.Status
+            if handle is None:
+                status = pb.STATUS_UNKNOWN_QUEUE
+            elif not handle.read:
+                status = pb.STATUS_NOT_READABLE
+            else:
+                message = handle.delivered.pop(confirm.guid, None)
+                if message is None:
+                    status = pb.STATUS_UNKNOWN_GUID
+                else:
+                    try:
+                        self._upstream.confirm(message)
+                        continue
+                    except ConfirmDroppedError:
+                        status = pb.STATUS_UNKNOWN_GUID  # stale: already taken back
+                    except HoldfastError:
+                        status = pb.STATUS_UNKNOWN_QUEUE
+            rejected.setdefault((status, confirm.queue_id), []).append(confirm.guid)
+        for (status, queue_id), guids in rejected.items():
+            self.error(status, _CONFIRM_ERRORS[status], queue_id, guids)
+
+    # -- the end ------------------------------------------------------------------------
+
+    async def wait_before_read(self) -> None:
+        """Stop reading this client while the upstream pushes back."""
+        await super().wait_before_read()
+        await self._upstream.wait_below_high_watermark()
+
+    def on_end(self) -> None:
+        """The client left: close its upstream handles so the broker redelivers."""
+        handles = list(self._handles.values())
+        self._handles.clear()
+        for handle in handles:
+            if handle.upstream is not None:
+                self._spawn(self._close_upstream(handle.upstream))
+        self._acks = None
+
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+_CONFIRM_ERRORS: dict[pb.Status, str] = {
+    pb.STATUS_UNKNOWN_QUEUE: "CONFIRM on a queue_id that is not open",
+    pb.STATUS_NOT_READABLE: "CONFIRM on a queue handle opened without read",
+    pb.STATUS_UNKNOWN_GUID: (
+        "CONFIRM of GUIDs not delivered to this handle on the current broker connection "
+        "(a stale delivery is redelivered by the broker)"
+    ),
+}

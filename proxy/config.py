@@ -1,0 +1,54 @@
+"""The proxy's options, as one immutable value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from holdfast.broker.config import split_host_port
+from holdfast.sdk.errors import InvalidArgumentError
+from holdfast.sdk.failover import parse_addresses
+from holdfast.sdk.options import SessionOptions
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyConfig:
+    """Everything a proxy is started with. Values are checked on construction."""
+
+    listen: str = "127.0.0.1:7701"
+    """``HOST:PORT`` to serve applications on; port 0 picks a free port."""
+    upstream: str = "127.0.0.1:7700"
+    """``HOST:PORT[,HOST:PORT...]``: brokers to fail over across, in order."""
+    upstream_options: SessionOptions = field(
+        default_factory=lambda: SessionOptions(client_name="holdfast-proxy")
+    )
+    """Keepalive, reconnect back-off and buffering of the upstream session."""
+    hello_wait: float = 5.0
+    """Seconds a client's Hello waits for the first broker to announce its limits
+    (answered with the default limits after that)."""
+    request_timeout: float = 60.0
+    """Seconds a client's open/configure/close may wait for the broker."""
+    max_frame_bytes: int = MIB
+    """Target size of one coalesced AckBatch or PushBatch frame to a client."""
+    read_bound_bytes: int = 8 * MIB
+    """A client stops being read while this many bytes of answers wait for it."""
+    max_message_bytes: int = 64 * MIB
+    """The gRPC message size limit towards clients."""
+    shutdown_grace: float = 5.0
+    """Seconds clients get on SIGTERM to receive what is queued for them."""
+
+    def __post_init__(self) -> None:
+        split_host_port(self.listen)
+        parse_addresses(self.upstream)
+        for name in ("hello_wait", "request_timeout", "shutdown_grace"):
+            if getattr(self, name) < 0:
+                raise InvalidArgumentError(f"{name} must be >= 0")
+        for name in ("max_frame_bytes", "read_bound_bytes", "max_message_bytes"):
+            if getattr(self, name) <= 0:
+                raise InvalidArgumentError(f"{name} must be > 0")
+
+    @property
+    def upstream_addresses(self) -> list[str]:
+        """The upstream brokers, in failover order."""
+        return parse_addresses(self.upstream)

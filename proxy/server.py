@@ -1,0 +1,96 @@
+"""The proxy: serves the contract to local applications over one upstream HA session.
+
+Applications connect to the proxy exactly as they would to a broker. Each client
+stream is a ``holdfast.proxy.client.ClientSession``; all of them share one
+``holdfast.proxy.upstream.Upstream`` (the SDK's session engine) to the first
+reachable broker. When the broker goes away the clients stay connected, their
+PUTs keep being taken and buffered upstream, and the upstream replays them when
+it reconnects; the broker's GUID dedup absorbs the replays.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from holdfast.broker.config import split_host_port
+from holdfast.broker.stream import start_server
+from holdfast.proto import pb
+from holdfast.proxy.client import ClientSession, Routes
+from holdfast.proxy.config import ProxyConfig
+from holdfast.proxy.upstream import Upstream
+from holdfast.sdk.events import SessionEvent, log_event
+
+log = logging.getLogger(__name__)
+
+
+class Proxy:
+    """A Holdfast sidecar proxy: ``await start()``, then ``await stop()``."""
+
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.address = ""
+        """``HOST:PORT`` the proxy listens on, with the real port, once started."""
+        self.events: list[SessionEvent] = []
+        """The upstream session's recent events (connection lost, restored...)."""
+        self.upstream = Upstream(
+            config.upstream_addresses, config.upstream_options, on_event=self._on_event
+        )
+        self.routes = Routes()
+        self._sessions: set[ClientSession] = set()
+        self._server: Any = None
+        self._stopping = False
+
+    @property
+    def sessions(self) -> int:
+        """How many applications are connected."""
+        return len(self._sessions)
+
+    async def start(self) -> str:
+        """Start the upstream session, bind, serve; log and return ``HOST:PORT``.
+        Raises ``OSError`` if the address cannot be bound."""
+        self.upstream.start()
+        host, _ = split_host_port(self.config.listen)
+        self._server, port = await start_server(
+            self.config.listen, self.config.max_message_bytes, self._serve_session
+        )
+        self.address = f"{host}:{port}"
+        log.info("listening on %s (upstream %s)", self.address, self.config.upstream)
+        return self.address
+
+    async def _serve_session(self, request_iterator: Any, context: Any) -> None:
+        if self._stopping:
+            error = pb.Error(
+                status=pb.STATUS_SHUTTING_DOWN, message="the proxy is stopping", fatal=True
+            )
+            await context.write(pb.ServerFrame(error=error))
+            return
+        session = ClientSession(context, uuid.uuid4().hex, self.config, self.upstream, self.routes)
+        self._sessions.add(session)
+        try:
+            await session.run()
+        except Exception:
+            # One client's failure must not reach gRPC's server loop or other clients.
+            log.exception("client session %s failed", session.session_id)
+        finally:
+            self._sessions.discard(session)
+
+    def _on_event(self, event: SessionEvent) -> None:
+        self.events = [*self.events[-99:], event]
+        log_event(event)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop: tell clients SHUTTING_DOWN, give them ``grace`` seconds to receive what
+        is queued for them, then close the upstream session."""
+        if self._stopping:
+            return
+        self._stopping = True
+        grace = self.config.shutdown_grace if grace is None else grace
+        log.info("stopping: %d clients connected", len(self._sessions))
+        for session in list(self._sessions):
+            session.stop("the proxy is stopping")
+        if self._server is not None:
+            await self._server.stop(grace)
+        await self.upstream.stop()
+        log.info("stopped")
