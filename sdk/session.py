@@ -29,6 +29,7 @@ from holdfast.sdk.dispatch import Dispatcher
 from holdfast.sdk.engine import HIGH_WATERMARK_WAIT, SessionEngine
 from holdfast.sdk.errors import (
     BandwidthLimitError,
+    ConfirmDroppedError,
     HoldfastError,
     RequestTimeoutError,
     RetryableTransportError,
@@ -43,6 +44,9 @@ from holdfast.sdk.transport import Link, classify_rpc_error
 from holdfast.sdk.types import Ack, Message
 
 log = logging.getLogger("holdfast.sdk.session")
+
+CLOSE_DRAIN_TIMEOUT = 2.0
+"""Seconds ``close()`` lets the broker read what was sent before the stream is cancelled."""
 
 
 class Session:
@@ -173,15 +177,22 @@ class Session:
             return
         self._closed = True
         self.flush(self._options.close_timeout if timeout is None else timeout)
+        in_connector = threading.current_thread() is self._connector
         with self._lock:
+            # The writer sends what is queued (CONFIRMs issued before close()) and
+            # ends the stream; the broker reads all of it before it sees the end.
+            # Cancelling instead could discard frames it had not read yet.
             self._stopping.set()
+            self._writer_wakeup.notify_all()
+        if not in_connector:
+            self._connector.join(CLOSE_DRAIN_TIMEOUT)
+        with self._lock:
             self._engine.close()
             self._after_input()
-            self._writer_wakeup.notify_all()
             link = self._link
         if link is not None:
             link.close()
-        if threading.current_thread() is not self._connector:
+        if not in_connector:
             self._connector.join(10)
         self._dispatcher.stop(10)
 
@@ -207,6 +218,12 @@ class Session:
 
     def _confirm(self, message: Message) -> None:
         with self._lock:
+            if self._stopping.is_set():
+                # The writer may already have ended the stream: this one cannot leave.
+                raise ConfirmDroppedError(
+                    f"CONFIRM of {message.guid} dropped: the session is closing; "
+                    "the broker will redeliver the message"
+                )
             self._engine.confirm(message)
             if self._writer_idle:
                 self._writer_wakeup.notify()
@@ -327,7 +344,8 @@ class Session:
             handshake_timer.cancel()
             link.close()
             with self._lock:
-                self._engine.connection_lost(generation, reason)
+                if not self._stopping.is_set():  # a close is not a lost connection
+                    self._engine.connection_lost(generation, reason)
                 self._link = None
                 self._after_input()
                 self._writer_wakeup.notify_all()
@@ -346,12 +364,12 @@ class Session:
         max_batch = self._options.max_batch_bytes
         while True:
             with self._lock:
-                while not engine.has_outbound and not link.closed:
+                while not (engine.has_outbound or link.closed or self._stopping.is_set()):
                     self._writer_idle = True
                     self._writer_wakeup.wait()
                 self._writer_idle = False
-                if link.closed or engine.generation != generation:
-                    return
+                if link.closed or engine.generation != generation or not engine.has_outbound:
+                    return  # the end of the request stream: a half-close when stopping
                 items = engine.take_outbound()
             for frame, nbytes in encode(items, max_batch):
                 yield frame

@@ -23,6 +23,7 @@ from holdfast.sdk import (
     BandwidthLimitError,
     ConfirmDroppedError,
     ConnectionLost,
+    HoldfastError,
     InvalidQueueUriError,
     Message,
     PayloadTooLargeError,
@@ -319,3 +320,31 @@ def test_posts_from_many_threads_keep_per_thread_order(broker: BrokerProcess) ->
         t, i = message.payload.decode().split(":")
         order[int(t)].append(int(i))
     assert all(seq == list(range(per_thread)) for seq in order.values())
+
+
+def test_confirms_issued_just_before_close_reach_the_broker(broker: BrokerProcess) -> None:
+    """close() ends the stream gracefully: the broker reads every CONFIRM sent before it,
+    so the queue then holds exactly the messages whose confirm() did not succeed."""
+    uri = unique_uri("close-confirms")
+    with Session(broker.address, options=FAST) as producer:
+        queue = producer.open_queue(uri, write=True)
+        posted = {queue.post(b"%04d" % i) for i in range(3000)}
+        assert producer.flush(timeout=30)
+    confirmed: set[uuid.UUID] = set()
+
+    def confirm(message: Message) -> None:
+        try:
+            message.confirm()
+        except HoldfastError:
+            return  # the session is closing: this one stays in the queue
+        confirmed.add(message.guid)
+
+    with Session(broker.address, options=FAST) as consumer:
+        consumer.open_queue(
+            uri, read=True, on_message=confirm, options=QueueOptions(max_unconfirmed_messages=500)
+        )
+        wait_until(lambda: len(confirmed) >= 1000, 30, "a thousand confirms")
+        # close() right away: the last CONFIRMs are still on their way out.
+    remaining = posted - confirmed
+    assert 0 < len(remaining) < len(posted)
+    assert drain(broker.address, uri, len(remaining)) == Counter({g: 1 for g in remaining})
