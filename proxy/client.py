@@ -11,7 +11,8 @@ flow limits at the broker and the proxy knows whose PUSH is whose:
 - a PUSH goes to the client whose handle it was delivered to;
 - a CONFIRM goes upstream only for a message delivered on the current upstream
   connection; one delivered on an earlier connection is answered as stale
-  (UNKNOWN_GUID), since the broker has already taken it back for redelivery;
+  (UNKNOWN_GUID), since the broker has already taken it back for redelivery. A
+  CONFIRM names only a GUID, so it settles this client's oldest delivery of it;
 - when the client goes, its upstream handles are closed, so the broker
   redelivers what it held unconfirmed.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -86,8 +88,13 @@ class ClientHandle:
     write: bool
     upstream: QueueRecord | None = None
     """None until the upstream open completes."""
-    delivered: dict[bytes, Message] = field(default_factory=dict)
-    """Messages PUSHed to this client and not yet confirmed, by GUID."""
+    early: list[Message] = field(default_factory=list)
+    """PUSHes that arrived before the client was told the handle is open: a client
+    drops PUSHes for a handle it does not know to be open, so they wait here."""
+    delivered: dict[bytes, deque[Message]] = field(default_factory=dict)
+    """Deliveries PUSHed to this client and not yet confirmed, by GUID, oldest first.
+    A CONFIRM carries only the GUID, so it is matched to the oldest delivery: after an
+    upstream reconnect the client may hold the stale one and its redelivery."""
 
 
 class Routes:
@@ -219,7 +226,10 @@ class ClientSession(ContractStream):
             self._spawn(self._close_upstream(record))
             return
         handle.upstream = record
-        self.respond(request.request_id, pb.STATUS_OK)
+        self.respond(request.request_id, pb.STATUS_OK, holds_pushes=handle.read)
+        early, handle.early = handle.early, []
+        for message in early:
+            self._on_push(handle, message)
 
     def on_configure(self, request: pb.ConfigureQueue) -> None:
         """Reconfigure the client's handle upstream."""
@@ -327,8 +337,11 @@ class ClientSession(ContractStream):
     def _on_push(self, handle: ClientHandle, message: Message) -> None:
         if self._handles.get(handle.queue_id) is not handle or self.ending:
             return  # the upstream handle is closing; the broker redelivers it
+        if handle.upstream is None:
+            handle.early.append(message)
+            return
         guid = message.guid.bytes
-        handle.delivered[guid] = message
+        handle.delivered.setdefault(guid, deque()).append(message)
         stored = StoredMessage(
             handle.uri,
             guid,
@@ -350,7 +363,7 @@ class ClientSession(ContractStream):
             elif not handle.read:
                 status = pb.STATUS_NOT_READABLE
             else:
-                message = handle.delivered.pop(confirm.guid, None)
+                message = _oldest_delivery(handle, confirm.guid)
                 if message is None:
                     status = pb.STATUS_UNKNOWN_GUID
                 else:
@@ -385,6 +398,16 @@ class ClientSession(ContractStream):
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _oldest_delivery(handle: ClientHandle, guid: bytes) -> Message | None:
+    deliveries = handle.delivered.get(guid)
+    if not deliveries:
+        return None
+    message = deliveries.popleft()
+    if not deliveries:
+        del handle.delivered[guid]
+    return message
 
 
 _CONFIRM_ERRORS: dict[pb.Status, str] = {

@@ -1,4 +1,4 @@
-"""Fixtures shared by every test suite: broker subprocesses."""
+"""Fixtures shared by every test suite: broker and proxy subprocesses."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.support.processes import BrokerProcess
+from tests.support.processes import BrokerProcess, ProxyProcess
 
 
 @pytest.fixture
@@ -35,3 +35,12 @@ def broker_factory() -> Iterator[Callable[..., BrokerProcess]]:
     yield start
     for process in started:
         process.close()
+
+
+@pytest.fixture
+def proxy(broker: BrokerProcess) -> Iterator[ProxyProcess]:
+    """A ``holdfast-proxy`` in front of the ``broker`` fixture, stopped by PID at teardown."""
+    with ProxyProcess(
+        ["--upstream", broker.address, "--keepalive", "0.5", "--keepalive-timeout", "1"]
+    ) as started:
+        yield started

@@ -1,11 +1,12 @@
-"""Run a broker as a subprocess, the way users run it: ``python -m holdfast.broker``.
+"""Run a broker or a proxy as a subprocess, the way users run them
+(``python -m holdfast.broker``, ``python -m holdfast.proxy``).
 
     with BrokerProcess(["--dedup-window", "1.5"]) as broker:
         Session(broker.address)  # "127.0.0.1:PORT"
         broker.kill()            # SIGKILL
         broker.restart()         # same arguments, same port
 
-The broker's stderr is read by a thread for the whole life of the process, so the
+The server's stderr is read by a thread for the whole life of the process, so the
 pipe never fills; the last lines are kept for error messages.
 """
 
@@ -22,22 +23,26 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from types import TracebackType
+from typing import Self
 
 READY_TIMEOUT = 20.0
-"""Seconds a broker may take to log ``listening on``."""
+"""Seconds a server may take to log ``listening on``."""
 
 STOP_TIMEOUT = 10.0
-"""Seconds a broker may take to exit after SIGTERM or SIGKILL."""
+"""Seconds a server may take to exit after SIGTERM or SIGKILL."""
 
 _LISTENING = re.compile(r"listening on (?P<host>\S+):(?P<port>\d+)")
 
 
-class BrokerProcess:
-    """A ``holdfast-broker`` subprocess on ``127.0.0.1``.
+class ServerProcess:
+    """A Holdfast server subprocess on ``127.0.0.1`` (see ``BrokerProcess``, ``ProxyProcess``).
 
     ``args`` are extra command-line arguments (not ``--listen``). ``port`` 0 lets the
-    broker pick a free port; ``restart()`` then reuses the port it bound first.
+    server pick a free port; ``restart()`` then reuses the port it bound first.
     """
+
+    module = ""
+    """The module ``python -m`` runs."""
 
     def __init__(self, args: Sequence[str] = (), port: int = 0) -> None:
         self.args: list[str] = list(args)
@@ -52,15 +57,15 @@ class BrokerProcess:
 
     # -- lifecycle ------------------------------------------------------------------
 
-    def start(self) -> BrokerProcess:
-        """Start the broker and wait until it listens; return ``self``."""
+    def start(self) -> Self:
+        """Start the server and wait until it listens; return ``self``."""
         if self.running:
-            raise RuntimeError(f"broker already running (pid {self.pid})")
+            raise RuntimeError(f"{self.module} already running (pid {self.pid})")
         port = self._port or self._requested_port
         command = [
             sys.executable,
             "-m",
-            "holdfast.broker",
+            self.module,
             "--listen",
             f"127.0.0.1:{port}",
             *self.args,
@@ -84,7 +89,7 @@ class BrokerProcess:
         return self
 
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
-        """Wait until the broker logged ``listening on HOST:PORT``; raise ``RuntimeError``
+        """Wait until the server logged ``listening on HOST:PORT``; raise ``RuntimeError``
         with its output if it exits or does not get there within ``timeout`` seconds."""
         proc = self._require()
         deadline = time.monotonic() + timeout
@@ -93,13 +98,16 @@ class BrokerProcess:
                 if self._reader is not None:
                     self._reader.join(2)  # collect its last words
                 raise RuntimeError(
-                    f"broker exited with {proc.returncode} before it listened:\n{self.output}"
+                    f"{self.module} exited with {proc.returncode} before it listened:\n"
+                    + self.output
                 )
             if time.monotonic() >= deadline:
-                raise RuntimeError(f"broker did not listen within {timeout} s:\n{self.output}")
+                raise RuntimeError(
+                    f"{self.module} did not listen within {timeout} s:\n{self.output}"
+                )
 
     def terminate(self, timeout: float = STOP_TIMEOUT) -> int:
-        """SIGTERM the broker and wait for it to exit; return its exit code. If it is
+        """SIGTERM the server and wait for it to exit; return its exit code. If it is
         still running after ``timeout`` seconds, SIGKILL it and raise ``TimeoutError``."""
         proc = self._require()
         if proc.poll() is None:
@@ -109,19 +117,19 @@ class BrokerProcess:
         except subprocess.TimeoutExpired:
             self.kill()
             raise TimeoutError(
-                f"broker did not exit within {timeout} s of SIGTERM:\n{self.output}"
+                f"{self.module} did not exit within {timeout} s of SIGTERM:\n{self.output}"
             ) from None
 
     def kill(self) -> None:
-        """SIGKILL the broker (by PID) and wait for it to be gone."""
+        """SIGKILL the server (by PID) and wait for it to be gone."""
         proc = self._require()
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
         proc.wait(STOP_TIMEOUT)
 
     def restart(self) -> None:
-        """Start the broker again with the same arguments on the port it bound first.
-        A broker still running is terminated first."""
+        """Start the server again with the same arguments on the port it bound first.
+        A server still running is terminated first."""
         if self.running:
             self.terminate()
         # The old process's listening socket is gone once it was reaped, but give the
@@ -137,15 +145,15 @@ class BrokerProcess:
                 time.sleep(0.1)
 
     def close(self) -> None:
-        """Stop the broker however it takes (SIGTERM, then SIGKILL); never raises for a
-        broker that is already gone."""
+        """Stop the server however it takes (SIGTERM, then SIGKILL); never raises for a
+        server that is already gone."""
         if self._proc is None or self._proc.poll() is not None:
             return
         # On TimeoutError terminate() has killed it.
         with contextlib.suppress(TimeoutError):
             self.terminate(timeout=5.0)
 
-    def __enter__(self) -> BrokerProcess:
+    def __enter__(self) -> Self:
         if not self.running:
             self.start()
         return self
@@ -164,7 +172,7 @@ class BrokerProcess:
     def address(self) -> str:
         """``127.0.0.1:PORT`` (the port actually bound)."""
         if not self._port:
-            raise RuntimeError("the broker has not listened yet")
+            raise RuntimeError(f"{self.module} has not listened yet")
         return f"{self._host}:{self._port}"
 
     @property
@@ -174,7 +182,7 @@ class BrokerProcess:
 
     @property
     def pid(self) -> int:
-        """The broker's process id."""
+        """The server's process id."""
         return self._require().pid
 
     @property
@@ -189,13 +197,13 @@ class BrokerProcess:
 
     @property
     def output(self) -> str:
-        """The last lines the broker wrote to stderr (of every run)."""
+        """The last lines the server wrote to stderr (of every run)."""
         with self._lines_lock:
             return "".join(self._lines)
 
     def _require(self) -> subprocess.Popen[str]:
         if self._proc is None:
-            raise RuntimeError("the broker was never started")
+            raise RuntimeError("the server was never started")
         return self._proc
 
     def _drain(self, proc: subprocess.Popen[str], ready: threading.Event) -> None:
@@ -208,3 +216,15 @@ class BrokerProcess:
                 self._port = int(match["port"])
                 ready.set()
         proc.stderr.close()
+
+
+class BrokerProcess(ServerProcess):
+    """A ``holdfast-broker`` subprocess; ``args`` are its options besides ``--listen``."""
+
+    module = "holdfast.broker"
+
+
+class ProxyProcess(ServerProcess):
+    """A ``holdfast-proxy`` subprocess; pass ``["--upstream", broker.address]``."""
+
+    module = "holdfast.proxy"

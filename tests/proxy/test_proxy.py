@@ -1,0 +1,197 @@
+"""The sidecar proxy between SDK sessions and a broker, all as real processes on 127.0.0.1.
+
+Rule 10: an application connected to the proxy sees the same contract. When the
+proxy loses the broker it keeps its clients connected and replays upstream with
+the SDK's engine; when the proxy itself dies, the SDK's own reconnect rules apply.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import uuid
+from collections import Counter
+
+import pytest
+
+from holdfast.proto import pb
+from holdfast.sdk import (
+    AckStatus,
+    ConfirmRejected,
+    ConnectionLost,
+    Message,
+    QueueOptions,
+    ReconnectOptions,
+    Session,
+    SessionOptions,
+)
+from tests.sdk.test_session import FAST, drain, unique_uri
+from tests.support.processes import BrokerProcess, ProxyProcess
+from tests.support.recorder import AckRecorder, EventRecorder, MessageRecorder
+from tests.support.waiting import wait_until
+from tests.support.wire_client import WireClient
+
+
+def proxy_saw(proxy: ProxyProcess, text: str) -> bool:
+    """Whether the proxy logged ``text`` (its upstream events are logged)."""
+    return text in proxy.output
+
+
+@pytest.mark.timeout(180)
+def test_producer_through_the_proxy_while_the_broker_restarts(
+    broker: BrokerProcess, proxy: ProxyProcess
+) -> None:
+    """Memory store: messages the first broker ACKed die with it. The client never sees
+    the outage; every PUT gets exactly one ACK, none twice."""
+    total = 30_000
+    acks, events = AckRecorder(), EventRecorder()
+    uri = unique_uri("proxy-restart")
+    with Session(proxy.address, on_event=events, options=FAST) as session:
+        queue = session.open_queue(uri, write=True, on_ack=acks)
+        posted = []
+        for i in range(total):
+            posted.append(queue.post(b"%06d" % i))
+            if i == total // 3:
+                broker.kill()
+            elif i == total // 2:
+                broker.restart()
+        assert session.flush(timeout=120)
+    assert acks.per_guid() == Counter({g: 1 for g in posted})
+    # Nothing was older than the 300 s dedup window, so nothing ended UNKNOWN.
+    assert acks.with_status(AckStatus.SUCCESS) == set(posted)
+    assert events.of(ConnectionLost) == []  # the client stayed connected to the proxy
+    wait_until(lambda: proxy_saw(proxy, "StateRestored"), 10, "the proxy's upstream restore")
+
+
+@pytest.mark.timeout(180)
+def test_proxy_killed_and_restarted_mid_stream_loses_and_duplicates_nothing(
+    broker: BrokerProcess,
+) -> None:
+    total = 30_000
+    acks = AckRecorder()
+    uri = unique_uri("proxy-kill")
+    with (
+        ProxyProcess(["--upstream", broker.address]) as proxy,
+        Session(proxy.address, options=FAST) as session,
+    ):
+        queue = session.open_queue(uri, write=True, on_ack=acks)
+        posted = []
+        for i in range(total):
+            posted.append(queue.post(b"%06d" % i))
+            if i == total // 3:
+                proxy.kill()
+            elif i == total // 2:
+                proxy.restart()
+        assert session.flush(timeout=120)
+    assert acks.per_guid() == Counter({g: 1 for g in posted})
+    assert acks.with_status(AckStatus.SUCCESS) == set(posted)
+    # The broker stayed up, so it held every message, each exactly once.
+    assert drain(broker.address, uri, total) == Counter({g: 1 for g in posted})
+
+
+@pytest.mark.timeout(120)
+def test_a_misbehaving_client_does_not_affect_another(
+    broker: BrokerProcess, proxy: ProxyProcess
+) -> None:
+    uri = unique_uri("neighbours")
+    acks = AckRecorder()
+    received = MessageRecorder()
+    stop = threading.Event()
+    posted: list[uuid.UUID] = []
+
+    with Session(proxy.address, options=FAST) as good:
+        good.open_queue(uri, read=True, on_message=received)
+        queue = good.open_queue(uri, write=True, on_ack=acks)
+
+        def produce() -> None:
+            while not stop.is_set() and len(posted) < 20_000:
+                posted.append(queue.post(b"%06d" % len(posted)))
+
+        producer = threading.Thread(target=produce)
+        producer.start()
+        try:
+            for _ in range(3):
+                with WireClient(proxy.address) as bad:
+                    bad.send_raw(b"\xff\xfe not a frame")
+                    assert bad.recv("error").error.status == pb.STATUS_MALFORMED_FRAME
+                    bad.hello()
+                    assert bad.open(1, "not-a-uri", write=True).status == (
+                        pb.STATUS_INVALID_ARGUMENT
+                    )
+                    assert bad.open(2, uri, write=True).status == pb.STATUS_OK
+                    bad.put(2, [(b"short", b"x", {})])
+                    assert bad.acks(1)[0].status == pb.STATUS_INVALID_GUID
+                    bad.confirm(2, [uuid.uuid4().bytes])
+                    assert bad.recv("error").error.status == pb.STATUS_NOT_READABLE
+                    bad.send(pb.ClientFrame(hello=pb.Hello(protocol_version=1)))
+                    assert bad.recv("error").error.status == pb.STATUS_PROTOCOL_ERROR
+                # ...and leave abruptly, mid-conversation.
+                with WireClient(proxy.address) as rude:
+                    rude.hello()
+                    rude.open(7, uri, read=True)
+        finally:
+            stop.set()
+            producer.join(30)
+        assert good.flush(timeout=60)
+        wait_until(lambda: set(received.guids()) >= set(posted), 60, "every message consumed")
+    assert acks.with_status(AckStatus.SUCCESS) == set(posted)
+    assert acks.per_guid() == Counter({g: 1 for g in posted})
+
+
+@pytest.mark.timeout(120)
+def test_a_departing_consumer_releases_its_messages_to_another(
+    broker: BrokerProcess, proxy: ProxyProcess
+) -> None:
+    uri = unique_uri("release")
+    with Session(proxy.address, options=FAST) as producer:
+        queue = producer.open_queue(uri, write=True)
+        posted = [queue.post(b"%03d" % i) for i in range(50)]
+        assert producer.flush(timeout=30)
+    held = MessageRecorder(confirm=False)
+    with Session(proxy.address, options=FAST) as first:
+        first.open_queue(
+            uri, read=True, on_message=held, options=QueueOptions(max_unconfirmed_messages=10)
+        )
+        wait_until(lambda: len(held) == 10, 10, "the first consumer's 10 messages")
+    # The first consumer left without confirming: its 10 go to the next one.
+    second = MessageRecorder()
+    with Session(proxy.address, options=FAST) as other:
+        other.open_queue(uri, read=True, on_message=second)
+        wait_until(lambda: set(second.guids()) == set(posted), 30, "all 50 messages")
+    redelivered = {m.guid for m in second.messages if m.delivery_count == 2}
+    assert redelivered == {m.guid for m in held.messages}
+
+
+@pytest.mark.timeout(120)
+def test_confirm_of_a_delivery_from_an_earlier_upstream_connection_is_stale(
+    broker: BrokerProcess, proxy: ProxyProcess
+) -> None:
+    """The client's link to the proxy never drops, but the proxy's link to the broker
+    does: a CONFIRM of a message delivered before that is refused as stale, and the
+    broker redelivers the message."""
+    uri = unique_uri("stale")
+    with Session(proxy.address, options=FAST) as producer:
+        producer.open_queue(uri, write=True).post(b"only")
+        assert producer.flush(timeout=10)
+    events = EventRecorder()
+    held = MessageRecorder(confirm=False)
+    options = SessionOptions(reconnect=ReconnectOptions(initial=0.02, maximum=0.2))
+    with Session(proxy.address, on_event=events, options=options) as consumer:
+        consumer.open_queue(uri, read=True, on_message=held)
+        wait_until(lambda: len(held) == 1, 10, "the first delivery")
+        first: Message = held.messages[0]
+        os.kill(broker.pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: proxy_saw(proxy, "ConnectionLost"), 15, "the proxy to notice")
+        finally:
+            os.kill(broker.pid, signal.SIGCONT)
+        wait_until(lambda: proxy_saw(proxy, "StateRestored"), 15, "the proxy to reconnect")
+        first.confirm()  # the client's own link is fine, so the SDK sends it
+        wait_until(lambda: events.of(ConfirmRejected), 10, "the stale CONFIRM to be refused")
+        wait_until(lambda: len(held) == 2, 30, "the redelivery")
+        again = held.messages[1]
+        assert (again.guid, again.delivery_count) == (first.guid, 2)
+        again.confirm()
+    assert events.of(ConnectionLost) == []
+    assert drain(broker.address, uri, 0) == Counter()
