@@ -1,4 +1,4 @@
-# Holdfast: `make demo` and `make test` work on a fresh machine (Python 3.10+ with venv).
+# Holdfast: `make demo` and `make test` work on a fresh machine (Python 3.11+ with venv).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
