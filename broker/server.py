@@ -123,7 +123,7 @@ class Broker:
                 await self._server.stop(grace)
             await asyncio.wait_for(self.puts.drain(), timeout=max(grace, 1.0))
             await asyncio.wait_for(self.queues.updates.drain(), timeout=max(grace, 1.0))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("stopping: the store did not finish in time")
         finally:
             self.store.close()

@@ -118,7 +118,7 @@ class AioClient:
         """True if no frame arrives within ``seconds``; fails the test otherwise."""
         try:
             item = await asyncio.wait_for(self.frames.get(), seconds)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return True
         raise AssertionError(f"unexpected frame: {item}")
 
