@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -44,3 +45,12 @@ def proxy(broker: BrokerProcess) -> Iterator[ProxyProcess]:
         ["--upstream", broker.address, "--keepalive", "0.5", "--keepalive-timeout", "1"]
     ) as started:
         yield started
+
+
+@pytest.fixture
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port

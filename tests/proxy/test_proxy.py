@@ -12,6 +12,7 @@ import signal
 import threading
 import uuid
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 
@@ -195,3 +196,39 @@ def test_confirm_of_a_delivery_from_an_earlier_upstream_connection_is_stale(
         again.confirm()
     assert events.of(ConnectionLost) == []
     assert drain(broker.address, uri, 0) == Counter()
+
+
+def test_the_proxy_forwards_the_brokers_dedup_window_and_limits(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    broker = broker_factory("--dedup-window", "42", "--max-payload-bytes", "1000")
+    with ProxyProcess(["--upstream", broker.address]) as proxy, WireClient(proxy.address) as client:
+        reply = client.hello()
+    assert reply.dedup_window_ms == 42_000
+    assert reply.max_payload_bytes == 1000
+
+
+def test_the_proxy_fails_over_across_its_upstream_list_in_order(
+    broker: BrokerProcess, free_port: int
+) -> None:
+    upstream = f"127.0.0.1:{free_port},{broker.address}"
+    with ProxyProcess(["--upstream", upstream]) as proxy:
+        with Session(proxy.address, options=FAST) as session:
+            session.open_queue(unique_uri("failover"), write=True).post(b"x")
+            assert session.flush(timeout=20)
+        log = proxy.output
+    assert log.index(f"ConnectAttemptFailed(address='127.0.0.1:{free_port}'") < log.index(
+        f"Connected(address='{broker.address}'"
+    )
+
+
+def test_sigterm_stops_the_proxy_gracefully(broker: BrokerProcess) -> None:
+    proxy = ProxyProcess(["--upstream", broker.address]).start()
+    try:
+        with WireClient(proxy.address) as client:
+            client.hello()
+            assert proxy.terminate() == 0
+            error = client.recv("error").error
+        assert (error.status, error.fatal) == (pb.STATUS_SHUTTING_DOWN, True)
+    finally:
+        proxy.close()
