@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -24,6 +23,7 @@ from holdfast.broker.config import BrokerConfig, split_host_port
 from holdfast.broker.server import Broker
 from holdfast.broker.sqlite_store import SYNC_MODES
 from holdfast.broker.store import Store, StoreError, open_store, parse_store_spec
+from holdfast.broker.stream import serve_until_signalled
 
 log = logging.getLogger("holdfast.broker")
 
@@ -147,12 +147,7 @@ async def serve(config: BrokerConfig, store: Store | None = None) -> int:
         log.error("%s", error)
         broker.store.close()
         return 1
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    await stop.wait()
-    await broker.stop()
+    await serve_until_signalled(broker.stop)
     return 0
 
 

@@ -100,11 +100,7 @@ class Session(ContractStream):
         """Change a consumer's flow limits; delivery resumes if they allow."""
         handle = self._handles.get(request.queue_id)
         if handle is None:
-            self.respond(
-                request.request_id,
-                pb.STATUS_UNKNOWN_QUEUE,
-                f"queue_id {request.queue_id} is not open",
-            )
+            self.respond_not_open(request.request_id, request.queue_id)
             return
         if handle.consumer is not None:
             options = request.options if request.HasField("options") else None
@@ -116,11 +112,7 @@ class Session(ContractStream):
         """Close a queue handle; its unconfirmed messages go back to the queue."""
         handle = self._handles.pop(request.queue_id, None)
         if handle is None:
-            self.respond(
-                request.request_id,
-                pb.STATUS_UNKNOWN_QUEUE,
-                f"queue_id {request.queue_id} is not open",
-            )
+            self.respond_not_open(request.request_id, request.queue_id)
             return
         self._detach(handle)
         self.respond(request.request_id, pb.STATUS_OK)
@@ -154,8 +146,7 @@ class Session(ContractStream):
             rejected.setdefault((status, queue_id), []).append(guid)
         for queue in touched.values():
             queue.deliver()
-        for (status, queue_id), guids in rejected.items():
-            self.error(status, _CONFIRM_ERRORS[status], queue_id, guids)
+        self.reject_confirms(rejected)
 
     def _detach(self, handle: QueueHandle) -> None:
         if handle.consumer is not None:
@@ -177,10 +168,3 @@ class Session(ContractStream):
                 queues[id(handle.queue)] = handle.queue
         for queue in queues.values():
             queue.deliver()
-
-
-_CONFIRM_ERRORS: dict[pb.Status, str] = {
-    pb.STATUS_UNKNOWN_QUEUE: "CONFIRM on a queue_id that is not open",
-    pb.STATUS_NOT_READABLE: "CONFIRM on a queue handle opened without read",
-    pb.STATUS_UNKNOWN_GUID: "CONFIRM of GUIDs this consumer does not hold unconfirmed",
-}

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import grpc
@@ -275,11 +276,41 @@ class ContractStream(ABC):
         if not fatal:
             log.debug("session %s: %s: %s", self.session_id, pb.Status.Name(status), message)
 
+    def respond_not_open(self, request_id: int, queue_id: int) -> None:
+        """Answer a request about a queue handle that is not open on this stream."""
+        self.respond(request_id, pb.STATUS_UNKNOWN_QUEUE, f"queue_id {queue_id} is not open")
+
+    def reject_confirms(self, rejected: dict[tuple[pb.Status, int], list[bytes]]) -> None:
+        """Answer refused CONFIRMs: one Error per (status, queue handle), naming the GUIDs."""
+        for (status, queue_id), guids in rejected.items():
+            self.error(status, CONFIRM_ERRORS[status], queue_id, guids)
+
     def fatal(self, status: pb.Status, message: str, reason: str | None = None) -> None:
         """Send a fatal Error and end the stream once it is written."""
         self.error(status, message, fatal=True)
         self._ending = True
         self._end_reason = reason or f"{pb.Status.Name(status)}: {message}"
+
+
+CONFIRM_ERRORS: dict[pb.Status, str] = {
+    pb.STATUS_UNKNOWN_QUEUE: "CONFIRM on a queue_id that is not open",
+    pb.STATUS_NOT_READABLE: "CONFIRM on a queue handle opened without read",
+    pb.STATUS_UNKNOWN_GUID: (
+        "CONFIRM of GUIDs this consumer does not hold unconfirmed (through a proxy: "
+        "delivered on an earlier broker connection, and redelivered since)"
+    ),
+}
+"""Why a CONFIRM was refused, by status."""
+
+
+async def serve_until_signalled(stop: Callable[[], Awaitable[None]]) -> None:
+    """Wait for SIGTERM or SIGINT, then ``await stop()`` (a graceful stop)."""
+    signalled = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, signalled.set)
+    await signalled.wait()
+    await stop()
 
 
 def _serialize(frame: pb.ServerFrame) -> bytes:

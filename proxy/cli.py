@@ -13,10 +13,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 import sys
 from collections.abc import Sequence
 
+from holdfast.broker.stream import serve_until_signalled
 from holdfast.proxy.config import ProxyConfig
 from holdfast.proxy.server import Proxy
 from holdfast.sdk.errors import InvalidArgumentError
@@ -96,12 +96,7 @@ async def serve(config: ProxyConfig) -> int:
         log.error("%s", error)
         await proxy.stop(0)
         return 1
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    await stop.wait()
-    await proxy.stop()
+    await serve_until_signalled(proxy.stop)
     return 0
 
 

@@ -235,11 +235,7 @@ class ClientSession(ContractStream):
         """Reconfigure the client's handle upstream."""
         handle = self._handles.get(request.queue_id)
         if handle is None or handle.upstream is None:
-            self.respond(
-                request.request_id,
-                pb.STATUS_UNKNOWN_QUEUE,
-                f"queue_id {request.queue_id} is not open",
-            )
+            self.respond_not_open(request.request_id, request.queue_id)
             return
         options = QueueOptions(
             max_unconfirmed_messages=request.options.max_unconfirmed_messages,
@@ -263,11 +259,7 @@ class ClientSession(ContractStream):
         """Close the client's handle; the upstream handle closes behind it."""
         handle = self._handles.pop(request.queue_id, None)
         if handle is None:
-            self.respond(
-                request.request_id,
-                pb.STATUS_UNKNOWN_QUEUE,
-                f"queue_id {request.queue_id} is not open",
-            )
+            self.respond_not_open(request.request_id, request.queue_id)
             return
         self.outbox.drop_pushes(handle.queue_id)
         if handle.upstream is None:
@@ -375,8 +367,7 @@ class ClientSession(ContractStream):
                     except HoldfastError:
                         status = pb.STATUS_UNKNOWN_QUEUE
             rejected.setdefault((status, confirm.queue_id), []).append(confirm.guid)
-        for (status, queue_id), guids in rejected.items():
-            self.error(status, _CONFIRM_ERRORS[status], queue_id, guids)
+        self.reject_confirms(rejected)
 
     # -- the end ------------------------------------------------------------------------
 
@@ -408,13 +399,3 @@ def _oldest_delivery(handle: ClientHandle, guid: bytes) -> Message | None:
     if not deliveries:
         del handle.delivered[guid]
     return message
-
-
-_CONFIRM_ERRORS: dict[pb.Status, str] = {
-    pb.STATUS_UNKNOWN_QUEUE: "CONFIRM on a queue_id that is not open",
-    pb.STATUS_NOT_READABLE: "CONFIRM on a queue handle opened without read",
-    pb.STATUS_UNKNOWN_GUID: (
-        "CONFIRM of GUIDs not delivered to this handle on the current broker connection "
-        "(a stale delivery is redelivered by the broker)"
-    ),
-}

@@ -23,24 +23,15 @@ from holdfast.sdk import (
     ConnectionLost,
     QueueOptions,
     Reconnected,
-    ReconnectOptions,
     Session,
     SessionEvent,
-    SessionOptions,
 )
 from tests.broker.util import connected, new_guid, options, statuses, unique_uri
 from tests.support.processes import BrokerProcess
 from tests.support.recorder import AckRecorder, EventRecorder, MessageRecorder
+from tests.support.sessions import FAST
 from tests.support.waiting import wait_until
 from tests.support.wire_client import PutItem, WireClient
-
-FAST = SessionOptions(
-    keepalive_time=0.5,
-    keepalive_timeout=1.0,
-    connect_timeout=2.0,
-    reconnect=ReconnectOptions(initial=0.02, maximum=0.2),
-    close_timeout=5.0,
-)
 
 
 def sqlite_broker(path: Path, *args: str) -> BrokerProcess:

@@ -27,9 +27,9 @@ from holdfast.sdk import (
     Session,
     SessionOptions,
 )
-from tests.sdk.test_session import FAST, drain, unique_uri
 from tests.support.processes import BrokerProcess, ProxyProcess
 from tests.support.recorder import AckRecorder, EventRecorder, MessageRecorder
+from tests.support.sessions import FAST, drain, unique_uri
 from tests.support.waiting import wait_until
 from tests.support.wire_client import WireClient
 

@@ -30,7 +30,6 @@ from holdfast.sdk import (
     QueueOptions,
     QueueReopened,
     Reconnected,
-    ReconnectOptions,
     Session,
     SessionEvent,
     SessionOptions,
@@ -38,19 +37,8 @@ from holdfast.sdk import (
 )
 from tests.support.processes import BrokerProcess
 from tests.support.recorder import AckRecorder, EventRecorder, MessageRecorder
+from tests.support.sessions import FAST, drain, unique_uri
 from tests.support.waiting import wait_until
-
-FAST = SessionOptions(
-    keepalive_time=0.5,
-    keepalive_timeout=1.0,
-    connect_timeout=2.0,
-    reconnect=ReconnectOptions(initial=0.02, maximum=0.2),
-    close_timeout=5.0,
-)
-
-
-def unique_uri(name: str) -> str:
-    return f"hf://test/{name}-{uuid.uuid4().hex[:8]}"
 
 
 def ack_events(acks: AckRecorder, events: EventRecorder) -> Callable[[SessionEvent], None]:
@@ -77,27 +65,6 @@ def frozen(broker: BrokerProcess) -> Iterator[None]:
         yield
     finally:
         os.kill(broker.pid, signal.SIGCONT)
-
-
-def drain(address: str, uri: str, expected: int, timeout: float = 60.0) -> Counter[uuid.UUID]:
-    """Consume and confirm until ``expected`` messages arrived and the queue stays quiet."""
-    received = MessageRecorder()
-    with Session(address, options=FAST) as session:
-        session.open_queue(
-            uri,
-            read=True,
-            on_message=received,
-            options=QueueOptions(max_unconfirmed_messages=5000),
-        )
-        wait_until(lambda: len(received) >= expected, timeout, f"{expected} messages")
-        # Anything extra (a duplicate) would arrive right behind; give it a bounded chance.
-        settle = time.monotonic() + 0.5
-        last = len(received)
-        while time.monotonic() < settle:
-            time.sleep(0.05)
-            if len(received) != last:
-                last, settle = len(received), time.monotonic() + 0.5
-    return received.guids()
 
 
 def test_post_returns_uuid7_and_every_put_is_acked_once(broker: BrokerProcess) -> None:

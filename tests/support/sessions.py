@@ -1,0 +1,47 @@
+"""Sessions for integration tests: fast failure detection, unique queues, draining."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+
+from holdfast.sdk import QueueOptions, ReconnectOptions, Session, SessionOptions
+from tests.support.recorder import MessageRecorder
+from tests.support.waiting import wait_until
+
+FAST = SessionOptions(
+    keepalive_time=0.5,
+    keepalive_timeout=1.0,
+    connect_timeout=2.0,
+    reconnect=ReconnectOptions(initial=0.02, maximum=0.2),
+    close_timeout=5.0,
+)
+"""Session options for tests: a dead link is noticed in about a second, and
+reconnects are retried every 20-200 ms."""
+
+
+def unique_uri(name: str) -> str:
+    """A queue URI no other test uses."""
+    return f"hf://test/{name}-{uuid.uuid4().hex[:8]}"
+
+
+def drain(address: str, uri: str, expected: int, timeout: float = 60.0) -> Counter[uuid.UUID]:
+    """Consume and confirm until ``expected`` messages arrived and the queue stays quiet."""
+    received = MessageRecorder()
+    with Session(address, options=FAST) as session:
+        session.open_queue(
+            uri,
+            read=True,
+            on_message=received,
+            options=QueueOptions(max_unconfirmed_messages=5000),
+        )
+        wait_until(lambda: len(received) >= expected, timeout, f"{expected} messages")
+        # Anything extra (a duplicate) would arrive right behind; give it a bounded chance.
+        settle = time.monotonic() + 0.5
+        last = len(received)
+        while time.monotonic() < settle:
+            time.sleep(0.05)
+            if len(received) != last:
+                last, settle = len(received), time.monotonic() + 0.5
+    return received.guids()
