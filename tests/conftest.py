@@ -1,13 +1,31 @@
-"""Fixtures shared by every test suite: broker and proxy subprocesses."""
+"""Fixtures shared by every test suite: broker and proxy subprocesses, Toxiproxy."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
+from toxiproxy.exceptions import NotFound
 
 from tests.support.processes import BrokerProcess, ProxyProcess
+from tests.support.toxics import ToxiproxyServer, new_link
+
+CHAOS_ENV = "HOLDFAST_CHAOS"
+"""Set to 1 to run the tests marked ``chaos`` (``make chaos``); they are skipped otherwise."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the long randomized fault schedules unless ``$HOLDFAST_CHAOS`` is 1."""
+    if os.environ.get(CHAOS_ENV) == "1":
+        return
+    skip = pytest.mark.skip(reason=f"long chaos schedule: run with {CHAOS_ENV}=1 (make chaos)")
+    for item in items:
+        if "chaos" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture
@@ -54,3 +72,37 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+@pytest.fixture(scope="session")
+def toxiproxy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ToxiproxyServer]:
+    """A Toxiproxy server for the whole run: the real ``toxiproxy-server`` when it is on
+    PATH or named by ``$TOXIPROXY_SERVER``, else ``tests.toxiproxy_server``. Stopped by
+    PID at the end; its log is in the session's temporary directory."""
+    log = tmp_path_factory.mktemp("toxiproxy") / "server.log"
+    with ToxiproxyServer(log=log) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def toxiproxy(toxiproxy_server: ToxiproxyServer) -> Any:
+    """A ``toxiproxy.Toxiproxy`` client of the session's server."""
+    return toxiproxy_server.client()
+
+
+@pytest.fixture
+def toxic_link(toxiproxy: Any) -> Iterator[Callable[[str, str], Any]]:
+    """Create Toxiproxy proxies: ``toxic_link("broker", broker.address)`` returns a
+    ``toxiproxy.Proxy`` listening on a free port; each is deleted at teardown, which
+    closes its connections."""
+    created: list[Any] = []
+
+    def create(name: str, upstream: str) -> Any:
+        link = new_link(toxiproxy, name, upstream)
+        created.append(link)
+        return link
+
+    yield create
+    for link in created:
+        with contextlib.suppress(NotFound):  # the test deleted it itself
+            link.destroy()
