@@ -56,8 +56,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import uuid6
-
 from holdfast.proto import PROTOCOL_VERSION, pb
 from holdfast.proto.uri import parse_queue_uri
 from holdfast.sdk import events as ev
@@ -75,6 +73,7 @@ from holdfast.sdk.errors import (
     RequestFailedError,
     SessionClosedError,
 )
+from holdfast.sdk.guids import Uuid7Source, uuid_from_bytes
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.types import Ack, AckStatus, Message, ack_status_from_wire, status_name
 
@@ -127,6 +126,9 @@ class QueueState(enum.Enum):
 
 
 _WRITABLE_STATES = (QueueState.OPEN, QueueState.REOPENING)
+
+_SUCCESS = AckStatus.SUCCESS
+_STATUS_OK = pb.STATUS_OK
 
 
 @dataclass(eq=False, slots=True)
@@ -240,6 +242,7 @@ class SessionEngine:
         self._restoring: set[int] = set()
 
         self._pending: dict[bytes, PendingPut] = {}
+        self._guids = Uuid7Source()
         self._pending_bytes = 0
         self._outbound: deque[OutboundItem] = deque()
         self._queued_bytes = 0
@@ -515,9 +518,17 @@ class SessionEngine:
         across processes (a proxy forwarding its clients' GUIDs, a Spark task
         retried elsewhere): the caller promises it names this message only.
         """
-        self._check_usable()
-        if guid is not None and guid.bytes in self._pending:
-            raise InvalidArgumentError(f"GUID {guid} is already pending on this session")
+        # The hot path of every producer (and of the proxy, once per client PUT):
+        # locals instead of repeated attribute lookups, each check done once.
+        state = self.state
+        if state is LinkState.CLOSED or state is LinkState.FAILED:
+            self._check_usable()
+        pending = self._pending
+        key = b""
+        if guid is not None:
+            key = guid.bytes
+            if key in pending:
+                raise InvalidArgumentError(f"GUID {guid} is already pending on this session")
         queue = self._queues.get(queue_id)
         if queue is None or queue.state not in _WRITABLE_STATES:
             raise QueueNotOpenError(f"queue {queue.uri if queue else queue_id} is not open")
@@ -528,33 +539,36 @@ class SessionEngine:
                 raise InvalidArgumentError(f"payload must be bytes, not {type(payload).__name__}")
             payload = bytes(payload)
         limits = self.limits
-        if len(payload) > limits.max_payload_bytes:
+        size = len(payload)
+        if size > limits.max_payload_bytes:
             raise PayloadTooLargeError(
-                f"payload of {len(payload)} bytes is over the broker's limit of "
+                f"payload of {size} bytes is over the broker's limit of "
                 f"{limits.max_payload_bytes} bytes"
             )
-        size = len(payload) + PUT_OVERHEAD
+        size += PUT_OVERHEAD
         props: dict[str, str] | None = None
         if properties:
             props, props_size = _checked_properties(properties, limits)
             size += props_size
+        active = state is LinkState.ACTIVE
         if (
             self._disconnected_limit is not None
-            and self.state is not LinkState.ACTIVE
+            and not active
             and self._pending_bytes + size > self._disconnected_limit
         ):
             raise BufferFullError(
                 f"{self._pending_bytes} bytes are buffered while disconnected; this PUT "
                 f"would exceed max_disconnected_buffer_bytes={self._disconnected_limit}"
             )
-        guid_obj = guid if guid is not None else uuid6.uuid7()
-        put = PendingPut(guid_obj.bytes, queue, payload, props, on_ack, now, size)
-        self._pending[put.guid] = put
+        if guid is None:
+            guid, key = self._guids.next()
+        put = PendingPut(key, queue, payload, props, on_ack, now, size)
+        pending[key] = put
         self._pending_bytes += size
-        if self.state is LinkState.ACTIVE:
+        if active:
             self._outbound.append(put)
             self._queued_bytes += size
-        return guid_obj
+        return guid
 
     def confirm(self, message: Message) -> None:
         """Queue a CONFIRM; rule 5: never buffered across a connection loss."""
@@ -694,26 +708,24 @@ class SessionEngine:
             self._emit(ev.StateRestored(retransmitted, expired))
 
     def _on_acks(self, batch: pb.AckBatch) -> None:
+        # One iteration per ACKed message: locals, and the Ack's UUID built from the
+        # pending GUID's 16 bytes without uuid.UUID's argument checks.
         pending = self._pending
+        append = self._callbacks.append
+        released = 0
         for ack in batch.acks:
             put = pending.pop(ack.guid, None)
             if put is None:
                 self.stale_acks += 1
                 continue
-            self._pending_bytes -= put.size
-            callback = put.on_ack if put.on_ack is not None else put.queue.on_ack
+            released += put.size
+            queue = put.queue
+            callback = put.on_ack if put.on_ack is not None else queue.on_ack
             if callback is not None:
-                status = AckStatus.SUCCESS if ack.status == pb.STATUS_OK else None
-                self._callbacks.append(
-                    (
-                        callback,
-                        Ack(
-                            uuid.UUID(bytes=ack.guid),
-                            status or ack_status_from_wire(ack.status),
-                            put.queue.uri,
-                        ),
-                    )
-                )
+                wire = ack.status
+                status = _SUCCESS if wire == _STATUS_OK else ack_status_from_wire(wire)
+                append((callback, Ack(uuid_from_bytes(put.guid), status, queue.uri)))
+        self._pending_bytes -= released
 
     def _on_pushes(self, batch: pb.PushBatch) -> None:
         queues = self._queues
@@ -823,7 +835,7 @@ class SessionEngine:
         callback = put.on_ack if put.on_ack is not None else put.queue.on_ack
         if callback is not None:
             self._callbacks.append(
-                (callback, Ack(uuid.UUID(bytes=put.guid), status, put.queue.uri))
+                (callback, Ack(uuid_from_bytes(put.guid), status, put.queue.uri))
             )
 
     def _complete(self, request_ids: list[int], error: HoldfastError | None) -> None:
