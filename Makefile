@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+BENCH_STAMP := $(VENV)/.bench-stamp
 # mypy cannot follow setuptools' package-dir mapping, so it checks a tree of links.
 TYPES  := .typecheck/holdfast
 
@@ -29,10 +30,18 @@ $(TYPES):
 
 typecheck: $(STAMP) $(TYPES)
 	MYPYPATH=.typecheck $(BIN)/mypy -p holdfast.proto -p holdfast.sdk -p holdfast.broker -p holdfast.proxy
-	MYPYPATH=.typecheck $(BIN)/mypy tests examples
+	MYPYPATH=.typecheck $(BIN)/mypy tests examples bench
 
 pytest: $(STAMP)
 	$(BIN)/pytest -q
+
+# The bench extra (nats-py, for the JetStream comparison) only for the bench.
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BIN)/python bench/run.py
 
 proto: $(STAMP)
 	$(BIN)/python proto/generate.py

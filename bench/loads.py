@@ -1,0 +1,258 @@
+"""The SDK loads: PUT->ACK (one producer), PUSH->CONFIRM (one consumer), idle round trips.
+
+Each load uses ``holdfast.sdk.Session`` the way an application does (default
+options, the queue's ``on_ack`` callback, ``message.confirm()`` in ``on_message``),
+and also reports how much CPU each process spent per message, read from
+``/proc/<pid>/stat``, so a missed target points at the process that is busy.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import harness
+
+import holdfast.sdk.session as session_module
+from holdfast.sdk import Ack, AckStatus, Message, Session
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU seconds used so far by process ``pid`` (this one if None)."""
+    if pid is None:
+        return time.process_time()
+    with open(f"/proc/{pid}/stat") as stat:
+        # The command name may hold spaces; the fields we want follow its ')'.
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+@dataclass
+class CpuMeter:
+    """CPU seconds spent by the bench (client) process and by server PIDs over a block."""
+
+    pids: dict[str, int]
+    used: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def measure(self) -> Iterator[None]:
+        """Measure the CPU used inside the ``with`` block."""
+        start = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        client = cpu_seconds()
+        try:
+            yield
+        finally:
+            self.used = {"client": cpu_seconds() - client}
+            for name, pid in self.pids.items():
+                try:
+                    self.used[name] = cpu_seconds(pid) - start[name]
+                except OSError:
+                    self.used[name] = float("nan")
+
+    def per_message_us(self, count: int) -> dict[str, float]:
+        """Microseconds of CPU per message, by process."""
+        return {name: seconds / count * 1e6 for name, seconds in self.used.items()}
+
+
+class PutFrameCounter:
+    """Counts the PutBatch frames the SDK sends (and the PUTs in them) while active,
+    by wrapping the ``encode`` function the session's writer calls."""
+
+    def __init__(self) -> None:
+        self.frames = 0
+        self.puts = 0
+        self._original: Callable[..., Any] | None = None
+
+    @property
+    def mean_batch(self) -> float:
+        """PUTs per PutBatch frame (NaN if none was counted)."""
+        return self.puts / self.frames if self.frames else float("nan")
+
+    def __enter__(self) -> PutFrameCounter:
+        original = getattr(session_module, "encode", None)
+        if original is None:  # the SDK changed shape: no count rather than no bench
+            return self
+        self._original = original
+
+        def counting(items: Any, max_batch_bytes: int) -> Any:
+            frames = original(items, max_batch_bytes)
+            for frame, _ in frames:
+                if frame.WhichOneof("frame") == "puts":
+                    self.frames += 1
+                    self.puts += len(frame.puts.puts)
+            return frames
+
+        session_module.encode = counting  # type: ignore[attr-defined]
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._original is not None:
+            session_module.encode = self._original  # type: ignore[attr-defined]
+
+
+@dataclass
+class ProduceResult:
+    """What one producer run measured."""
+
+    count: int
+    size: int
+    seconds: float
+    """From the first ``post()`` to the last ``on_ack``."""
+    rate: float
+    p50: float
+    p99: float
+    """``post()`` to ``on_ack`` latency percentiles, in seconds, over every message."""
+    not_success: int
+    """PUTs whose ACK was not SUCCESS, or that got no ACK in time."""
+    mean_batch: float
+    """PUTs per PutBatch frame the SDK sent."""
+    cpu_us: dict[str, float]
+    """CPU microseconds per message, by process."""
+
+
+@dataclass
+class ConsumeResult:
+    """What one consumer run measured."""
+
+    count: int
+    size: int
+    seconds: float
+    """From ``open_queue()`` to the last message confirmed."""
+    rate: float
+    received: int
+    cpu_us: dict[str, float]
+
+
+def produce(
+    address: str,
+    uri: str,
+    count: int,
+    size: int,
+    cpu: CpuMeter,
+    timeout: float = 120.0,
+) -> ProduceResult:
+    """Post ``count`` messages of ``size`` bytes as fast as ``post()`` takes them and
+    wait for every ACK; per-message latency is ``post()`` call to ``on_ack``."""
+    payload = os.urandom(size)
+    clock = time.perf_counter
+    # Only what is in flight is kept (like an application tracking its PUTs), by
+    # the GUID's int, and latencies are plain floats: objects the garbage collector
+    # does not track, so the bench adds no GC work of its own to the SDK's.
+    sent: dict[int, float] = {}
+    early: dict[int, float] = {}
+    latencies: list[float] = []
+    done = threading.Event()
+    tally = {"acked": 0, "ok": 0, "last": 0.0}
+
+    def on_ack(ack: Ack) -> None:
+        at = clock()
+        posted_at = sent.pop(ack.guid.int, None)
+        if posted_at is None:  # on_ack ran before post() returned to the loop below
+            early[ack.guid.int] = at
+        else:
+            latencies.append(at - posted_at)
+        tally["acked"] += 1
+        tally["ok"] += ack.status is AckStatus.SUCCESS
+        if tally["acked"] == count:
+            tally["last"] = at
+            done.set()
+
+    with Session(address, on_event=_quiet) as session:
+        queue = session.open_queue(uri, write=True, on_ack=on_ack)
+        post = queue.post
+        with PutFrameCounter() as frames, cpu.measure():
+            started = clock()
+            for _ in range(count):
+                posted_at = clock()
+                sent[post(payload).int] = posted_at
+            if not done.wait(timeout):
+                tally["last"] = clock()
+    for guid, at in early.items():
+        latencies.append(at - sent.pop(guid))
+    seconds = tally["last"] - started
+    return ProduceResult(
+        count=count,
+        size=size,
+        seconds=seconds,
+        rate=tally["acked"] / seconds if seconds > 0 else float("nan"),
+        p50=harness.percentile(latencies, 50),
+        p99=harness.percentile(latencies, 99),
+        not_success=count - int(tally["ok"]),
+        mean_batch=frames.mean_batch,
+        cpu_us=cpu.per_message_us(count),
+    )
+
+
+def consume(
+    address: str,
+    uri: str,
+    count: int,
+    size: int,
+    cpu: CpuMeter,
+    timeout: float = 120.0,
+) -> ConsumeResult:
+    """Open ``uri`` for reading (default flow limits) and confirm every message as it
+    arrives; time from the open until ``count`` messages are confirmed."""
+    received = 0
+    done = threading.Event()
+    finished = [0.0]
+    clock = time.perf_counter
+
+    def on_message(message: Message) -> None:
+        nonlocal received
+        message.confirm()
+        received += 1
+        if received == count:
+            finished[0] = clock()
+            done.set()
+
+    with Session(address, on_event=_quiet) as session, cpu.measure():
+        started = clock()
+        session.open_queue(uri, read=True, on_message=on_message)
+        if not done.wait(timeout):
+            finished[0] = clock()
+    seconds = finished[0] - started
+    return ConsumeResult(
+        count=count,
+        size=size,
+        seconds=seconds,
+        rate=received / seconds if seconds > 0 else float("nan"),
+        received=received,
+        cpu_us=cpu.per_message_us(count),
+    )
+
+
+def idle_round_trips(address: str, uri: str, count: int, size: int) -> list[float]:
+    """Post one message at a time and wait for its ACK: ``post()`` to ``on_ack``
+    latencies of an otherwise idle link, in seconds."""
+    payload = os.urandom(size)
+    acked = threading.Event()
+    at = [0.0]
+    latencies: list[float] = []
+    clock = time.perf_counter
+
+    def on_ack(ack: Ack) -> None:
+        at[0] = clock()
+        acked.set()
+
+    with Session(address, on_event=_quiet) as session:
+        queue = session.open_queue(uri, write=True, on_ack=on_ack)
+        for _ in range(count):
+            acked.clear()
+            started = clock()
+            queue.post(payload)
+            if not acked.wait(10):
+                break
+            latencies.append(at[0] - started)
+    return latencies
+
+
+def _quiet(event: object) -> None:
+    """Session events are not part of these figures (recovery measures them)."""

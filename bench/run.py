@@ -1,0 +1,505 @@
+"""``make bench``: Holdfast's throughput, latency, recovery and memory figures in one run.
+
+    .venv/bin/python bench/run.py [--small-count N] [--large-count N] [--repeats N]
+
+Everything runs on this machine, side by side, against a broker and a proxy started
+as subprocesses on free ports of 127.0.0.1 (stopped by PID however the run ends):
+
+1. PUT->ACK: one producer (``Session``, ``queue.post`` -> the queue's ``on_ack``),
+   100-byte and 10-KiB messages, SDK->broker and SDK->proxy->broker, with the memory
+   store and the sqlite store (``--sync full``, in a temporary directory);
+2. PUSH->CONFIRM: one consumer draining the queue the producer run just filled;
+3. the raw ceiling: a batched gRPC echo on raw bytes (``bench/echo.py``), same count,
+   size and batch size as our PUT frames, and our figures as a ratio of it;
+4. recovery: the broker cut under a steady producer (``bench/recovery.py``);
+5. SDK memory per buffered PUT, in a subprocess (``bench/memory.py``);
+6. NATS JetStream with the same 100-byte publish-with-ack load, if one listens on
+   127.0.0.1:4222 (``bench/natsload.py``).
+
+It prints tables to stdout (progress to stderr) and writes ``bench-results.json``.
+Targets are printed with PASS or MISS: these are figures, not tests, so the exit
+status is 0 whenever every measurement ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+from typing import Any
+
+import echo
+import harness
+import loads
+import memory
+import natsload
+import recovery
+from harness import Table, millis, rate, verdict
+
+SMALL = 100
+LARGE = 10 * 1024
+PATHS = ("SDK->broker", "SDK->proxy->broker")
+
+TARGET_PROXY_RATE = 70_000
+TARGET_DIRECT_RATE = 100_000
+TARGET_ECHO_SHARE = 0.30
+TARGET_STALL_MARGIN = 0.3
+
+
+def progress(text: str) -> None:
+    """A progress line on stderr (stdout carries the tables)."""
+    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on."""
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(harness.REPO), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout.strip()
+    except OSError:
+        commit = ""
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "grpcio": metadata.version("grpcio"),
+        "protobuf": metadata.version("protobuf"),
+        "platform": platform.platform(),
+        "commit": commit or "unknown",
+    }
+
+
+# ---------------------------------------------------------------------------- PUT/PUSH loads
+
+
+def run_loads(args: argparse.Namespace, directory: str) -> dict[str, Any]:
+    """Producer and consumer runs for every store, size and path, plus idle round trips."""
+    produced: list[dict[str, Any]] = []
+    consumed: list[dict[str, Any]] = []
+    idle: list[dict[str, Any]] = []
+    sizes = ((SMALL, args.small_count), (LARGE, args.large_count))
+    for store in (harness.memory_store(), harness.sqlite_store(directory)):
+        with (
+            harness.running_broker(store) as broker,
+            harness.running_proxy(broker.address) as proxy,
+        ):
+            targets = {
+                PATHS[0]: (broker.address, {"broker": broker.pid}),
+                PATHS[1]: (proxy.address, {"proxy": proxy.pid, "broker": broker.pid}),
+            }
+            for size, count in sizes:
+                for path, (address, pids) in targets.items():
+                    runs_p: list[loads.ProduceResult] = []
+                    runs_c: list[loads.ConsumeResult] = []
+                    for run in range(args.repeats):
+                        uri = f"hf://bench/{store.label}-{size}-{len(produced)}-{run}"
+                        cpu = loads.CpuMeter(pids)
+                        p = loads.produce(address, uri, count, size, cpu)
+                        runs_p.append(p)
+                        c = loads.consume(address, uri, count, size, cpu)
+                        runs_c.append(c)
+                        progress(
+                            f"{store.label:6} {size:5} B {path:18} run {run + 1}/{args.repeats}: "
+                            f"PUT->ACK {rate(p.rate)}/s, PUSH->CONFIRM {rate(c.rate)}/s"
+                        )
+                    key = {"store": store.label, "size": size, "path": path, "count": count}
+                    produced.append({**key, "runs": [dataclasses.asdict(r) for r in runs_p]})
+                    consumed.append({**key, "runs": [dataclasses.asdict(r) for r in runs_c]})
+            for path, (address, _) in targets.items():
+                latencies = loads.idle_round_trips(
+                    address, f"hf://bench/idle-{store.label}-{len(idle)}", args.idle_count, SMALL
+                )
+                idle.append(
+                    {
+                        "store": store.label,
+                        "size": SMALL,
+                        "path": path,
+                        "count": len(latencies),
+                        "p50": harness.percentile(latencies, 50),
+                        "p99": harness.percentile(latencies, 99),
+                    }
+                )
+                progress(f"{store.label:6} idle round trips {path}: done")
+    return {"produce": produced, "consume": consumed, "idle": idle}
+
+
+def summary(entry: dict[str, Any]) -> dict[str, Any]:
+    """The median-rate run of an entry, and the spread of its rates."""
+    runs = entry["runs"]
+    rates = [r["rate"] for r in runs]
+    chosen = sorted(runs, key=lambda r: r["rate"])[(len(runs) - 1) // 2]
+    return {**chosen, "min": min(rates), "max": max(rates), "median": harness.median(rates)}
+
+
+def cpu_cell(cpu: dict[str, float]) -> str:
+    """CPU microseconds per message as ``client/proxy/broker``."""
+    parts = [f"{cpu[name]:.1f}" if name in cpu else "-" for name in ("client", "proxy", "broker")]
+    return "/".join(parts)
+
+
+# ---------------------------------------------------------------------------- the sections
+
+
+def run_echo(args: argparse.Namespace, batches: dict[int, int]) -> list[dict[str, Any]]:
+    """The raw gRPC echo for each size, with the batch size our SDK used."""
+    results = []
+    counts = {SMALL: args.small_count, LARGE: args.large_count}
+    with harness.ScriptServer("echo.py", ["--listen", "127.0.0.1:0"]) as server:
+        for size, batch in batches.items():
+            rates = [
+                echo.echo_rate(server.address, counts[size], size, batch)
+                for _ in range(args.repeats)
+            ]
+            results.append(
+                {
+                    "size": size,
+                    "count": counts[size],
+                    "batch": batch,
+                    "rates": rates,
+                    "rate": harness.median(rates),
+                }
+            )
+            progress(f"echo {size} B x{batch}/frame: {rate(harness.median(rates))}/s")
+    return results
+
+
+def run_recovery(directory: str) -> list[dict[str, Any]]:
+    """The three recovery runs."""
+    results = []
+    for via_proxy, cut in ((False, "kill"), (True, "kill"), (True, "stop")):
+        result = recovery.run_recovery(directory, via_proxy, cut)
+        results.append({**dataclasses.asdict(result), "budget": result.budget})
+        progress(f"recovery {result.path} {cut}: stall {result.stall:.3f} s")
+    return results
+
+
+def run_nats(args: argparse.Namespace) -> dict[str, Any]:
+    """JetStream with the same 100-byte load, if a server listens on 127.0.0.1:4222."""
+    if not natsload.reachable():
+        return {"skipped": "no NATS server on 127.0.0.1:4222"}
+    try:
+        import nats  # noqa: F401
+    except ImportError:
+        return {"skipped": "nats-py is not installed (make bench installs the bench extra)"}
+    results = []
+    for storage in ("memory", "file"):
+        outcome = natsload.publish(args.small_count, SMALL, storage)
+        results.append(dataclasses.asdict(outcome))
+        progress(f"NATS JetStream {storage}: {rate(outcome.rate)}/s")
+    return {"runs": results}
+
+
+# ---------------------------------------------------------------------------- printing
+
+
+def print_loads(figures: dict[str, Any], echo_rates: dict[int, float]) -> None:
+    """The PUT->ACK, PUSH->CONFIRM and idle round-trip tables."""
+    table = Table(
+        "PUT->ACK, one producer: Session.post() -> on_ack",
+        [
+            "store",
+            "size",
+            "path",
+            "msg/s",
+            "min..max",
+            "p50 ms",
+            "p99 ms",
+            "PUTs/frame",
+            "CPU us/msg c/p/b",
+            "of echo",
+        ],
+    )
+    for entry in figures["produce"]:
+        s = summary(entry)
+        share = s["median"] / echo_rates[entry["size"]] if entry["size"] in echo_rates else math.nan
+        table.add(
+            entry["store"],
+            entry["size"],
+            entry["path"],
+            rate(s["median"]),
+            f"{rate(s['min'])}..{rate(s['max'])}",
+            millis(s["p50"]),
+            millis(s["p99"]),
+            f"{s['mean_batch']:.0f}",
+            cpu_cell(s["cpu_us"]),
+            f"{share:.0%}",
+        )
+    table.notes = [
+        "msg/s: median of the runs, first post() to last on_ack; latency of the median run:",
+        "  post() is not paced, so p50/p99 include the time a PUT waits behind the others.",
+        "CPU us/msg: CPU time per message of the client (this process, SDK + bench loop),",
+        "  the proxy and the broker. With 2 cores, their sum bounds the rate at 2e6/sum.",
+        "of echo: msg/s as a share of the raw gRPC echo with the same batch size (below).",
+    ]
+    harness.print_table(table)
+
+    table = Table(
+        "PUSH->CONFIRM, one consumer draining the queue its producer run filled",
+        ["store", "size", "path", "msg/s", "min..max", "CPU us/msg c/p/b"],
+    )
+    for entry in figures["consume"]:
+        s = summary(entry)
+        table.add(
+            entry["store"],
+            entry["size"],
+            entry["path"],
+            rate(s["median"]),
+            f"{rate(s['min'])}..{rate(s['max'])}",
+            cpu_cell(s["cpu_us"]),
+        )
+    table.notes = [
+        "Default QueueOptions (1000 unconfirmed messages); timed from open_queue() to the",
+        "last message confirmed, message.confirm() called in on_message.",
+    ]
+    harness.print_table(table)
+
+    table = Table(
+        "Idle round trip: one 100-byte PUT at a time, post() -> on_ack",
+        ["store", "path", "p50 ms", "p99 ms", "PUTs"],
+    )
+    for row in figures["idle"]:
+        table.add(row["store"], row["path"], millis(row["p50"]), millis(row["p99"]), row["count"])
+    harness.print_table(table)
+
+
+def print_echo(results: list[dict[str, Any]]) -> None:
+    """The raw ceiling table."""
+    table = Table(
+        "Raw ceiling: batched gRPC bidi-streaming echo on raw bytes (bench/echo.py)",
+        ["size", "messages", "per frame", "msg/s", "runs"],
+    )
+    for row in results:
+        table.add(
+            row["size"],
+            row["count"],
+            row["batch"],
+            rate(row["rate"]),
+            " ".join(rate(r) for r in row["rates"]),
+        )
+    table.notes = [
+        "Sync grpc client (requests pulled by gRPC's thread, replies read on the caller's),",
+        "grpc.aio server in its own process; per frame = mean PUTs per frame of our",
+        "SDK->broker memory-store runs. No per-message Python work at all.",
+    ]
+    harness.print_table(table)
+
+
+def print_recovery(results: list[dict[str, Any]]) -> None:
+    """The recovery table."""
+    table = Table(
+        "Recovery: producer at 5k msg/s (100 B), sqlite broker cut for ~1 s",
+        [
+            "path",
+            "cut",
+            "outage s",
+            "back->StateRestored s",
+            "stall s",
+            "outage+0.3",
+            "posted",
+            "ACKed ok",
+            "dup ACKs",
+        ],
+    )
+    for row in results:
+        table.add(
+            row["path"],
+            row["cut"],
+            f"{row['outage']:.3f}",
+            "no reconnect" if math.isnan(row["restore"]) else f"{row['restore']:.3f}",
+            f"{row['stall']:.3f}",
+            f"{row['budget']:.3f}",
+            row["posted"],
+            row["acked_ok"],
+            row["duplicate_acks"],
+            verdict=verdict(row["stall"] <= row["budget"]),
+        )
+    table.notes = [
+        "kill: SIGKILL, 1 s, restart on the same port and file; outage = SIGKILL -> the new",
+        "  broker's 'listening on' (includes its start and store recovery); restore = that",
+        "  -> StateRestored (the SDK's event direct; the proxy's logged one via the proxy).",
+        "stop: SIGSTOP 1 s then SIGCONT; keepalive (1 s + 2 s) keeps the link: no reconnect.",
+        "stall: longest gap between consecutive ACKs; post() never blocked longer than "
+        + ", ".join(f"{r['longest_post'] * 1000:.0f} ms" for r in results)
+        + ".",
+    ]
+    harness.print_table(table)
+
+
+def print_memory(result: dict[str, Any]) -> None:
+    """The memory table."""
+    table = Table(
+        "SDK memory per buffered PUT (disconnected, 100-byte distinct payloads)",
+        ["PUTs", "RSS growth/PUT", "payload object", "SDK's own/PUT", "post() rate"],
+    )
+    per_put = result["bytes_per_put"]
+    table.add(
+        result["count"],
+        f"{per_put:.0f} B",
+        f"{result['payload_object_bytes']} B",
+        f"{per_put - result['payload_object_bytes']:.0f} B",
+        f"{rate(result['post_rate_disconnected'])}/s",
+    )
+    table.notes = [
+        "In a subprocess: open the queue on a broker, SIGKILL it, wait for the session to see",
+        "the loss, then post; RSS from /proc/self/statm before and after (after gc.collect()).",
+    ]
+    harness.print_table(table)
+
+
+def print_nats(result: dict[str, Any], ours: dict[str, float]) -> None:
+    """The NATS comparison table (or the line saying why it was skipped)."""
+    if "skipped" in result:
+        print()
+        print(f"== NATS JetStream comparison skipped: {result['skipped']}")
+        return
+    table = Table(
+        "NATS JetStream, same load: 100-byte publish_async with Nats-Msg-Id, every PubAck awaited",
+        ["JetStream storage", "msg/s", "Holdfast SDK->broker", "Holdfast / NATS"],
+    )
+    for row in result["runs"]:
+        mine = ours["memory" if row["storage"] == "memory" else "sqlite"]
+        table.add(
+            row["storage"],
+            rate(row["rate"]),
+            f"{rate(mine)} ({'memory' if row['storage'] == 'memory' else 'sqlite full'})",
+            f"{mine / row['rate']:.2f}x",
+        )
+    table.notes = [
+        "nats-py client in this process against the local nats-server. JetStream's file store",
+        "does not fsync each message by default; Holdfast's sqlite here fsyncs every commit.",
+    ]
+    harness.print_table(table)
+
+
+def print_targets(rows: list[tuple[str, str, bool]]) -> None:
+    """The targets, each with its figure and PASS or MISS."""
+    table = Table("Targets (figures, not tests)", ["target", "figure"])
+    for name, figure, ok in rows:
+        table.add(name, figure, verdict=verdict(ok))
+    harness.print_table(table)
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small-count", type=int, default=200_000, help="100-byte messages")
+    parser.add_argument("--large-count", type=int, default=20_000, help="10-KiB messages")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per configuration")
+    parser.add_argument("--idle-count", type=int, default=300, help="idle round trips")
+    parser.add_argument("--memory-count", type=int, default=1_000_000, help="buffered PUTs")
+    parser.add_argument("--json", default=str(harness.REPO / "bench-results.json"))
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every section, print the tables, write the JSON file."""
+    args = parse_args(argv)
+    started = time.monotonic()
+    info = machine()
+    print(
+        f"Holdfast bench at {info['commit']}: {info['cpus']} CPUs, Python {info['python']}, "
+        f"grpcio {info['grpcio']}, protobuf {info['protobuf']}"
+    )
+    print(
+        f"messages per run: {args.small_count} x {SMALL} B, {args.large_count} x {LARGE} B; "
+        f"{args.repeats} runs per configuration; memory: {args.memory_count} buffered PUTs"
+    )
+    sys.stdout.flush()
+    results: dict[str, Any] = {"machine": info, "arguments": vars(args)}
+    with harness.temp_dir() as directory:
+        figures = run_loads(args, directory)
+        results["loads"] = figures
+        batches = {
+            entry["size"]: max(1, round(summary(entry)["mean_batch"]))
+            for entry in figures["produce"]
+            if entry["store"] == "memory" and entry["path"] == PATHS[0]
+        }
+        results["echo"] = run_echo(args, batches)
+        results["recovery"] = run_recovery(directory)
+    progress("memory per buffered PUT (subprocess)")
+    results["memory"] = memory.measure_in_subprocess(args.memory_count, SMALL)
+    results["nats"] = run_nats(args)
+
+    echo_rates = {row["size"]: row["rate"] for row in results["echo"]}
+    print_loads(figures, echo_rates)
+    print_echo(results["echo"])
+    print_recovery(results["recovery"])
+    print_memory(results["memory"])
+    rates = {(e["store"], e["size"], e["path"]): summary(e)["median"] for e in figures["produce"]}
+    print_nats(
+        results["nats"],
+        {store: rates[(store, SMALL, PATHS[0])] for store in ("memory", "sqlite")},
+    )
+
+    direct = rates[("memory", SMALL, PATHS[0])]
+    proxied = rates[("memory", SMALL, PATHS[1])]
+    echo_small = echo_rates.get(SMALL, math.nan)
+    targets = [
+        (
+            "SDK->proxy->broker, 100 B, memory >= 70k msg/s",
+            f"{rate(proxied)}/s",
+            proxied >= TARGET_PROXY_RATE,
+        ),
+        (
+            "SDK->broker, 100 B, memory >= 100k msg/s",
+            f"{rate(direct)}/s",
+            direct >= TARGET_DIRECT_RATE,
+        ),
+        (
+            "SDK->broker, 100 B, memory >= 30% of the raw echo",
+            f"{direct / echo_small:.0%} of {rate(echo_small)}/s",
+            direct / echo_small >= TARGET_ECHO_SHARE,
+        ),
+        (
+            "SDK->proxy->broker, 100 B, memory >= 30% of the raw echo",
+            f"{proxied / echo_small:.0%} of {rate(echo_small)}/s",
+            proxied / echo_small >= TARGET_ECHO_SHARE,
+        ),
+    ]
+    for row in results["recovery"]:
+        targets.append(
+            (
+                f"recovery {row['path']} ({row['cut']}): stall <= outage + 0.3 s",
+                f"{row['stall']:.3f} s vs {row['budget']:.3f} s",
+                row["stall"] <= row["budget"],
+            )
+        )
+    print_targets(targets)
+    results["targets"] = [{"target": t, "figure": f, "pass": ok} for t, f, ok in targets]
+
+    elapsed = time.monotonic() - started
+    results["seconds"] = elapsed
+    with open(args.json, "w") as out:
+        json.dump(_finite(results), out, indent=2)
+    print()
+    print(f"bench finished in {elapsed:.0f} s; results in {os.path.relpath(args.json)}")
+    return 0
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and infinities as None, so the file is strict JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
+
+
+if __name__ == "__main__":
+    sys.exit(main())
