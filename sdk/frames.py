@@ -11,7 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from holdfast.proto import pb
-from holdfast.sdk.engine import ConfirmItem, OutboundItem, PendingPut
+from holdfast.sdk.engine import (
+    GUID,
+    PAYLOAD,
+    PROPERTIES,
+    QUEUE_ID,
+    SIZE,
+    ConfirmItem,
+    OutboundItem,
+)
 
 CONFIRM_SIZE = 24
 """Approximate wire size of one CONFIRM."""
@@ -38,21 +46,22 @@ def encode(items: Iterable[OutboundItem], max_batch_bytes: int) -> list[tuple[pb
             confirms, confirm_bytes = None, 0
 
     for item in items:
-        if isinstance(item, PendingPut):
-            if puts is not None and put_bytes + item.size > max_batch_bytes:
+        if isinstance(item, tuple):  # a PendingPut (see its note on why it is a tuple)
+            size = item[SIZE]
+            if puts is not None and put_bytes + size > max_batch_bytes:
                 flush_puts()
             if puts is None:
                 puts = pb.PutBatch()
-            if item.properties:
+            if item[PROPERTIES]:
                 puts.puts.add(
-                    queue_id=item.queue.queue_id,
-                    guid=item.guid,
-                    payload=item.payload,
-                    properties=item.properties,
+                    queue_id=item[QUEUE_ID],
+                    guid=item[GUID],
+                    payload=item[PAYLOAD],
+                    properties=item[PROPERTIES],
                 )
             else:
-                puts.puts.add(queue_id=item.queue.queue_id, guid=item.guid, payload=item.payload)
-            put_bytes += item.size
+                puts.puts.add(queue_id=item[QUEUE_ID], guid=item[GUID], payload=item[PAYLOAD])
+            put_bytes += size
         elif isinstance(item, ConfirmItem):
             if confirms is not None and confirm_bytes + CONFIRM_SIZE > max_batch_bytes:
                 flush_confirms()
