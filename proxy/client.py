@@ -12,7 +12,9 @@ flow limits at the broker and the proxy knows whose PUSH is whose:
 - a CONFIRM goes upstream only for a message delivered on the current upstream
   connection; one delivered on an earlier connection is answered as stale
   (UNKNOWN_GUID), since the broker has already taken it back for redelivery. A
-  CONFIRM names only a GUID, so it settles this client's oldest delivery of it;
+  CONFIRM names only a GUID, so when the client holds a stale delivery and the
+  redelivery of one message, it settles the redelivery (the client processed the
+  message either way) and a second CONFIRM of that GUID is refused as stale;
 - when the client goes, its upstream handles are closed, so the broker
   redelivers what it held unconfirmed.
 """
@@ -355,19 +357,43 @@ class ClientSession(ContractStream):
             elif not handle.read:
                 status = pb.STATUS_NOT_READABLE
             else:
-                message = _oldest_delivery(handle, confirm.guid)
-                if message is None:
-                    status = pb.STATUS_UNKNOWN_GUID
-                else:
-                    try:
-                        self._upstream.confirm(message)
-                        continue
-                    except ConfirmDroppedError:
-                        status = pb.STATUS_UNKNOWN_GUID  # stale: already taken back
-                    except HoldfastError:
-                        status = pb.STATUS_UNKNOWN_QUEUE
+                settled = self._confirm_upstream(handle, confirm.guid)
+                if settled is None:
+                    continue
+                status = settled
             rejected.setdefault((status, confirm.queue_id), []).append(confirm.guid)
         self.reject_confirms(rejected)
+
+    def _confirm_upstream(self, handle: ClientHandle, guid: bytes) -> pb.Status | None:
+        """CONFIRM upstream this client's delivery of ``guid`` made on the current
+        upstream connection; None if sent, else the status to refuse it with.
+
+        Settling the oldest delivery instead would refuse the CONFIRM of a redelivery
+        while the client still holds the stale one: the broker would then keep the
+        message outstanding with this client, never removed nor redelivered.
+        """
+        deliveries = handle.delivered.get(guid)
+        if not deliveries:
+            return pb.STATUS_UNKNOWN_GUID
+        status: pb.Status | None = pb.STATUS_UNKNOWN_GUID  # all stale: taken back already
+        done = 1
+        for index, message in enumerate(deliveries):
+            try:
+                self._upstream.confirm(message)
+            except ConfirmDroppedError:
+                continue
+            except HoldfastError:
+                status = pb.STATUS_UNKNOWN_QUEUE
+            else:
+                # The stale deliveries before it are done with too: a later CONFIRM
+                # of this GUID is refused as stale, whichever delivery it meant.
+                status, done = None, index + 1
+            break
+        for _ in range(done):
+            deliveries.popleft()
+        if not deliveries:
+            del handle.delivered[guid]
+        return status
 
     # -- the end ------------------------------------------------------------------------
 
@@ -389,13 +415,3 @@ class ClientSession(ContractStream):
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-
-def _oldest_delivery(handle: ClientHandle, guid: bytes) -> Message | None:
-    deliveries = handle.delivered.get(guid)
-    if not deliveries:
-        return None
-    message = deliveries.popleft()
-    if not deliveries:
-        del handle.delivered[guid]
-    return message

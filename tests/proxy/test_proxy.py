@@ -169,17 +169,23 @@ def test_confirm_of_a_delivery_from_an_earlier_upstream_connection_is_stale(
     broker: BrokerProcess, proxy: ProxyProcess
 ) -> None:
     """The client's link to the proxy never drops, but the proxy's link to the broker
-    does: a CONFIRM of a message delivered before that is refused as stale, and the
-    broker redelivers the message."""
+    does: the broker redelivers the message, a CONFIRM of the redelivery settles it
+    although the client still holds the older delivery, and the CONFIRM of the older,
+    stale delivery is refused."""
     uri = unique_uri("stale")
     with Session(proxy.address, options=FAST) as producer:
-        producer.open_queue(uri, write=True).post(b"only")
+        queue = producer.open_queue(uri, write=True)
+        queue.post(b"only")
+        queue.post(b"next")
         assert producer.flush(timeout=10)
     events = EventRecorder()
     held = MessageRecorder(confirm=False)
     options = SessionOptions(reconnect=ReconnectOptions(initial=0.02, maximum=0.2))
     with Session(proxy.address, on_event=events, options=options) as consumer:
-        consumer.open_queue(uri, read=True, on_message=held)
+        # One unconfirmed message at a time: "next" comes only once "only" is settled.
+        consumer.open_queue(
+            uri, read=True, on_message=held, options=QueueOptions(max_unconfirmed_messages=1)
+        )
         wait_until(lambda: len(held) == 1, 10, "the first delivery")
         first: Message = held.messages[0]
         os.kill(broker.pid, signal.SIGSTOP)
@@ -188,13 +194,20 @@ def test_confirm_of_a_delivery_from_an_earlier_upstream_connection_is_stale(
         finally:
             os.kill(broker.pid, signal.SIGCONT)
         wait_until(lambda: proxy_saw(proxy, "StateRestored"), 15, "the proxy to reconnect")
-        first.confirm()  # the client's own link is fine, so the SDK sends it
-        wait_until(lambda: events.of(ConfirmRejected), 10, "the stale CONFIRM to be refused")
         wait_until(lambda: len(held) == 2, 30, "the redelivery")
         again = held.messages[1]
         assert (again.guid, again.delivery_count) == (first.guid, 2)
+        # Settling the client's oldest delivery of the GUID (the stale one) instead
+        # would refuse this CONFIRM and leave the message outstanding here for good.
         again.confirm()
+        wait_until(lambda: len(held) == 3, 10, "the next message, once the first is settled")
+        first.confirm()  # the client's own link is fine, so the SDK sends it
+        wait_until(lambda: events.of(ConfirmRejected), 10, "the stale CONFIRM to be refused")
+        held.messages[2].confirm()
+    assert held.messages[2].payload == b"next"
     assert events.of(ConnectionLost) == []
+    [rejected] = events.of(ConfirmRejected)
+    assert isinstance(rejected, ConfirmRejected) and rejected.guids == (first.guid,)
     assert drain(broker.address, uri, 0) == Counter()
 
 
