@@ -1,0 +1,1 @@
+"""Tests of the PySpark sink ``holdfast.sdk.spark``."""

@@ -1,0 +1,72 @@
+"""Code that runs inside Spark tasks to script faults: serializers that fail a task
+attempt part-way through its partition, and leave marker files the test reads.
+
+Spark pickles these into its Python workers; ``spark_helpers_by_value`` has
+cloudpickle ship this module by value, so the workers need not import ``tests``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from holdfast.sdk.spark import row_to_json
+
+
+class InjectedFailure(RuntimeError):
+    """Raised on purpose by ``ScriptedSerializer`` to fail one task attempt."""
+
+
+class ScriptedSerializer:
+    """``row_to_json`` that also scripts faults, counting rows per task attempt.
+
+    - in partition ``fail_partition``, attempt 0 raises ``InjectedFailure`` once it
+      has serialized ``fail_after`` rows (so they were posted), after writing
+      ``failed-p<partition>-a0`` with that count;
+    - in partition ``signal_partition``, attempt 0 writes ``progress`` after
+      ``signal_after`` rows, so the test can cut the network mid-job;
+    - every attempt writes ``attempt-p<partition>-a<attempt>`` at its first row.
+    """
+
+    def __init__(
+        self,
+        marker_dir: str,
+        fail_partition: int | None = None,
+        fail_after: int = 0,
+        signal_partition: int | None = None,
+        signal_after: int = 0,
+    ) -> None:
+        self.marker_dir = marker_dir
+        self.fail_partition = fail_partition
+        self.fail_after = fail_after
+        self.signal_partition = signal_partition
+        self.signal_after = signal_after
+        self._rows: dict[int, int] = {}  # by task attempt id: a worker may run many tasks
+
+    def __call__(self, row: Any) -> bytes:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        assert context is not None, "ScriptedSerializer runs inside Spark tasks only"
+        attempt_id = context.taskAttemptId()
+        partition, attempt = context.partitionId(), context.attemptNumber()
+        count = self._rows.get(attempt_id, 0) + 1
+        self._rows[attempt_id] = count
+        if count == 1:
+            self._mark(f"attempt-p{partition}-a{attempt}", "")
+        if attempt == 0 and partition == self.signal_partition and count == self.signal_after:
+            self._mark("progress", str(count))
+        if attempt == 0 and partition == self.fail_partition and count > self.fail_after:
+            self._mark(f"failed-p{partition}-a0", str(count - 1))
+            raise InjectedFailure(
+                f"injected failure after {count - 1} rows of partition {partition}"
+            )
+        return row_to_json(row)
+
+    def _mark(self, name: str, text: str) -> None:
+        # Written to a temporary name and renamed, so a reader never sees half a file.
+        path = Path(self.marker_dir) / name
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(text)
+        os.replace(temporary, path)
