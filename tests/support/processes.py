@@ -51,6 +51,7 @@ class ServerProcess:
         self._host = "127.0.0.1"
         self._proc: subprocess.Popen[str] | None = None
         self._lines: deque[str] = deque(maxlen=200)
+        self._history: list[str] = []
         self._lines_lock = threading.Lock()
         self._ready = threading.Event()
         self._reader: threading.Thread | None = None
@@ -201,6 +202,12 @@ class ServerProcess:
         with self._lines_lock:
             return "".join(self._lines)
 
+    def count(self, text: str) -> int:
+        """How many lines the server wrote (in every run, unlike ``output``) contain
+        ``text``: tests count events such as the proxy's upstream ``ConnectionLost``."""
+        with self._lines_lock:
+            return sum(text in line for line in self._history)
+
     def _require(self) -> subprocess.Popen[str]:
         if self._proc is None:
             raise RuntimeError("the server was never started")
@@ -211,6 +218,7 @@ class ServerProcess:
         for line in proc.stderr:
             with self._lines_lock:
                 self._lines.append(line)
+                self._history.append(line)
             if not ready.is_set() and (match := _LISTENING.search(line)):
                 self._host = match["host"]
                 self._port = int(match["port"])
