@@ -8,15 +8,14 @@ so they import ``holdfast.sdk`` from the editable install.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.spark.helpers import NO_JAVA_REASON, java_available
 
 MASTER = "local[2,4]"
 """Two task slots; in local mode the second number is ``spark.task.maxFailures``, so a
@@ -24,17 +23,6 @@ failed task is retried (up to 4 attempts) as on a cluster."""
 
 JVM_STOP_TIMEOUT = 20.0
 """Seconds the JVM may take to exit once its driver pipe is closed, before SIGKILL."""
-
-
-def java_available() -> bool:
-    """Whether PySpark can launch a JVM: ``$JAVA_HOME/bin/java`` or ``java`` on PATH."""
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home and (Path(java_home) / "bin" / "java").exists():
-        return True
-    return shutil.which("java") is not None
-
-
-NO_JAVA_REASON = "the Spark tests need Java 17+: no `java` on PATH and no $JAVA_HOME"
 
 
 @pytest.fixture(scope="module")
