@@ -56,7 +56,8 @@ differently), and row order after a shuffle is not stable.
    ``foreachBatch`` batch) sees the same rows, with the same content. Sources or
    columns that change between runs (``rand()``, ``current_timestamp()``,
    ``monotonically_increasing_id()`` across re-plans, a table that was written in
-   between) produce new GUIDs and so new messages;
+   between) produce new GUIDs and so new messages. Timestamps reach Python as
+   local times of the executor's time zone: keep executors in one time zone;
 2. every retry re-posts a row within the broker's dedup window
    (``--dedup-window``, default 300 s) of the first post of that row: keep tasks
    well under that, or widen the window. A PUT still unACKed after the window is
@@ -98,6 +99,7 @@ import base64
 import datetime
 import decimal
 import hashlib
+import itertools
 import json
 import logging
 import threading
@@ -177,7 +179,7 @@ def json_default(value: Any) -> Any:
 
     Dates, times and timestamps as ISO 8601; ``Decimal`` as a string (a float would
     lose digits); binary as base64; a ``timedelta`` (day-time interval) as seconds.
-    The result is stable for equal values, which the content key relies on.
+    A given value always encodes the same way, which the content key relies on.
     """
     if isinstance(value, datetime.date | datetime.time):  # datetime is a date
         return value.isoformat()
@@ -377,6 +379,11 @@ class QueueSink:
         """Post every row, wait for every ACK, and return what happened; raise
         ``SinkError`` unless every row was ACKed ``SUCCESS``."""
         started = time.monotonic()
+        rows = iter(rows)
+        first = next(rows, None)
+        if first is None:  # no session for an empty partition (filters leave many)
+            return SinkResult(0, {}, 0.0)
+        rows = itertools.chain((first,), rows)
         where = _task_description()
         tally = _AckTally()
         posted = 0
