@@ -13,6 +13,10 @@ Modules, each with one job: ``engine`` (the HA rules, no I/O), ``session``
 (threads and locking around the engine), ``transport`` (gRPC and its status
 codes), ``frames`` (batching into wire frames), ``dispatch`` (the callback
 thread), ``backoff``, ``queue``, ``types``, ``events``, ``options``, ``errors``.
+
+``holdfast.sdk.spark`` (imported on its own, not from here) is the PySpark sink:
+``df.foreachPartition(QueueSink(uri, run_id=...))`` and ``foreachBatch``, exactly
+once under task retries thanks to deterministic GUIDs.
 """
 
 from holdfast.sdk.errors import (
