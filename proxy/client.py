@@ -35,7 +35,7 @@ from holdfast.proto import PROTOCOL_VERSION, pb
 from holdfast.proto.uri import parse_queue_uri
 from holdfast.proxy.config import ProxyConfig
 from holdfast.proxy.upstream import Upstream
-from holdfast.sdk.engine import QueueRecord
+from holdfast.sdk.engine import QueueRecord, WireAck
 from holdfast.sdk.errors import (
     ConfirmDroppedError,
     HoldfastError,
@@ -47,18 +47,9 @@ from holdfast.sdk.errors import (
     RequestTimeoutError,
 )
 from holdfast.sdk.options import QueueOptions
-from holdfast.sdk.types import Ack, AckStatus, Message
+from holdfast.sdk.types import Message
 
 log = logging.getLogger(__name__)
-
-
-def wire_status(status: AckStatus) -> pb.Status:
-    """The wire status that relays an upstream ``AckStatus`` to a client."""
-    if status is AckStatus.SUCCESS:
-        return pb.STATUS_OK
-    if status is AckStatus.REFUSED:
-        return pb.STATUS_INVALID_ARGUMENT
-    return cast(pb.Status, pb.Status.Value(f"STATUS_{status.value}"))
 
 
 def request_status(error: HoldfastError) -> tuple[pb.Status, str]:
@@ -129,14 +120,16 @@ class Routes:
         """Route the ACK of ``guid`` to the client's handle ``queue_id`` (the latest wins)."""
         self._by_guid[guid] = (client_key, queue_id)
 
-    def on_ack(self, ack: Ack) -> None:
-        """Deliver an upstream ACK to the client that posted the PUT, if it is still there."""
-        guid = ack.guid.bytes
-        route = self._by_guid.pop(guid, None)
-        if route is not None:
-            client = self._clients.get(route[0])
-            if client is not None:
-                client.ack(route[1], guid, wire_status(ack.status))
+    def on_acks(self, acks: list[WireAck]) -> None:
+        """Deliver upstream outcomes to the clients that posted the PUTs, if still there."""
+        by_guid = self._by_guid
+        clients = self._clients
+        for guid, status in acks:
+            route = by_guid.pop(guid, None)
+            if route is not None:
+                client = clients.get(route[0])
+                if client is not None:
+                    client.ack(route[1], guid, status)
 
     def __len__(self) -> int:
         return len(self._by_guid)
@@ -237,7 +230,6 @@ class ClientSession(ContractStream):
                 write=request.write,
                 options=options,
                 on_message=(lambda m: self._on_push(handle, m)) if request.read else None,
-                on_ack=self._routes.on_ack,
                 timeout=self._config.request_timeout,
             )
         except HoldfastError as error:

@@ -34,10 +34,13 @@ class Proxy:
         """``HOST:PORT`` the proxy listens on, with the real port, once started."""
         self.events: list[SessionEvent] = []
         """The upstream session's recent events (connection lost, restored...)."""
-        self.upstream = Upstream(
-            config.upstream_addresses, config.upstream_options, on_event=self._on_event
-        )
         self.routes = Routes()
+        self.upstream = Upstream(
+            config.upstream_addresses,
+            config.upstream_options,
+            on_acks=self.routes.on_acks,
+            on_event=self._on_event,
+        )
         self._sessions: set[ClientSession] = set()
         self._server: Any = None
         self._stopping = False

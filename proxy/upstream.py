@@ -22,14 +22,14 @@ from typing import Any
 import grpc
 
 from holdfast.proto import SESSION_METHOD, pb
-from holdfast.sdk.engine import BrokerLimits, QueueRecord, SessionEngine
+from holdfast.sdk.engine import BrokerLimits, QueueRecord, SessionEngine, WireAck
 from holdfast.sdk.errors import HoldfastError, RequestTimeoutError, TerminalTransportError
 from holdfast.sdk.events import ConnectAttemptFailed, SessionEvent, log_event
 from holdfast.sdk.failover import FailoverPolicy
 from holdfast.sdk.frames import encode
 from holdfast.sdk.options import QueueOptions, SessionOptions
 from holdfast.sdk.transport import channel_options, classify_rpc_error
-from holdfast.sdk.types import Ack, Message
+from holdfast.sdk.types import Message
 
 log = logging.getLogger("holdfast.proxy.upstream")
 
@@ -41,16 +41,21 @@ class Upstream:
         self,
         addresses: list[str],
         options: SessionOptions,
+        on_acks: Callable[[list[WireAck]], Any],
         on_event: Callable[[SessionEvent], Any] = log_event,
     ) -> None:
         self._options = options
         self._policy = FailoverPolicy(addresses, options.reconnect)
+        # PUT outcomes come as (GUID, wire status) pairs for ``on_acks`` to route: the
+        # proxy relays them as they are, with no UUID and Ack object per message.
+        self._on_acks = on_acks
         self.engine = SessionEngine(
             client_id=f"proxy-{uuid.uuid4()}",
             client_name=options.client_name or "holdfast-proxy",
             on_event=on_event,
             confirmer=self.confirm,
             high_watermark_bytes=options.high_watermark_bytes,
+            wire_acks=True,
         )
         self._requests: dict[int, asyncio.Future[None]] = {}
         self._outbound_ready = asyncio.Event()
@@ -113,12 +118,12 @@ class Upstream:
         write: bool,
         options: QueueOptions,
         on_message: Callable[[Message], Any] | None,
-        on_ack: Callable[[Ack], Any] | None,
         timeout: float,
     ) -> QueueRecord:
-        """Open a queue upstream; buffered until the broker is reachable."""
+        """Open a queue upstream; buffered until the broker is reachable. The outcomes of
+        its PUTs go to ``on_acks``."""
         record, request_id = self.engine.open_queue(
-            uri, read=read, write=write, options=options, on_message=on_message, on_ack=on_ack
+            uri, read=read, write=write, options=options, on_message=on_message, on_ack=None
         )
         try:
             await self._wait_request(request_id, timeout, f"opening {uri}")
@@ -147,7 +152,7 @@ class Upstream:
         properties: Mapping[str, str] | None,
         guid: uuid.UUID,
     ) -> None:
-        """Buffer a client's PUT under the client's GUID; the ACK reaches the queue's on_ack."""
+        """Buffer a client's PUT under the client's GUID; its outcome reaches ``on_acks``."""
         self.engine.post(queue_id, payload, properties, None, time.monotonic(), guid=guid)
         self._outbound_ready.set()
 
@@ -170,8 +175,15 @@ class Upstream:
             self._requests.pop(request_id, None)
 
     def _after_input(self) -> None:
-        """Run the engine's callbacks and settle its completions, on the loop."""
+        """Route PUT outcomes, run the engine's callbacks and settle its completions, on
+        the loop (outcomes first: a close is answered after the ACKs posted before it)."""
         engine = self.engine
+        acks = engine.take_wire_acks()
+        if acks:
+            try:
+                self._on_acks(acks)
+            except Exception:
+                log.exception("routing upstream ACKs raised; continuing")
         for function, argument in engine.take_callbacks():
             try:
                 function(argument)

@@ -202,9 +202,24 @@ class BrokerLimits:
 
 Callback = tuple[Callable[[Any], Any], Any]
 
+WireAck = tuple[bytes, "pb.Status"]
+"""A PUT's outcome in ``wire_acks`` mode: its GUID and a ``pb.Status`` value."""
+
+_WIRE_STATUS: dict[AckStatus, pb.Status] = {
+    AckStatus.SUCCESS: pb.STATUS_OK,
+    AckStatus.UNKNOWN: pb.STATUS_UNKNOWN,
+}
+"""Outcomes the engine decides itself, as wire statuses (``_report``'s statuses)."""
+
 
 class SessionEngine:
-    """The client session state machine. Not thread-safe: the shell serialises calls."""
+    """The client session state machine. Not thread-safe: the shell serialises calls.
+
+    With ``wire_acks`` (the proxy, which relays outcomes to its own clients) PUT
+    outcomes are not ``Ack`` callbacks: ``take_wire_acks()`` hands them over as
+    ``(GUID bytes, wire status)`` pairs, in the order they were decided, and no
+    ``on_ack`` is called. Same rules, without a ``UUID`` and an ``Ack`` per message.
+    """
 
     def __init__(
         self,
@@ -215,6 +230,7 @@ class SessionEngine:
         client_name: str = "",
         high_watermark_bytes: int = 64 * 1024 * 1024,
         max_disconnected_buffer_bytes: int | None = None,
+        wire_acks: bool = False,
     ) -> None:
         self.client_id = client_id
         self._client_name = client_name
@@ -247,6 +263,7 @@ class SessionEngine:
         self._transport_bytes = 0
 
         self._callbacks: list[Callback] = []
+        self._wire_acks: list[WireAck] | None = [] if wire_acks else None
         self._completions: list[tuple[int, HoldfastError | None]] = []
         self.stale_acks = 0
         """ACKs for GUIDs no longer pending (for example, duplicates); ignored."""
@@ -314,6 +331,14 @@ class SessionEngine:
         """Callbacks for the application, in the order they must run."""
         callbacks, self._callbacks = self._callbacks, []
         return callbacks
+
+    def take_wire_acks(self) -> list[WireAck]:
+        """PUT outcomes as ``(GUID bytes, wire status)``, in order (``wire_acks`` mode)."""
+        acks = self._wire_acks
+        if not acks:
+            return []
+        self._wire_acks = []
+        return acks
 
     def take_completions(self) -> list[tuple[int, HoldfastError | None]]:
         """Open/configure/close requests that completed, with their error if they failed."""
@@ -710,9 +735,22 @@ class SessionEngine:
         # One iteration per ACKed message: locals, and the Ack's UUID built from the
         # pending GUID's 16 bytes without uuid.UUID's argument checks.
         pending = self._pending
+        released = 0
+        wire_acks = self._wire_acks
+        if wire_acks is not None:
+            relay = wire_acks.append
+            for ack in batch.acks:
+                guid = ack.guid
+                put = pending.pop(guid, None)
+                if put is None:
+                    self.stale_acks += 1
+                    continue
+                released += put[SIZE]
+                relay((guid, ack.status))
+            self._pending_bytes -= released
+            return
         queues = self._queues
         append = self._callbacks.append
-        released = 0
         for ack in batch.acks:
             put = pending.pop(ack.guid, None)
             if put is None:
@@ -836,6 +874,9 @@ class SessionEngine:
         if self._pending.pop(put[GUID], None) is None:
             return
         self._pending_bytes -= put[SIZE]
+        if self._wire_acks is not None:
+            self._wire_acks.append((put[GUID], _WIRE_STATUS[status]))
+            return
         queue = self._queues[put[QUEUE_ID]]
         callback = put[ON_ACK]
         if callback is None:

@@ -1,0 +1,68 @@
+"""``SessionEngine(wire_acks=True)``, the proxy's mode: PUT outcomes are handed over
+as (GUID bytes, wire status) pairs instead of ``Ack`` callbacks, under the same rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from holdfast.proto import pb
+from holdfast.sdk.engine import SessionEngine
+
+from .fakes import Harness
+
+
+@pytest.fixture
+def h() -> Harness:
+    harness = Harness()
+    harness.engine = SessionEngine(
+        client_id="proxy-1",
+        on_event=harness._record_event,
+        confirmer=harness._confirm,
+        wire_acks=True,
+    )
+    return harness
+
+
+def writer(h: Harness) -> int:
+    h.establish()
+    return h.open_active()
+
+
+def test_acks_are_relayed_in_order_as_guid_and_wire_status(h: Harness) -> None:
+    queue_id = writer(h)
+    first, second, third = (h.post(queue_id, on_ack=h.record_ack) for _ in range(3))
+    h.sent_frames()
+    h.ack(second, first)
+    h.ack(third, status=pb.STATUS_STORE_ERROR)
+    assert h.engine.take_wire_acks() == [
+        (second.bytes, pb.STATUS_OK),
+        (first.bytes, pb.STATUS_OK),
+        (third.bytes, pb.STATUS_STORE_ERROR),
+    ]
+    assert h.acks == []  # no Ack objects, no on_ack calls
+    assert h.engine.pending_count == 0
+    assert h.engine.take_wire_acks() == []
+
+
+def test_a_duplicate_ack_is_relayed_once(h: Harness) -> None:
+    queue_id = writer(h)
+    guid = h.post(queue_id)
+    h.ack(guid)
+    h.ack(guid)
+    assert h.engine.take_wire_acks() == [(guid.bytes, pb.STATUS_OK)]
+    assert h.engine.stale_acks == 1
+
+
+def test_puts_of_a_queue_closed_while_disconnected_are_relayed_unknown(h: Harness) -> None:
+    queue_id = writer(h)
+    guids = [h.post(queue_id) for _ in range(2)]
+    h.lose()
+    assert h.engine.close_queue(queue_id) is None
+    assert h.engine.take_wire_acks() == [(g.bytes, pb.STATUS_UNKNOWN) for g in guids]
+
+
+def test_closing_the_session_relays_every_pending_put_unknown(h: Harness) -> None:
+    queue_id = writer(h)
+    guid = h.post(queue_id)
+    h.engine.close()
+    assert h.engine.take_wire_acks() == [(guid.bytes, pb.STATUS_UNKNOWN)]
