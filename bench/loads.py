@@ -34,18 +34,31 @@ def cpu_seconds(pid: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds all processes of the machine have used (``/proc/stat``, every core)."""
+    with open("/proc/stat") as stat:
+        ticks = [int(value) for value in stat.readline().split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle + iowait
+    return (sum(ticks[:8]) - idle) / CLOCK_TICKS
+
+
 @dataclass
 class CpuMeter:
-    """CPU seconds spent by the bench (client) process and by server PIDs over a block."""
+    """CPU seconds spent by the bench (client) process and by server PIDs over a block,
+    and by everything else on the machine (other load distorts the figures)."""
 
     pids: dict[str, int]
     used: dict[str, float] = field(default_factory=dict)
+    others_cores: float = 0.0
+    """Cores' worth of CPU other processes used meanwhile (0 on a quiet machine)."""
 
     @contextmanager
     def measure(self) -> Iterator[None]:
         """Measure the CPU used inside the ``with`` block."""
         start = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
         client = cpu_seconds()
+        busy = machine_busy_seconds()
+        wall = time.perf_counter()
         try:
             yield
         finally:
@@ -55,6 +68,8 @@ class CpuMeter:
                     self.used[name] = cpu_seconds(pid) - start[name]
                 except OSError:
                     self.used[name] = float("nan")
+            others = machine_busy_seconds() - busy - sum(self.used.values())
+            self.others_cores = max(0.0, others) / max(1e-9, time.perf_counter() - wall)
 
     def per_message_us(self, count: int) -> dict[str, float]:
         """Microseconds of CPU per message, by process."""
@@ -115,6 +130,8 @@ class ProduceResult:
     """PUTs per PutBatch frame the SDK sent."""
     cpu_us: dict[str, float]
     """CPU microseconds per message, by process."""
+    others_cores: float
+    """Cores' worth of CPU used by other processes of the machine during the run."""
 
 
 @dataclass
@@ -128,6 +145,7 @@ class ConsumeResult:
     rate: float
     received: int
     cpu_us: dict[str, float]
+    others_cores: float
 
 
 def produce(
@@ -187,6 +205,7 @@ def produce(
         not_success=count - int(tally["ok"]),
         mean_batch=frames.mean_batch,
         cpu_us=cpu.per_message_us(count),
+        others_cores=cpu.others_cores,
     )
 
 
@@ -226,6 +245,7 @@ def consume(
         rate=received / seconds if seconds > 0 else float("nan"),
         received=received,
         cpu_us=cpu.per_message_us(count),
+        others_cores=cpu.others_cores,
     )
 
 

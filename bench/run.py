@@ -76,8 +76,15 @@ def machine() -> dict[str, Any]:
         "grpcio": metadata.version("grpcio"),
         "protobuf": metadata.version("protobuf"),
         "platform": platform.platform(),
+        "loadavg_at_start": load_average(),
         "commit": commit or "unknown",
     }
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages (other work on the machine skews figures)."""
+    with open("/proc/loadavg") as loadavg:
+        return " ".join(loadavg.read().split()[:3])
 
 
 # ---------------------------------------------------------------------------- PUT/PUSH loads
@@ -217,6 +224,7 @@ def print_loads(figures: dict[str, Any], echo_rates: dict[int, float]) -> None:
             "p99 ms",
             "PUTs/frame",
             "CPU us/msg c/p/b",
+            "others",
             "of echo",
         ],
     )
@@ -233,6 +241,7 @@ def print_loads(figures: dict[str, Any], echo_rates: dict[int, float]) -> None:
             millis(s["p99"]),
             f"{s['mean_batch']:.0f}",
             cpu_cell(s["cpu_us"]),
+            f"{s['others_cores']:.2f}",
             f"{share:.0%}",
         )
     table.notes = [
@@ -240,13 +249,14 @@ def print_loads(figures: dict[str, Any], echo_rates: dict[int, float]) -> None:
         "  post() is not paced, so p50/p99 include the time a PUT waits behind the others.",
         "CPU us/msg: CPU time per message of the client (this process, SDK + bench loop),",
         "  the proxy and the broker. With 2 cores, their sum bounds the rate at 2e6/sum.",
+        "others: cores' worth of CPU used by other processes of the machine meanwhile.",
         "of echo: msg/s as a share of the raw gRPC echo with the same batch size (below).",
     ]
     harness.print_table(table)
 
     table = Table(
         "PUSH->CONFIRM, one consumer draining the queue its producer run filled",
-        ["store", "size", "path", "msg/s", "min..max", "CPU us/msg c/p/b"],
+        ["store", "size", "path", "msg/s", "min..max", "CPU us/msg c/p/b", "others"],
     )
     for entry in figures["consume"]:
         s = summary(entry)
@@ -257,6 +267,7 @@ def print_loads(figures: dict[str, Any], echo_rates: dict[int, float]) -> None:
             rate(s["median"]),
             f"{rate(s['min'])}..{rate(s['max'])}",
             cpu_cell(s["cpu_us"]),
+            f"{s['others_cores']:.2f}",
         )
     table.notes = [
         "Default QueueOptions (1000 unconfirmed messages); timed from open_queue() to the",
@@ -412,7 +423,8 @@ def main(argv: list[str] | None = None) -> int:
     info = machine()
     print(
         f"Holdfast bench at {info['commit']}: {info['cpus']} CPUs, Python {info['python']}, "
-        f"grpcio {info['grpcio']}, protobuf {info['protobuf']}"
+        f"grpcio {info['grpcio']}, protobuf {info['protobuf']}; "
+        f"load average {info['loadavg_at_start']}"
     )
     print(
         f"messages per run: {args.small_count} x {SMALL} B, {args.large_count} x {LARGE} B; "
@@ -485,8 +497,12 @@ def main(argv: list[str] | None = None) -> int:
     results["seconds"] = elapsed
     with open(args.json, "w") as out:
         json.dump(_finite(results), out, indent=2)
+    results["loadavg_at_end"] = load_average()
     print()
-    print(f"bench finished in {elapsed:.0f} s; results in {os.path.relpath(args.json)}")
+    print(
+        f"bench finished in {elapsed:.0f} s (load average now {results['loadavg_at_end']}); "
+        f"results in {os.path.relpath(args.json)}"
+    )
     return 0
 
 
