@@ -35,6 +35,10 @@ typecheck: $(STAMP) $(TYPES)
 pytest: $(STAMP)
 	$(BIN)/pytest -q
 
+# The long randomized fault schedule (HOLDFAST_CHAOS_SECONDS, HOLDFAST_CHAOS_SEED).
+chaos: $(STAMP)
+	HOLDFAST_CHAOS=1 $(BIN)/pytest -q -s -m chaos tests/faults/test_chaos.py
+
 # The bench extra (nats-py, for the JetStream comparison) only for the bench.
 $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'

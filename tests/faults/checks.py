@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from holdfast.sdk import AckStatus, Queue, QueueOptions, Session
+from holdfast.sdk import AckStatus, FlowControlError, Queue, QueueOptions, Session
 from tests.support.recorder import AckRecorder, MessageRecorder
 from tests.support.sessions import FAST
 from tests.support.waiting import wait_until
@@ -57,6 +57,8 @@ class Producer:
         self.posted: dict[uuid.UUID, bytes] = {}
         """Every PUT ``post()`` took, in post order: GUID to payload."""
         self.error: BaseException | None = None
+        self.refused = 0
+        """Posts refused by flow control (and retried)."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"producer-{tag}", daemon=True)
@@ -75,7 +77,13 @@ class Producer:
                         return
                     payload = b"%s-%08d-" % (self.tag, index)
                     payload += b"." * max(0, self.size - len(payload))
-                    guid = self.queue.post(payload)
+                    try:
+                        guid = self.queue.post(payload)
+                    except FlowControlError:
+                        # Not taken (the high watermark held for 5 s): the same
+                        # message is posted again, as an application would.
+                        self.refused += 1
+                        break
                     with self._lock:
                         self.posted[guid] = payload
                     index += 1
