@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -297,11 +296,18 @@ class ClientSession(ContractStream):
 
     def on_puts(self, batch: pb.PutBatch) -> None:
         """Post each PUT upstream under the client's GUID; refuse bad ones with a typed ACK."""
-        upstream = self._upstream
-        pending = upstream.engine.is_pending
+        # Once per PUT: locals, the handle looked up once per run of the same queue_id.
+        relay = self._upstream.relay
+        add_route = self._routes.add
+        handles = self._handles
+        handle: ClientHandle | None = None
+        last_id = -1
         for put in batch.puts:
+            queue_id = put.queue_id
             guid = put.guid
-            handle = self._handles.get(put.queue_id)
+            if queue_id != last_id:
+                handle = handles.get(queue_id)
+                last_id = queue_id
             status: pb.Status | None = None
             if handle is None or handle.upstream is None:
                 status = pb.STATUS_UNKNOWN_QUEUE
@@ -310,21 +316,16 @@ class ClientSession(ContractStream):
             elif len(guid) != 16:
                 status = pb.STATUS_INVALID_GUID
             else:
-                guid_obj = uuid.UUID(bytes=guid)
-                if not pending(guid_obj):
-                    try:
-                        upstream.post(
-                            handle.upstream.queue_id,
-                            put.payload,
-                            put.properties or None,
-                            guid_obj,
-                        )
-                    except HoldfastError as error:
-                        status = _POST_ERRORS.get(type(error), pb.STATUS_UNKNOWN_QUEUE)
+                try:
+                    # Not posted again if still pending upstream (the client retransmits
+                    # after losing the proxy): it is only routed to this stream.
+                    relay(handle.upstream.queue_id, put.payload, put.properties or None, guid)
+                except HoldfastError as error:
+                    status = _POST_ERRORS.get(type(error), pb.STATUS_UNKNOWN_QUEUE)
                 if status is None:
-                    self._routes.add(guid, self._route_key, put.queue_id)
+                    add_route(guid, self._route_key, queue_id)
                     continue
-            self.ack(put.queue_id, guid, status)
+            self.ack(queue_id, guid, status)
 
     def ack(self, queue_id: int, guid: bytes, status: pb.Status) -> None:
         """Queue an ACK for this client; ACKs routed in one turn of the loop share a frame."""

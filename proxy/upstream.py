@@ -145,16 +145,19 @@ class Upstream:
         if request_id is not None:
             await self._wait_request(request_id, timeout, "closing a queue")
 
-    def post(
+    def relay(
         self,
         queue_id: int,
         payload: bytes,
         properties: Mapping[str, str] | None,
-        guid: uuid.UUID,
-    ) -> None:
-        """Buffer a client's PUT under the client's GUID; its outcome reaches ``on_acks``."""
-        self.engine.post(queue_id, payload, properties, None, time.monotonic(), guid=guid)
+        guid: bytes,
+    ) -> bool:
+        """Buffer a client's PUT under the client's GUID (16 bytes); its outcome reaches
+        ``on_acks``. False if that GUID is already pending here (nothing is buffered)."""
+        if not self.engine.relay(queue_id, payload, properties, guid, time.monotonic()):
+            return False
         self._outbound_ready.set()
+        return True
 
     def confirm(self, message: Message) -> None:
         """CONFIRM a message delivered on the current upstream connection."""

@@ -128,6 +128,7 @@ class QueueState(enum.Enum):
 _WRITABLE_STATES = (QueueState.OPEN, QueueState.REOPENING)
 
 _SUCCESS = AckStatus.SUCCESS
+_NO_GUID = uuid.UUID(int=0)
 _STATUS_OK = pb.STATUS_OK
 
 
@@ -541,17 +542,49 @@ class SessionEngine:
         across processes (a proxy forwarding its clients' GUIDs, a Spark task
         retried elsewhere): the caller promises it names this message only.
         """
+        if guid is None:
+            return self._buffer(queue_id, payload, properties, on_ack, now, None)
+        key = guid.bytes
+        if key in self._pending:
+            raise InvalidArgumentError(f"GUID {guid} is already pending on this session")
+        self._buffer(queue_id, payload, properties, on_ack, now, key)
+        return guid
+
+    def relay(
+        self,
+        queue_id: int,
+        payload: bytes,
+        properties: Mapping[str, str] | None,
+        guid: bytes,
+        now: float,
+    ) -> bool:
+        """``post()`` under a GUID given as its 16 bytes, for a proxy relaying its
+        clients' PUTs (no ``UUID`` is made; outcomes go by ``wire_acks``). Returns False,
+        buffering nothing, when that GUID is already pending: a client retransmitting a
+        PUT that is still in flight here."""
+        if guid in self._pending:
+            return False
+        if len(guid) != 16:
+            raise InvalidArgumentError(f"a GUID is 16 bytes, not {len(guid)}")
+        self._buffer(queue_id, payload, properties, None, now, guid)
+        return True
+
+    def _buffer(
+        self,
+        queue_id: int,
+        payload: bytes,
+        properties: Mapping[str, str] | None,
+        on_ack: Callable[[Ack], Any] | None,
+        now: float,
+        key: bytes | None,
+    ) -> uuid.UUID:
+        """Check and buffer one PUT under ``key``, or under a new GUID if None; return
+        the new GUID (a dummy when ``key`` was given, which callers ignore)."""
         # The hot path of every producer (and of the proxy, once per client PUT):
         # locals instead of repeated attribute lookups, each check done once.
         state = self.state
         if state is LinkState.CLOSED or state is LinkState.FAILED:
             self._check_usable()
-        pending = self._pending
-        key = b""
-        if guid is not None:
-            key = guid.bytes
-            if key in pending:
-                raise InvalidArgumentError(f"GUID {guid} is already pending on this session")
         queue = self._queues.get(queue_id)
         if queue is None or queue.state not in _WRITABLE_STATES:
             raise QueueNotOpenError(f"queue {queue.uri if queue else queue_id} is not open")
@@ -583,15 +616,16 @@ class SessionEngine:
                 f"{self._pending_bytes} bytes are buffered while disconnected; this PUT "
                 f"would exceed max_disconnected_buffer_bytes={self._disconnected_limit}"
             )
-        if guid is None:
-            guid, key = self._guids.next()
+        made = _NO_GUID
+        if key is None:
+            made, key = self._guids.next()
         put: PendingPut = (key, queue_id, payload, props, on_ack, now, size)
-        pending[key] = put
+        self._pending[key] = put
         self._pending_bytes += size
         if active:
             self._outbound.append(put)
             self._queued_bytes += size
-        return guid
+        return made
 
     def confirm(self, message: Message) -> None:
         """Queue a CONFIRM; rule 5: never buffered across a connection loss."""
