@@ -47,6 +47,11 @@ class RecoveryResult:
     """Upstream back -> StateRestored (NaN when the link survived the cut)."""
     stall: float
     """Longest gap between consecutive ACKs."""
+    stall_began: float
+    """When that gap began, in seconds after the cut."""
+    first_ack: float
+    """Upstream back -> the first ACK after it (restore, then the retransmitted PUTs
+    stored and ACKed)."""
     longest_post: float
     posted: int
     acked_ok: int
@@ -99,10 +104,10 @@ class SteadyProducer:
         self._stop.set()
         self._thread.join(10)
 
-    def longest_gap(self) -> float:
-        """The longest time between consecutive ACKs."""
+    def longest_gap(self) -> tuple[float, float]:
+        """The longest time between consecutive ACKs, and when it began."""
         times = sorted(self.ack_times)
-        return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
+        return max(((b - a, a) for a, b in itertools.pairwise(times)), default=(0.0, 0.0))
 
 
 def _last_log_time(server: BrokerProcess | ProxyProcess, needle: str, after: float) -> float:
@@ -158,6 +163,7 @@ def run_recovery(
             try:
                 time.sleep(before)
                 cut_at = time.time()
+                cut_clock = time.perf_counter()
                 if cut == "kill":
                     broker.kill()
                     time.sleep(outage)
@@ -180,12 +186,17 @@ def run_recovery(
         else:
             restored = restored_at[-1] if restored_at else float("nan")
     guids = [ack.guid for ack in producer.acks]
+    stall, stall_began = producer.longest_gap()
+    back_clock = cut_clock + (back_at - cut_at)
+    first_ack = min((t for t in producer.ack_times if t > back_clock), default=float("nan"))
     return RecoveryResult(
         path="SDK->proxy->broker" if via_proxy else "SDK->broker",
         cut=cut,
         outage=back_at - cut_at,
         restore=restored - back_at,
-        stall=producer.longest_gap(),
+        stall=stall,
+        stall_began=stall_began - cut_clock,
+        first_ack=first_ack - back_clock,
         longest_post=producer.longest_post,
         posted=producer.posted,
         acked_ok=sum(1 for ack in producer.acks if ack.status is AckStatus.SUCCESS),

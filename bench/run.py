@@ -315,6 +315,7 @@ def print_recovery(results: list[dict[str, Any]]) -> None:
             "cut",
             "outage s",
             "back->StateRestored s",
+            "back->1st ACK s",
             "stall s",
             "outage+0.3",
             "posted",
@@ -328,6 +329,7 @@ def print_recovery(results: list[dict[str, Any]]) -> None:
             row["cut"],
             f"{row['outage']:.3f}",
             "no reconnect" if math.isnan(row["restore"]) else f"{row['restore']:.3f}",
+            f"{row['first_ack']:.3f}",
             f"{row['stall']:.3f}",
             f"{row['budget']:.3f}",
             row["posted"],
@@ -338,7 +340,8 @@ def print_recovery(results: list[dict[str, Any]]) -> None:
     table.notes = [
         "kill: SIGKILL, 1 s, restart on the same port and file; outage = SIGKILL -> the new",
         "  broker's 'listening on' (includes its start and store recovery); restore = that",
-        "  -> StateRestored (the SDK's event direct; the proxy's logged one via the proxy).",
+        "  -> StateRestored (the SDK's event direct; the proxy's logged one via the proxy);",
+        "  1st ACK: the retransmitted PUTs stored (fsync) and the first of them ACKed.",
         "stop: SIGSTOP 1 s then SIGCONT; keepalive (1 s + 2 s) keeps the link: no reconnect.",
         "stall: longest gap between consecutive ACKs; post() never blocked longer than "
         + ", ".join(f"{r['longest_post'] * 1000:.0f} ms" for r in results)

@@ -7,6 +7,7 @@ import pytest
 
 from holdfast.proto import pb
 from holdfast.sdk.engine import SessionEngine
+from holdfast.sdk.errors import InvalidArgumentError
 
 from .fakes import Harness
 
@@ -66,3 +67,26 @@ def test_closing_the_session_relays_every_pending_put_unknown(h: Harness) -> Non
     guid = h.post(queue_id)
     h.engine.close()
     assert h.engine.take_wire_acks() == [(guid.bytes, pb.STATUS_UNKNOWN)]
+
+
+def test_relay_buffers_under_the_given_guid_bytes_once(h: Harness) -> None:
+    queue_id = writer(h)
+    guid = bytes(range(16))
+    assert h.engine.relay(queue_id, b"one", None, guid, h.now)
+    assert not h.engine.relay(queue_id, b"again", None, guid, h.now)  # still pending
+    puts = [p for f in h.sent_frames() if f.WhichOneof("frame") == "puts" for p in f.puts.puts]
+    assert [(p.guid, p.payload) for p in puts] == [(guid, b"one")]
+    h.feed(
+        pb.ServerFrame(
+            acks=pb.AckBatch(acks=[pb.Ack(queue_id=queue_id, guid=guid, status=pb.STATUS_OK)])
+        )
+    )
+    assert h.engine.take_wire_acks() == [(guid, pb.STATUS_OK)]
+    assert h.engine.relay(queue_id, b"after the ACK", None, guid, h.now)
+
+
+def test_relay_refuses_a_guid_that_is_not_16_bytes(h: Harness) -> None:
+    queue_id = writer(h)
+    with pytest.raises(InvalidArgumentError):
+        h.engine.relay(queue_id, b"x", None, b"short", h.now)
+    assert h.engine.pending_count == 0
