@@ -809,8 +809,10 @@ class SessionEngine:
             queue = queues.get(push.queue_id)
             if queue is None or queue.on_message is None or queue.state not in _WRITABLE_STATES:
                 continue  # closed meanwhile: the broker redelivers it elsewhere
+            guid = push.guid
             message = Message(
-                uuid.UUID(bytes=push.guid),
+                # The broker sends 16-byte GUIDs; anything else fails as UUID() fails.
+                uuid_from_bytes(guid) if len(guid) == 16 else uuid.UUID(bytes=guid),
                 push.payload,
                 dict(push.properties),
                 push.delivery_count,
