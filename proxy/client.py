@@ -100,6 +100,9 @@ class Routes:
 
     def __init__(self) -> None:
         self._by_guid: dict[bytes, tuple[int, int]] = {}
+        self._also: dict[bytes, list[tuple[int, int]]] = {}
+        """Further live clients waiting on the same GUID (rare: e.g. a speculative Spark
+        task posting the rows of another attempt that is still running)."""
         self._clients: dict[int, ClientSession] = {}
         self._next_key = 1
 
@@ -116,8 +119,16 @@ class Routes:
         self._clients.pop(key, None)
 
     def add(self, guid: bytes, client_key: int, queue_id: int) -> None:
-        """Route the ACK of ``guid`` to the client's handle ``queue_id`` (the latest wins)."""
-        self._by_guid[guid] = (client_key, queue_id)
+        """Route the ACK of ``guid`` to the client's handle ``queue_id`` too.
+
+        A route of a client that has gone is replaced (a client retransmitting after
+        it reconnected); one of a live client is kept, so each gets its one ACK."""
+        route = (client_key, queue_id)
+        current = self._by_guid.get(guid)
+        if current is None or current == route or current[0] not in self._clients:
+            self._by_guid[guid] = route
+        elif route not in (also := self._also.setdefault(guid, [])):
+            also.append(route)
 
     def on_acks(self, acks: list[WireAck]) -> None:
         """Deliver upstream outcomes to the clients that posted the PUTs, if still there."""
@@ -129,6 +140,11 @@ class Routes:
                 client = clients.get(route[0])
                 if client is not None:
                     client.ack(route[1], guid, status)
+                if self._also:
+                    for key, queue_id in self._also.pop(guid, ()):
+                        other = clients.get(key)
+                        if other is not None:
+                            other.ack(queue_id, guid, status)
 
     def __len__(self) -> int:
         return len(self._by_guid)

@@ -245,3 +245,30 @@ def test_sigterm_stops_the_proxy_gracefully(broker: BrokerProcess) -> None:
         assert (error.status, error.fatal) == (pb.STATUS_SHUTTING_DOWN, True)
     finally:
         proxy.close()
+
+
+@pytest.mark.timeout(60)
+def test_two_clients_posting_one_pending_guid_each_get_their_ack(
+    broker: BrokerProcess, proxy: ProxyProcess
+) -> None:
+    """Two live clients (say, a Spark task and its speculative copy) post the same GUID
+    while the broker is away: the proxy sends it upstream once, and each client gets
+    its ACK; the queue holds the message once."""
+    uri = unique_uri("shared-guid")
+    guid = uuid.uuid4().bytes
+    with WireClient(proxy.address) as first, WireClient(proxy.address) as second:
+        for client in (first, second):
+            client.hello()
+            assert client.open(1, uri, write=True).status == pb.STATUS_OK
+        os.kill(broker.pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: proxy_saw(proxy, "ConnectionLost"), 15, "the proxy to notice")
+            first.put(1, [(guid, b"once", {})])
+            second.put(1, [(guid, b"once", {})])
+            first.barrier(10)
+            second.barrier(10)
+        finally:
+            os.kill(broker.pid, signal.SIGCONT)
+        assert [a.status for a in first.acks(1, timeout=30)] == [pb.STATUS_OK]
+        assert [a.status for a in second.acks(1, timeout=30)] == [pb.STATUS_OK]
+    assert drain(broker.address, uri, 1) == Counter({uuid.UUID(bytes=guid): 1})
