@@ -213,7 +213,7 @@ class Session:
                 queue_id, payload, properties, on_ack, time.monotonic(), guid=guid
             )
             if self._writer_idle:
-                self._writer_wakeup.notify()
+                self._wake_writer()
         return guid
 
     def _confirm(self, message: Message) -> None:
@@ -226,7 +226,7 @@ class Session:
                 )
             self._engine.confirm(message)
             if self._writer_idle:
-                self._writer_wakeup.notify()
+                self._wake_writer()
 
     def _configure(self, queue_id: int, options: QueueOptions, timeout: float) -> None:
         with self._lock:
@@ -273,6 +273,13 @@ class Session:
         if error is not None:
             raise error
 
+    def _wake_writer(self) -> None:
+        """Wake the idle writer (lock held). It is marked busy at once, so the posts
+        made before it gets the lock back do not each notify it again: a notify is
+        ~0.5 us of Python, and a producer can post hundreds of times meanwhile."""
+        self._writer_idle = False
+        self._writer_wakeup.notify()
+
     def _after_input(self) -> None:
         """Move the engine's outputs to where they go (lock held)."""
         engine = self._engine
@@ -281,7 +288,7 @@ class Session:
             if request_id in self._waiting:
                 self._results[request_id] = error
         if self._writer_idle and engine.has_outbound:
-            self._writer_wakeup.notify()
+            self._wake_writer()
         self._changed.notify_all()
 
     # ------------------------------------------------------------------ the connector thread
