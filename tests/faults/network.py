@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from holdfast.sdk import ConnectionLost, StateRestored
-from tests.support.processes import BrokerProcess, ProxyProcess
+from tests.support.processes import BrokerProcess, ProxyProcess, ServerProcess
 from tests.support.recorder import EventRecorder
 from tests.support.toxics import link_address
 from tests.support.waiting import wait_until
@@ -156,9 +156,22 @@ def network(name: str, broker: BrokerProcess, new_link: LinkFactory) -> Iterator
     started broker; the proxy it starts is stopped by PID at the end (links are
     deleted by their fixture)."""
     if name == "direct":
-        yield Network("direct", broker, new_link)
+        try:
+            yield Network("direct", broker, new_link)
+        finally:
+            report(broker)
         return
     path = {"proxy": "all", "proxy-client-hop": "client", "proxy-upstream-hop": "upstream"}[name]
     upstream = new_link("upstream", broker.address)
     with ProxyProcess(["--upstream", link_address(upstream), *PROXY_ARGS]) as proxy:
-        yield Network("proxy", broker, new_link, proxy=proxy, upstream=upstream, path=path)
+        try:
+            yield Network("proxy", broker, new_link, proxy=proxy, upstream=upstream, path=path)
+        finally:
+            report(broker, proxy)
+
+
+def report(*servers: ServerProcess) -> None:
+    """Print the servers' last log lines: pytest shows them when the test failed."""
+    for server in servers:
+        print(f"--- {server.module} (pid {server.pid}, exit {server.returncode}) ---")
+        print(server.output)

@@ -65,6 +65,9 @@ def streaming(net: Network, name: str, options: SessionOptions = FAST) -> Iterat
         try:
             yield stream
         finally:
+            # Shown by pytest if the test fails: what the session went through.
+            print(f"session events: {events.events}")
+            print(f"posted {producer.count}, ACKs {len(acks)}")
             stream.posted = producer.stop()
         assert session.flush(timeout=60), f"{session.pending_count} PUTs never ACKed"
 

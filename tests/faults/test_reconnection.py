@@ -115,7 +115,8 @@ def test_latency_spikes(net: Network) -> None:
 def test_bandwidth_limit_trips_the_high_watermark_in_the_callers_thread(net: Network) -> None:
     """A link throttled to 16 KB/s fills the SDK's outbound buffer: ``post()`` waits
     5 s in the caller's thread, then raises ``BandwidthLimitError`` and does not take
-    the message. Keepalive is off here: its pings would queue behind the backlog.
+    the message. Keepalive is slowed to 60 s here: its pings would queue behind the
+    backlog and take the link for dead.
     The throttle is on the session's own link (the hop whose transport pushes back)."""
     options = SessionOptions(
         keepalive_time=60,
