@@ -29,11 +29,13 @@ import json
 import math
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from importlib import metadata
-from typing import Any
+from typing import Any, TypeVar
 
 import echo
 import harness
@@ -42,6 +44,8 @@ import memory
 import natsload
 import recovery
 from harness import Table, millis, rate, verdict
+
+T = TypeVar("T")
 
 SMALL = 100
 LARGE = 10 * 1024
@@ -219,7 +223,10 @@ def run_nats(args: argparse.Namespace) -> dict[str, Any]:
         return {"skipped": "nats-py is not installed (make bench installs the bench extra)"}
     results = []
     for storage in ("memory", "file"):
-        outcome = natsload.publish(args.small_count, SMALL, storage)
+        try:
+            outcome = natsload.publish(args.small_count, SMALL, storage)
+        except Exception as error:  # the server's business (JetStream off, limits...)
+            return {"skipped": f"the NATS server at 127.0.0.1:4222 failed the run: {error!r}"}
         results.append(dataclasses.asdict(outcome))
         progress(f"NATS JetStream {storage}: {rate(outcome.rate)}/s")
     return {"runs": results}
@@ -438,9 +445,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def guarded(name: str, failures: list[str], run: Callable[[], T], fallback: T) -> T:
+    """Run one section; if it fails, say so on stderr, note it, and go on with the rest."""
+    try:
+        return run()
+    except Exception as error:
+        failures.append(f"{name}: {error!r}")
+        progress(f"{name} FAILED: {error!r}")
+        return fallback
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run every section, print the tables, write the JSON file."""
+    """Run every section, print the tables, write the JSON file. Exit status 1 if a
+    section could not be measured (a missed target is not a failure)."""
     args = parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so the finally blocks stop every server we started.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     started = time.monotonic()
     info = machine()
     print(
@@ -454,7 +474,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     sys.stdout.flush()
     results: dict[str, Any] = {"machine": info, "arguments": vars(args)}
+    failures: list[str] = []
+    no_rows: list[dict[str, Any]] = []
+    no_result: dict[str, Any] = {}
     with harness.temp_dir() as directory:
+        # The loads are the point of the bench: if they fail, the run fails.
         figures = run_loads(args, directory)
         results["loads"] = figures
         batches = {
@@ -462,17 +486,27 @@ def main(argv: list[str] | None = None) -> int:
             for entry in figures["produce"]
             if entry["store"] == "memory" and entry["path"] == PATHS[0]
         }
-        results["echo"] = run_echo(args, batches)
-        results["recovery"] = run_recovery(directory)
+        results["echo"] = guarded("echo", failures, lambda: run_echo(args, batches), no_rows)
+        results["recovery"] = guarded(
+            "recovery", failures, lambda: run_recovery(directory), no_rows
+        )
     progress("memory per buffered PUT (subprocess)")
-    results["memory"] = memory.measure_in_subprocess(args.memory_count, SMALL)
+    results["memory"] = guarded(
+        "memory",
+        failures,
+        lambda: memory.measure_in_subprocess(args.memory_count, SMALL),
+        no_result,
+    )
     results["nats"] = run_nats(args)
 
     echo_rates = {row["size"]: row["rate"] for row in results["echo"] if not row.get("sweep")}
     print_loads(figures, echo_rates)
-    print_echo(results["echo"])
-    print_recovery(results["recovery"])
-    print_memory(results["memory"])
+    if results["echo"]:
+        print_echo(results["echo"])
+    if results["recovery"]:
+        print_recovery(results["recovery"])
+    if results["memory"]:
+        print_memory(results["memory"])
     rates = {(e["store"], e["size"], e["path"]): summary(e)["median"] for e in figures["produce"]}
     print_nats(
         results["nats"],
@@ -514,18 +548,21 @@ def main(argv: list[str] | None = None) -> int:
         )
     print_targets(targets)
     results["targets"] = [{"target": t, "figure": f, "pass": ok} for t, f, ok in targets]
+    results["failures"] = failures
 
     elapsed = time.monotonic() - started
     results["seconds"] = elapsed
+    results["loadavg_at_end"] = load_average()
     with open(args.json, "w") as out:
         json.dump(_finite(results), out, indent=2)
-    results["loadavg_at_end"] = load_average()
     print()
+    for failure in failures:
+        print(f"FAILED to measure {failure}")
     print(
         f"bench finished in {elapsed:.0f} s (load average now {results['loadavg_at_end']}); "
         f"results in {os.path.relpath(args.json)}"
     )
-    return 0
+    return 1 if failures else 0
 
 
 def _finite(value: Any) -> Any:
