@@ -41,6 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
 async def serve(host: str, port: int) -> int:
     """Serve the API until SIGTERM or SIGINT; the exit code."""
     toxiproxy = Toxiproxy()
+    # Before listening: whoever sees the port open may signal at once.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
     try:
         server = await asyncio.start_server(toxiproxy.serve_http, host, port, reuse_address=True)
     except OSError as error:
@@ -48,10 +53,6 @@ async def serve(host: str, port: int) -> int:
         return 1
     bound = server.sockets[0].getsockname()[1]
     log.info("listening on %s:%d", host, bound)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
     await stop.wait()
     server.close()
     toxiproxy.stop()
