@@ -50,7 +50,7 @@ class ReconnectOptions:
     """
 
     initial: float = 0.05
-    maximum: float = 0.5
+    maximum: float = 0.25
     multiplier: float = 2.0
     jitter: float = 0.2
 
