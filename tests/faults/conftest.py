@@ -3,12 +3,31 @@ topology of ``tests.faults.network``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import pytest
 
-from tests.faults.network import PATHS, TOPOLOGIES, LinkFactory, Network, network
+from tests.faults.network import (
+    FAILED,
+    PATHS,
+    TOPOLOGIES,
+    LinkFactory,
+    Network,
+    network,
+    reported,
+)
 from tests.support.processes import BrokerProcess
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Remember failures, so that fixtures can print what the servers logged."""
+    result = yield
+    if result.failed:
+        item.stash[FAILED] = True
+    return result
 
 
 @pytest.fixture(params=TOPOLOGIES)
@@ -17,7 +36,7 @@ def net(
 ) -> Iterator[Network]:
     """A memory-store broker, and in the ``proxy`` topology a proxy, with Toxiproxy
     links between the hops."""
-    with network(request.param, broker, toxic_link) as built:
+    with network(request.param, broker, toxic_link) as built, reported(request, built):
         yield built
 
 
@@ -28,5 +47,5 @@ def hop_net(
     """Like ``net``, and through the proxy also with faults on one hop only: the
     client hop (the proxy keeps the broker) or the upstream hop (the session keeps
     the proxy)."""
-    with network(request.param, broker, toxic_link) as built:
+    with network(request.param, broker, toxic_link) as built, reported(request, built):
         yield built

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 from holdfast.sdk import ConnectionLost, StateRestored
 from tests.support.processes import BrokerProcess, ProxyProcess, ServerProcess
 from tests.support.recorder import EventRecorder
@@ -30,6 +32,9 @@ PROXY_ARGS = ["--keepalive", "0.5", "--keepalive-timeout", "1", "--reconnect-max
 """The proxy notices a dead upstream in about a second and retries every 50-200 ms."""
 
 LinkFactory = Callable[[str, str], Any]
+
+FAILED = pytest.StashKey[bool]()
+"""Set on a test item whose setup or call failed."""
 
 _FAULTED = {"all": (True, True), "client": (True, False), "upstream": (False, True)}
 """Which components a fault on each path cuts from the broker: (session, proxy)."""
@@ -156,22 +161,39 @@ def network(name: str, broker: BrokerProcess, new_link: LinkFactory) -> Iterator
     started broker; the proxy it starts is stopped by PID at the end (links are
     deleted by their fixture)."""
     if name == "direct":
-        try:
-            yield Network("direct", broker, new_link)
-        finally:
-            report(broker)
+        built = Network("direct", broker, new_link)
+        with report_on_error(built):
+            yield built
         return
     path = {"proxy": "all", "proxy-client-hop": "client", "proxy-upstream-hop": "upstream"}[name]
     upstream = new_link("upstream", broker.address)
     with ProxyProcess(["--upstream", link_address(upstream), *PROXY_ARGS]) as proxy:
-        try:
-            yield Network("proxy", broker, new_link, proxy=proxy, upstream=upstream, path=path)
-        finally:
-            report(broker, proxy)
+        built = Network("proxy", broker, new_link, proxy=proxy, upstream=upstream, path=path)
+        with report_on_error(built):
+            yield built
 
 
-def report(*servers: ServerProcess) -> None:
-    """Print the servers' last log lines: pytest shows them when the test failed."""
+@contextlib.contextmanager
+def report_on_error(net: Network) -> Iterator[None]:
+    """``report(net)`` if the block raises."""
+    try:
+        yield
+    except BaseException:
+        report(net)
+        raise
+
+
+def report(net: Network) -> None:
+    """Print the broker's and proxy's last log lines (pytest shows them with a failure)."""
+    servers: list[ServerProcess] = [net.broker] if net.proxy is None else [net.broker, net.proxy]
     for server in servers:
         print(f"--- {server.module} (pid {server.pid}, exit {server.returncode}) ---")
         print(server.output)
+
+
+@contextlib.contextmanager
+def reported(request: pytest.FixtureRequest, net: Network) -> Iterator[Network]:
+    """Yield ``net``; print the servers' logs at teardown if the test failed."""
+    yield net
+    if request.node.stash.get(FAILED, False):
+        report(net)

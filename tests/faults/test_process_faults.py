@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.network import TOPOLOGIES, LinkFactory, Network, network
+from tests.faults.network import TOPOLOGIES, LinkFactory, Network, network, reported
 from tests.faults.streams import check, streaming
 from tests.support.processes import BrokerProcess
 from tests.support.toxics import down
@@ -25,7 +25,7 @@ def sqlite_net(
     broker = BrokerProcess(["--store", f"sqlite:{tmp_path / 'broker.db'}"])
     try:
         broker.start()
-        with network(request.param, broker, toxic_link) as built:
+        with network(request.param, broker, toxic_link) as built, reported(request, built):
             yield built
     finally:
         broker.close()
