@@ -2,6 +2,7 @@
 
     holdfast-broker --listen 127.0.0.1:7700 --store memory --dedup-window 300
     holdfast-broker --store sqlite:/var/lib/holdfast/broker.db --sync full
+    holdfast-broker --metrics-port 9770   # Prometheus metrics on 127.0.0.1:9770
 
 Once it serves, the broker logs one line ``listening on HOST:PORT`` (with the
 real port when ``--listen`` asks for port 0) to stderr. SIGTERM or SIGINT stop it
@@ -68,6 +69,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise ValueError(f"must be 0-65535, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``holdfast-broker``."""
     defaults = BrokerConfig()
@@ -112,6 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="largest payload a PUT may carry (default: %(default)s)",
     )
     parser.add_argument(
+        "--metrics-port",
+        default=defaults.metrics_port,
+        type=_argument(_port),
+        metavar="PORT",
+        help="serve Prometheus metrics at http://127.0.0.1:PORT/metrics; 0 picks a free "
+        "port (logged as 'metrics on HOST:PORT') (default: off)",
+    )
+    parser.add_argument(
         "--log-level",
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -129,6 +145,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         sync=args.sync,
         dedup_window=args.dedup_window,
         max_payload_bytes=args.max_payload_bytes,
+        metrics_port=args.metrics_port,
     )
 
 

@@ -51,6 +51,9 @@ class BrokerConfig:
     """Target size of one coalesced AckBatch or PushBatch frame."""
     shutdown_grace: float = 5.0
     """Seconds sessions get on SIGTERM to receive what is queued for them."""
+    metrics_port: int | None = None
+    """Port of the Prometheus ``/metrics`` endpoint on 127.0.0.1; ``None`` (the
+    default) serves none, 0 picks a free port (logged ``metrics on HOST:PORT``)."""
 
     def __post_init__(self) -> None:
         split_host_port(self.listen)
@@ -64,6 +67,10 @@ class BrokerConfig:
         _check(self.session_read_bound_bytes > 0, "session_read_bound_bytes must be > 0")
         _check(self.max_frame_bytes > 0, "max_frame_bytes must be > 0")
         _check(self.shutdown_grace >= 0, "shutdown_grace must be >= 0")
+        _check(
+            self.metrics_port is None or 0 <= self.metrics_port <= 65535,
+            "metrics_port must be 0-65535",
+        )
 
     @property
     def max_message_bytes(self) -> int:

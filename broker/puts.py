@@ -23,7 +23,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from operator import itemgetter
 
 from holdfast.broker.outbox import AckEntry, AckGroup, Outbox
 from holdfast.broker.queues import Queue, QueueHandle, QueueRegistry
@@ -36,6 +38,8 @@ GUID_BYTES = 16
 """A GUID is a 16-byte UUID (the SDK uses uuid7)."""
 
 _OK = pb.STATUS_OK
+_status_of = itemgetter(2)
+"""The status of an ``AckEntry``."""
 _STORE_ERROR = pb.STATUS_STORE_ERROR
 
 
@@ -70,6 +74,8 @@ class PutPipeline:
         self.max_properties_bytes = max_properties_bytes
         self._clock = clock
         self._tasks: set[asyncio.Task[None]] = set()
+        self.acks: Counter[int] = Counter()
+        """ACKs made final, by status (read by the metrics collector)."""
 
     def on_put_batch(
         self, puts: Iterable[pb.Put], handles: Mapping[int, QueueHandle], outbox: Outbox
@@ -116,6 +122,7 @@ class PutPipeline:
                     queue = handle.queue
                     pending = queue.in_flight.get(guid)
                     if pending is not None:
+                        queue.dedup_hits += 1
                         if pending is written:
                             own.append(len(acks))
                         else:
@@ -135,9 +142,12 @@ class PutPipeline:
                             )
                         )
                         fresh_queues.append(queue)
+                    else:
+                        queue.dedup_hits += 1
             acks.append((queue_id, guid, status))
         outbox.add_acks(group)
         if written is None and not waits:
+            self.acks.update(map(_status_of, acks))
             outbox.acks_ready(group)
             return
         result: Awaitable[None] | None = None
@@ -192,6 +202,7 @@ class PutPipeline:
             _mark_failed(acks, [*own, *(index for index, _ in waits)])
             raise
         finally:
+            self.acks.update(map(_status_of, acks))
             outbox.acks_ready(group)
 
     async def _settle_write(self, result: Awaitable[None], count: int) -> bool:
@@ -210,6 +221,7 @@ class PutPipeline:
         for message, queue in zip(fresh, fresh_queues, strict=True):
             del queue.in_flight[message.guid]
             if durable:
+                queue.accepted += 1
                 queue.history.record(message.guid, message.accepted_at)
                 queue.ready.append(message)
                 touched[id(queue)] = queue

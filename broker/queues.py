@@ -152,6 +152,13 @@ class Queue:
         self._consumers: list[Consumer] = []
         self._next = 0
         self._updates = updates
+        # Counters read by the metrics collector (holdfast.broker.metrics).
+        self.accepted = 0
+        """PUTs accepted into this queue."""
+        self.pushed = 0
+        """PUSHes of this queue's messages, redeliveries included."""
+        self.dedup_hits = 0
+        """Replayed PUTs ACKed without being enqueued again."""
 
     @property
     def consumers(self) -> tuple[Consumer, ...]:
@@ -228,6 +235,7 @@ class Queue:
             delivered.append(DeliveryUpdate(uri, message.guid, message.delivery_count))
         self._next = turn
         if delivered:
+            self.pushed += len(delivered)
             self._updates.delivered(delivered)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from holdfast.broker.config import BrokerConfig, split_host_port
 from holdfast.broker.puts import PutPipeline
@@ -24,6 +24,9 @@ from holdfast.broker.session import Session
 from holdfast.broker.store import Store, open_store
 from holdfast.broker.stream import start_server
 from holdfast.proto import pb
+
+if TYPE_CHECKING:
+    from holdfast.broker.metrics import MetricsServer
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,8 @@ class Broker:
         self._server: Any = None
         self._stopping = False
         self._stopped = asyncio.Event()
+        self.metrics: MetricsServer | None = None
+        """The Prometheus endpoint, started if ``config.metrics_port`` is set."""
 
     @property
     def port(self) -> int:
@@ -85,6 +90,19 @@ class Broker:
             self.config.dedup_window,
             self.config.max_payload_bytes,
         )
+        if self.config.metrics_port is not None:
+            # Imported only when asked for: prometheus_client is not loaded otherwise.
+            from holdfast.broker.metrics import BrokerCollector, MetricsServer
+
+            self.metrics = MetricsServer(
+                BrokerCollector(self.queues, self.puts.acks, lambda: len(self._sessions))
+            )
+            try:
+                log.info("metrics on %s", self.metrics.start(self.config.metrics_port))
+            except OSError:
+                await server.stop(0)
+                self._server = None
+                raise
         return self.address
 
     async def _serve_session(self, request_iterator: Any, context: Any) -> None:
@@ -126,6 +144,8 @@ class Broker:
         except TimeoutError:
             log.warning("stopping: the store did not finish in time")
         finally:
+            if self.metrics is not None:
+                self.metrics.stop()
             self.store.close()
             self._stopped.set()
             log.info("stopped")

@@ -64,6 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="cap of the upstream reconnect back-off (default: %(default)s)",
     )
     parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=defaults.metrics_port,
+        metavar="PORT",
+        help="serve Prometheus metrics at http://127.0.0.1:PORT/metrics; 0 picks a free "
+        "port (logged as 'metrics on HOST:PORT') (default: off)",
+    )
+    parser.add_argument(
         "--log-level",
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -84,6 +92,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
             reconnect=reconnect,
             client_name="holdfast-proxy",
         ),
+        metrics_port=args.metrics_port,
     )
 
 

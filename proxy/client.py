@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, cast
 
 from holdfast.broker.outbox import AckGroup
@@ -63,11 +64,26 @@ def request_status(error: HoldfastError) -> tuple[pb.Status, str]:
     return pb.STATUS_INVALID_ARGUMENT, str(error)
 
 
+_status_of = itemgetter(2)
+"""The status of an ``AckEntry``."""
+
 _POST_ERRORS: dict[type[HoldfastError], pb.Status] = {
     PayloadTooLargeError: pb.STATUS_PAYLOAD_TOO_LARGE,
     InvalidPropertiesError: pb.STATUS_INVALID_PROPERTIES,
     NotWritableError: pb.STATUS_NOT_WRITABLE,
 }
+
+
+class ProxyCounters:
+    """Plain counters the proxy's hot paths bump (read at scrape time)."""
+
+    __slots__ = ("acks", "puts_relayed", "reconnects")
+
+    def __init__(self) -> None:
+        self.puts_relayed = 0
+        self.acks: Counter[int] = Counter()
+        """ACKs sent to clients, by status."""
+        self.reconnects = 0
 
 
 @dataclass(eq=False)
@@ -160,8 +176,10 @@ class ClientSession(ContractStream):
         config: ProxyConfig,
         upstream: Upstream,
         routes: Routes,
+        counters: ProxyCounters | None = None,
     ) -> None:
         super().__init__(context, session_id, config.max_frame_bytes, config.read_bound_bytes)
+        self._counters = counters if counters is not None else ProxyCounters()
         self._config = config
         self._upstream = upstream
         self._routes = routes
@@ -318,6 +336,7 @@ class ClientSession(ContractStream):
         handles = self._handles
         handle: ClientHandle | None = None
         last_id = -1
+        relayed = 0
         for put in batch.puts:
             queue_id = put.queue_id
             guid = put.guid
@@ -340,8 +359,10 @@ class ClientSession(ContractStream):
                     status = _POST_ERRORS.get(type(error), pb.STATUS_UNKNOWN_QUEUE)
                 if status is None:
                     add_route(guid, self._route_key, queue_id)
+                    relayed += 1
                     continue
             self.ack(queue_id, guid, status)
+        self._counters.puts_relayed += relayed
 
     def ack(self, queue_id: int, guid: bytes, status: pb.Status) -> None:
         """Queue an ACK for this client; ACKs routed in one turn of the loop share a frame."""
@@ -356,6 +377,7 @@ class ClientSession(ContractStream):
     def _flush_acks(self) -> None:
         group, self._acks = self._acks, None
         if group is not None and group.acks:
+            self._counters.acks.update(map(_status_of, group.acks))
             group.ready = True
             self.outbox.add_acks(group)
 

@@ -37,6 +37,9 @@ class ProxyConfig:
     """The gRPC message size limit towards clients."""
     shutdown_grace: float = 5.0
     """Seconds clients get on SIGTERM to receive what is queued for them."""
+    metrics_port: int | None = None
+    """Port of the Prometheus ``/metrics`` endpoint on 127.0.0.1; ``None`` (the
+    default) serves none, 0 picks a free port (logged ``metrics on HOST:PORT``)."""
 
     def __post_init__(self) -> None:
         split_host_port(self.listen)
@@ -47,6 +50,8 @@ class ProxyConfig:
         for name in ("max_frame_bytes", "read_bound_bytes", "max_message_bytes"):
             if getattr(self, name) <= 0:
                 raise InvalidArgumentError(f"{name} must be > 0")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise InvalidArgumentError("metrics_port must be 0-65535")
 
     @property
     def upstream_addresses(self) -> list[str]:

@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from holdfast.broker.config import split_host_port
 from holdfast.broker.stream import start_server
 from holdfast.proto import pb
-from holdfast.proxy.client import ClientSession, Routes
+from holdfast.proxy.client import ClientSession, ProxyCounters, Routes
 from holdfast.proxy.config import ProxyConfig
 from holdfast.proxy.upstream import Upstream
-from holdfast.sdk.events import SessionEvent, log_event
+from holdfast.sdk.events import Reconnected, SessionEvent, log_event
+
+if TYPE_CHECKING:
+    from holdfast.broker.metrics import MetricsServer
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,10 @@ class Proxy:
         self._sessions: set[ClientSession] = set()
         self._server: Any = None
         self._stopping = False
+        self.counters = ProxyCounters()
+        """Counters the client sessions and upstream events bump, for the metrics."""
+        self.metrics: MetricsServer | None = None
+        """The Prometheus endpoint, started if ``config.metrics_port`` is set."""
 
     @property
     def sessions(self) -> int:
@@ -60,6 +67,20 @@ class Proxy:
         )
         self.address = f"{host}:{port}"
         log.info("listening on %s (upstream %s)", self.address, self.config.upstream)
+        if self.config.metrics_port is not None:
+            # Imported only when asked for: prometheus_client is not loaded otherwise.
+            from holdfast.broker.metrics import MetricsServer
+            from holdfast.proxy.metrics import ProxyCollector
+
+            self.metrics = MetricsServer(
+                ProxyCollector(
+                    self.counters,
+                    lambda: len(self._sessions),
+                    lambda: self.upstream.engine.connected,
+                    lambda: self.upstream.engine.pending_count,
+                )
+            )
+            log.info("metrics on %s", self.metrics.start(self.config.metrics_port))
         return self.address
 
     async def _serve_session(self, request_iterator: Any, context: Any) -> None:
@@ -69,7 +90,9 @@ class Proxy:
             )
             await context.write(pb.ServerFrame(error=error))
             return
-        session = ClientSession(context, uuid.uuid4().hex, self.config, self.upstream, self.routes)
+        session = ClientSession(
+            context, uuid.uuid4().hex, self.config, self.upstream, self.routes, self.counters
+        )
         self._sessions.add(session)
         try:
             await session.run()
@@ -81,6 +104,8 @@ class Proxy:
 
     def _on_event(self, event: SessionEvent) -> None:
         self.events = [*self.events[-99:], event]
+        if isinstance(event, Reconnected):
+            self.counters.reconnects += 1
         log_event(event)
 
     async def stop(self, grace: float | None = None) -> None:
@@ -96,4 +121,6 @@ class Proxy:
         if self._server is not None:
             await self._server.stop(grace)
         await self.upstream.stop()
+        if self.metrics is not None:
+            self.metrics.stop()
         log.info("stopped")

@@ -1,0 +1,68 @@
+"""Prometheus metrics of the proxy (``holdfast-proxy --metrics-port PORT``).
+
+As in ``holdfast.broker.metrics``, the hot paths only bump plain ints on a
+``holdfast.proxy.client.ProxyCounters`` shared by the client sessions;
+``ProxyCollector`` turns them and the gauges it reads from the proxy into metric
+families when ``/metrics`` is scraped. This module (and prometheus_client) is only
+imported when ``--metrics-port`` is given.
+
+Metrics (counters get Prometheus's ``_total`` suffix):
+
+- ``holdfast_proxy_client_sessions``: applications connected;
+- ``holdfast_proxy_upstream_connected``: 1 while the upstream session is connected;
+- ``holdfast_proxy_upstream_reconnects_total``: upstream reconnections (Reconnected events);
+- ``holdfast_proxy_puts_relayed_total``: client PUTs posted upstream;
+- ``holdfast_proxy_acks_relayed_total{status}``: ACKs sent to clients, by status;
+- ``holdfast_proxy_pending_puts``: PUTs posted upstream and not yet ACKed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from holdfast.broker.metrics import status_name
+from holdfast.proxy.client import ProxyCounters
+
+
+class ProxyCollector(Collector):
+    """Reads the proxy's counters and state at scrape time."""
+
+    def __init__(
+        self,
+        counters: ProxyCounters,
+        sessions: Callable[[], int],
+        connected: Callable[[], bool],
+        pending: Callable[[], int],
+    ) -> None:
+        self._counters = counters
+        self._sessions = sessions
+        self._connected = connected
+        self._pending = pending
+
+    def collect(self) -> Iterable[Metric]:
+        counters = self._counters
+        sessions = GaugeMetricFamily("holdfast_proxy_client_sessions", "applications connected")
+        sessions.add_metric([], self._sessions())
+        connected = GaugeMetricFamily(
+            "holdfast_proxy_upstream_connected", "1 while the upstream session is connected"
+        )
+        connected.add_metric([], 1 if self._connected() else 0)
+        reconnects = CounterMetricFamily(
+            "holdfast_proxy_upstream_reconnects", "upstream reconnections"
+        )
+        reconnects.add_metric([], counters.reconnects)
+        puts = CounterMetricFamily("holdfast_proxy_puts_relayed", "client PUTs posted upstream")
+        puts.add_metric([], counters.puts_relayed)
+        acks = CounterMetricFamily(
+            "holdfast_proxy_acks_relayed", "ACKs sent to clients, by status", labels=["status"]
+        )
+        for status, count in sorted(counters.acks.copy().items()):
+            acks.add_metric([status_name(status)], count)
+        pending = GaugeMetricFamily(
+            "holdfast_proxy_pending_puts", "PUTs posted upstream and not yet ACKed"
+        )
+        pending.add_metric([], self._pending())
+        return [sessions, connected, reconnects, puts, acks, pending]
