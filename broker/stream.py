@@ -304,12 +304,20 @@ CONFIRM_ERRORS: dict[pb.Status, str] = {
 
 
 async def serve_until_signalled(stop: Callable[[], Awaitable[None]]) -> None:
-    """Wait for SIGTERM or SIGINT, then ``await stop()`` (a graceful stop)."""
+    """Wait for SIGTERM or SIGINT, then ``await stop()`` (a graceful stop).
+
+    Once the stop has begun, further SIGTERM/SIGINT are ignored for the rest of the
+    process: the stop is bounded by its grace period, and a second signal arriving
+    after the event loop has closed would otherwise kill the process mid-exit.
+    """
     signalled = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, signalled.set)
     await signalled.wait()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.remove_signal_handler(signum)
+        signal.signal(signum, signal.SIG_IGN)
     await stop()
 
 
