@@ -21,15 +21,14 @@ from holdfast.proto import pb
 from holdfast.sdk import (
     AckStatus,
     ConnectionLost,
-    QueueOptions,
     Reconnected,
     Session,
     SessionEvent,
 )
 from tests.broker.util import connected, new_guid, options, statuses, unique_uri
 from tests.support.processes import BrokerProcess
-from tests.support.recorder import AckRecorder, EventRecorder, MessageRecorder
-from tests.support.sessions import FAST
+from tests.support.recorder import AckRecorder, EventRecorder
+from tests.support.sessions import FAST, drain_messages
 from tests.support.waiting import wait_until
 from tests.support.wire_client import PutItem, WireClient
 
@@ -284,27 +283,6 @@ def tagging(acks: AckRecorder, events: EventRecorder) -> Callable[[SessionEvent]
     return handler
 
 
-def drain_sdk(address: str, uri: str, expected: int, timeout: float = 120.0) -> MessageRecorder:
-    """Consume and confirm until ``expected`` messages came and nothing more follows."""
-    received = MessageRecorder()
-    with Session(address, options=FAST) as session:
-        session.open_queue(
-            uri,
-            read=True,
-            on_message=received,
-            options=QueueOptions(max_unconfirmed_messages=5000),
-        )
-        wait_until(lambda: len(received) >= expected, timeout, f"{expected} messages")
-        # A duplicate would arrive right behind: wait until the queue stays quiet.
-        quiet_until = time.monotonic() + 0.5
-        last = len(received)
-        while time.monotonic() < quiet_until:
-            time.sleep(0.05)  # polling a bounded quiet period, not waiting for an event
-            if len(received) != last:
-                last, quiet_until = len(received), time.monotonic() + 0.5
-    return received
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_sdk_stream_of_50k_puts_through_a_broker_kill_9_exactly_once(tmp_path: Path) -> None:
@@ -334,7 +312,7 @@ def test_sdk_stream_of_50k_puts_through_a_broker_kill_9_exactly_once(tmp_path: P
                     broker.restart()
             assert session.flush(timeout=180), f"{total - len(acks)} PUTs never ACKed"
         recovered = int(broker.output.split("recovered ")[1].split()[0])
-        received = drain_sdk(broker.address, uri, total)
+        received = drain_messages(broker.address, uri, total, timeout=120)
     elapsed = time.monotonic() - started
     print(
         f"\n50k PUTs through a broker kill -9 (sqlite, sync full): {elapsed:.1f} s; "
@@ -348,11 +326,11 @@ def test_sdk_stream_of_50k_puts_through_a_broker_kill_9_exactly_once(tmp_path: P
     assert acks.with_status(AckStatus.SUCCESS) == set(posted)
     assert events.of(ConnectionLost), "the kill went unnoticed"
     assert any(epoch >= 1 for _, epoch in acks.acks), "nothing was ACKed after the restart"
-    assert received.guids() == Counter({guid: 1 for guid in posted})
+    assert Counter(m.guid for m in received) == Counter({guid: 1 for guid in posted})
     expected = {guid: b"%06d" % i for i, guid in enumerate(posted)}
-    assert Counter(m.payload for m in received.messages) == Counter(expected.values())
-    assert all(m.payload == expected[m.guid] for m in received.messages)
-    assert all(dict(m.properties) == {"n": str(int(m.payload))} for m in received.messages)
+    assert Counter(m.payload for m in received) == Counter(expected.values())
+    assert all(m.payload == expected[m.guid] for m in received)
+    assert all(dict(m.properties) == {"n": str(int(m.payload))} for m in received)
 
 
 # -- throughput (printed, not asserted) -------------------------------------------------

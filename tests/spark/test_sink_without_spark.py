@@ -34,9 +34,8 @@ from holdfast.sdk.spark import (
     json_default,
     row_to_json,
 )
-from tests.spark.helpers import drain_messages
 from tests.support.processes import BrokerProcess
-from tests.support.sessions import FAST, unique_uri
+from tests.support.sessions import FAST, drain_messages, unique_uri
 
 URI = "hf://spark/orders"
 

@@ -6,7 +6,7 @@ import time
 import uuid
 from collections import Counter
 
-from holdfast.sdk import QueueOptions, ReconnectOptions, Session, SessionOptions
+from holdfast.sdk import Message, QueueOptions, ReconnectOptions, Session, SessionOptions
 from tests.support.recorder import MessageRecorder
 from tests.support.waiting import wait_until
 
@@ -26,8 +26,9 @@ def unique_uri(name: str) -> str:
     return f"hf://test/{name}-{uuid.uuid4().hex[:8]}"
 
 
-def drain(address: str, uri: str, expected: int, timeout: float = 60.0) -> Counter[uuid.UUID]:
-    """Consume and confirm until ``expected`` messages arrived and the queue stays quiet."""
+def drain_messages(address: str, uri: str, expected: int, timeout: float = 60.0) -> list[Message]:
+    """Consume and confirm until ``expected`` messages arrived and the queue stays quiet
+    for half a second (so a duplicate right behind them would be seen); return them all."""
     received = MessageRecorder()
     with Session(address, options=FAST) as session:
         session.open_queue(
@@ -37,11 +38,16 @@ def drain(address: str, uri: str, expected: int, timeout: float = 60.0) -> Count
             options=QueueOptions(max_unconfirmed_messages=5000),
         )
         wait_until(lambda: len(received) >= expected, timeout, f"{expected} messages")
-        # Anything extra (a duplicate) would arrive right behind; give it a bounded chance.
         settle = time.monotonic() + 0.5
         last = len(received)
         while time.monotonic() < settle:
-            time.sleep(0.05)
+            time.sleep(0.05)  # polling a bounded quiet period, not waiting for an event
             if len(received) != last:
                 last, settle = len(received), time.monotonic() + 0.5
-    return received.guids()
+    with received.lock:
+        return list(received.messages)
+
+
+def drain(address: str, uri: str, expected: int, timeout: float = 60.0) -> Counter[uuid.UUID]:
+    """``drain_messages``, counted by GUID."""
+    return Counter(m.guid for m in drain_messages(address, uri, expected, timeout))
