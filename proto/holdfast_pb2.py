@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dholdfast/proto/holdfast.proto\x12\x0bholdfast.v1\"\xa7\x02\n\x0b\x43lientFrame\x12#\n\x05hello\x18\x01 \x01(\x0b\x32\x12.holdfast.v1.HelloH\x00\x12,\n\nopen_queue\x18\x02 \x01(\x0b\x32\x16.holdfast.v1.OpenQueueH\x00\x12\x36\n\x0f\x63onfigure_queue\x18\x03 \x01(\x0b\x32\x1b.holdfast.v1.ConfigureQueueH\x00\x12.\n\x0b\x63lose_queue\x18\x04 \x01(\x0b\x32\x17.holdfast.v1.CloseQueueH\x00\x12%\n\x04puts\x18\x05 \x01(\x0b\x32\x15.holdfast.v1.PutBatchH\x00\x12-\n\x08\x63onfirms\x18\x06 \x01(\x0b\x32\x19.holdfast.v1.ConfirmBatchH\x00\x42\x07\n\x05\x66rame\"\xe7\x01\n\x0bServerFrame\x12.\n\x0bhello_reply\x18\x01 \x01(\x0b\x32\x17.holdfast.v1.HelloReplyH\x00\x12)\n\x08response\x18\x02 \x01(\x0b\x32\x15.holdfast.v1.ResponseH\x00\x12%\n\x04\x61\x63ks\x18\x03 \x01(\x0b\x32\x15.holdfast.v1.AckBatchH\x00\x12(\n\x06pushes\x18\x04 \x01(\x0b\x32\x16.holdfast.v1.PushBatchH\x00\x12#\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x12.holdfast.v1.ErrorH\x00\x42\x07\n\x05\x66rame\"I\n\x05Hello\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x11\n\tclient_id\x18\x02 \x01(\t\x12\x13\n\x0b\x63lient_name\x18\x03 \x01(\t\"\xb7\x01\n\nHelloReply\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x17\n\x0f\x64\x65\x64up_window_ms\x18\x03 \x01(\x04\x12\x19\n\x11max_payload_bytes\x18\x04 \x01(\x04\x12\x16\n\x0emax_properties\x18\x05 \x01(\r\x12\x1c\n\x14max_properties_bytes\x18\x06 \x01(\x04\x12\x11\n\tbroker_id\x18\x07 \x01(\t\"O\n\x0cQueueOptions\x12 \n\x18max_unconfirmed_messages\x18\x01 \x01(\r\x12\x1d\n\x15max_unconfirmed_bytes\x18\x02 \x01(\x04\"\x87\x01\n\tOpenQueue\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x10\n\x08queue_id\x18\x02 \x01(\r\x12\x0b\n\x03uri\x18\x03 \x01(\t\x12\x0c\n\x04read\x18\x04 \x01(\x08\x12\r\n\x05write\x18\x05 \x01(\x08\x12*\n\x07options\x18\x06 \x01(\x0b\x32\x19.holdfast.v1.QueueOptions\"b\n\x0e\x43onfigureQueue\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x10\n\x08queue_id\x18\x02 \x01(\r\x12*\n\x07options\x18\x03 \x01(\x0b\x32\x19.holdfast.v1.QueueOptions\"2\n\nCloseQueue\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x10\n\x08queue_id\x18\x02 \x01(\r\"T\n\x08Response\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12#\n\x06status\x18\x02 \x01(\x0e\x32\x13.holdfast.v1.Status\x12\x0f\n\x07message\x18\x03 \x01(\t\"\x9f\x01\n\x03Put\x12\x10\n\x08queue_id\x18\x01 \x01(\r\x12\x0c\n\x04guid\x18\x02 \x01(\x0c\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x34\n\nproperties\x18\x04 \x03(\x0b\x32 .holdfast.v1.Put.PropertiesEntry\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"*\n\x08PutBatch\x12\x1e\n\x04puts\x18\x01 \x03(\x0b\x32\x10.holdfast.v1.Put\"J\n\x03\x41\x63k\x12\x10\n\x08queue_id\x18\x01 \x01(\r\x12\x0c\n\x04guid\x18\x02 \x01(\x0c\x12#\n\x06status\x18\x03 \x01(\x0e\x32\x13.holdfast.v1.Status\"*\n\x08\x41\x63kBatch\x12\x1e\n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x10.holdfast.v1.Ack\"\xb9\x01\n\x04Push\x12\x10\n\x08queue_id\x18\x01 \x01(\r\x12\x0c\n\x04guid\x18\x02 \x01(\x0c\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x35\n\nproperties\x18\x04 \x03(\x0b\x32!.holdfast.v1.Push.PropertiesEntry\x12\x16\n\x0e\x64\x65livery_count\x18\x05 \x01(\r\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\".\n\tPushBatch\x12!\n\x06pushes\x18\x01 \x03(\x0b\x32\x11.holdfast.v1.Push\")\n\x07\x43onfirm\x12\x10\n\x08queue_id\x18\x01 \x01(\r\x12\x0c\n\x04guid\x18\x02 \x01(\x0c\"6\n\x0c\x43onfirmBatch\x12&\n\x08\x63onfirms\x18\x01 \x03(\x0b\x32\x14.holdfast.v1.Confirm\"m\n\x05\x45rror\x12#\n\x06status\x18\x01 \x01(\x0e\x32\x13.holdfast.v1.Status\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\r\x12\r\n\x05guids\x18\x04 \x03(\x0c\x12\r\n\x05\x66\x61tal\x18\x05 \x01(\x08*\xd4\x03\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\r\n\tSTATUS_OK\x10\x01\x12\x1b\n\x17STATUS_INVALID_ARGUMENT\x10\x02\x12\x17\n\x13STATUS_INVALID_GUID\x10\x03\x12\x1c\n\x18STATUS_PAYLOAD_TOO_LARGE\x10\x04\x12\x17\n\x13STATUS_NOT_WRITABLE\x10\x05\x12\x17\n\x13STATUS_NOT_READABLE\x10\x06\x12\x18\n\x14STATUS_UNKNOWN_QUEUE\x10\x07\x12\x17\n\x13STATUS_UNKNOWN_GUID\x10\x08\x12\x1a\n\x16STATUS_MALFORMED_FRAME\x10\t\x12\x18\n\x14STATUS_UNKNOWN_FRAME\x10\n\x12\x19\n\x15STATUS_PROTOCOL_ERROR\x10\x0b\x12\x1b\n\x17STATUS_VERSION_MISMATCH\x10\x0c\x12\x17\n\x13STATUS_ALREADY_OPEN\x10\r\x12\x16\n\x12STATUS_STORE_ERROR\x10\x0e\x12\x18\n\x14STATUS_SHUTTING_DOWN\x10\x0f\x12\x1d\n\x19STATUS_INVALID_PROPERTIES\x10\x10\x12\x12\n\x0eSTATUS_UNKNOWN\x10\x11\x32K\n\x06\x42roker\x12\x41\n\x07Session\x12\x18.holdfast.v1.ClientFrame\x1a\x18.holdfast.v1.ServerFrame(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dholdfast/proto/holdfast.proto\x12\x0bholdfast.v1\"\xa7\x02\n\x0b\x43lientFrame\x12#\n\x05hello\x18\x01 \x01(\x0b\x32\x12.holdfast.v1.HelloH\x00\x12,\n\nopen_queue\x18\x02 \x01(\x0b\x32\x16.holdfast.v1.OpenQueueH\x00\x12\x36\n\x0f\x63onfigure_queue\x18\x03 \x01(\x0b\x32\x1b.holdfast.v1.ConfigureQueueH\x00\x12.\n\x0b\x63lose_queue\x18\x04 \x01(\x0b\x32\x17.holdfast.v1.CloseQueueH\x00\x12%\n\x04puts\x18\x05 \x01(\x0b\x32\x15.holdfast.v1.PutBatchH\x00\x12-\n\x08\x63onfirms\x18\x06 \x01(\x0b\x32\x19.holdfast.v1.ConfirmBatchH\x00\x42\x07\n\x05\x66rame\"\xe7\x01\n\x0bServerFrame\x12.\n\x0bhello_reply\x18\x01 \x01(\x0b\x32\x17.holdfast.v1.HelloReplyH\x00\x12)\n\x08response\x18\x02 \x01(\x0b\x32\x15.holdfast.v1.ResponseH\x00\x12%\n\x04\x61\x63ks\x18\x03 \x01(\x0b\x32\x15.holdfast.v1.AckBatchH\x00\x12(\n\x06pushes\x18\x04 \x01(\x0b\x32\x16.holdfast.v1.PushBatchH\x00\x12#\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x12.holdfast.v1.ErrorH\x00\x42\x07\n\x05\x66rame\"I\n\x05Hello\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x11\n\tclient_id\x18\x02 \x01(\t\x12\x13\n\x0b\x63lient_name\x18\x03 \x01(\t\"\xb7\x01\n\nHelloReply\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x17\n\x0f\x64\x65\x64up_window_ms\x18\x03 \x01(\x04\x12\x19\n\x11max_payload_bytes\x18\x04 \x01(\x04\x12\x16\n\x0emax_properties\x18\x05 \x01(\r\x12\x1c\n\x14max_properties_bytes\x18\x06 \x01(\x04\x12\x11\n\tbroker_id\x18\x07 \x01(\t\"O\n\x0cQueueOptions\x12 \n\x18max_unconfirmed_messages\x18\x01 \x01(\r\x12\x1d\n\x15max_unconfirmed_bytes\x18\x02 \x01(\x04\"\x87\x01\n\tOpenQueue\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x10\n\x08queue_id\x18\x02 \x01(\r\x12\x0b\n\x03uri\x18\x03 \x01(\t\x12\x0c\n\x04read\x18\x04 \x01(\x08\x12\r\n\x05write\x18\x05 \x01(\x08\x12*\n\x07options\x18\x06 \x01(\x0b\x32\x19.holdfast.v1.QueueOptions\"b\n\x0e\x43onfigureQueue\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x10\n\x08queue_id\x18\x02 \x01(\r\x12*\n\x07options\x18\x03 \x01(\x0b\x32\x19.holdfast.v1.QueueOptions\"2\n\nCloseQueue\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x10\n\x08queue_id\x18\x02 \x01(\r\"T\n\x08Response\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12#\n\x06status\x18\x02 \x01(\x0e\x32\x13.holdfast.v1.Status\x12\x0f\n\x07message\x18\x03 \x01(\t\"\xaf\x01\n\x03Put\x12\x10\n\x08queue_id\x18\x01 \x01(\r\x12\x0c\n\x04guid\x18\x02 \x01(\x0c\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x34\n\nproperties\x18\x04 \x03(\x0b\x32 .holdfast.v1.Put.PropertiesEntry\x12\x0e\n\x06\x61ge_ms\x18\x05 \x01(\x04\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"*\n\x08PutBatch\x12\x1e\n\x04puts\x18\x01 \x03(\x0b\x32\x10.holdfast.v1.Put\"J\n\x03\x41\x63k\x12\x10\n\x08queue_id\x18\x01 \x01(\r\x12\x0c\n\x04guid\x18\x02 \x01(\x0c\x12#\n\x06status\x18\x03 \x01(\x0e\x32\x13.holdfast.v1.Status\"*\n\x08\x41\x63kBatch\x12\x1e\n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x10.holdfast.v1.Ack\"\xb9\x01\n\x04Push\x12\x10\n\x08queue_id\x18\x01 \x01(\r\x12\x0c\n\x04guid\x18\x02 \x01(\x0c\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x35\n\nproperties\x18\x04 \x03(\x0b\x32!.holdfast.v1.Push.PropertiesEntry\x12\x16\n\x0e\x64\x65livery_count\x18\x05 \x01(\r\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\".\n\tPushBatch\x12!\n\x06pushes\x18\x01 \x03(\x0b\x32\x11.holdfast.v1.Push\")\n\x07\x43onfirm\x12\x10\n\x08queue_id\x18\x01 \x01(\r\x12\x0c\n\x04guid\x18\x02 \x01(\x0c\"6\n\x0c\x43onfirmBatch\x12&\n\x08\x63onfirms\x18\x01 \x03(\x0b\x32\x14.holdfast.v1.Confirm\"m\n\x05\x45rror\x12#\n\x06status\x18\x01 \x01(\x0e\x32\x13.holdfast.v1.Status\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x10\n\x08queue_id\x18\x03 \x01(\r\x12\r\n\x05guids\x18\x04 \x03(\x0c\x12\r\n\x05\x66\x61tal\x18\x05 \x01(\x08*\x96\x04\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\r\n\tSTATUS_OK\x10\x01\x12\x1b\n\x17STATUS_INVALID_ARGUMENT\x10\x02\x12\x17\n\x13STATUS_INVALID_GUID\x10\x03\x12\x1c\n\x18STATUS_PAYLOAD_TOO_LARGE\x10\x04\x12\x17\n\x13STATUS_NOT_WRITABLE\x10\x05\x12\x17\n\x13STATUS_NOT_READABLE\x10\x06\x12\x18\n\x14STATUS_UNKNOWN_QUEUE\x10\x07\x12\x17\n\x13STATUS_UNKNOWN_GUID\x10\x08\x12\x1a\n\x16STATUS_MALFORMED_FRAME\x10\t\x12\x18\n\x14STATUS_UNKNOWN_FRAME\x10\n\x12\x19\n\x15STATUS_PROTOCOL_ERROR\x10\x0b\x12\x1b\n\x17STATUS_VERSION_MISMATCH\x10\x0c\x12\x17\n\x13STATUS_ALREADY_OPEN\x10\r\x12\x16\n\x12STATUS_STORE_ERROR\x10\x0e\x12\x18\n\x14STATUS_SHUTTING_DOWN\x10\x0f\x12\x1d\n\x19STATUS_INVALID_PROPERTIES\x10\x10\x12\x12\n\x0eSTATUS_UNKNOWN\x10\x11\x12\x12\n\x0eSTATUS_TOO_OLD\x10\x12\x12\x13\n\x0fSTATUS_CONFLICT\x10\x13\x12\x17\n\x13STATUS_HISTORY_FULL\x10\x14\x32K\n\x06\x42roker\x12\x41\n\x07Session\x12\x18.holdfast.v1.ClientFrame\x1a\x18.holdfast.v1.ServerFrame(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,8 +35,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PUT_PROPERTIESENTRY']._serialized_options = b'8\001'
   _globals['_PUSH_PROPERTIESENTRY']._loaded_options = None
   _globals['_PUSH_PROPERTIESENTRY']._serialized_options = b'8\001'
-  _globals['_STATUS']._serialized_start=2069
-  _globals['_STATUS']._serialized_end=2537
+  _globals['_STATUS']._serialized_start=2085
+  _globals['_STATUS']._serialized_end=2619
   _globals['_CLIENTFRAME']._serialized_start=47
   _globals['_CLIENTFRAME']._serialized_end=342
   _globals['_SERVERFRAME']._serialized_start=345
@@ -56,27 +56,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RESPONSE']._serialized_start=1210
   _globals['_RESPONSE']._serialized_end=1294
   _globals['_PUT']._serialized_start=1297
-  _globals['_PUT']._serialized_end=1456
-  _globals['_PUT_PROPERTIESENTRY']._serialized_start=1407
-  _globals['_PUT_PROPERTIESENTRY']._serialized_end=1456
-  _globals['_PUTBATCH']._serialized_start=1458
-  _globals['_PUTBATCH']._serialized_end=1500
-  _globals['_ACK']._serialized_start=1502
-  _globals['_ACK']._serialized_end=1576
-  _globals['_ACKBATCH']._serialized_start=1578
-  _globals['_ACKBATCH']._serialized_end=1620
-  _globals['_PUSH']._serialized_start=1623
-  _globals['_PUSH']._serialized_end=1808
-  _globals['_PUSH_PROPERTIESENTRY']._serialized_start=1407
-  _globals['_PUSH_PROPERTIESENTRY']._serialized_end=1456
-  _globals['_PUSHBATCH']._serialized_start=1810
-  _globals['_PUSHBATCH']._serialized_end=1856
-  _globals['_CONFIRM']._serialized_start=1858
-  _globals['_CONFIRM']._serialized_end=1899
-  _globals['_CONFIRMBATCH']._serialized_start=1901
-  _globals['_CONFIRMBATCH']._serialized_end=1955
-  _globals['_ERROR']._serialized_start=1957
-  _globals['_ERROR']._serialized_end=2066
-  _globals['_BROKER']._serialized_start=2539
-  _globals['_BROKER']._serialized_end=2614
+  _globals['_PUT']._serialized_end=1472
+  _globals['_PUT_PROPERTIESENTRY']._serialized_start=1423
+  _globals['_PUT_PROPERTIESENTRY']._serialized_end=1472
+  _globals['_PUTBATCH']._serialized_start=1474
+  _globals['_PUTBATCH']._serialized_end=1516
+  _globals['_ACK']._serialized_start=1518
+  _globals['_ACK']._serialized_end=1592
+  _globals['_ACKBATCH']._serialized_start=1594
+  _globals['_ACKBATCH']._serialized_end=1636
+  _globals['_PUSH']._serialized_start=1639
+  _globals['_PUSH']._serialized_end=1824
+  _globals['_PUSH_PROPERTIESENTRY']._serialized_start=1423
+  _globals['_PUSH_PROPERTIESENTRY']._serialized_end=1472
+  _globals['_PUSHBATCH']._serialized_start=1826
+  _globals['_PUSHBATCH']._serialized_end=1872
+  _globals['_CONFIRM']._serialized_start=1874
+  _globals['_CONFIRM']._serialized_end=1915
+  _globals['_CONFIRMBATCH']._serialized_start=1917
+  _globals['_CONFIRMBATCH']._serialized_end=1971
+  _globals['_ERROR']._serialized_start=1973
+  _globals['_ERROR']._serialized_end=2082
+  _globals['_BROKER']._serialized_start=2621
+  _globals['_BROKER']._serialized_end=2696
 # @@protoc_insertion_point(module_scope)

@@ -27,6 +27,9 @@ class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STATUS_SHUTTING_DOWN: _ClassVar[Status]
     STATUS_INVALID_PROPERTIES: _ClassVar[Status]
     STATUS_UNKNOWN: _ClassVar[Status]
+    STATUS_TOO_OLD: _ClassVar[Status]
+    STATUS_CONFLICT: _ClassVar[Status]
+    STATUS_HISTORY_FULL: _ClassVar[Status]
 STATUS_UNSPECIFIED: Status
 STATUS_OK: Status
 STATUS_INVALID_ARGUMENT: Status
@@ -45,6 +48,9 @@ STATUS_STORE_ERROR: Status
 STATUS_SHUTTING_DOWN: Status
 STATUS_INVALID_PROPERTIES: Status
 STATUS_UNKNOWN: Status
+STATUS_TOO_OLD: Status
+STATUS_CONFLICT: Status
+STATUS_HISTORY_FULL: Status
 
 class ClientFrame(_message.Message):
     __slots__ = ("hello", "open_queue", "configure_queue", "close_queue", "puts", "confirms")
@@ -157,7 +163,7 @@ class Response(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., status: _Optional[_Union[Status, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Put(_message.Message):
-    __slots__ = ("queue_id", "guid", "payload", "properties")
+    __slots__ = ("queue_id", "guid", "payload", "properties", "age_ms")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -169,11 +175,13 @@ class Put(_message.Message):
     GUID_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    AGE_MS_FIELD_NUMBER: _ClassVar[int]
     queue_id: int
     guid: bytes
     payload: bytes
     properties: _containers.ScalarMap[str, str]
-    def __init__(self, queue_id: _Optional[int] = ..., guid: _Optional[bytes] = ..., payload: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    age_ms: int
+    def __init__(self, queue_id: _Optional[int] = ..., guid: _Optional[bytes] = ..., payload: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., age_ms: _Optional[int] = ...) -> None: ...
 
 class PutBatch(_message.Message):
     __slots__ = ("puts",)
