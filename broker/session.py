@@ -148,6 +148,16 @@ class Session(ContractStream):
             queue.deliver()
         self.reject_confirms(rejected)
 
+    def on_count_consumers(self, request: pb.CountConsumers) -> None:
+        """Service discovery: the live consumers of a queue (0 for one never opened)."""
+        try:
+            parse_queue_uri(request.uri)
+        except ValueError as error:
+            self.count_answer(request.request_id, 0, pb.STATUS_INVALID_ARGUMENT, str(error)[:300])
+            return
+        queue = self._queues.get(request.uri)
+        self.count_answer(request.request_id, 0 if queue is None else len(queue.consumers))
+
     def _detach(self, handle: QueueHandle) -> None:
         if handle.consumer is not None:
             # PUSHes not written yet go back to the queue with the rest.

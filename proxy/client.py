@@ -326,6 +326,24 @@ class ClientSession(ContractStream):
         if request_id is not None:
             self.respond(request_id, pb.STATUS_OK)
 
+    def on_count_consumers(self, request: pb.CountConsumers) -> None:
+        """Service discovery: relay the question upstream (client consumers are upstream
+        consumers, one each), answer with the broker's count."""
+        try:
+            parse_queue_uri(request.uri)
+        except ValueError as error:
+            self.count_answer(request.request_id, 0, pb.STATUS_INVALID_ARGUMENT, str(error)[:300])
+            return
+        self._spawn(self._count_upstream(request))
+
+    async def _count_upstream(self, request: pb.CountConsumers) -> None:
+        try:
+            count = await self._upstream.count_consumers(request.uri, self._config.request_timeout)
+        except HoldfastError as error:
+            self.count_answer(request.request_id, 0, *request_status(error))
+            return
+        self.count_answer(request.request_id, count)
+
     # -- messages -----------------------------------------------------------------------
 
     def on_puts(self, batch: pb.PutBatch) -> None:

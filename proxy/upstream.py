@@ -145,6 +145,15 @@ class Upstream:
         if request_id is not None:
             await self._wait_request(request_id, timeout, "closing a queue")
 
+    async def count_consumers(self, uri: str, timeout: float) -> int:
+        """How many live consumers ``uri`` has at the broker (asked again after a reconnect)."""
+        request_id = self.engine.count_consumers(uri)
+        try:
+            await self._wait_request(request_id, timeout, f"counting the consumers of {uri}")
+        finally:
+            count = self.engine.queries.take_answer(request_id)
+        return count or 0
+
     def relay(
         self,
         queue_id: int,

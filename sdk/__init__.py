@@ -14,6 +14,10 @@ Modules, each with one job: ``engine`` (the HA rules, no I/O), ``session``
 codes), ``frames`` (batching into wire frames), ``dispatch`` (the callback
 thread), ``backoff``, ``queue``, ``types``, ``events``, ``options``, ``errors``.
 
+``rpc`` is request/reply over queues: ``session.request(uri, payload)``,
+``session.request_async``, ``session.has_workers(uri)`` and ``Worker(session, uri,
+handler)``; its errors are under ``RpcError``.
+
 ``holdfast.sdk.spark`` (imported on its own, not from here) is the PySpark sink:
 ``df.foreachPartition(QueueSink(uri, run_id=...))`` and ``foreachBatch``, exactly
 once under task retries thanks to deterministic GUIDs.
@@ -23,6 +27,7 @@ from holdfast.sdk.errors import (
     BandwidthLimitError,
     BufferFullError,
     ConfirmDroppedError,
+    DeadLetteredError,
     FlowControlError,
     HoldfastError,
     InvalidArgumentError,
@@ -34,12 +39,18 @@ from holdfast.sdk.errors import (
     ProtocolVersionError,
     QueueNotOpenError,
     QueueStateError,
+    RemoteHandlerError,
     RequestFailedError,
+    RequestRefusedError,
     RequestTimeoutError,
     RetryableTransportError,
+    RpcCancelledError,
+    RpcError,
+    RpcTimeoutError,
     SessionClosedError,
     TerminalTransportError,
     TransportError,
+    WorkerLostError,
 )
 from holdfast.sdk.events import (
     ConfirmRejected,
@@ -56,6 +67,7 @@ from holdfast.sdk.events import (
 )
 from holdfast.sdk.options import QueueOptions, ReconnectOptions, SessionOptions
 from holdfast.sdk.queue import Queue
+from holdfast.sdk.rpc import Reply, Request, Worker, WorkerOptions
 from holdfast.sdk.session import Session
 from holdfast.sdk.types import Ack, AckStatus, Message
 
@@ -69,6 +81,7 @@ __all__ = [
     "ConnectAttemptFailed",
     "Connected",
     "ConnectionLost",
+    "DeadLetteredError",
     "FlowControlError",
     "HoldfastError",
     "InvalidArgumentError",
@@ -86,9 +99,16 @@ __all__ = [
     "QueueStateError",
     "ReconnectOptions",
     "Reconnected",
+    "RemoteHandlerError",
+    "Reply",
+    "Request",
     "RequestFailedError",
+    "RequestRefusedError",
     "RequestTimeoutError",
     "RetryableTransportError",
+    "RpcCancelledError",
+    "RpcError",
+    "RpcTimeoutError",
     "Session",
     "SessionClosed",
     "SessionClosedError",
@@ -98,5 +118,8 @@ __all__ = [
     "StateRestored",
     "TerminalTransportError",
     "TransportError",
+    "Worker",
+    "WorkerLostError",
+    "WorkerOptions",
     "log_event",
 ]

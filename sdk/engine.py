@@ -59,6 +59,7 @@ from typing import Any, Final
 from holdfast.proto import PROTOCOL_VERSION, pb
 from holdfast.proto.uri import parse_queue_uri
 from holdfast.sdk import events as ev
+from holdfast.sdk.discovery import ConsumerQueries
 from holdfast.sdk.errors import (
     BufferFullError,
     ConfirmDroppedError,
@@ -255,6 +256,8 @@ class SessionEngine:
         self._next_request_id = 1
         self._inflight: dict[int, _InFlight] = {}
         self._restoring: set[int] = set()
+        self.queries = ConsumerQueries(self._queue_frame, self._complete)
+        """Service discovery (``CountConsumers``) requests."""
 
         self._pending: dict[bytes, PendingPut] = {}
         self._guids = Uuid7Source()
@@ -418,6 +421,8 @@ class SessionEngine:
             self._on_hello_reply(frame.hello_reply, now)
         elif kind == "error":
             self._on_error(frame.error)
+        elif kind == "consumer_count":
+            self.queries.answered(frame.consumer_count)
         else:
             log.warning("ignoring a server frame of unknown kind %r", kind)
 
@@ -460,6 +465,14 @@ class SessionEngine:
         else:
             queue.waiters.append(request_id)  # sent by the next connection's reopen pass
         return queue, request_id
+
+    def count_consumers(self, uri: str) -> int:
+        """Ask how many live consumers ``uri`` has; return the request id to wait on
+        (then ``queries.take_answer``). Re-asked after a reconnect until answered."""
+        self._check_usable()
+        request_id = self._new_request_id()
+        self.queries.ask(request_id, uri, self.connected)
+        return request_id
 
     def configure_queue(self, queue_id: int, options: QueueOptions) -> int:
         """Change a queue's options; return the request id to wait on.
@@ -693,6 +706,7 @@ class SessionEngine:
         else:
             self._has_connected = True
             self._emit(ev.Connected(self._address, reply.broker_id))
+        self.queries.resend()
         # Rule 4, step 1: reopen in the order the queues were opened.
         for queue in list(self._queues.values()):
             if queue.state in (QueueState.OPEN, QueueState.OPENING):
@@ -937,6 +951,7 @@ class SessionEngine:
         for request in self._inflight.values():
             self._complete(request.resolves, error)
         self._inflight.clear()
+        self.queries.end(error)
         self._outbound.clear()
         self._queued_bytes = self._transport_bytes = 0
 

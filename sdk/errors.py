@@ -19,6 +19,13 @@
     ├── RequestFailedError                   the broker refused an open/configure/close
     ├── RequestTimeoutError (TimeoutError)   an open/configure did not complete in time
     ├── SessionClosedError                   the session was closed by the application
+    ├── RpcError                             a request/reply call failed (holdfast.sdk.rpc)
+    │   ├── RpcTimeoutError (TimeoutError)   no reply within the call's timeout
+    │   │   └── WorkerLostError              ... and the worker that had it stopped heartbeating
+    │   ├── RpcCancelledError                the call was cancelled (its session closed)
+    │   ├── DeadLetteredError                the request was dead-lettered; ``reason`` says why
+    │   ├── RemoteHandlerError               the worker's handler raised; ``error_type``
+    │   └── RequestRefusedError              the broker refused the request PUT; ``status``
     └── TransportError                       what the gRPC link reported
         ├── RetryableTransportError          link trouble: the session reconnects by itself
         └── TerminalTransportError           reconnecting cannot help: the session fails
@@ -127,3 +134,50 @@ class TerminalTransportError(TransportError):
 
 class ProtocolVersionError(TerminalTransportError):
     """The broker does not speak this SDK's protocol version."""
+
+
+class RpcError(HoldfastError):
+    """A request/reply call (``Session.request``) did not produce a reply."""
+
+
+class RpcTimeoutError(RpcError, TimeoutError):
+    """No reply arrived within the call's ``timeout``; the worker (if any) was told to cancel."""
+
+
+class WorkerLostError(RpcTimeoutError):
+    """No reply within the timeout, and the worker that collected the request stopped
+    heartbeating (it died or lost its connection) and no other worker answered in time."""
+
+
+class RpcCancelledError(RpcError):
+    """The call was cancelled before its reply arrived (for example, its session closed)."""
+
+
+class DeadLetteredError(RpcError):
+    """The request was dead-lettered instead of processed.
+
+    ``reason`` is a dead-letter reason (``x-death-reason``): ``"expired"`` when no
+    worker picked the request up within its pickup timeout.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"dead-lettered ({reason}): {message}")
+        self.reason = reason
+        self.message = message
+
+
+class RemoteHandlerError(RpcError):
+    """The worker's handler raised; ``error_type`` is its exception's class name."""
+
+    def __init__(self, error_type: str, message: str) -> None:
+        super().__init__(f"{error_type}: {message}" if message else error_type)
+        self.error_type = error_type
+        self.message = message
+
+
+class RequestRefusedError(RpcError):
+    """The broker refused the request PUT; ``status`` is the ``AckStatus`` name."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status

@@ -15,6 +15,7 @@ moves its inputs and outputs under one lock.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
 import time
@@ -40,6 +41,8 @@ from holdfast.sdk.failover import FailoverPolicy, parse_addresses
 from holdfast.sdk.frames import encode
 from holdfast.sdk.options import QueueOptions, SessionOptions, default_address
 from holdfast.sdk.queue import Queue
+from holdfast.sdk.rpc.caller import Caller
+from holdfast.sdk.rpc.values import Reply
 from holdfast.sdk.transport import Link, classify_rpc_error
 from holdfast.sdk.types import Ack, Message
 
@@ -86,6 +89,7 @@ class Session:
         self._link: Link | None = None
         self._stopping = threading.Event()
         self._closed = False
+        self._caller: Caller | None = None
         self._connector = threading.Thread(
             target=self._connect_loop, name="holdfast-connector", daemon=True
         )
@@ -153,6 +157,79 @@ class Session:
             raise
         return Queue(self, record)
 
+    def request(
+        self,
+        uri: str,
+        payload: bytes,
+        *,
+        properties: Mapping[str, str] | None = None,
+        timeout: float = 30.0,
+        key: str | None = None,
+        pickup_timeout: float | None = None,
+    ) -> Reply:
+        """Call the service whose workers consume ``uri``; block for its one reply.
+
+        Raises an ``RpcError``: ``RpcTimeoutError`` (``WorkerLostError`` if its
+        worker stopped heartbeating), ``DeadLetteredError`` (reason ``expired``:
+        not picked up within ``pickup_timeout``, default ``timeout``),
+        ``RemoteHandlerError``, ``RpcCancelledError``. ``key`` is carried as the
+        ``x-rpc-key`` property, for keyed worker pools. See ``holdfast.sdk.rpc``.
+        """
+        return self._rpc().call(
+            uri,
+            payload,
+            properties=properties,
+            timeout=timeout,
+            key=key,
+            pickup_timeout=pickup_timeout,
+        )
+
+    def request_async(
+        self,
+        uri: str,
+        payload: bytes,
+        *,
+        properties: Mapping[str, str] | None = None,
+        timeout: float = 30.0,
+        key: str | None = None,
+        pickup_timeout: float | None = None,
+    ) -> concurrent.futures.Future[Reply]:
+        """``request`` without blocking: a future for the reply (``cancel()`` tells
+        the worker to stop)."""
+        return self._rpc().call_async(
+            uri,
+            payload,
+            properties=properties,
+            timeout=timeout,
+            key=key,
+            pickup_timeout=pickup_timeout,
+        )
+
+    def _rpc(self) -> Caller:
+        with self._lock:
+            if self._caller is None:
+                self._engine._check_usable()
+                self._caller = Caller(self)
+            return self._caller
+
+    def has_workers(self, uri: str, timeout: float = 10.0) -> bool:
+        """True if ``uri`` has a live consumer now (request/reply service discovery).
+
+        Answered by the broker from the consumers attached to the queue (through a
+        proxy as well); asked again after a reconnect. ``RequestTimeoutError`` after
+        ``timeout`` seconds without an answer.
+        """
+        with self._lock:
+            request_id = self._engine.count_consumers(uri)
+            self._waiting.add(request_id)
+            self._after_input()
+        try:
+            self._wait_request(request_id, timeout, f"asking for the consumers of {uri}")
+        finally:
+            with self._lock:
+                count = self._engine.queries.take_answer(request_id)
+        return bool(count)
+
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every PUT posted so far is reported; True if so within ``timeout``.
 
@@ -176,6 +253,8 @@ class Session:
         if self._closed:
             return
         self._closed = True
+        if self._caller is not None:
+            self._caller.close()
         self.flush(self._options.close_timeout if timeout is None else timeout)
         in_connector = threading.current_thread() is self._connector
         with self._lock:
