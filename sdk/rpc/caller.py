@@ -57,6 +57,10 @@ REPLY_QUEUE_OPTIONS = QueueOptions(max_unconfirmed_messages=100_000)
 LOST_AFTER_BEATS = 3
 """A worker is presumed lost after this many heartbeat intervals of silence."""
 
+ABANDONED_MEMORY = 60.0
+"""Seconds past its deadline a call that ended without a reply is remembered, to
+cancel a worker that picks it up late."""
+
 TICK = 0.05
 """Seconds between the timer thread's checks when no deadline is nearer."""
 
@@ -71,6 +75,8 @@ class _Call:
     worker: str = ""
     last_beat: float = 0.0
     beat_interval: float = 1.0
+    cancelled_worker: str = ""
+    forget_at: float = 0.0
 
     def lost(self, now: float) -> bool:
         return self.picked_up and now - self.last_beat > LOST_AFTER_BEATS * self.beat_interval
@@ -84,6 +90,8 @@ class Caller:
         self._lock = threading.Lock()
         self._open_lock = threading.Lock()
         self._calls: dict[bytes, _Call] = {}
+        self._abandoned: dict[bytes, _Call] = {}
+        """Calls that ended without a reply, by GUID, until ``forget_at``."""
         self._reply_queues: dict[str, Queue] = {}
         self._targets: dict[str, Queue] = {}
         self._guids = Uuid7Source()
@@ -186,7 +194,13 @@ class Caller:
         kind = properties.get(wire.KIND)
         with self._lock:
             call = self._calls.get(guid.bytes) if guid is not None else None
-        if call is not None:
+            abandoned = self._abandoned.get(guid.bytes) if guid is not None else None
+        if abandoned is not None and kind == wire.BEAT:
+            # A worker runs a call that is over (cancelled, timed out, or redelivered
+            # after its worker was lost): tell it to stop.
+            abandoned.worker = properties.get(wire.WORKER, "")
+            self._send_cancel(abandoned)
+        elif call is not None:
             if kind == wire.BEAT:
                 self._on_beat(call, properties)
             elif kind == wire.REPLY:
@@ -209,9 +223,6 @@ class Caller:
             call.last_beat = time.monotonic()
             call.beat_interval = interval
             call.worker = worker
-            cancelled = call.future.cancelled()
-        if cancelled:  # cancelled before any worker had said it has it
-            self._send_cancel(call)
 
     def _on_request_ack(self, call: _Call, ack: Ack) -> None:
         if ack.status.ok or ack.status is AckStatus.UNKNOWN:
@@ -233,23 +244,27 @@ class Caller:
             pass  # the application cancelled the future meanwhile
 
     def _on_done(self, call: _Call, future: concurrent.futures.Future[Reply]) -> None:
-        """Any end of a call: tell its worker to stop unless the worker answered."""
+        """Any end of a call: tell its worker to stop unless the worker answered. The
+        call is remembered for a while, so a worker that picks it up later (or a
+        redelivery) is told too, at its first heartbeat."""
+        if not future.cancelled() and not isinstance(
+            future.exception(), (RpcTimeoutError, RpcCancelledError)
+        ):
+            return
         with self._lock:
             self._calls.pop(call.guid.bytes, None)
-        if future.cancelled():
-            self._send_cancel(call)
-            return
-        error = future.exception()
-        if isinstance(error, (RpcTimeoutError, RpcCancelledError)):
-            self._send_cancel(call)
+            call.forget_at = max(call.deadline, time.monotonic()) + ABANDONED_MEMORY
+            self._abandoned[call.guid.bytes] = call
+        self._send_cancel(call)
 
     # ------------------------------------------------------------------ cancel
 
     def _send_cancel(self, call: _Call) -> None:
         with self._lock:
             worker = call.worker
-        if not worker:
-            return  # not picked up yet: its first heartbeat triggers the cancel
+            if not worker or worker == call.cancelled_worker:
+                return  # not picked up yet (its first heartbeat triggers it), or sent
+            call.cancelled_worker = worker
         # closing: the worker notices the caller is gone instead
         with contextlib.suppress(RuntimeError):
             self._cancels.submit(self._post_cancel, worker, call.guid)
@@ -300,6 +315,8 @@ class Caller:
                     else:
                         edge = call.deadline if call.picked_up else call.pickup_deadline
                         nearest = min(nearest, edge)
+                for key in [k for k, c in self._abandoned.items() if c.forget_at <= now]:
+                    del self._abandoned[key]
             for call, error in due:
                 self._finish(call, error=error)
             self._wakeup.wait(max(0.0, nearest - time.monotonic()))

@@ -168,7 +168,8 @@ class Worker:
                 return
             stored = self._replies.get(guid)
             if stored is None:
-                expired = 0 < header.expires_ms < wire.wall_ms()
+                # Pickup is the first delivery: a redelivery was picked up before.
+                expired = message.delivery_count == 1 and 0 < header.expires_ms < wire.wall_ms()
                 props = message.properties
                 request = Request(
                     message.payload,

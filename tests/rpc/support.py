@@ -1,0 +1,77 @@
+"""Worker subprocesses for request/reply tests (started and killed by PID)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from tests.support.waiting import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class WorkerProcess:
+    """``tests.rpc.worker_main`` in a subprocess; ``starts()`` reads its handler log."""
+
+    def __init__(self, address: str, uri: str, log: Path, sleep: float = 0.0) -> None:
+        self.log = log
+        command = [sys.executable, "-m", "tests.rpc.worker_main", address, uri, str(log)]
+        command += ["--sleep", str(sleep)]
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        self._proc = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline()  # bounded: the test's pytest-timeout
+        if line.strip() != "ready":
+            self.kill()
+            raise RuntimeError(f"worker process did not start: {line!r}")
+
+    @property
+    def pid(self) -> int:
+        """The worker's process id."""
+        return self._proc.pid
+
+    def kill(self) -> None:
+        """SIGKILL the worker and reap it."""
+        if self._proc.poll() is None:
+            os.kill(self._proc.pid, signal.SIGKILL)
+        self._proc.wait(10)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.kill()
+
+
+def starts(log: Path) -> list[tuple[str, int]]:
+    """``(request guid, pid)`` of every handler run logged so far."""
+    if not log.exists():
+        return []
+    runs = []
+    for line in log.read_text().splitlines():
+        _, guid, pid = line.split()
+        runs.append((guid, int(pid)))
+    return runs
+
+
+def wait_for_starts(log: Path, count: int, timeout: float = 20.0) -> list[tuple[str, int]]:
+    """Wait until the log shows ``count`` handler runs; return them."""
+    wait_until(lambda: len(starts(log)) >= count, timeout, f"{count} handler run(s)")
+    return starts(log)
