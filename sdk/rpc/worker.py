@@ -107,9 +107,14 @@ class Worker:
         )
         self._handles: OrderedDict[str, Queue] = OrderedDict()
         self._absent_since: dict[str, float] = {}
+        self._posting: dict[bytes, list[_Job]] = {}
+        """Replies posted and not yet ACKed, by request GUID, with the deliveries
+        they answer."""
         self._stopping = threading.Event()
         self.handler_runs = 0
         """How many times the handler was started (for tests and metrics)."""
+        self.replies_replayed = 0
+        """Redelivered requests answered from a kept reply, without the handler."""
         self._executor = concurrent.futures.ThreadPoolExecutor(concurrency, "holdfast-worker")
         self.control_uri = f"hf://{domain}/rpc-worker-{uuid.uuid4().hex}"
         """Where callers send cancels for the requests this worker runs."""
@@ -184,6 +189,8 @@ class Worker:
                     job.answer = _dead_letter(message.guid, "expired")
                 else:
                     self._running[guid] = job
+            else:
+                self.replies_replayed += 1
         if job is None:  # answered before: the kept reply, without running the handler
             job = _Job(Request(b"", {}, message.guid), message, header.reply_to, 0.0)
             job.answer = stored
@@ -230,34 +237,53 @@ class Worker:
         return answer
 
     def _post_answer(self, job: _Job) -> None:
+        """Post the reply; confirm the request once the broker has it. A reply whose
+        GUID is already on its way (a redelivery answered meanwhile) is not posted
+        again: this delivery is confirmed with it."""
         assert job.queue is not None and job.answer is not None
+        key = job.request.guid.bytes
+        with self._lock:
+            waiting = self._posting.get(key)
+            if waiting is not None:
+                waiting.append(job)
+                return
+            self._posting[key] = [job]
         payload, properties = job.answer
         try:
             job.queue.post(
                 payload,
                 properties,
-                lambda ack: self._on_reply_ack(job, ack),
+                lambda ack: self._on_reply_ack(key, ack),
                 guid=wire.reply_guid(job.request.guid),
             )
         except HoldfastError as error:  # e.g. a reply over the broker's limits
+            with self._lock:
+                jobs = self._posting.pop(key, [])
             if properties.get(wire.KIND) == wire.FAILURE:
                 log.error("cannot post the error reply to %s: %s", job.request.guid, error)
-                _confirm(job.message)
+                for each in jobs:
+                    _confirm(each.message)
                 return
-            job.answer = _handler_error(job.request.guid, error)
+            answer = _handler_error(job.request.guid, error)
             with self._lock:
-                self._replies[job.request.guid.bytes] = job.answer
-            self._post_answer(job)
+                self._replies[key] = answer
+            for each in jobs:
+                each.answer = answer
+                self._post_answer(each)
 
-    def _on_reply_ack(self, job: _Job, ack: Ack) -> None:
+    def _on_reply_ack(self, key: bytes, ack: Ack) -> None:
+        with self._lock:
+            jobs = self._posting.pop(key, [])
         if ack.status is AckStatus.UNKNOWN and not self._stopping.is_set():
             # It may not be in the queue: post it again under the same GUID (dedup).
-            with contextlib.suppress(RuntimeError):
-                self._executor.submit(self._post_answer, job)
+            for job in jobs:
+                with contextlib.suppress(RuntimeError):
+                    self._executor.submit(self._post_answer, job)
             return
         if not ack.status.ok:
-            log.error("reply to %s refused: %s", job.request.guid, ack.status.value)
-        _confirm(job.message)
+            log.error("reply to %s refused: %s", uuid.UUID(bytes=key), ack.status.value)
+        for job in jobs:
+            _confirm(job.message)
 
     def _reply_queue(self, uri: str) -> Queue:
         with self._lock:

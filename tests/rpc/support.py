@@ -1,4 +1,4 @@
-"""Worker subprocesses for request/reply tests (started and killed by PID)."""
+"""Worker and caller subprocesses for request/reply tests (started and killed by PID)."""
 
 from __future__ import annotations
 
@@ -15,16 +15,13 @@ from tests.support.waiting import wait_until
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class WorkerProcess:
-    """``tests.rpc.worker_main`` in a subprocess; ``starts()`` reads its handler log."""
+class ChildProcess:
+    """``python -m MODULE ARGS...`` that prints ``ready_line`` when it is ready."""
 
-    def __init__(self, address: str, uri: str, log: Path, sleep: float = 0.0) -> None:
-        self.log = log
-        command = [sys.executable, "-m", "tests.rpc.worker_main", address, uri, str(log)]
-        command += ["--sleep", str(sleep)]
+    def __init__(self, module: str, args: list[str], ready_line: str) -> None:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         self._proc = subprocess.Popen(
-            command,
+            [sys.executable, "-m", module, *args],
             stdout=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             text=True,
@@ -32,18 +29,18 @@ class WorkerProcess:
             cwd=ROOT,
         )
         assert self._proc.stdout is not None
-        line = self._proc.stdout.readline()  # bounded: the test's pytest-timeout
-        if line.strip() != "ready":
+        line = self._proc.stdout.readline()  # "" if it dies; bounded by pytest-timeout
+        if line.strip() != ready_line:
             self.kill()
-            raise RuntimeError(f"worker process did not start: {line!r}")
+            raise RuntimeError(f"{module} did not start: {line[:200]!r}")
 
     @property
     def pid(self) -> int:
-        """The worker's process id."""
+        """The process id."""
         return self._proc.pid
 
     def kill(self) -> None:
-        """SIGKILL the worker and reap it."""
+        """SIGKILL the process (by PID) and reap it."""
         if self._proc.poll() is None:
             os.kill(self._proc.pid, signal.SIGKILL)
         self._proc.wait(10)
@@ -58,6 +55,17 @@ class WorkerProcess:
         tb: TracebackType | None,
     ) -> None:
         self.kill()
+
+
+def worker_process(address: str, uri: str, log: Path, sleep: float = 0.0) -> ChildProcess:
+    """A ``tests.rpc.worker_main`` worker; its handler runs are logged to ``log``."""
+    args = [address, uri, str(log), "--sleep", str(sleep)]
+    return ChildProcess("tests.rpc.worker_main", args, "ready")
+
+
+def caller_process(address: str, uri: str) -> ChildProcess:
+    """A ``tests.rpc.caller_main`` caller, waiting on one call."""
+    return ChildProcess("tests.rpc.caller_main", [address, uri], "calling")
 
 
 def starts(log: Path) -> list[tuple[str, int]]:
