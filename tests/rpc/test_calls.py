@@ -3,6 +3,7 @@ idempotent replies, and many concurrent calls across workers."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import Counter
@@ -243,3 +244,36 @@ def test_thousand_concurrent_calls_across_four_workers_answered_once_each(
     assert len({r.request_guid for r in replies}) == 1000
     assert sum(runs.values()) == 1000 and set(runs.values()) == {1}
     assert all(w.handler_runs > 0 for w in workers), [w.handler_runs for w in workers]
+
+
+def test_a_malformed_request_is_dropped_without_harming_the_worker(
+    sessions: tuple[Session, Session],
+) -> None:
+    worker_session, caller = sessions
+    uri = unique_uri("garbage")
+    queue = caller.open_queue(uri, write=True)
+    queue.post(b"no reply-to")
+    queue.post(b"bad reply-to", {wire.REPLY_TO: "nowhere"})
+    runs: list[bytes] = []
+
+    def handle(request: Request) -> bytes:
+        runs.append(request.payload)
+        return b"fine"
+
+    with Worker(worker_session, uri, handle):
+        assert caller.request(uri, b"good", timeout=10).payload == b"fine"
+    assert runs == [b"good"]
+
+
+def test_the_future_serves_an_asyncio_front_end(sessions: tuple[Session, Session]) -> None:
+    """``await asyncio.wrap_future(session.request_async(...))``: what ``holdfast.sdk.aio``
+    wraps."""
+    worker_session, caller = sessions
+    uri = unique_uri("aio")
+
+    async def call() -> bytes:
+        futures = [asyncio.wrap_future(caller.request_async(uri, b"%d" % i)) for i in range(20)]
+        return b"".join(reply.payload for reply in await asyncio.gather(*futures))
+
+    with Worker(worker_session, uri, lambda r: r.payload, concurrency=2):
+        assert asyncio.run(call()) == b"".join(b"%d" % i for i in range(20))
