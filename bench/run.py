@@ -14,7 +14,9 @@ as subprocesses on free ports of 127.0.0.1 (stopped by PID however the run ends)
 4. recovery: the broker cut under a steady producer (``bench/recovery.py``);
 5. SDK memory per buffered PUT, in a subprocess (``bench/memory.py``);
 6. NATS JetStream with the same 100-byte publish-with-ack load, if one listens on
-   127.0.0.1:4222 (``bench/natsload.py``).
+   127.0.0.1:4222 (``bench/natsload.py``);
+7. request/reply through the proxy (calls/s, p50/p99 round trip) beside a plain gRPC
+   unary call (``bench/rpcload.py``).
 
 It prints tables to stdout (progress to stderr) and writes ``bench-results.json``.
 Targets are printed with PASS or MISS: these are figures, not tests, so the exit
@@ -43,6 +45,7 @@ import loads
 import memory
 import natsload
 import recovery
+import rpcload
 from harness import Table, millis, rate, verdict
 
 T = TypeVar("T")
@@ -422,6 +425,19 @@ def print_nats(result: dict[str, Any], ours: dict[str, float]) -> None:
     harness.print_table(table)
 
 
+def print_rpc(results: list[dict[str, Any]]) -> None:
+    """Request/reply beside the plain gRPC unary call."""
+    table = Table(
+        "Request/reply (100 B echo, worker process with 8 threads) vs plain gRPC unary",
+        ["path", "calls/s", "in flight", "p50 round trip ms", "p99 round trip ms"],
+    )
+    for row in results:
+        table.add(
+            row["name"], rate(row["rate"]), row["window"], millis(row["p50"]), millis(row["p99"])
+        )
+    harness.print_table(table)
+
+
 def print_targets(rows: list[tuple[str, str, bool]]) -> None:
     """The targets, each with its figure and PASS or MISS."""
     table = Table("Targets (figures, not tests)", ["target", "figure"])
@@ -441,6 +457,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="runs per configuration")
     parser.add_argument("--idle-count", type=int, default=300, help="idle round trips")
     parser.add_argument("--memory-count", type=int, default=1_000_000, help="buffered PUTs")
+    parser.add_argument("--rpc-count", type=int, default=5000, help="request/reply calls")
     parser.add_argument("--json", default=str(harness.REPO / "bench-results.json"))
     return parser.parse_args(argv)
 
@@ -498,6 +515,13 @@ def main(argv: list[str] | None = None) -> int:
         no_result,
     )
     results["nats"] = run_nats(args)
+    progress("request/reply and plain gRPC unary")
+    results["rpc"] = guarded(
+        "request/reply",
+        failures,
+        lambda: [dataclasses.asdict(f) for f in rpcload.measure(args.rpc_count)],
+        no_rows,
+    )
 
     echo_rates = {row["size"]: row["rate"] for row in results["echo"] if not row.get("sweep")}
     print_loads(figures, echo_rates)
@@ -507,6 +531,8 @@ def main(argv: list[str] | None = None) -> int:
         print_recovery(results["recovery"])
     if results["memory"]:
         print_memory(results["memory"])
+    if results["rpc"]:
+        print_rpc(results["rpc"])
     rates = {(e["store"], e["size"], e["path"]): summary(e)["median"] for e in figures["produce"]}
     print_nats(
         results["nats"],
