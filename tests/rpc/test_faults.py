@@ -8,7 +8,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from holdfast.sdk import Request, Session, Worker, WorkerOptions
+import pytest
+
+from holdfast.sdk import Request, Session, Worker, WorkerLostError, WorkerOptions
 from tests.rpc.support import caller_process, starts, wait_for_starts, worker_process
 from tests.support.processes import BrokerProcess, ProxyProcess
 from tests.support.sessions import FAST, unique_uri
@@ -131,3 +133,20 @@ def test_caller_killed_mid_call_cancels_the_handler(broker: BrokerProcess) -> No
         caller.kill()
         # Noticed from the caller's reply queue losing its consumer, for caller_grace.
         wait_until(cancelled.is_set, 15, "the handler to see its caller gone")
+
+
+def test_worker_killed_with_no_other_worker_is_a_worker_lost_error(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    uri, log = unique_uri("lost"), tmp_path / "runs.log"
+    with (
+        worker_process(broker.address, uri, log, sleep=30) as worker,
+        Session(broker.address, options=FAST) as caller,
+    ):
+        future = caller.request_async(uri, b"job", timeout=6)
+        wait_for_starts(log, 1)
+        calls = caller._rpc()._calls
+        wait_until(lambda: all(c.picked_up for c in calls.values()), 10, "the first heartbeat")
+        worker.kill()
+        with pytest.raises(WorkerLostError):
+            future.result(30)
