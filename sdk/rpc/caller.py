@@ -248,7 +248,7 @@ class Caller:
         call is remembered for a while, so a worker that picks it up later (or a
         redelivery) is told too, at its first heartbeat."""
         if not future.cancelled() and not isinstance(
-            future.exception(), (RpcTimeoutError, RpcCancelledError)
+            future.exception(), (RpcTimeoutError, RpcCancelledError, DeadLetteredError)
         ):
             return
         with self._lock:
@@ -307,6 +307,7 @@ class Caller:
                 now = time.monotonic()
                 due: list[tuple[_Call, RpcError]] = []
                 nearest = now + TICK
+                idle = not self._calls
                 for call in self._calls.values():
                     if not call.picked_up and now >= call.pickup_deadline:
                         due.append((call, _expired(call, now)))
@@ -319,7 +320,10 @@ class Caller:
                     del self._abandoned[key]
             for call, error in due:
                 self._finish(call, error=error)
-            self._wakeup.wait(max(0.0, nearest - time.monotonic()))
+            if idle:  # nothing to time: sleep until a call starts (or purge later)
+                self._wakeup.wait(ABANDONED_MEMORY if self._abandoned else None)
+            else:
+                self._wakeup.wait(max(0.0, nearest - time.monotonic()))
             self._wakeup.clear()
 
 

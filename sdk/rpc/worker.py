@@ -326,8 +326,10 @@ class Worker:
             now = time.monotonic()
             with self._lock:
                 jobs = [j for j in self._running.values() if j.queue is not None]
+            # While disconnected a beat would only pile up, stale, behind the reply.
+            connected = self._session.connected
             for job in jobs:
-                if now >= job.next_beat and not job.request.cancelled.is_set():
+                if connected and now >= job.next_beat and not job.request.cancelled.is_set():
                     job.next_beat = now + options.heartbeat_interval
                     properties = wire.beat_properties(
                         job.request.guid, self.control_uri, options.heartbeat_interval
