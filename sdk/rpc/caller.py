@@ -158,7 +158,15 @@ class Caller:
         key: str | None = None,
         pickup_timeout: float | None = None,
     ) -> Reply:
-        """``call_async(...).result()``: block until the reply or a typed ``RpcError``."""
+        """``call_async(...).result()``: block until the reply or a typed ``RpcError``.
+
+        Not from an SDK callback: replies are delivered on that thread, so waiting
+        there would deadlock (``RpcError`` at once; use ``call_async`` there)."""
+        if self._session._dispatcher.in_dispatcher():
+            raise RpcError(
+                "a blocking request from an SDK callback would never see its reply "
+                "(replies arrive on that thread): use request_async"
+            )
         future = self.call_async(
             uri,
             payload,

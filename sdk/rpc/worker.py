@@ -151,7 +151,9 @@ class Worker:
                 job.request.cancelled.set()
         self._stopping.set()
         self._beater.join(5)
-        self._executor.shutdown(wait=True)
+        # A handler that ignores its cancel is left behind, not waited for forever:
+        # its request goes back to the queue when the queue closes.
+        self._executor.shutdown(wait=not self._running, cancel_futures=True)
         for queue in (self._service, self._control, *self._handles.values()):
             with contextlib.suppress(HoldfastError):
                 queue.close(timeout=5)

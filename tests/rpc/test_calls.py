@@ -12,11 +12,14 @@ from collections.abc import Iterator
 import pytest
 
 from holdfast.sdk import (
+    Ack,
+    AckStatus,
     DeadLetteredError,
     InvalidPropertiesError,
     Message,
     RemoteHandlerError,
     Request,
+    RequestRefusedError,
     RpcCancelledError,
     RpcError,
     RpcTimeoutError,
@@ -277,3 +280,62 @@ def test_the_future_serves_an_asyncio_front_end(sessions: tuple[Session, Session
 
     with Worker(worker_session, uri, lambda r: r.payload, concurrency=2):
         assert asyncio.run(call()) == b"".join(b"%d" % i for i in range(20))
+
+
+def test_a_blocking_request_from_a_callback_is_refused_not_deadlocked(
+    sessions: tuple[Session, Session],
+) -> None:
+    _, caller = sessions
+    uri = unique_uri("inside")
+    outcome: list[BaseException] = []
+
+    def on_message(message: Message) -> None:
+        try:
+            caller.request(unique_uri("any"), b"", timeout=30)
+        except RpcError as error:
+            outcome.append(error)
+        message.confirm()
+
+    caller.open_queue(uri, read=True, write=True, on_message=on_message).post(b"go")
+    wait_until(lambda: outcome, 10, "the refusal")
+    assert "request_async" in str(outcome[0])
+
+
+def test_a_request_the_broker_refuses_fails_typed(sessions: tuple[Session, Session]) -> None:
+    """An ACK other than SUCCESS/UNKNOWN (e.g. the broker's store failed) ends the call."""
+    _, caller = sessions
+    rpc = caller._rpc()
+    future = caller.request_async(unique_uri("refused"), b"", timeout=30)
+    (call,) = rpc._calls.values()
+    rpc._on_request_ack(call, Ack(call.guid, AckStatus.STORE_ERROR, "hf://test/refused"))
+    with pytest.raises(RequestRefusedError) as caught:
+        future.result(5)
+    assert caught.value.status == "STORE_ERROR"
+
+
+def test_closing_a_worker_hands_an_unfinished_request_to_another(
+    broker: BrokerProcess, sessions: tuple[Session, Session]
+) -> None:
+    worker_session, caller = sessions
+    uri = unique_uri("handover")
+    started, release = threading.Event(), threading.Event()
+
+    def stuck(request: Request) -> bytes:
+        started.set()
+        release.wait(30)  # ignores its cancel
+        return b"first"
+
+    first = Worker(worker_session, uri, stuck)
+    try:
+        future = caller.request_async(uri, b"", timeout=30)
+        assert started.wait(10)
+        began = time.monotonic()
+        first.close(timeout=0.5)
+        assert time.monotonic() - began < 10  # not held by the stuck handler
+        with (
+            Session(broker.address, options=FAST) as other,
+            Worker(other, uri, lambda r: b"second"),
+        ):
+            assert future.result(20).payload == b"second"
+    finally:
+        release.set()
