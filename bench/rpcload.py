@@ -5,8 +5,8 @@ As a script it is one of the two servers the measurement needs::
     python bench/rpcload.py unary --listen 127.0.0.1:0      # logs "listening on HOST:PORT"
     python bench/rpcload.py worker ADDRESS URI --concurrency 8   # prints "ready"
 
-``measure`` starts a broker, a proxy, a worker process (connected to the proxy) and
-the unary server; the caller (this process) goes through the proxy. For each it
+``measure`` starts a broker, a proxy, a worker process and the unary server; the
+caller (this process) and the worker go through the proxy, then straight to the broker. For each it
 times ``sequential`` calls one at a time (p50/p99 round trip) and ``count`` calls
 with ``window`` in flight (calls/s). The payload is 100 bytes, echoed back.
 """
@@ -83,20 +83,18 @@ def _time_calls(
 
 def measure(count: int = 5000, window: int = 64) -> list[CallFigures]:
     """Request/reply through the proxy, and the plain gRPC unary call, in one run."""
-    results = []
+    results: list[CallFigures] = []
     with (
         harness.running_broker(harness.memory_store()) as broker,
         harness.running_proxy(broker.address) as proxy,
-        _worker(proxy.address, "hf://bench/rpc-echo", 8),
-        Session(proxy.address) as session,
     ):
-        rate, latencies = _time_calls(
-            lambda: session.request_async("hf://bench/rpc-echo", PAYLOAD, timeout=60),
-            lambda: session.request("hf://bench/rpc-echo", PAYLOAD, timeout=60),
-            count,
-            window,
-        )
-        results.append(_figures("request/reply SDK->proxy->broker", rate, latencies, count, window))
+        for name, address in (
+            ("SDK->proxy->broker", proxy.address),
+            ("SDK->broker", broker.address),
+        ):
+            results.append(
+                _measure_rpc(name, address, f"hf://bench/rpc-{len(results)}", count, window)
+            )
     with (
         harness.ScriptServer("rpcload.py", ["unary", "--listen", "127.0.0.1:0"]) as server,
         grpc.insecure_channel(server.address) as channel,
@@ -112,6 +110,17 @@ def measure(count: int = 5000, window: int = 64) -> list[CallFigures]:
             _figures("plain gRPC unary (grpc.aio server)", rate, latencies, count, window)
         )
     return results
+
+
+def _measure_rpc(name: str, address: str, uri: str, count: int, window: int) -> CallFigures:
+    with _worker(address, uri, 8), Session(address) as session:
+        rate, latencies = _time_calls(
+            lambda: session.request_async(uri, PAYLOAD, timeout=60),
+            lambda: session.request(uri, PAYLOAD, timeout=60),
+            count,
+            window,
+        )
+    return _figures(f"request/reply {name}", rate, latencies, count, window)
 
 
 def _figures(

@@ -15,8 +15,8 @@ as subprocesses on free ports of 127.0.0.1 (stopped by PID however the run ends)
 5. SDK memory per buffered PUT, in a subprocess (``bench/memory.py``);
 6. NATS JetStream with the same 100-byte publish-with-ack load, if one listens on
    127.0.0.1:4222 (``bench/natsload.py``);
-7. request/reply through the proxy (calls/s, p50/p99 round trip) beside a plain gRPC
-   unary call (``bench/rpcload.py``).
+7. request/reply through the proxy and direct (calls/s, p50/p99 round trip) beside a
+   plain gRPC unary call (``bench/rpcload.py``).
 
 It prints tables to stdout (progress to stderr) and writes ``bench-results.json``.
 Targets are printed with PASS or MISS: these are figures, not tests, so the exit

@@ -27,6 +27,15 @@ class WorkerOptions:
     reconnecting) before its running calls are cancelled."""
     stop_timeout: float = 30.0
     """Seconds ``Worker.close()`` lets running handlers finish."""
+    extra_requests: int | None = None
+    """Requests the broker may hand this worker beyond the ``concurrency`` it runs,
+    waiting for a thread (default: ``concurrency``). They keep the threads busy while
+    replies travel (a request is confirmed only once its reply is ACKed); a worker
+    that dies returns them to the queue for the others."""
+
+    def prefetch(self, concurrency: int) -> int:
+        """``extra_requests``, or its default for ``concurrency`` threads."""
+        return concurrency if self.extra_requests is None else self.extra_requests
 
     def __post_init__(self) -> None:
         for name in ("heartbeat_interval", "first_beat_after", "reply_window", "caller_grace"):
@@ -34,5 +43,7 @@ class WorkerOptions:
                 raise InvalidArgumentError(f"{name} must be > 0")
         if self.max_replies < 1:
             raise InvalidArgumentError("max_replies must be >= 1")
+        if self.extra_requests is not None and self.extra_requests < 0:
+            raise InvalidArgumentError("extra_requests must be >= 0")
         if self.stop_timeout < 0:
             raise InvalidArgumentError("stop_timeout must be >= 0")

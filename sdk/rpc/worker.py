@@ -125,7 +125,9 @@ class Worker:
             uri,
             read=True,
             on_message=self._on_request,
-            options=QueueOptions(max_unconfirmed_messages=concurrency),
+            options=QueueOptions(
+                max_unconfirmed_messages=concurrency + self.options.prefetch(concurrency)
+            ),
         )
 
     def __enter__(self) -> Worker:
@@ -211,6 +213,10 @@ class Worker:
             self._forget(job)
             return  # unconfirmed: redelivered, and tried again
         if job.answer is None:
+            if job.request.cancelled.is_set():  # cancelled while it waited for a thread
+                self._forget(job)
+                _confirm(job.message)
+                return
             job.answer = self._run(job)
             with self._lock:
                 self._running.pop(guid.bytes, None)
@@ -327,20 +333,24 @@ class Worker:
         while not self._stopping.wait(tick):
             now = time.monotonic()
             with self._lock:
-                jobs = [j for j in self._running.values() if j.queue is not None]
+                jobs = list(self._running.values())
             # While disconnected a beat would only pile up, stale, behind the reply.
             connected = self._session.connected
             for job in jobs:
                 if connected and now >= job.next_beat and not job.request.cancelled.is_set():
                     job.next_beat = now + options.heartbeat_interval
-                    properties = wire.beat_properties(
-                        job.request.guid, self.control_uri, options.heartbeat_interval
-                    )
-                    with contextlib.suppress(HoldfastError):
-                        job.queue.post(b"", properties)  # type: ignore[union-attr]
+                    self._beat(job)
             if now >= next_check:
                 next_check = now + options.heartbeat_interval
                 self._check_callers(jobs, now)
+
+    def _beat(self, job: _Job) -> None:
+        """Heartbeat a call, running or waiting for a thread (so it can be cancelled)."""
+        properties = wire.beat_properties(
+            job.request.guid, self.control_uri, self.options.heartbeat_interval
+        )
+        with contextlib.suppress(HoldfastError):
+            self._reply_queue(job.reply_to).post(b"", properties)
 
     def _check_callers(self, jobs: list[_Job], now: float) -> None:
         """Cancel the calls of callers whose reply queue lost its consumer for good."""

@@ -339,3 +339,36 @@ def test_closing_a_worker_hands_an_unfinished_request_to_another(
             assert future.result(20).payload == b"second"
     finally:
         release.set()
+
+
+def test_a_request_cancelled_while_it_waits_for_a_thread_never_runs(
+    sessions: tuple[Session, Session],
+) -> None:
+    worker_session, caller = sessions
+    uri = unique_uri("queued")
+    release = threading.Event()
+    ran: list[bytes] = []
+
+    def handle(request: Request) -> bytes:
+        ran.append(request.payload)
+        release.wait(30)
+        return request.payload
+
+    options = WorkerOptions(heartbeat_interval=0.2, first_beat_after=0.05, extra_requests=1)
+    with Worker(worker_session, uri, handle, concurrency=1, options=options) as worker:
+        running = caller.request_async(uri, b"running", timeout=30)
+        wait_until(lambda: ran == [b"running"], 10, "the first call to run")
+        waiting = caller.request_async(uri, b"waiting", timeout=30)
+        calls = caller._rpc()._calls
+        wait_until(lambda: all(c.worker for c in calls.values()), 10, "both calls heartbeated")
+        assert waiting.cancel()
+        jobs = worker._running
+        wait_until(
+            lambda: any(j.request.cancelled.is_set() for j in list(jobs.values())),
+            10,
+            "the waiting request to be marked cancelled",
+        )
+        release.set()
+        assert running.result(10).payload == b"running"
+        wait_until(lambda: not worker._running, 10, "the cancelled request to be settled")
+    assert ran == [b"running"]
