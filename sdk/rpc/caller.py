@@ -32,6 +32,7 @@ from holdfast.sdk.errors import (
     DeadLetteredError,
     HoldfastError,
     InvalidArgumentError,
+    InvalidQueueUriError,
     RemoteHandlerError,
     RequestRefusedError,
     RpcCancelledError,
@@ -339,7 +340,7 @@ def _domain(uri: str) -> str:
     try:
         return parse_queue_uri(uri).domain
     except ValueError as error:
-        raise InvalidArgumentError(str(error)[:300]) from None
+        raise InvalidQueueUriError(str(error)[:300]) from None
 
 
 def _expired(call: _Call, now: float) -> RpcError:

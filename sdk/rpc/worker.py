@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 from cachetools import TTLCache
 
 from holdfast.proto.uri import parse_queue_uri
-from holdfast.sdk.errors import HoldfastError, InvalidArgumentError
+from holdfast.sdk.errors import HoldfastError, InvalidArgumentError, RequestTimeoutError
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.queue import Queue
 from holdfast.sdk.rpc import wire
@@ -206,12 +206,21 @@ class Worker:
 
     def _process(self, job: _Job) -> None:
         guid = job.request.guid
-        try:
-            job.queue = self._reply_queue(job.reply_to)
-        except HoldfastError as error:
-            log.warning("cannot open reply queue %s: %s", job.reply_to[:200], error)
-            self._forget(job)
-            return  # unconfirmed: redelivered, and tried again
+        while job.queue is None:
+            try:
+                job.queue = self._reply_queue(job.reply_to)
+            except RequestTimeoutError as error:  # the link is down: try again
+                log.warning("cannot open reply queue %s yet: %s", job.reply_to[:200], error)
+                if self._stopping.wait(1.0):
+                    self._forget(job)
+                    return  # unconfirmed: the queue's close returns it for redelivery
+            except HoldfastError as error:  # refused: nobody could get a reply
+                log.error(
+                    "dropping request %s: reply queue %s: %s", guid, job.reply_to[:200], error
+                )
+                self._forget(job)
+                _confirm(job.message)
+                return
         if job.answer is None:
             if job.request.cancelled.is_set():  # cancelled while it waited for a thread
                 self._forget(job)

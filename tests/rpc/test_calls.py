@@ -15,7 +15,9 @@ from holdfast.sdk import (
     Ack,
     AckStatus,
     DeadLetteredError,
+    InvalidArgumentError,
     InvalidPropertiesError,
+    InvalidQueueUriError,
     Message,
     RemoteHandlerError,
     Request,
@@ -79,8 +81,14 @@ def test_handler_exception_is_a_typed_remote_error(sessions: tuple[Session, Sess
     assert isinstance(caught.value, RpcError)
 
 
-def test_reserved_properties_are_refused(sessions: tuple[Session, Session]) -> None:
+def test_bad_arguments_are_refused_before_anything_is_sent(
+    sessions: tuple[Session, Session],
+) -> None:
     _, caller = sessions
+    with pytest.raises(InvalidQueueUriError):
+        caller.request("not-a-uri", b"", timeout=1)
+    with pytest.raises(InvalidArgumentError):
+        caller.request(unique_uri("x"), b"", timeout=1, pickup_timeout=2)
     with pytest.raises(InvalidPropertiesError):
         caller.request(unique_uri("x"), b"", properties={wire.REPLY_TO: "hf://a/b"}, timeout=1)
 
