@@ -15,7 +15,6 @@ moves its inputs and outputs under one lock.
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import threading
 import time
@@ -41,8 +40,7 @@ from holdfast.sdk.failover import FailoverPolicy, parse_addresses
 from holdfast.sdk.frames import encode
 from holdfast.sdk.options import QueueOptions, SessionOptions, default_address
 from holdfast.sdk.queue import Queue
-from holdfast.sdk.rpc.caller import Caller
-from holdfast.sdk.rpc.values import Reply
+from holdfast.sdk.rpc.api import RequestReply
 from holdfast.sdk.transport import Link, classify_rpc_error
 from holdfast.sdk.types import Ack, Message
 
@@ -52,7 +50,7 @@ CLOSE_DRAIN_TIMEOUT = 2.0
 """Seconds ``close()`` lets the broker read what was sent before the stream is cancelled."""
 
 
-class Session:
+class Session(RequestReply):
     """A connection to a Holdfast proxy or broker that survives its failures.
 
     Use it as a context manager; ``close()`` waits up to
@@ -60,6 +58,7 @@ class Session:
     ``"host:port"`` or a comma-separated list to fail over across, in order;
     by default ``$HOLDFAST_ADDRESS`` or ``127.0.0.1:7701``. ``on_event`` receives
     typed ``SessionEvent``s on the dispatcher thread (default: they are logged).
+    Request/reply (``request``, ``request_async``) comes from ``RequestReply``.
     """
 
     def __init__(
@@ -89,7 +88,6 @@ class Session:
         self._link: Link | None = None
         self._stopping = threading.Event()
         self._closed = False
-        self._caller: Caller | None = None
         self._connector = threading.Thread(
             target=self._connect_loop, name="holdfast-connector", daemon=True
         )
@@ -157,61 +155,6 @@ class Session:
             raise
         return Queue(self, record)
 
-    def request(
-        self,
-        uri: str,
-        payload: bytes,
-        *,
-        properties: Mapping[str, str] | None = None,
-        timeout: float = 30.0,
-        key: str | None = None,
-        pickup_timeout: float | None = None,
-    ) -> Reply:
-        """Call the service whose workers consume ``uri``; block for its one reply.
-
-        Raises an ``RpcError``: ``RpcTimeoutError`` (``WorkerLostError`` if its
-        worker stopped heartbeating), ``DeadLetteredError`` (reason ``expired``:
-        not picked up within ``pickup_timeout``, default ``timeout``),
-        ``RemoteHandlerError``, ``RpcCancelledError``. ``key`` is carried as the
-        ``x-rpc-key`` property, for keyed worker pools. See ``holdfast.sdk.rpc``.
-        """
-        return self._rpc().call(
-            uri,
-            payload,
-            properties=properties,
-            timeout=timeout,
-            key=key,
-            pickup_timeout=pickup_timeout,
-        )
-
-    def request_async(
-        self,
-        uri: str,
-        payload: bytes,
-        *,
-        properties: Mapping[str, str] | None = None,
-        timeout: float = 30.0,
-        key: str | None = None,
-        pickup_timeout: float | None = None,
-    ) -> concurrent.futures.Future[Reply]:
-        """``request`` without blocking: a future for the reply (``cancel()`` tells
-        the worker to stop)."""
-        return self._rpc().call_async(
-            uri,
-            payload,
-            properties=properties,
-            timeout=timeout,
-            key=key,
-            pickup_timeout=pickup_timeout,
-        )
-
-    def _rpc(self) -> Caller:
-        with self._lock:
-            if self._caller is None:
-                self._engine._check_usable()
-                self._caller = Caller(self)
-            return self._caller
-
     def has_workers(self, uri: str, timeout: float = 10.0) -> bool:
         """True if ``uri`` has a live consumer now (request/reply service discovery).
 
@@ -253,8 +196,7 @@ class Session:
         if self._closed:
             return
         self._closed = True
-        if self._caller is not None:
-            self._caller.close()
+        self._close_rpc()
         self.flush(self._options.close_timeout if timeout is None else timeout)
         in_connector = threading.current_thread() is self._connector
         with self._lock:

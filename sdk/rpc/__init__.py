@@ -12,7 +12,8 @@
 
 Modules: ``wire`` (reserved properties, reply GUIDs, message kinds), ``caller``
 (``Session.request``/``request_async``), ``worker`` (``Worker``), ``values``
-(``Reply``, ``Request``), ``options`` (``WorkerOptions``). Errors are under
+(``Reply``, ``Request``), ``options`` (``WorkerOptions``), ``api`` (the
+``RequestReply`` mixin that gives ``Session`` its ``request`` methods). Errors are under
 ``holdfast.sdk.errors.RpcError``.
 """
 

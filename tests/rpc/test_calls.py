@@ -26,6 +26,7 @@ from holdfast.sdk import (
     RpcError,
     RpcTimeoutError,
     Session,
+    SessionClosedError,
     Worker,
     WorkerOptions,
 )
@@ -380,3 +381,10 @@ def test_a_request_cancelled_while_it_waits_for_a_thread_never_runs(
         assert running.result(10).payload == b"running"
         wait_until(lambda: not worker._running, 10, "the cancelled request to be settled")
     assert ran == [b"running"]
+
+
+def test_a_request_on_a_closed_session_is_refused(broker: BrokerProcess) -> None:
+    session = Session(broker.address, options=FAST)
+    session.close()
+    with pytest.raises(SessionClosedError):
+        session.request(unique_uri("x"), b"", timeout=1)
