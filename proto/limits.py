@@ -46,6 +46,14 @@ FRAME_CEILING = 64 * MIB
 before a broker announces its limits, so no broker may announce limits whose
 frames exceed this."""
 
+DEFAULT_MAX_UNCONFIRMED_MESSAGES = 1000
+"""A consumer's default flow limit: the broker stops PUSHing to it while it holds
+this many unconfirmed messages (the SDK's ``QueueOptions`` default, and the broker's
+when a request carries no ``QueueOptions``)."""
+
+DEFAULT_MAX_UNCONFIRMED_BYTES = 32 * MIB
+"""A consumer's default flow limit in unconfirmed payload bytes."""
+
 PUT_WIRE_OVERHEAD = 64
 """Upper bound of the wire bytes of one PUT besides its payload and properties
 (GUID, queue id, age, tags and lengths)."""

@@ -5,7 +5,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from holdfast.proto.limits import DEFAULT_BATCH_BYTES, MAX_BATCH_BYTES
+from holdfast.proto.limits import (
+    DEFAULT_BATCH_BYTES,
+    DEFAULT_MAX_UNCONFIRMED_BYTES,
+    DEFAULT_MAX_UNCONFIRMED_MESSAGES,
+    MAX_BATCH_BYTES,
+)
 from holdfast.sdk.errors import InvalidArgumentError
 
 DEFAULT_ADDRESS = "127.0.0.1:7701"
@@ -30,8 +35,10 @@ class QueueOptions:
     messages or bytes. Setting ``max_unconfirmed_messages=0`` pauses delivery.
     """
 
-    max_unconfirmed_messages: int = 1000
-    max_unconfirmed_bytes: int = 32 * 1024 * 1024
+    max_unconfirmed_messages: int = DEFAULT_MAX_UNCONFIRMED_MESSAGES
+    """Most unconfirmed messages this consumer holds before delivery pauses."""
+    max_unconfirmed_bytes: int = DEFAULT_MAX_UNCONFIRMED_BYTES
+    """Most unconfirmed payload bytes this consumer holds before delivery pauses."""
 
     def __post_init__(self) -> None:
         _require(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from holdfast.broker import BrokerConfig
+from holdfast.broker.queues import FlowLimits
 from holdfast.proto import PROTOCOL_VERSION, pb
 from holdfast.proto.limits import (
     DEFAULT_LIMITS,
@@ -16,7 +17,7 @@ from holdfast.proto.limits import (
     limits_from_hello,
 )
 from holdfast.proxy import ProxyConfig
-from holdfast.sdk.options import SessionOptions
+from holdfast.sdk.options import QueueOptions, SessionOptions
 
 
 def test_defaults() -> None:
@@ -92,3 +93,10 @@ def test_batch_targets_stay_within_what_a_frame_allows_for() -> None:
         ProxyConfig(max_frame_bytes=MAX_BATCH_BYTES + 1)
     with pytest.raises(ValueError, match="max_batch_bytes"):
         SessionOptions(max_batch_bytes=MAX_BATCH_BYTES + 1)
+
+
+def test_a_consumer_without_options_gets_the_sdks_default_flow_limits() -> None:
+    defaults = QueueOptions()
+    assert FlowLimits.from_wire(None) == FlowLimits(
+        defaults.max_unconfirmed_messages, defaults.max_unconfirmed_bytes
+    )
