@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from holdfast.proto import pb
-from holdfast.proto.uri import parse_queue_uri
-from holdfast.sdk.errors import HoldfastError, InvalidQueueUriError, RequestFailedError
-from holdfast.sdk.types import status_name
+from holdfast.proto.validate import InvalidUri, parse_queue_uri
+from holdfast.sdk.errors import HoldfastError
+from holdfast.sdk.statuses import invalid_error, request_error
 
 
 class ConsumerQueries:
@@ -33,8 +33,8 @@ class ConsumerQueries:
         """Ask for the consumers of ``uri`` now if ``connected``, else after the next Hello."""
         try:
             parse_queue_uri(uri)
-        except ValueError as exc:
-            raise InvalidQueueUriError(str(exc)[:300]) from None
+        except InvalidUri as error:
+            raise invalid_error(error) from None
         self._pending[request_id] = uri
         if connected:
             self._send_query(request_id, uri)
@@ -49,8 +49,7 @@ class ConsumerQueries:
         if self._pending.pop(answer.request_id, None) is None:
             return
         if answer.status != pb.STATUS_OK:
-            error = RequestFailedError(status_name(answer.status), answer.message)
-            self._complete([answer.request_id], error)
+            self._complete([answer.request_id], request_error(answer.status, answer.message))
             return
         self._answers[answer.request_id] = answer.consumers
         self._complete([answer.request_id], None)
