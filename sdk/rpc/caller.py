@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -57,6 +58,9 @@ REPLY_QUEUE_OPTIONS = QueueOptions(max_unconfirmed_messages=100_000)
 
 LOST_AFTER_BEATS = 3
 """A worker is presumed lost after this many heartbeat intervals of silence."""
+
+MAX_WORKER_HANDLES = 64
+"""Workers' control queues kept open for cancels (least recently used closed)."""
 
 ABANDONED_MEMORY = 60.0
 """Seconds past its deadline a call that ended without a reply is remembered, to
@@ -95,6 +99,8 @@ class Caller:
         """Calls that ended without a reply, by GUID, until ``forget_at``."""
         self._reply_queues: dict[str, Queue] = {}
         self._targets: dict[str, Queue] = {}
+        self._workers: OrderedDict[str, Queue] = OrderedDict()
+        """Workers' control queues opened for cancels (used by the cancel thread only)."""
         self._guids = Uuid7Source()
         self._tag = uuid.uuid4().hex
         self._closed = False
@@ -279,9 +285,15 @@ class Caller:
             self._cancels.submit(self._post_cancel, worker, call.guid)
 
     def _post_cancel(self, worker: str, guid: uuid.UUID) -> None:
+        """On the cancel thread: post to the worker's control queue. Workers come and
+        go (each has its own control queue), so only the most recent handles stay open."""
         try:
-            queue = self._open(self._targets, worker, {"write": True})
+            queue = self._open(self._workers, worker, {"write": True})
+            self._workers.move_to_end(worker)
             queue.post(b"", wire.cancel_properties(guid))
+            while len(self._workers) > MAX_WORKER_HANDLES:
+                _, old = self._workers.popitem(last=False)
+                old.close(timeout=5)
         except (HoldfastError, ValueError) as error:
             log.warning("could not send the cancel of %s to %s: %s", guid, worker[:200], error)
 
@@ -296,6 +308,7 @@ class Caller:
         )
 
     def _open(self, cache: dict[str, Queue], uri: str, how: dict[str, Any]) -> Queue:
+        """The open handle of ``uri`` in ``cache``, opened now if needed (blocks)."""
         queue = cache.get(uri)
         if queue is not None and queue.is_open:
             return queue

@@ -30,6 +30,7 @@ from holdfast.sdk import (
     Worker,
     WorkerOptions,
 )
+from holdfast.sdk.rpc import caller as caller_module
 from holdfast.sdk.rpc import wire
 from tests.support.processes import BrokerProcess
 from tests.support.sessions import FAST, unique_uri
@@ -388,3 +389,30 @@ def test_a_request_on_a_closed_session_is_refused(broker: BrokerProcess) -> None
     session.close()
     with pytest.raises(SessionClosedError):
         session.request(unique_uri("x"), b"", timeout=1)
+
+
+def test_control_queue_handles_for_cancels_stay_bounded(
+    broker: BrokerProcess, sessions: tuple[Session, Session], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(caller_module, "MAX_WORKER_HANDLES", 1)
+    _, caller = sessions
+    cancelled: list[bytes] = []
+
+    def handle(request: Request) -> bytes:
+        if request.cancelled.wait(20):
+            cancelled.append(request.payload)
+        return b""
+
+    for name in (b"one", b"two"):
+        uri = unique_uri(name.decode())
+        with (
+            Session(broker.address, options=FAST) as session,
+            Worker(session, uri, handle, options=QUICK),
+        ):
+            future = caller.request_async(uri, name, timeout=30)
+            calls = caller._rpc()._calls
+            wait_until(lambda: all(c.worker for c in calls.values()), 10, "a beat")  # noqa: B023
+            future.cancel()
+            wait_until(lambda: name in cancelled, 10, "the cancel")  # noqa: B023
+    assert cancelled == [b"one", b"two"]
+    assert len(caller._rpc()._workers) == 1
