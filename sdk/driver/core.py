@@ -11,7 +11,7 @@ Error containment: a frame that does not parse, or that the engine refuses with
 ``RemoteProtocolError``, and any unexpected exception in a pump end the
 connection, never the thread or task. The driver logs one line and reconnects
 with back-off; after ``MAX_BAD_CONNECTIONS`` connections in a row end that way
-with no frame accepted after the handshake, or on a terminal transport error,
+with no ACK or message accepted in between, or on a terminal transport error,
 the session fails (``SessionFailed``; pending PUTs UNKNOWN, waiters failed).
 """
 
@@ -43,6 +43,9 @@ QUOTE_BYTES = 16
 """How much of an unparseable frame an error message quotes (hex)."""
 
 ENDED_BY_SERVER = "the broker ended the stream"
+
+_PROGRESS = ("acks", "pushes")
+"""Frame kinds whose acceptance shows the server is working, not just answering."""
 
 
 class DriverCore:
@@ -99,11 +102,11 @@ class DriverCore:
                 f"a server frame that does not parse ({len(data)} bytes, "
                 f"starting {data[:QUOTE_BYTES].hex()}): {exc}"
             ) from exc
-        after_handshake = self.established
         self.engine.frame_received(generation, frame, now)
-        if after_handshake:
-            self._bad_connections = 0  # the server is making sense again
-        elif self.engine.connected:
+        if self._bad_connections and frame.WhichOneof("frame") in _PROGRESS:
+            # Messages or ACKs flow again (a handshake and reopens alone do not count).
+            self._bad_connections = 0
+        if not self.established and self.engine.connected:
             self.established = True
             self._hello_deadline = None
 
@@ -164,7 +167,7 @@ class DriverCore:
                 self.engine.fail(
                     RemoteProtocolError(
                         f"{self._bad_connections} connections in a row ended by errors "
-                        f"with nothing accepted in between; the last: {reason}"
+                        f"with no ACK or message accepted in between; the last: {reason}"
                     )
                 )
                 return None
