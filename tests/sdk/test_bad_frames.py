@@ -16,7 +16,13 @@ import pytest
 
 from holdfast.sdk import AckStatus, Reconnected, Session, SessionFailed
 from holdfast.sdk.driver import MAX_BAD_CONNECTIONS
-from tests.support.fake_broker import BadFrame, FakeBroker, push_with_short_guid, unparseable
+from tests.support.fake_broker import (
+    BadFrame,
+    FakeBroker,
+    Script,
+    push_with_short_guid,
+    unparseable,
+)
 from tests.support.recorder import AckRecorder, EventRecorder, MessageRecorder
 from tests.support.sessions import FAST
 from tests.support.waiting import wait_until
@@ -27,23 +33,25 @@ URI = "hf://test/bad-frames"
 @pytest.mark.timeout(60)
 def test_a_bad_push_drops_the_connection_and_the_session_reconnects() -> None:
     events, acks = EventRecorder(), AckRecorder()
-    with FakeBroker(push_with_short_guid, bad_connections=1) as fake:
-        with Session(fake.address, on_event=events, options=FAST) as session:
-            session.open_queue(URI, read=True, on_message=MessageRecorder())
-            wait_until(lambda: events.of(Reconnected), timeout=20, what="a reconnect")
-            writer = session.open_queue(URI, write=True, on_ack=acks)
-            guid = writer.post(b"after the bad frame")
-            assert session.flush(timeout=20)
-            assert acks.with_status(AckStatus.SUCCESS) == {guid}
-            assert not events.of(SessionFailed)
-            assert fake.connections == 2
+    with (
+        FakeBroker(Script(push_with_short_guid, bad_connections=1)) as fake,
+        Session(fake.address, on_event=events, options=FAST) as session,
+    ):
+        session.open_queue(URI, read=True, on_message=MessageRecorder())
+        wait_until(lambda: events.of(Reconnected), timeout=20, what="a reconnect")
+        writer = session.open_queue(URI, write=True, on_ack=acks)
+        guid = writer.post(b"after the bad frame")
+        assert session.flush(timeout=20)
+        assert acks.with_status(AckStatus.SUCCESS) == {guid}
+        assert not events.of(SessionFailed)
+        assert fake.connections == 2
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("bad_frame", [push_with_short_guid, unparseable])
 def test_repeated_bad_frames_fail_the_session_and_flush_returns(bad_frame: BadFrame) -> None:
     events, acks = EventRecorder(), AckRecorder()
-    with FakeBroker(bad_frame, ack_puts=False) as fake:
+    with FakeBroker(Script(bad_frame, ack_puts=False)) as fake:
         session = Session(fake.address, on_event=events, options=FAST)
         try:
             writer = session.open_queue(URI, write=True, on_ack=acks)

@@ -1,9 +1,10 @@
 """A scripted broker for server-side faults: real gRPC on 127.0.0.1, wire frames by hand.
 
-It answers Hello and queue requests with OK, ACKs PUTs (unless told not to),
-ignores CONFIRMs, and on the first ``bad_connections`` connections (all of them
-when None) sends ``bad_frame`` right after answering an open of a readable queue,
-as raw bytes the client has to parse itself.
+A ``Script`` answers Hello and queue requests with OK, ACKs PUTs (unless told
+not to), ignores CONFIRMs, and on the first ``bad_connections`` connections (all
+of them when None) sends ``bad_frame`` right after answering an open of a
+readable queue, as raw bytes the client has to parse itself. ``FakeBroker``
+serves it over real gRPC, ``serve_in_memory`` over the in-memory transport.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Self
 import grpc
 
 from holdfast.proto import PROTOCOL_VERSION, SERVICE_NAME, pb
+from holdfast.sdk.errors import TransportError
+from holdfast.sdk.transports import MemoryEndpoint, MemoryNetwork
 
 BadFrame = Callable[[int], bytes]
 """Builds the bad frame for a queue id."""
@@ -45,8 +48,8 @@ HELLO_REPLY = pb.ServerFrame(
 ).SerializeToString()
 
 
-class FakeBroker:
-    """``with FakeBroker(bad) as fake: ... fake.address``; ``connections`` counts streams."""
+class Script:
+    """The fake broker's answers; one per server, shared by its connections."""
 
     def __init__(
         self, bad_frame: BadFrame, bad_connections: int | None = None, ack_puts: bool = True
@@ -56,7 +59,42 @@ class FakeBroker:
         self._ack_puts = ack_puts
         self._lock = threading.Lock()
         self.connections = 0
-        self.acked = 0
+        """Streams opened so far."""
+        self.answer_hello = True
+        """False: accept connections but never answer Hello."""
+
+    def connection(self) -> Callable[[bytes], list[bytes]]:
+        """Count a new stream; return what answers its frames."""
+        with self._lock:
+            self.connections += 1
+            bad = self._bad_connections is None or self.connections <= self._bad_connections
+        return lambda data: self._answer(pb.ClientFrame.FromString(data), bad)
+
+    def _answer(self, frame: pb.ClientFrame, bad: bool) -> list[bytes]:
+        kind = frame.WhichOneof("frame")
+        if kind == "hello":
+            return [HELLO_REPLY] if self.answer_hello else []
+        if kind in ("open_queue", "configure_queue", "close_queue"):
+            request = getattr(frame, kind)
+            response = pb.Response(request_id=request.request_id, status=pb.STATUS_OK)
+            out = [pb.ServerFrame(response=response).SerializeToString()]
+            if bad and kind == "open_queue" and request.read:
+                out.append(self._bad_frame(request.queue_id))
+            return out
+        if kind == "puts" and self._ack_puts:
+            acks = [
+                pb.Ack(queue_id=p.queue_id, guid=p.guid, status=pb.STATUS_OK)
+                for p in frame.puts.puts
+            ]
+            return [pb.ServerFrame(acks=pb.AckBatch(acks=acks)).SerializeToString()]
+        return []
+
+
+class FakeBroker:
+    """``with FakeBroker(Script(bad)) as fake: ... fake.address``, over real gRPC."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
         handler = grpc.stream_stream_rpc_method_handler(self._session)  # raw bytes both ways
         self._server.add_generic_rpc_handlers(
@@ -69,6 +107,11 @@ class FakeBroker:
         """``127.0.0.1:PORT``."""
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def connections(self) -> int:
+        """Streams opened so far."""
+        return self.script.connections
+
     def __enter__(self) -> Self:
         self._server.start()
         return self
@@ -77,25 +120,25 @@ class FakeBroker:
         self._server.stop(0).wait(5)
 
     def _session(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
-        with self._lock:
-            self.connections += 1
-            bad = self._bad_connections is None or self.connections <= self._bad_connections
+        answer = self.script.connection()
         for data in requests:
-            frame = pb.ClientFrame.FromString(data)
-            kind = frame.WhichOneof("frame")
-            if kind == "hello":
-                yield HELLO_REPLY
-            elif kind in ("open_queue", "configure_queue", "close_queue"):
-                request = getattr(frame, kind)
-                response = pb.Response(request_id=request.request_id, status=pb.STATUS_OK)
-                yield pb.ServerFrame(response=response).SerializeToString()
-                if bad and kind == "open_queue" and request.read:
-                    yield self._bad_frame(request.queue_id)
-            elif kind == "puts" and self._ack_puts:
-                acks = [
-                    pb.Ack(queue_id=p.queue_id, guid=p.guid, status=pb.STATUS_OK)
-                    for p in frame.puts.puts
-                ]
-                with self._lock:
-                    self.acked += len(acks)
-                yield pb.ServerFrame(acks=pb.AckBatch(acks=acks)).SerializeToString()
+            yield from answer(data)
+
+
+def serve_in_memory(network: MemoryNetwork, address: str, script: Script) -> None:
+    """Answer connections to ``address`` on ``network`` with ``script``, a thread each."""
+
+    def serve(endpoint: MemoryEndpoint) -> None:
+        answer = script.connection()
+        try:
+            while (data := endpoint.receive()) is not None:
+                for frame in answer(data):
+                    endpoint.send(frame)
+        except TransportError:
+            return  # the client dropped the connection
+        endpoint.close()
+
+    network.listen(
+        address,
+        lambda endpoint: threading.Thread(target=serve, args=(endpoint,), daemon=True).start(),
+    )
