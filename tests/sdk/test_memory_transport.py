@@ -116,7 +116,12 @@ def test_the_proxy_upstream_fails_typed_on_repeated_bad_frames(bad_frame: BadFra
         guid = bytes(range(16))
         assert upstream.relay(writer.queue_id, b"x", None, guid)
         await upstream.open_queue(
-            URI, read=True, write=False, options=QueueOptions(), on_message=MessageRecorder(), timeout=5
+            URI,
+            read=True,
+            write=False,
+            options=QueueOptions(),
+            on_message=MessageRecorder(),
+            timeout=5,
         )
         async with asyncio.timeout(20):
             while not any(isinstance(e, SessionFailed) for e in events):
