@@ -16,8 +16,9 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from holdfast.proto.limits import Limits
 from holdfast.sdk.driver.aio import AsyncDriver
-from holdfast.sdk.engine import BrokerLimits, QueueRecord, SessionEngine, WireAck
+from holdfast.sdk.engine import QueueRecord, SessionEngine, WireAck
 from holdfast.sdk.errors import RequestTimeoutError
 from holdfast.sdk.events import SessionEvent, log_event
 from holdfast.sdk.options import QueueOptions, SessionOptions
@@ -62,7 +63,7 @@ class Upstream:
         await self._driver.stop()
 
     @property
-    def limits(self) -> BrokerLimits:
+    def limits(self) -> Limits:
         """What the broker last announced (defaults until it has)."""
         return self.engine.limits
 
