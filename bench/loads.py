@@ -104,7 +104,7 @@ class PutFrameCounter:
                     self.puts += len(frame.puts.puts)
             return frames
 
-        driver_module.encode = counting  # type: ignore[attr-defined]
+        driver_module.encode = counting  # type: ignore[attr-defined,assignment]
         return self
 
     def __exit__(self, *exc_info: object) -> None:
