@@ -25,6 +25,7 @@
     │   ├── DeadLetteredError                the request was dead-lettered; ``reason`` says why
     │   ├── RemoteHandlerError               the worker's handler raised; ``error_type``
     │   └── RequestRefusedError              the broker refused the request PUT; ``status``
+    ├── RemoteProtocolError                  the server sent a frame that cannot be accepted
     └── TransportError                       what the gRPC link reported
         ├── RetryableTransportError          link trouble: the session reconnects by itself
         └── TerminalTransportError           reconnecting cannot help: the session fails
@@ -178,3 +179,11 @@ class RequestRefusedError(RpcError):
     def __init__(self, status: str, message: str) -> None:
         super().__init__(f"{status}: {message}")
         self.status = status
+
+
+class RemoteProtocolError(HoldfastError):
+    """The server sent a frame this side cannot decode or accept.
+
+    The connection that carried it is dropped and the session reconnects; when
+    it keeps happening the session fails with a ``SessionFailed`` event.
+    """
