@@ -3,29 +3,19 @@
 The engine has no sockets, no threads and no clock of its own (like ``h11``): it
 takes inputs and produces outputs, and a shell (the connection driver of the SDK's
 ``Session`` and of the proxy's upstream link) moves them. Tests drive it with
-scripted frames. It is split by concern:
+scripted frames. It is split by concern: ``state`` (the link and queue state
+machines, as tables), ``putbuffer`` (pending PUTs, their age, push-back),
+``producer`` (rules 1, 2 and 7 on the post path), ``outbound`` (what waits for the
+wire), ``queue_table`` (queue handles and their requests), ``outcomes`` (ACKs,
+PUSHes and events for the application), ``restore`` (rule 4); this module is
+the facade that sequences them.
 
-``holdfast.sdk.state``        the link and queue state machines, as tables
-``holdfast.sdk.putbuffer``    pending PUTs by GUID (rule 2), their age, push-back
-``holdfast.sdk.queue_table``  queue handles and their open/configure/close requests
-``holdfast.sdk.outcomes``     ACKs, PUSHes and events for the application, in order
-``holdfast.sdk.engine``       this facade: inputs, the handshake and the restore
-
-Inputs
-    application calls   ``open_queue``, ``configure_queue``, ``close_queue``,
-                        ``admit_post``, ``post``, ``relay``, ``confirm``,
-                        ``abandon_open``, ``close``
-    the link            ``connection_made``, ``frame_received``, ``connection_lost``,
-                        ``transport_drained``
-    time                every input that depends on it takes ``now`` (monotonic
-                        seconds); ``tick(now)`` once ``now >= next_deadline()``
-
-Outputs
-    ``take_outbound()`` items to encode into frames (``holdfast.sdk.frames.encode``)
-    ``take_callbacks()`` (function, argument) pairs to run on the application's
-                         dispatcher thread: ACKs, PUSHed messages, session events
-    ``take_wire_acks()`` PUT outcomes as (GUID, wire status), in ``wire_acks`` mode
-    ``take_completions()`` (request id, error or None) for open/configure/close
+Inputs are application calls, link events (``connection_made``, ``frame_received``,
+``connection_lost``, ``transport_drained``) and time (each input that depends on it
+takes ``now``, monotonic seconds; ``tick(now)`` once ``now >= next_deadline()``).
+Outputs are taken by the shell: ``take_outbound`` (items for ``frames.encode``),
+``take_callbacks`` (ACKs, messages and events, in order), ``take_wire_acks`` (PUT
+outcomes in ``wire_acks`` mode) and ``take_completions`` (answered requests).
 
 The rules (``docs/contract.md``), and where they live:
 
@@ -55,20 +45,17 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-from holdfast.proto import PROTOCOL_VERSION, pb, status_name
-from holdfast.proto.limits import DEFAULT_LIMITS, Limits, limits_from_hello
-from holdfast.proto.validate import Invalid, parse_queue_uri
-from holdfast.proto.validate import quote as _quote
+from holdfast.proto import PROTOCOL_VERSION, pb
+from holdfast.proto.limits import Limits
 from holdfast.sdk import events as ev
+from holdfast.sdk import restore
 from holdfast.sdk.errors import (
     ConfirmDroppedError,
     HoldfastError,
-    InvalidArgumentError,
     LocalProtocolError,
-    ProtocolVersionError,
     QueueNotOpenError,
     RemoteProtocolError,
     SessionClosedError,
@@ -78,11 +65,9 @@ from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.outbound import CONFIRM_SIZE, FRAME_SIZE, ConfirmItem, Outbound, OutboundItem
 from holdfast.sdk.outcomes import Callback, Outcomes, WireAck
 from holdfast.sdk.producer import HIGH_WATERMARK_WAIT, Producer
-from holdfast.sdk.putbuffer import POSTED_AT, PUT_OVERHEAD, QUEUE_ID, SIZE, PutBuffer
-from holdfast.sdk.putbuffer import retransmit_margin as _retransmit_margin
+from holdfast.sdk.putbuffer import PUT_OVERHEAD, SIZE, PutBuffer
 from holdfast.sdk.queue_table import QueueRecord, QueueTable
 from holdfast.sdk.state import WRITABLE_STATES, LinkEvent, LinkMachine, LinkState, QueueState
-from holdfast.sdk.statuses import invalid_error, request_error
 from holdfast.sdk.types import Ack, AckStatus, Message
 
 log = logging.getLogger("holdfast.sdk.engine")
@@ -135,6 +120,15 @@ class SessionEngine:
             self._check_usable,
             max_disconnected_buffer_bytes,
         )
+        # The post path is bound straight to the producer: one call less per message.
+        self.admit_post = self._producer.admit_post
+        """Rule 7: 0.0 if a post may go ahead, else seconds to wait (see ``Producer``)."""
+        self.post = self._producer.post
+        """Buffer a PUT under a new uuid7 GUID, or ``guid`` (see ``Producer.post``)."""
+        self.relay = self._producer.relay
+        """Buffer a client's PUT under its GUID, as old as it arrived (``Producer.relay``)."""
+        self.over_high_watermark = self._producer.over_high_watermark
+        """True when a live link has at least the high watermark of bytes unsent."""
 
     @property
     def limits(self) -> Limits:
@@ -176,10 +170,6 @@ class SessionEngine:
     def has_outbound(self) -> bool:
         """True when ``take_outbound()`` has something to give."""
         return bool(self._outbound)
-
-    def over_high_watermark(self) -> bool:
-        """True when a live link has at least the high watermark of bytes not yet sent."""
-        return self._producer.over_high_watermark()
 
     def queue(self, queue_id: int) -> QueueRecord | None:
         """The record of a queue handle, if the engine still knows it."""
@@ -280,7 +270,8 @@ class SessionEngine:
         elif kind == "response":
             self._on_response(frame.response, now)
         elif kind == "error":
-            self._on_error(frame.error)
+            if (failure := self._out.error_frame(frame.error)) is not None:
+                self._fail(failure)
         else:
             raise RemoteProtocolError(f"the server sent a frame of unknown kind {kind!r}")
 
@@ -305,30 +296,9 @@ class SessionEngine:
     ) -> tuple[QueueRecord, int]:
         """Start opening a queue; return its record and the request id to wait on."""
         self._check_usable()
-        try:
-            parse_queue_uri(uri)
-        except Invalid as error:
-            raise invalid_error(error) from None
-        if not (read or write):
-            raise InvalidArgumentError("open a queue with read=True, write=True or both")
-        if read and on_message is None:
-            raise InvalidArgumentError("a queue opened with read=True needs on_message")
-        queue = self._queues.add(
-            {
-                "uri": uri,
-                "read": read,
-                "write": write,
-                "options": options,
-                "on_message": on_message,
-                "on_ack": on_ack,
-            }
-        )
-        request_id = self._queues.new_request_id()
-        if self.connected:
-            self._queues.send_open(queue, [request_id], reopen=False)
-        else:
-            queue.waiters.append(request_id)  # sent by the next connection's reopen pass
-        return queue, request_id
+        record = {"read": read, "write": write, "options": options}
+        callbacks = {"on_message": on_message, "on_ack": on_ack}
+        return self._queues.open(uri, record | callbacks, connected=self.connected)
 
     def configure_queue(self, queue_id: int, options: QueueOptions) -> int:
         """Change a queue's options; return the request id to wait on.
@@ -337,29 +307,13 @@ class SessionEngine:
         them even if this request was still pending when the link dropped.
         """
         self._check_usable()
-        queue = self._queues.live(queue_id)
-        queue.options = options
-        request_id = self._queues.new_request_id()
-        if self.connected:
-            self._queues.send_configure(queue, request_id)
-        else:
-            queue.waiters.append(request_id)
-        return request_id
+        return self._queues.configure(queue_id, options, connected=self.connected)
 
     def close_queue(self, queue_id: int) -> int | None:
-        """Close a queue. Return a request id to wait on, or None if it closed locally."""
+        """Close a queue. Return a request id to wait on, or None if it closed locally
+        (rule 6: while disconnected, or before its first open completed)."""
         self._check_usable()
-        queue = self._queues.live(queue_id)
-        if queue.state is QueueState.OPENING:
-            # The broker may still open it: undo that when it answers, as for a timeout.
-            self._queues.abandon(queue)
-            return None
-        if not self.connected:
-            self._queues.close_locally(queue)
-            return None
-        request_id = self._queues.new_request_id()
-        self._queues.send_close(queue, [request_id])
-        return request_id
+        return self._queues.close(queue_id, connected=self.connected)
 
     def abandon_open(self, queue_id: int) -> None:
         """Give up a queue's first open (timed out, or closed before it completed).
@@ -370,48 +324,6 @@ class SessionEngine:
         queue = self._queues.get(queue_id)
         if queue is not None and queue.state is QueueState.OPENING:
             self._queues.abandon(queue)
-
-    def admit_post(self, waiting_since: float, now: float, queue_id: int | None = None) -> float:
-        """Rule 7: 0.0 if a post may go ahead now, else the seconds to wait before asking
-        again (for a drain). A post waits while the bytes not yet taken by the transport
-        are over the high watermark, or while the broker pushes back on ``queue_id``'s
-        PUTs; after ``HIGH_WATERMARK_WAIT`` seconds since ``waiting_since`` it is refused
-        with ``BandwidthLimitError`` or ``BrokerBusyError``: the message is not taken."""
-        return self._producer.admit_post(waiting_since, now, queue_id)
-
-    def post(
-        self,
-        queue_id: int,
-        payload: bytes,
-        properties: Mapping[str, str] | None,
-        on_ack: Callable[[Ack], Any] | None,
-        now: float,
-        guid: uuid.UUID | None = None,
-    ) -> uuid.UUID:
-        """Buffer a PUT under a new uuid7 GUID (and send it if the link is ACTIVE).
-
-        ``guid`` replaces the new GUID for producers that must be idempotent
-        across processes (a Spark task retried elsewhere): the caller promises it
-        names this message only.
-        """
-        return self._producer.post(queue_id, payload, properties, on_ack, now, guid)
-
-    def relay(
-        self,
-        queue_id: int,
-        payload: bytes,
-        properties: Mapping[str, str] | None,
-        guid: bytes,
-        now: float,
-        age_ms: int = 0,
-    ) -> bool:
-        """``post()`` under a GUID given as its 16 bytes, for a proxy relaying its
-        clients' PUTs (no ``UUID`` is made; outcomes go by ``wire_acks``).
-
-        The PUT is back-dated by ``age_ms``, the age it arrived with, so this hop
-        never restarts it. Returns False, buffering nothing, when that GUID is
-        already pending: a client retransmitting a PUT that is still in flight here."""
-        return self._producer.relay(queue_id, payload, properties, guid, now, age_ms)
 
     def confirm(self, message: Message) -> None:
         """Queue a CONFIRM; rule 5: never buffered across a connection loss."""
@@ -450,18 +362,10 @@ class SessionEngine:
     # ------------------------------------------------------------------ the handshake and restore
 
     def _on_hello_reply(self, reply: pb.HelloReply, now: float) -> None:
-        if reply.protocol_version != PROTOCOL_VERSION:
-            self._fail(
-                ProtocolVersionError(
-                    f"broker speaks protocol {reply.protocol_version}, "
-                    f"this SDK speaks {PROTOCOL_VERSION}"
-                )
-            )
-            return
         try:
-            self._producer.limits = limits_from_hello(reply)
-        except ValueError as error:
-            self._fail(TerminalTransportError(f"the broker announced unusable limits: {error}"))
+            self._producer.limits = restore.accept_hello(reply)
+        except TerminalTransportError as error:
+            self._fail(error)
             return
         self.broker_id = reply.broker_id
         self._link.apply(LinkEvent.HELLO_REPLY)
@@ -471,74 +375,22 @@ class SessionEngine:
         else:
             self._has_connected = True
             self._out.emit(ev.Connected(self._address, reply.broker_id))
-        # Rule 4, step 1: reopen in the order the queues were opened.
-        queues = self._queues
-        for queue in queues:
-            if queue.state in (QueueState.OPEN, QueueState.OPENING):
-                waiters, queue.waiters = queue.waiters, []
-                queues.send_open(queue, waiters, reopen=queue.ever_opened)
-                queues.restoring.add(queue.queue_id)
-        if not queues.restoring:
+        if not restore.reopen_all(self._queues):
             self._finish_restore(now)
 
     def _on_response(self, response: pb.Response, now: float) -> None:
-        queues = self._queues
-        request = queues.answered(response.request_id)
-        if request is None:
-            log.warning("ignoring a response to unknown request %d", response.request_id)
-            return
-        queue = request.queue
-        # Read before the answer is handled: a refused (re)open forgets the queue,
-        # which takes it out of ``restoring`` too, and the restore must still finish.
-        restoring = request.kind == "open" and queue.queue_id in queues.restoring
-        error: HoldfastError | None = None
-        if response.status != pb.STATUS_OK:
-            error = request_error(response.status, response.message)
-        if request.kind == "open":
-            reopened = queues.opened(queue, request, error)
-            if request.reopen and (reopened or error is not None):
-                self._out.emit(ev.QueueReopened(queue.uri, None if reopened else str(error)))
-        elif request.kind == "close":
-            queues.close_locally(queue)
-        queues.complete(request.resolves, error)
-        if restoring:
-            queues.restoring.discard(queue.queue_id)
-            if not queues.restoring and self._link.state is LinkState.RESTORING:
-                self._finish_restore(now)
+        finished = restore.answer(self._queues, self._out, response)
+        if finished and self._link.state is LinkState.RESTORING:
+            self._finish_restore(now)
 
     def _finish_restore(self, now: float) -> None:
         """Rule 4, steps 2 and 3: retransmit pending PUTs in post order, then report."""
-        window = self.limits.dedup_window
-        horizon = now - window + _retransmit_margin(window)
-        retransmitted = expired = 0
-        queues = self._queues.by_id
-        for put in self._puts:
-            if put[POSTED_AT] <= horizon:
-                # Its age is past what the broker can still recognise: a retransmit
-                # would be refused (TOO_OLD) or, worse, enqueued a second time.
-                self._out.report(put, AckStatus.UNKNOWN)
-                expired += 1
-            elif (queue := queues.get(put[QUEUE_ID])) and queue.state is QueueState.CLOSING:
-                continue  # reported UNKNOWN when its close completes; sending it is waste
-            else:
-                self._outbound.add(put, put[SIZE])
-                retransmitted += 1
+        retransmitted, expired = restore.retransmit(
+            self._puts, self._queues, self._outbound, self._out, self.limits.dedup_window, now
+        )
         self._link.apply(LinkEvent.RESTORED)
         if self._reconnecting:  # every Reconnected is followed by one StateRestored
             self._out.emit(ev.StateRestored(retransmitted, expired))
-
-    def _on_error(self, error: pb.Error) -> None:
-        name = status_name(error.status)
-        if error.status == pb.STATUS_VERSION_MISMATCH:
-            self._fail(ProtocolVersionError(error.message or "protocol version mismatch"))
-            return
-        if error.status == pb.STATUS_UNKNOWN_GUID:
-            self._out.confirm_rejected(error, name)
-            return
-        # The broker ends the stream after a fatal error; the shell sees it end.
-        log.warning(
-            "broker reported %s: %s (fatal=%s)", name, _quote(error.message, 200), error.fatal
-        )
 
     # ------------------------------------------------------------------ helpers
 
@@ -576,15 +428,6 @@ class SessionEngine:
         self._out.emit(ev.SessionFailed(str(error)))
 
 
-__all__ = [
-    "DEFAULT_LIMITS",
-    "HIGH_WATERMARK_WAIT",
-    "PUT_OVERHEAD",
-    "ConfirmItem",
-    "LinkState",
-    "OutboundItem",
-    "QueueRecord",
-    "QueueState",
-    "SessionEngine",
-    "WireAck",
-]
+# Re-exported: the shells, the proxy and the tests import these from here.
+__all__ = ["HIGH_WATERMARK_WAIT", "PUT_OVERHEAD", "ConfirmItem", "LinkState", "OutboundItem"]
+__all__ += ["QueueRecord", "QueueState", "SessionEngine", "WireAck"]

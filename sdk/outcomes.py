@@ -12,20 +12,23 @@ consistent and the shell drops the connection.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-from holdfast.proto import pb
+from holdfast.proto import pb, status_name
 from holdfast.proto.validate import quote
 from holdfast.sdk import events as ev
-from holdfast.sdk.errors import RemoteProtocolError
+from holdfast.sdk.errors import HoldfastError, ProtocolVersionError, RemoteProtocolError
 from holdfast.sdk.guids import uuid_from_bytes
 from holdfast.sdk.putbuffer import GUID, ON_ACK, QUEUE_ID, PendingPut, PutBuffer
 from holdfast.sdk.queue_table import QueueTable
 from holdfast.sdk.state import WRITABLE_STATES
 from holdfast.sdk.statuses import ack_status, wire_status_of
 from holdfast.sdk.types import Ack, AckStatus, Message
+
+log = logging.getLogger("holdfast.sdk.engine")
 
 Callback = tuple[Callable[[Any], Any], Any]
 
@@ -151,10 +154,19 @@ class Outcomes:
             )
             append((queue.on_message, message))
 
-    def confirm_rejected(self, error: pb.Error, name: str) -> None:
-        """The broker refused CONFIRMs (``UNKNOWN_GUID``): tell the application."""
+    def error_frame(self, error: pb.Error) -> HoldfastError | None:
+        """An Error frame: refused CONFIRMs reach the application as ``ConfirmRejected``;
+        a version mismatch is returned as the error the session fails with; the rest is
+        logged (the broker ends the stream after a fatal error; the shell sees it end)."""
+        name = status_name(error.status)
+        if error.status == pb.STATUS_VERSION_MISMATCH:
+            return ProtocolVersionError(error.message or "protocol version mismatch")
         queue = self._queues.get(error.queue_id)
-        if queue is None:
-            return
-        guids = tuple(uuid.UUID(bytes=g) for g in error.guids if len(g) == 16)
-        self.emit(ev.ConfirmRejected(queue.uri, guids, name))
+        if error.status == pb.STATUS_UNKNOWN_GUID and queue is not None:
+            guids = tuple(uuid.UUID(bytes=g) for g in error.guids if len(g) == 16)
+            self.emit(ev.ConfirmRejected(queue.uri, guids, name))
+            return None
+        log.warning(
+            "broker reported %s: %s (fatal=%s)", name, quote(error.message, 200), error.fatal
+        )
+        return None

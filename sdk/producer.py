@@ -66,9 +66,12 @@ class Producer:
         """
         return self._link.state is not LinkState.DISCONNECTED and self._outbound.over_high_watermark
 
-    def admit_post(self, waiting_since: float, now: float, queue_id: int | None) -> float:
-        """0.0 if a post may go ahead, else how long to wait before asking again; raises
-        once the caller has waited ``HIGH_WATERMARK_WAIT`` seconds (not taken)."""
+    def admit_post(self, waiting_since: float, now: float, queue_id: int | None = None) -> float:
+        """Rule 7: 0.0 if a post may go ahead now, else the seconds to wait (for a drain)
+        before asking again. A post waits while the bytes not yet taken by the transport
+        are over the high watermark, or while the broker pushes back on ``queue_id``'s
+        PUTs; after ``HIGH_WATERMARK_WAIT`` seconds since ``waiting_since`` it is refused
+        with ``BandwidthLimitError`` or ``BrokerBusyError``: the message is not taken."""
         over = self.over_high_watermark()
         busy = queue_id is not None and bool(self._puts.held) and self._puts.holds_queue(queue_id)
         if not (over or busy):
@@ -94,9 +97,14 @@ class Producer:
         properties: Mapping[str, str] | None,
         on_ack: Callable[[Ack], Any] | None,
         now: float,
-        guid: uuid.UUID | None,
+        guid: uuid.UUID | None = None,
     ) -> uuid.UUID:
-        """Buffer a PUT under a new uuid7 GUID, or under ``guid``; return the GUID."""
+        """Buffer a PUT under a new uuid7 GUID (and send it if the link is ACTIVE).
+
+        ``guid`` replaces the new GUID for producers that must be idempotent across
+        processes (a Spark task retried elsewhere): the caller promises it names this
+        message only.
+        """
         if guid is None:
             return self.buffer(queue_id, payload, properties, on_ack, now, None)
         if not isinstance(guid, uuid.UUID):
@@ -114,10 +122,13 @@ class Producer:
         properties: Mapping[str, str] | None,
         guid: bytes,
         now: float,
-        age_ms: int,
+        age_ms: int = 0,
     ) -> bool:
-        """Buffer a client's PUT under its GUID bytes, back-dated by ``age_ms``; False
-        (nothing buffered) when that GUID is already pending here."""
+        """``post()`` under a GUID given as its 16 bytes, for a proxy relaying its clients'
+        PUTs (no ``UUID`` is made; outcomes go by ``wire_acks``). The PUT is back-dated
+        by ``age_ms``, the age it arrived with, so this hop never restarts it. False,
+        buffering nothing, when that GUID is already pending: a client retransmitting
+        a PUT that is still in flight here."""
         if guid in self._puts:
             return False
         if len(guid) != 16:

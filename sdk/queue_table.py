@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from holdfast.proto import pb
-from holdfast.sdk.errors import HoldfastError, QueueNotOpenError
+from holdfast.proto.validate import Invalid, parse_queue_uri
+from holdfast.sdk.errors import HoldfastError, InvalidArgumentError, QueueNotOpenError
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.state import LIVE_STATES, QueueEvent, QueueState, next_queue_state
+from holdfast.sdk.statuses import invalid_error
 from holdfast.sdk.types import Ack, Message
 
 
@@ -111,6 +113,52 @@ class QueueTable:
         """A fresh request id."""
         request_id = self._next_request_id
         self._next_request_id += 1
+        return request_id
+
+    # ------------------------------------------------------------------ application requests
+
+    def open(self, uri: str, record: dict[str, Any], *, connected: bool) -> tuple[QueueRecord, int]:
+        """Check and register a new handle; send its open now if ``connected``, else with
+        the next connection's reopens. Returns the record and the request id to wait on."""
+        try:
+            parse_queue_uri(uri)
+        except Invalid as error:
+            raise invalid_error(error) from None
+        if not (record["read"] or record["write"]):
+            raise InvalidArgumentError("open a queue with read=True, write=True or both")
+        if record["read"] and record["on_message"] is None:
+            raise InvalidArgumentError("a queue opened with read=True needs on_message")
+        queue = self.add({"uri": uri, **record})
+        request_id = self.new_request_id()
+        if connected:
+            self.send_open(queue, [request_id], reopen=False)
+        else:
+            queue.waiters.append(request_id)
+        return queue, request_id
+
+    def configure(self, queue_id: int, options: QueueOptions, *, connected: bool) -> int:
+        """Remember new options (a reopen uses them) and send them if ``connected``."""
+        queue = self.live(queue_id)
+        queue.options = options
+        request_id = self.new_request_id()
+        if connected:
+            self.send_configure(queue, request_id)
+        else:
+            queue.waiters.append(request_id)
+        return request_id
+
+    def close(self, queue_id: int, *, connected: bool) -> int | None:
+        """Close a handle: a request id to wait on, or None if it closed locally."""
+        queue = self.live(queue_id)
+        if queue.state is QueueState.OPENING:
+            # The broker may still open it: undo that when it answers, as for a timeout.
+            self.abandon(queue)
+            return None
+        if not connected:
+            self.close_locally(queue)
+            return None
+        request_id = self.new_request_id()
+        self.send_close(queue, [request_id])
         return request_id
 
     # ------------------------------------------------------------------ requests out
