@@ -328,7 +328,13 @@ class ClientSession(ContractStream):
                 try:
                     # Not posted again if still pending upstream (the client retransmits
                     # after losing the proxy): it is only routed to this stream.
-                    relay(handle.upstream.queue_id, put.payload, put.properties or None, guid)
+                    relay(
+                        handle.upstream.queue_id,
+                        put.payload,
+                        put.properties or None,
+                        guid,
+                        put.age_ms,
+                    )
                 except HoldfastError as error:
                     status = relay_status(error, pb.STATUS_UNKNOWN_QUEUE)[0]
                 if status is None:

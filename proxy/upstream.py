@@ -132,10 +132,13 @@ class Upstream:
         payload: bytes,
         properties: Mapping[str, str] | None,
         guid: bytes,
+        age_ms: int = 0,
     ) -> bool:
-        """Buffer a client's PUT under the client's GUID (16 bytes); its outcome reaches
-        ``on_acks``. False if that GUID is already pending here (nothing is buffered)."""
-        if not self.engine.relay(queue_id, payload, properties, guid, time.monotonic()):
+        """Buffer a client's PUT under the client's GUID (16 bytes), as old as it arrived
+        (``age_ms``: a proxy never restarts a PUT's age); its outcome reaches ``on_acks``.
+        False if that GUID is already pending here (nothing is buffered)."""
+        now = time.monotonic()
+        if not self.engine.relay(queue_id, payload, properties, guid, now, age_ms):
             return False
         self._driver.outbound_queued()
         return True

@@ -12,7 +12,8 @@
     │   └── NotWritableError
     ├── FlowControlError                     the message was not taken; retry later
     │   ├── BandwidthLimitError              outbound buffer over its high watermark for 5 s
-    │   └── BufferFullError                  optional bound on bytes buffered while disconnected
+    │   ├── BufferFullError                  optional bound on bytes buffered while disconnected
+    │   └── BrokerBusyError                  the broker pushed back on the queue's PUTs for 5 s
     ├── ConfirmDroppedError                  CONFIRM not sent (link down or stale delivery);
     │                                        the broker will redeliver the message
     ├── RequestFailedError                   the broker refused an open/configure/close
@@ -25,7 +26,9 @@
     │   ├── DeadLetteredError                the request was dead-lettered; ``reason`` says why
     │   ├── RemoteHandlerError               the worker's handler raised; ``error_type``
     │   └── RequestRefusedError              the broker refused the request PUT; ``status``
-    ├── RemoteProtocolError                  the server sent a frame that cannot be accepted
+    ├── ProtocolError                        an input that the protocol does not allow
+    │   ├── LocalProtocolError               from this side: a bug in the shell around the engine
+    │   └── RemoteProtocolError              from the server: the connection is dropped
     └── TransportError                       what the gRPC link reported
         ├── RetryableTransportError          link trouble: the session reconnects by itself
         └── TerminalTransportError           reconnecting cannot help: the session fails
@@ -90,6 +93,12 @@ class BufferFullError(FlowControlError):
     """``SessionOptions.max_disconnected_buffer_bytes`` would be exceeded while disconnected."""
 
 
+class BrokerBusyError(FlowControlError):
+    """The broker pushed back on this queue's PUTs (its GUID history was at its memory
+    bound) and kept doing so for the 5-second wait. The message was not taken; the PUTs
+    already posted stay buffered and are retransmitted until the broker takes them."""
+
+
 class ConfirmDroppedError(HoldfastError):
     """A CONFIRM was not sent because the link was down or the delivery is stale.
 
@@ -116,6 +125,21 @@ class RequestTimeoutError(HoldfastError, TimeoutError):
 
 class SessionClosedError(HoldfastError):
     """The session was closed by the application (or failed terminally)."""
+
+
+class ProtocolError(HoldfastError):
+    """An input the protocol does not allow (see ``holdfast.sdk.state``)."""
+
+
+class LocalProtocolError(ProtocolError):
+    """The engine was given an input its state tables refuse: a bug in the code
+    around it (a shell, a test), never something a server or a user can cause."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The server sent a frame this SDK cannot accept (bytes that do not parse, a GUID
+    that is not 16 bytes, a frame out of order). The connection is dropped and the
+    session reconnects; a server that keeps doing it fails the session."""
 
 
 class TransportError(HoldfastError):
@@ -179,11 +203,3 @@ class RequestRefusedError(RpcError):
     def __init__(self, status: str, message: str) -> None:
         super().__init__(f"{status}: {message}")
         self.status = status
-
-
-class RemoteProtocolError(HoldfastError):
-    """The server sent a frame this side cannot decode or accept.
-
-    The connection that carried it is dropped and the session reconnects; when
-    it keeps happening the session fails with a ``SessionFailed`` event.
-    """

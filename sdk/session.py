@@ -193,8 +193,8 @@ class Session(RequestReply):
         driver = self._driver
         with self._lock:
             now = time.monotonic()
-            if self._engine.admit_post(now, now):
-                now = driver.wait_admission(now)
+            if self._engine.admit_post(now, now, queue_id):
+                now = driver.wait_admission(now, queue_id)
             guid = self._engine.post(queue_id, payload, properties, on_ack, now, guid=guid)
             if driver.writer_idle:
                 driver.wake_writer()

@@ -153,7 +153,9 @@ class Harness:
 
     def sent_frames(self) -> list[pb.ClientFrame]:
         """Take what the engine queued for the wire and encode it, as the shell's writer does."""
-        frames = [frame for frame, _ in encode(self.engine.take_outbound(), MAX_BATCH_BYTES)]
+        frames = [
+            frame for frame, _ in encode(self.engine.take_outbound(), MAX_BATCH_BYTES, self.now)
+        ]
         self.sent.extend(frames)
         return frames
 

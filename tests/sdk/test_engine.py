@@ -856,7 +856,7 @@ def test_bytes_taken_by_the_transport_count_until_drained() -> None:
     items = h.engine.take_outbound()
     assert h.engine.over_high_watermark()  # taken, not yet written
     # The shells drain by the bytes encode() accounts to each frame, as they are written.
-    h.engine.transport_drained(sum(nbytes for _, nbytes in encode(items, 1024 * 1024)))
+    h.engine.transport_drained(sum(nbytes for _, nbytes in encode(items, 1024 * 1024, h.now)))
     assert not h.engine.over_high_watermark()
 
 
