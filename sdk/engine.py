@@ -7,8 +7,9 @@ scripted frames. It is split by concern: ``state`` (the link and queue state
 machines, as tables), ``putbuffer`` (pending PUTs, their age, push-back),
 ``producer`` (rules 1, 2 and 7 on the post path), ``outbound`` (what waits for the
 wire), ``queue_table`` (queue handles and their requests), ``outcomes`` (ACKs,
-PUSHes and events for the application), ``restore`` (rule 4); this module is
-the facade that sequences them.
+PUSHes and events for the application), ``restore`` (rule 4), ``discovery``
+(``count_consumers``, re-asked after a reconnect); this module is the facade that
+sequences them.
 
 Inputs are application calls, link events (``connection_made``, ``frame_received``,
 ``connection_lost``, ``transport_drained``) and time (each input that depends on it
