@@ -18,6 +18,8 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from holdfast.broker.config import BrokerConfig, split_host_port
+from holdfast.broker.marks import METHOD as MARK_METHOD
+from holdfast.broker.marks import MarkBook, mark_file_for, unary_handler
 from holdfast.broker.puts import PutPipeline
 from holdfast.broker.queues import QueueRegistry
 from holdfast.broker.session import Session
@@ -51,6 +53,8 @@ class Broker:
             config.max_properties,
             config.max_properties_bytes,
         )
+        self.marks = MarkBook(mark_file_for(config.store))
+        """Commit marks of writer applications (``holdfast.broker.marks``)."""
         self.address = ""
         """``HOST:PORT`` the broker listens on, with the real port, once started."""
         self._sessions: set[Session] = set()
@@ -79,7 +83,10 @@ class Broker:
             log.info("recovered %d messages and %d GUIDs of dedup history", messages, guids)
         host, _ = split_host_port(self.config.listen)
         server, port = await start_server(
-            self.config.listen, self.config.max_message_bytes, self._serve_session
+            self.config.listen,
+            self.config.max_message_bytes,
+            self._serve_session,
+            {MARK_METHOD: unary_handler(self.marks.handle)},
         )
         self._server = server
         self.address = f"{host}:{port}"
@@ -147,6 +154,7 @@ class Broker:
             if self.metrics is not None:
                 self.metrics.stop()
             self.store.close()
+            self.marks.close()
             self._stopped.set()
             log.info("stopped")
 

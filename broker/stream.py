@@ -28,7 +28,7 @@ import asyncio
 import logging
 import signal
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import grpc
@@ -352,17 +352,19 @@ async def start_server(
     listen: str,
     max_message_bytes: int,
     serve_session: Callable[[Any, Any], Any],
+    unary: Mapping[str, Any] | None = None,
 ) -> tuple[Any, int]:
     """Bind a grpc.aio server of the contract on ``listen`` and start it; return it and
     the bound port. The session method takes raw bytes (no request deserializer), so
     that bytes which are not a ClientFrame get a typed Error instead of failing the
-    stream. Raises ``OSError`` if the address cannot be bound."""
+    stream. ``unary`` adds unary method handlers by method name (``CommitMark``).
+    Raises ``OSError`` if the address cannot be bound."""
     server = grpc.aio.server(options=server_options(max_message_bytes))
     handler = grpc.stream_stream_rpc_method_handler(
         serve_session, request_deserializer=None, response_serializer=_serialize
     )
     server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(SERVICE_NAME, {"Session": handler}),)
+        (grpc.method_handlers_generic_handler(SERVICE_NAME, {"Session": handler, **(unary or {})}),)
     )
     try:
         port = server.add_insecure_port(listen)

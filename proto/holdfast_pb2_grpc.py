@@ -39,6 +39,11 @@ class BrokerStub:
                 request_serializer=holdfast_dot_proto_dot_holdfast__pb2.ClientFrame.SerializeToString,
                 response_deserializer=holdfast_dot_proto_dot_holdfast__pb2.ServerFrame.FromString,
                 _registered_method=True)
+        self.CommitMark = channel.unary_unary(
+                '/holdfast.v1.Broker/CommitMark',
+                request_serializer=holdfast_dot_proto_dot_holdfast__pb2.CommitMarkRequest.SerializeToString,
+                response_deserializer=holdfast_dot_proto_dot_holdfast__pb2.CommitMarkReply.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -51,6 +56,15 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CommitMark(self, request, context):
+        """Commit marks (like Delta Lake's txnAppId/txnVersion): a writer that replays
+        work learns what it committed before, however long ago. Unary and idempotent,
+        so it needs none of the session's buffering: a client retries it as is.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -58,6 +72,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.Session,
                     request_deserializer=holdfast_dot_proto_dot_holdfast__pb2.ClientFrame.FromString,
                     response_serializer=holdfast_dot_proto_dot_holdfast__pb2.ServerFrame.SerializeToString,
+            ),
+            'CommitMark': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitMark,
+                    request_deserializer=holdfast_dot_proto_dot_holdfast__pb2.CommitMarkRequest.FromString,
+                    response_serializer=holdfast_dot_proto_dot_holdfast__pb2.CommitMarkReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -87,6 +106,33 @@ class Broker:
             '/holdfast.v1.Broker/Session',
             holdfast_dot_proto_dot_holdfast__pb2.ClientFrame.SerializeToString,
             holdfast_dot_proto_dot_holdfast__pb2.ServerFrame.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitMark(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/holdfast.v1.Broker/CommitMark',
+            holdfast_dot_proto_dot_holdfast__pb2.CommitMarkRequest.SerializeToString,
+            holdfast_dot_proto_dot_holdfast__pb2.CommitMarkReply.FromString,
             options,
             channel_credentials,
             insecure,

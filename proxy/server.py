@@ -15,10 +15,13 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from holdfast.broker.config import split_host_port
+from holdfast.broker.marks import METHOD as MARK_METHOD
+from holdfast.broker.marks import unary_handler
 from holdfast.broker.stream import start_server
 from holdfast.proto import pb
 from holdfast.proxy.client import ClientSession, ProxyCounters, Routes
 from holdfast.proxy.config import ProxyConfig
+from holdfast.proxy.marks import MarkRelay
 from holdfast.proxy.upstream import Upstream
 from holdfast.sdk.events import Reconnected, SessionEvent, log_event
 
@@ -44,6 +47,8 @@ class Proxy:
             on_acks=self.routes.on_acks,
             on_event=self._on_event,
         )
+        self.marks = MarkRelay(config.upstream_addresses)
+        """Relays commit mark calls to the brokers (``holdfast.proxy.marks``)."""
         self._sessions: set[ClientSession] = set()
         self._server: Any = None
         self._stopping = False
@@ -63,7 +68,10 @@ class Proxy:
         self.upstream.start()
         host, _ = split_host_port(self.config.listen)
         self._server, port = await start_server(
-            self.config.listen, self.config.max_message_bytes, self._serve_session
+            self.config.listen,
+            self.config.max_message_bytes,
+            self._serve_session,
+            {MARK_METHOD: unary_handler(self.marks.handle)},
         )
         self.address = f"{host}:{port}"
         log.info("listening on %s (upstream %s)", self.address, self.config.upstream)
@@ -121,6 +129,7 @@ class Proxy:
         if self._server is not None:
             await self._server.stop(grace)
         await self.upstream.stop()
+        await self.marks.close()
         if self.metrics is not None:
             self.metrics.stop()
         log.info("stopped")

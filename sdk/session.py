@@ -31,6 +31,7 @@ from holdfast.sdk.errors import (
     BandwidthLimitError,
     ConfirmDroppedError,
     HoldfastError,
+    InvalidArgumentError,
     RequestTimeoutError,
     RetryableTransportError,
     TerminalTransportError,
@@ -38,6 +39,7 @@ from holdfast.sdk.errors import (
 from holdfast.sdk.events import ConnectAttemptFailed, SessionEvent, log_event
 from holdfast.sdk.failover import FailoverPolicy, parse_addresses
 from holdfast.sdk.frames import encode
+from holdfast.sdk.marks import CommitMark, call_commit_mark
 from holdfast.sdk.options import QueueOptions, SessionOptions, default_address
 from holdfast.sdk.queue import Queue
 from holdfast.sdk.transport import Link, classify_rpc_error
@@ -115,6 +117,36 @@ class Session:
         """True while the broker has answered Hello on the current connection."""
         with self._lock:
             return self._engine.connected
+
+    def commit_mark(
+        self,
+        uri: str,
+        app_id: str,
+        version: int | None = None,
+        *,
+        digest: bytes = b"",
+        rows: int = 0,
+        timeout: float = 30.0,
+    ) -> CommitMark | None:
+        """Read (``version=None``) or record the commit mark of writer ``app_id`` on queue
+        ``uri``; return the mark the broker holds now (None: none yet).
+
+        Marks never expire: a writer reads its mark before writing a version and skips a
+        version already committed, however late the replay (Delta Lake's
+        ``txnAppId``/``txnVersion``). Recording a version below the stored one changes
+        nothing; the stored version again with another ``digest`` raises
+        ``CommitMarkConflictError``. The call is idempotent and retried across this
+        session's addresses until ``timeout``; it needs no open queue.
+        """
+        request = pb.CommitMarkRequest(queue_uri=uri, app_id=app_id)
+        if version is not None:
+            if version < 0:
+                raise InvalidArgumentError(f"a commit mark version is >= 0, not {version}")
+            request.record = True
+            request.version = version
+            request.digest = digest
+            request.rows = rows
+        return call_commit_mark(self._addresses, request, timeout)
 
     def open_queue(
         self,
