@@ -74,7 +74,9 @@ def call_commit_mark(
                 except grpc.RpcError as error:
                     code = error.code() if isinstance(error, grpc.Call) else None
                     if code in TERMINAL_CODES:
-                        raise TerminalTransportError(f"commit mark call to {address}: {code}")
+                        raise TerminalTransportError(
+                            f"commit mark call to {address}: {code}"
+                        ) from error
                     last = f"{address}: {code.name if code else error}"
                     continue
             return _mark_of(reply)
