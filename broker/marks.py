@@ -36,6 +36,7 @@ from typing import Any
 
 from holdfast.broker.store import parse_store_spec
 from holdfast.proto import pb
+from holdfast.proto.uri import parse_queue_uri
 
 log = logging.getLogger(__name__)
 
@@ -177,9 +178,10 @@ class MarkBook:
 
 
 def _invalid(request: pb.CommitMarkRequest) -> str | None:
-    uri = request.queue_uri
-    if not uri.startswith("hf://") or uri.count("/") != 3 or uri.endswith("/"):
-        return f"queue URI {uri[:QUOTE_LIMIT]!r} is not hf://<domain>/<queue>"
+    try:
+        parse_queue_uri(request.queue_uri)
+    except ValueError as error:
+        return str(error)[:200]
     if not request.app_id:
         return "app_id must not be empty"
     if len(request.app_id.encode()) > MAX_APP_ID_BYTES:

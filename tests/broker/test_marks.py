@@ -48,7 +48,7 @@ def test_marks_survive_a_broker_restart_and_go_through_the_proxy(tmp_path: Path)
 
 def test_invalid_mark_requests_are_refused_with_a_typed_error() -> None:
     with BrokerProcess() as broker, Session(broker.address, options=FAST) as session:
-        with pytest.raises(InvalidArgumentError, match="not hf://"):
+        with pytest.raises(InvalidArgumentError, match="expected hf://"):
             session.commit_mark("nope", "app")
         with pytest.raises(InvalidArgumentError, match="app_id"):
             session.commit_mark(unique_uri("m"), "")
