@@ -102,6 +102,14 @@ class QueueStreamReader(DataSourceStreamReader):
                     for guid in guids:
                         self._uncommitted[guid] = (segment.start, segment.end)
 
+    def __getstate__(self) -> dict[str, ReadOptions]:
+        # Spark pickles the reader to run ``read`` on executors: they need the options
+        # only, never the driver's session, buffers or locks.
+        return {"options": self.options}
+
+    def __setstate__(self, state: dict[str, ReadOptions]) -> None:
+        self.options = state["options"]
+
     # -- the consumer on the driver ------------------------------------------------------
 
     def _ensure_session(self) -> None:
