@@ -14,7 +14,9 @@ as subprocesses on free ports of 127.0.0.1 (stopped by PID however the run ends)
 4. recovery: the broker cut under a steady producer (``bench/recovery.py``);
 5. SDK memory per buffered PUT, in a subprocess (``bench/memory.py``);
 6. NATS JetStream with the same 100-byte publish-with-ack load, if one listens on
-   127.0.0.1:4222 (``bench/natsload.py``).
+   127.0.0.1:4222 (``bench/natsload.py``);
+7. Spark: rows/s per task of ``df.write.format("holdfast")``, direct and through the
+   proxy (``bench/spark.py``; ``--spark-rows 0`` skips it).
 
 It prints tables to stdout (progress to stderr) and writes ``bench-results.json``.
 Targets are printed with PASS or MISS: these are figures, not tests, so the exit
@@ -43,6 +45,7 @@ import loads
 import memory
 import natsload
 import recovery
+import spark
 from harness import Table, millis, rate, verdict
 
 T = TypeVar("T")
@@ -441,6 +444,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="runs per configuration")
     parser.add_argument("--idle-count", type=int, default=300, help="idle round trips")
     parser.add_argument("--memory-count", type=int, default=1_000_000, help="buffered PUTs")
+    parser.add_argument(
+        "--spark-rows", type=int, default=100_000, help="rows per connector write (0: skip)"
+    )
     parser.add_argument("--json", default=str(harness.REPO / "bench-results.json"))
     return parser.parse_args(argv)
 
@@ -498,6 +504,11 @@ def main(argv: list[str] | None = None) -> int:
         no_result,
     )
     results["nats"] = run_nats(args)
+    if args.spark_rows:
+        progress("Spark connector (driver subprocesses)")
+        results["spark"] = guarded(
+            "spark", failures, lambda: spark.run(args.spark_rows, 2), no_rows
+        )
 
     echo_rates = {row["size"]: row["rate"] for row in results["echo"] if not row.get("sweep")}
     print_loads(figures, echo_rates)
@@ -507,6 +518,11 @@ def main(argv: list[str] | None = None) -> int:
         print_recovery(results["recovery"])
     if results["memory"]:
         print_memory(results["memory"])
+    for row in results.get("spark", []):
+        print(
+            f"{row['path']}: {row['rows']} rows over {row['tasks']} tasks: "
+            f"{rate(row['mean_per_task'])} rows/s per task (df.write.format('holdfast'))"
+        )
     rates = {(e["store"], e["size"], e["path"]): summary(e)["median"] for e in figures["produce"]}
     print_nats(
         results["nats"],

@@ -171,7 +171,7 @@ def commit_version(
     for report in reports:
         totals.update(report.counts)
     tasks = "; ".join(
-        f"p{r.partition}: {r.posted} rows in {r.seconds:.1f} s"
+        f"p{r.partition}: {r.posted} rows in {r.seconds:.2f} s"
         for r in sorted(reports, key=lambda r: r.partition)
     )
     _say(

@@ -7,6 +7,7 @@ import json
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,7 @@ def add_batch(source: Path, batch: int, rows: int = 100) -> None:
 
 @pytest.mark.timeout(240)
 def test_stream_write_replayed_after_a_driver_kill_past_the_dedup_window_adds_nothing(
-    broker_factory: BrokerProcess, tmp_path: Path
+    broker_factory: Callable[..., BrokerProcess], tmp_path: Path
 ) -> None:
     """Batches 0-2 are written; the driver is SIGKILLed; batch 2's entry in Spark's
     commit log is removed (the kill landed after the sink's commit and before Spark's),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,7 @@ def test_a_key_repeated_across_partitions_fails_the_write_loudly(
 
 @pytest.mark.timeout(120)
 def test_a_committed_run_replayed_adds_nothing_and_a_changed_replay_fails(
-    hf: Any, broker_factory: Any, tmp_path: Path
+    hf: Any, broker_factory: Callable[..., BrokerProcess], tmp_path: Path
 ) -> None:
     """A job re-run under the same runId after the broker's 1 s dedup window: the
     commit mark makes it add nothing; the same runId with changed rows fails loudly."""
