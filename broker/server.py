@@ -53,8 +53,9 @@ class Broker:
             config.max_properties,
             config.max_properties_bytes,
         )
-        self.marks = MarkBook(mark_file_for(config.store))
-        """Commit marks of writer applications (``holdfast.broker.marks``)."""
+        self.marks = MarkBook()
+        """Commit marks of writer applications (``holdfast.broker.marks``); durable from
+        ``start()`` on with a sqlite store."""
         self.address = ""
         """``HOST:PORT`` the broker listens on, with the real port, once started."""
         self._sessions: set[Session] = set()
@@ -78,6 +79,10 @@ class Broker:
         """Recover the store's state, bind, serve; log and return ``HOST:PORT``.
         Raises ``OSError`` if the address cannot be bound."""
         state = self.store.recover()
+        mark_file = mark_file_for(self.config.store)  # OSError if it cannot be opened
+        if mark_file is not None:
+            self.marks = MarkBook(mark_file)
+            log.info("recovered %d commit marks from %s", len(self.marks), mark_file.path)
         messages, guids = self.queues.restore(state)
         if messages or guids:
             log.info("recovered %d messages and %d GUIDs of dedup history", messages, guids)

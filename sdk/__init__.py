@@ -14,9 +14,9 @@ Modules, each with one job: ``engine`` (the HA rules, no I/O), ``session``
 codes), ``frames`` (batching into wire frames), ``dispatch`` (the callback
 thread), ``backoff``, ``queue``, ``types``, ``events``, ``options``, ``errors``.
 
-``holdfast.sdk.spark`` (imported on its own, not from here) is the PySpark sink:
-``df.foreachPartition(QueueSink(uri, run_id=...))`` and ``foreachBatch``, exactly
-once under task retries thanks to deterministic GUIDs.
+``holdfast.sdk.spark`` (imported on its own, not from here) is the PySpark
+connector (``register(spark)``, then ``format("holdfast")``) and ``QueueSink`` for
+``foreachPartition``/``foreachBatch``. ``marks`` serves ``Session.commit_mark``.
 """
 
 from holdfast.sdk.errors import (
