@@ -22,7 +22,7 @@ def test_write_options_are_checked_with_clear_errors() -> None:
         {"URI": URI, "keycolumn": "id", "runId": "r1", "checkpointLocation": "/c"}, ["id", "v"]
     )
     assert (options.uri, options.key_column, options.run_id) == (URI, "id", "r1")
-    with pytest.raises(InvalidArgumentError, match="needs .option"):
+    with pytest.raises(InvalidArgumentError, match=r"needs \.option"):
         parse_write_options({}, ["id"])
     with pytest.raises(InvalidArgumentError, match="option uri: invalid queue URI"):
         parse_write_options({"uri": "hf://only-domain"}, ["id"])
@@ -58,7 +58,7 @@ def test_the_batch_digest_ignores_row_order_and_task_split_but_sees_content() ->
     left.merge(right)
     assert (left.to_bytes(), left.rows) == (whole.to_bytes(), 50)
     changed = BatchDigest()
-    for guid, payload in rows[:-1] + [(rows[-1][0], b"other")]:
+    for guid, payload in [*rows[:-1], (rows[-1][0], b"other")]:
         changed.add(guid, payload)
     assert changed.to_bytes() != whole.to_bytes()
 
