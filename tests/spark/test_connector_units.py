@@ -96,7 +96,7 @@ def test_the_write_ahead_log_keeps_batches_until_committed_then_retains_some(
     rows = [(g, g.encode(), {"k": "v"}, 1) for g in guids]
     wal.write(0, 3, rows[:3])
     wal.write(3, 6, rows[3:])
-    first, second = wal.segments()
+    first, _ = wal.segments()
     assert list(read_segment(str(first.path))) == rows[:3]
     assert not first.committed and wal.committed_end() == 0
     wal.mark_committed(3, retention=1)
