@@ -8,6 +8,7 @@ cloudpickle ship this module by value, so the workers need not import ``tests``.
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +75,9 @@ class ScriptedSerializer:
 
 class FailingRows:
     """A ``mapPartitions`` function that passes rows through, except that attempt 0 of
-    partition ``partition`` raises ``InjectedFailure`` after ``after`` rows (writing
-    ``failed-p<partition>-a0`` with that count first): a task killed mid-write."""
+    partition ``partition`` SIGKILLs its own Python worker after ``after`` rows (writing
+    ``failed-p<partition>-a0`` with that count first): a task killed mid-write, which
+    Spark retries."""
 
     def __init__(self, marker_dir: str, partition: int, after: int) -> None:
         self.marker_dir = marker_dir
@@ -92,5 +94,5 @@ class FailingRows:
             if doomed and count == self.after:
                 path = Path(self.marker_dir) / f"failed-p{self.partition}-a0"
                 path.write_text(str(count))
-                raise InjectedFailure(f"injected failure after {count} rows")
+                os.kill(os.getpid(), signal.SIGKILL)
             yield row
