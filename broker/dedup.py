@@ -17,10 +17,12 @@ from typing import Any
 
 from cachetools import TLRUCache
 
+from holdfast.proto.limits import DEFAULT_DEDUP_WINDOW
+
 log = logging.getLogger(__name__)
 
-DEFAULT_WINDOW = 300.0
-"""Seconds a GUID is remembered (BlazingMQ's default ``deduplicationTimeMs``)."""
+DEFAULT_WINDOW = DEFAULT_DEDUP_WINDOW
+"""Seconds a GUID is remembered (the contract's default, ``holdfast.proto.limits``)."""
 
 DEFAULT_MAX_GUIDS = 10_000_000
 """Most GUIDs one queue remembers. Above it the oldest are forgotten early (and a

@@ -36,7 +36,7 @@ from typing import Any
 
 from holdfast.broker.store import parse_store_spec
 from holdfast.proto import pb
-from holdfast.proto.uri import parse_queue_uri
+from holdfast.proto.validate import parse_queue_uri
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +48,6 @@ MAX_DIGEST_BYTES = 64
 
 QUOTE_LIMIT = 100
 """Characters of offending input quoted in an error reply."""
-
-METHOD = "CommitMark"
-"""The unary method of the ``holdfast.v1.Broker`` service."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,15 +201,4 @@ def _reply(mark: Mark | None, app_id: str) -> pb.CommitMarkReply:
             rows=mark.rows,
             committed_at=mark.committed_at,
         ),
-    )
-
-
-def unary_handler(serve: Callable[[pb.CommitMarkRequest, Any], Any]) -> Any:
-    """The gRPC method handler for ``CommitMark`` served by ``serve``."""
-    import grpc
-
-    return grpc.unary_unary_rpc_method_handler(
-        serve,
-        request_deserializer=pb.CommitMarkRequest.FromString,
-        response_serializer=pb.CommitMarkReply.SerializeToString,
     )

@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 
-from holdfast.proto import SERVICE_NAME, pb
+from holdfast.proto import COMMIT_MARK_METHOD, pb
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class MarkRelay:
             channel = grpc.aio.insecure_channel(address)
             self._channels[address] = channel
         return channel.unary_unary(
-            f"/{SERVICE_NAME}/CommitMark",
+            COMMIT_MARK_METHOD,
             request_serializer=pb.CommitMarkRequest.SerializeToString,
             response_deserializer=pb.CommitMarkReply.FromString,
         )

@@ -8,7 +8,7 @@ the dedup window) finds the mark and writes nothing again. See
 public entry point.
 
 The call is unary and idempotent: this module retries it across the session's
-addresses until its deadline, and maps the broker's statuses to typed errors here.
+addresses until its deadline; ``holdfast.sdk.statuses`` maps the broker's statuses.
 """
 
 from __future__ import annotations
@@ -19,14 +19,9 @@ from dataclasses import dataclass
 
 import grpc
 
-from holdfast.proto import SERVICE_NAME, pb
-from holdfast.sdk.errors import (
-    CommitMarkConflictError,
-    InvalidArgumentError,
-    RequestFailedError,
-    RequestTimeoutError,
-    TerminalTransportError,
-)
+from holdfast.proto import COMMIT_MARK_METHOD, pb
+from holdfast.sdk.errors import RequestTimeoutError, TerminalTransportError
+from holdfast.sdk.statuses import commit_mark_error
 from holdfast.sdk.transport import TERMINAL_CODES
 
 RETRY_DELAY = 0.2
@@ -65,7 +60,7 @@ def call_commit_mark(
                 )
             with grpc.insecure_channel(address) as channel:
                 method = channel.unary_unary(
-                    f"/{SERVICE_NAME}/CommitMark",
+                    COMMIT_MARK_METHOD,
                     request_serializer=pb.CommitMarkRequest.SerializeToString,
                     response_deserializer=pb.CommitMarkReply.FromString,
                 )
@@ -84,13 +79,9 @@ def call_commit_mark(
 
 
 def _mark_of(reply: pb.CommitMarkReply) -> CommitMark | None:
-    status = reply.status
-    if status == pb.STATUS_CONFLICT:
-        raise CommitMarkConflictError("CONFLICT", reply.message)
-    if status == pb.STATUS_INVALID_ARGUMENT:
-        raise InvalidArgumentError(reply.message)
-    if status != pb.STATUS_OK:
-        raise RequestFailedError(pb.Status.Name(status).removeprefix("STATUS_"), reply.message)
+    error = commit_mark_error(reply.status, reply.message)
+    if error is not None:
+        raise error
     if not reply.found:
         return None
     mark = reply.mark

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from holdfast.proto.uri import parse_queue_uri
+from holdfast.proto.validate import parse_queue_uri
 from holdfast.sdk.errors import InvalidArgumentError
 from holdfast.sdk.failover import parse_addresses
 
