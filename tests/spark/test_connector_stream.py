@@ -73,10 +73,10 @@ def test_stream_write_replayed_after_a_driver_kill_past_the_dedup_window_adds_no
 def test_exactly_once_source_through_a_driver_kill_loses_and_repeats_nothing(
     broker: BrokerProcess, tmp_path: Path
 ) -> None:
-    """3,000 messages are read in batches of 500 with a write-ahead log; the driver is
+    """1,500 messages are read in batches of 500 with a write-ahead log; the driver is
     SIGKILLed after the sink wrote batch 2 and before Spark committed it. The restarted
     driver replays batch 2 from the log, the broker's redeliveries of its messages are
-    recognised, and 1,000 more messages follow: every message is in the output once."""
+    recognised, and 500 more messages follow: every message is in the output once."""
     uri = unique_uri("stream-read")
     out, checkpoint, wal = tmp_path / "out", tmp_path / "checkpoint", tmp_path / "wal"
     out.mkdir()
@@ -89,20 +89,20 @@ def test_exactly_once_source_through_a_driver_kill_loses_and_repeats_nothing(
             posted.extend([queue.post(f"m{base + i}".encode()) for i in range(count)])
             assert session.flush(30)
 
-    post(3_000)
+    post(1_500)
     args = ["read-stream", "--uri", uri, "--address", broker.address]
     args += ["--checkpoint", str(checkpoint), "--out", str(out), "--wal", str(wal)]
     with DriverProcess([*args, "--hold-batch", "2"]) as driver:
         driver.wait_for("holding 2", 150)
         driver.kill()
-    post(1_000)
+    post(500)
     with DriverProcess(args) as driver:
 
         def delivered() -> int:
             return sum(len(p.read_text().split()) for p in out.glob("batch-*.txt"))
 
         deadline = time.monotonic() + 150
-        while delivered() < 4_000 and time.monotonic() < deadline:
+        while delivered() < 2_000 and time.monotonic() < deadline:
             driver.wait_for("progress", 150)
             time.sleep(0.5)  # polling the output files, bounded by the deadline
         time.sleep(2.0)  # a duplicate right behind the last batch would show up here
