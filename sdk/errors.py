@@ -19,6 +19,7 @@
     │   └── CommitMarkConflictError          a version committed again with other content
     ├── RequestTimeoutError (TimeoutError)   an open/configure did not complete in time
     ├── SessionClosedError                   the session was closed by the application
+    ├── RemoteProtocolError                  the server sent a frame that cannot be accepted
     └── TransportError                       what the gRPC link reported
         ├── RetryableTransportError          link trouble: the session reconnects by itself
         └── TerminalTransportError           reconnecting cannot help: the session fails
@@ -130,3 +131,11 @@ class TerminalTransportError(TransportError):
 
 class ProtocolVersionError(TerminalTransportError):
     """The broker does not speak this SDK's protocol version."""
+
+
+class RemoteProtocolError(HoldfastError):
+    """The server sent a frame this side cannot decode or accept.
+
+    The connection that carried it is dropped and the session reconnects; when
+    it keeps happening the session fails with a ``SessionFailed`` event.
+    """
