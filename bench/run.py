@@ -17,6 +17,8 @@ as subprocesses on free ports of 127.0.0.1 (stopped by PID however the run ends)
    127.0.0.1:4222 (``bench/natsload.py``);
 7. request/reply through the proxy and direct (calls/s, p50/p99 round trip) beside a
    plain gRPC unary call (``bench/rpcload.py``).
+8. Spark: rows/s per task of ``df.write.format("holdfast")``, direct and through the
+   proxy (``bench/spark.py``; ``--spark-rows 0`` skips it).
 
 It prints tables to stdout (progress to stderr) and writes ``bench-results.json``.
 Targets are printed with PASS or MISS: these are figures, not tests, so the exit
@@ -46,6 +48,7 @@ import memory
 import natsload
 import recovery
 import rpcload
+import spark
 from harness import Table, millis, rate, verdict
 
 T = TypeVar("T")
@@ -458,6 +461,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--idle-count", type=int, default=300, help="idle round trips")
     parser.add_argument("--memory-count", type=int, default=1_000_000, help="buffered PUTs")
     parser.add_argument("--rpc-count", type=int, default=5000, help="request/reply calls")
+    parser.add_argument(
+        "--spark-rows", type=int, default=100_000, help="rows per connector write (0: skip)"
+    )
     parser.add_argument("--json", default=str(harness.REPO / "bench-results.json"))
     return parser.parse_args(argv)
 
@@ -522,6 +528,11 @@ def main(argv: list[str] | None = None) -> int:
         lambda: [dataclasses.asdict(f) for f in rpcload.measure(args.rpc_count)],
         no_rows,
     )
+    if args.spark_rows:
+        progress("Spark connector (driver subprocesses)")
+        results["spark"] = guarded(
+            "spark", failures, lambda: spark.run(args.spark_rows, 2), no_rows
+        )
 
     echo_rates = {row["size"]: row["rate"] for row in results["echo"] if not row.get("sweep")}
     print_loads(figures, echo_rates)
@@ -533,6 +544,11 @@ def main(argv: list[str] | None = None) -> int:
         print_memory(results["memory"])
     if results["rpc"]:
         print_rpc(results["rpc"])
+    for row in results.get("spark", []):
+        print(
+            f"{row['path']}: {row['rows']} rows over {row['tasks']} tasks: "
+            f"{rate(row['mean_per_task'])} rows/s per task (df.write.format('holdfast'))"
+        )
     rates = {(e["store"], e["size"], e["path"]): summary(e)["median"] for e in figures["produce"]}
     print_nats(
         results["nats"],

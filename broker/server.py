@@ -18,6 +18,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from holdfast.broker.config import BrokerConfig
+from holdfast.broker.marks import MarkBook, mark_file_for
 from holdfast.broker.puts import PutPipeline
 from holdfast.broker.queues import QueueRegistry
 from holdfast.broker.session import Session
@@ -45,6 +46,9 @@ class Broker:
         )
         self.queues = QueueRegistry(self.store, config.dedup_window, config.dedup_max_guids)
         self.puts = PutPipeline(self.store, self.queues, config.limits)
+        self.marks = MarkBook()
+        """Commit marks of writer applications (``holdfast.broker.marks``); durable from
+        ``start()`` on with a sqlite store."""
         self.address = ""
         """``HOST:PORT`` the broker listens on, with the real port, once started."""
         self._sessions: set[Session] = set()
@@ -68,12 +72,19 @@ class Broker:
         """Recover the store's state, bind, serve; log and return ``HOST:PORT``.
         Raises ``OSError`` if the address cannot be bound."""
         state = self.store.recover()
+        mark_file = mark_file_for(self.config.store)  # OSError if it cannot be opened
+        if mark_file is not None:
+            self.marks = MarkBook(mark_file)
+            log.info("recovered %d commit marks from %s", len(self.marks), mark_file.path)
         messages, guids = self.queues.restore(state)
         if messages or guids:
             log.info("recovered %d messages and %d GUIDs of dedup history", messages, guids)
         host, _ = split_host_port(self.config.listen)
         server, port = await start_server(
-            self.config.listen, self.config.limits.max_frame_bytes, self._serve_session
+            self.config.listen,
+            self.config.limits.max_frame_bytes,
+            self._serve_session,
+            self.marks.handle,
         )
         self._server = server
         self.address = f"{host}:{port}"
@@ -142,5 +153,6 @@ class Broker:
             if self.metrics is not None:
                 self.metrics.stop()
             self.store.close()
+            self.marks.close()
             self._stopped.set()
             log.info("stopped")

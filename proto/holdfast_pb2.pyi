@@ -283,3 +283,45 @@ class ConsumerCount(_message.Message):
     message: str
     consumers: int
     def __init__(self, request_id: _Optional[int] = ..., status: _Optional[_Union[Status, str]] = ..., message: _Optional[str] = ..., consumers: _Optional[int] = ...) -> None: ...
+
+class CommitMarkRequest(_message.Message):
+    __slots__ = ("queue_uri", "app_id", "record", "version", "digest", "rows")
+    QUEUE_URI_FIELD_NUMBER: _ClassVar[int]
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    queue_uri: str
+    app_id: str
+    record: bool
+    version: int
+    digest: bytes
+    rows: int
+    def __init__(self, queue_uri: _Optional[str] = ..., app_id: _Optional[str] = ..., record: _Optional[bool] = ..., version: _Optional[int] = ..., digest: _Optional[bytes] = ..., rows: _Optional[int] = ...) -> None: ...
+
+class CommitMark(_message.Message):
+    __slots__ = ("app_id", "version", "digest", "rows", "committed_at")
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_AT_FIELD_NUMBER: _ClassVar[int]
+    app_id: str
+    version: int
+    digest: bytes
+    rows: int
+    committed_at: float
+    def __init__(self, app_id: _Optional[str] = ..., version: _Optional[int] = ..., digest: _Optional[bytes] = ..., rows: _Optional[int] = ..., committed_at: _Optional[float] = ...) -> None: ...
+
+class CommitMarkReply(_message.Message):
+    __slots__ = ("status", "message", "found", "mark")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    MARK_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    message: str
+    found: bool
+    mark: CommitMark
+    def __init__(self, status: _Optional[_Union[Status, str]] = ..., message: _Optional[str] = ..., found: _Optional[bool] = ..., mark: _Optional[_Union[CommitMark, _Mapping]] = ...) -> None: ...

@@ -23,9 +23,9 @@ outcomes and errors), ``backoff``, ``queue``, ``types``, ``events``, ``options``
 ``session.request_async``, ``session.has_workers(uri)`` and ``Worker(session, uri,
 handler)``; its errors are under ``RpcError``.
 
-``holdfast.sdk.spark`` (imported on its own, not from here) is the PySpark sink:
-``df.foreachPartition(QueueSink(uri, run_id=...))`` and ``foreachBatch``, exactly
-once under task retries thanks to deterministic GUIDs.
+``holdfast.sdk.spark`` (imported on its own, not from here) is the PySpark
+connector (``register(spark)``, then ``format("holdfast")``) and ``QueueSink`` for
+``foreachPartition``/``foreachBatch``. ``marks`` serves ``Session.commit_mark``.
 """
 
 from holdfast.sdk.errors import (

@@ -17,6 +17,7 @@
     ├── ConfirmDroppedError                  CONFIRM not sent (link down or stale delivery);
     │                                        the broker will redeliver the message
     ├── RequestFailedError                   the broker refused an open/configure/close
+    │   └── CommitMarkConflictError          a version committed again with other content
     ├── RequestTimeoutError (TimeoutError)   an open/configure did not complete in time
     ├── SessionClosedError                   the session was closed by the application
     ├── RpcError                             a request/reply call failed (holdfast.sdk.rpc)
@@ -117,6 +118,11 @@ class RequestFailedError(HoldfastError):
         super().__init__(f"{status}: {message}" if message else status)
         self.status = status
         self.message = message
+
+
+class CommitMarkConflictError(RequestFailedError):
+    """A commit mark was recorded again for the same version with another digest: the
+    same batch was written twice with different content (``Session.commit_mark``)."""
 
 
 class RequestTimeoutError(HoldfastError, TimeoutError):

@@ -14,12 +14,14 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from holdfast.proto import pb
 from holdfast.sdk.dispatch import Dispatcher
 from holdfast.sdk.driver.threaded import ThreadDriver
 from holdfast.sdk.engine import SessionEngine
-from holdfast.sdk.errors import ConfirmDroppedError, RequestTimeoutError
+from holdfast.sdk.errors import ConfirmDroppedError, InvalidArgumentError, RequestTimeoutError
 from holdfast.sdk.events import SessionEvent, log_event
 from holdfast.sdk.failover import parse_addresses
+from holdfast.sdk.marks import CommitMark, call_commit_mark
 from holdfast.sdk.options import QueueOptions, SessionOptions, default_address
 from holdfast.sdk.queue import Queue
 from holdfast.sdk.rpc.api import RequestReply
@@ -94,6 +96,36 @@ class Session(RequestReply):
         """True while the broker has answered Hello on the current connection."""
         with self._lock:
             return self._engine.connected
+
+    def commit_mark(
+        self,
+        uri: str,
+        app_id: str,
+        version: int | None = None,
+        *,
+        digest: bytes = b"",
+        rows: int = 0,
+        timeout: float = 30.0,
+    ) -> CommitMark | None:
+        """Read (``version=None``) or record the commit mark of writer ``app_id`` on queue
+        ``uri``; return the mark the broker holds now (None: none yet).
+
+        Marks never expire: a writer reads its mark before writing a version and skips a
+        version already committed, however late the replay (Delta Lake's
+        ``txnAppId``/``txnVersion``). Recording a version below the stored one changes
+        nothing; the stored version again with another ``digest`` raises
+        ``CommitMarkConflictError``. The call is idempotent and retried across this
+        session's addresses until ``timeout``; it needs no open queue.
+        """
+        request = pb.CommitMarkRequest(queue_uri=uri, app_id=app_id)
+        if version is not None:
+            if version < 0:
+                raise InvalidArgumentError(f"a commit mark version is >= 0, not {version}")
+            request.record = True
+            request.version = version
+            request.digest = digest
+            request.rows = rows
+        return call_commit_mark(self._addresses, request, timeout)
 
     def open_queue(
         self,
