@@ -267,3 +267,23 @@ def puts_in(frames: Iterable[pb.ClientFrame]) -> list[pb.Put]:
 def put_guids(frames: Iterable[pb.ClientFrame]) -> list[uuid.UUID]:
     """The GUIDs of every PUT in ``frames``, in wire order."""
     return [uuid.UUID(bytes=put.guid) for put in puts_in(frames)]
+
+
+# ---------------------------------------------------------------------- scripted set-ups
+
+
+def writer(h: Harness, uri: str = URI) -> int:
+    """Bring the link up and open ``uri`` for writing; return its queue id."""
+    h.establish()
+    return h.open_active(uri)
+
+
+def reconnect(h: Harness, *, window: float = 300.0) -> list[pb.ClientFrame]:
+    """Connect again, answer Hello and every reopen OK; return everything sent."""
+    return h.establish(window=window)
+
+
+def reader(h: Harness) -> int:
+    """Bring the link up and open ``URI`` for reading; return its queue id."""
+    h.establish()
+    return h.open_active(URI, read=True, write=False)

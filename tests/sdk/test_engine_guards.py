@@ -38,6 +38,24 @@ def test_every_link_state_has_a_row_and_only_close_leaves_failed() -> None:
 
 
 @pytest.mark.parametrize(
+    ("state", "event", "target"),
+    [(s, e, t) for s, row in LINK_TRANSITIONS.items() for e, t in row.items()],
+)
+def test_every_legal_link_transition(state: LinkState, event: LinkEvent, target: LinkState) -> None:
+    assert next_link_state(state, event) is target
+
+
+@pytest.mark.parametrize(
+    ("state", "event", "target"),
+    [(s, e, t) for s, row in QUEUE_TRANSITIONS.items() for e, t in row.items()],
+)
+def test_every_legal_queue_transition(
+    state: QueueState, event: QueueEvent, target: QueueState
+) -> None:
+    assert next_queue_state(state, event) is target
+
+
+@pytest.mark.parametrize(
     ("state", "event"),
     [(s, e) for s in LinkState for e in LinkEvent if e not in LINK_TRANSITIONS[s]],
 )
