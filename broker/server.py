@@ -71,14 +71,7 @@ class Broker:
     async def start(self) -> str:
         """Recover the store's state, bind, serve; log and return ``HOST:PORT``.
         Raises ``OSError`` if the address cannot be bound."""
-        state = self.store.recover()
-        mark_file = mark_file_for(self.config.store)  # OSError if it cannot be opened
-        if mark_file is not None:
-            self.marks = MarkBook(mark_file)
-            log.info("recovered %d commit marks from %s", len(self.marks), mark_file.path)
-        messages, guids = self.queues.restore(state)
-        if messages or guids:
-            log.info("recovered %d messages and %d GUIDs of dedup history", messages, guids)
+        self.recover()
         host, _ = split_host_port(self.config.listen)
         server, port = await start_server(
             self.config.listen,
@@ -111,7 +104,25 @@ class Broker:
                 raise
         return self.address
 
+    def recover(self) -> None:
+        """Load what the store (and the commit-mark file) kept: ``start()`` does this
+        before it binds; an in-process broker (``holdfast.sdk.testing``) calls it alone."""
+        state = self.store.recover()
+        mark_file = mark_file_for(self.config.store)  # OSError if it cannot be opened
+        if mark_file is not None:
+            self.marks = MarkBook(mark_file)
+            log.info("recovered %d commit marks from %s", len(self.marks), mark_file.path)
+        messages, guids = self.queues.restore(state)
+        if messages or guids:
+            log.info("recovered %d messages and %d GUIDs of dedup history", messages, guids)
+
     async def _serve_session(self, request_iterator: Any, context: Any) -> None:
+        await self.serve_stream(context)
+
+    async def serve_stream(self, context: Any) -> None:
+        """Serve one session stream on ``context`` (a grpc.aio servicer context, or
+        anything with its ``peer``, ``read``, ``write``, ``cancelled``, ``set_code`` and
+        ``set_details``) until it ends. Runs on the broker's loop."""
         if self._stopping:
             error = pb.Error(
                 status=pb.STATUS_SHUTTING_DOWN, message="the broker is stopping", fatal=True

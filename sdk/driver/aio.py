@@ -92,8 +92,8 @@ class AsyncDriver:
                     future.set_result(None)
                 else:
                     future.set_exception(error)
-        if engine.has_outbound:
-            self._outbound_ready.set()
+        if engine.has_outbound or engine.next_deadline() is not None:
+            self._outbound_ready.set()  # the writer takes new items or a new timer
         self._changed.set()
 
     def outbound_queued(self) -> None:

@@ -86,7 +86,8 @@ class ThreadDriver:
         """Wake the idle writer. It is marked busy at once, so posts made before it gets
         the lock back do not each notify it again (a notify costs ~0.5 us of Python)."""
         self.writer_idle = False
-        self._writer_wakeup.notify()
+        # All: the writer of a connection that just ended may wait beside the current one.
+        self._writer_wakeup.notify_all()
 
     def wait_admission(self, now: float, queue_id: int) -> float:
         """Rule 7: hold the caller while the engine says the transport (or the broker,
@@ -109,7 +110,9 @@ class ThreadDriver:
         for request_id, error in engine.take_completions():
             if request_id in self._waiting:
                 self._results[request_id] = error
-        if self.writer_idle and engine.has_outbound:
+        # A timer the input started (a pushed-back PUT's retry) must be waited by a
+        # writer that went idle before it existed: wake it to take the new deadline.
+        if self.writer_idle and (engine.has_outbound or engine.next_deadline() is not None):
             self.wake_writer()
         self.changed.notify_all()
 
@@ -250,8 +253,11 @@ class ThreadDriver:
                         self.after_input()
                     if not engine.has_outbound:
                         self._writer_wakeup.wait(timer)
+                if live.closed or engine.generation != generation:
+                    # An ended connection's writer: the idle flag is the current writer's.
+                    return
                 self.writer_idle = False
-                if live.closed or engine.generation != generation or not engine.has_outbound:
+                if not engine.has_outbound:
                     return  # the end of the request stream: a half-close when stopping
                 items = engine.take_outbound()
             for frame, nbytes in self.core.frames(items, time.monotonic()):

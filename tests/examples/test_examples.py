@@ -73,3 +73,12 @@ def test_rpc_worker_and_caller_through_the_proxy(broker: BrokerProcess) -> None:
     assert "gadget x1..x10: [10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0]" in out
     assert "gizmo: ValueError: unknown item 'gizmo'" in out
     assert "unserved: dead-lettered, reason expired" in out
+
+
+@pytest.mark.timeout(120)
+def test_asyncio_producer_and_consumer_through_the_proxy(broker: BrokerProcess) -> None:
+    """The README's asyncio example: ``await queue.post`` and ``async for``."""
+    with ProxyProcess(["--upstream", broker.address]) as proxy:
+        out = run_example("aio_producer_consumer.py", "--address", proxy.address, "--count", "2000")
+    assert "posted=2000 acked=2000 by_status={'SUCCESS': 2000}" in out
+    assert "consumed=2000 distinct=2000" in out

@@ -1,0 +1,181 @@
+"""``Session`` of the asyncio API: the same engine and contract as the threaded one.
+
+It runs on the caller's event loop, on the same connection driver as the proxy's
+upstream link (``holdfast.sdk.driver.aio_session``): callbacks (``on_ack``,
+``on_event``, ``on_message``) run on the loop, in order, and nothing blocks it.
+Rule 7's wait, the only place a post can wait, is awaited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any
+
+from holdfast.sdk.aio.queue import Queue
+from holdfast.sdk.driver.aio_session import AsyncEngineSession
+from holdfast.sdk.events import SessionEvent, log_event
+from holdfast.sdk.failover import parse_addresses
+from holdfast.sdk.options import QueueOptions, SessionOptions, default_address
+from holdfast.sdk.transports.base import AsyncTransport
+from holdfast.sdk.types import Ack, Message
+
+
+class Session:
+    """An asyncio connection to a Holdfast proxy or broker that survives its failures.
+
+    ::
+
+        async with Session("127.0.0.1:7701") as session:
+            queue = await session.open_queue("hf://demo/orders", write=True)
+            guid = await queue.post(b"payload")
+            await session.flush(timeout=30)
+
+    ``address`` is ``"host:port"`` or a comma-separated failover list; by default
+    ``$HOLDFAST_ADDRESS`` or ``127.0.0.1:7701``. ``transport`` replaces gRPC (for
+    example ``holdfast.sdk.testing``'s in-memory broker).
+    """
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        on_event: Callable[[SessionEvent], Any] | None = None,
+        options: SessionOptions | None = None,
+        transport: AsyncTransport | None = None,
+    ) -> None:
+        self._addresses = parse_addresses(address or default_address())
+        self._options = options or SessionOptions()
+        self._core = AsyncEngineSession(
+            self._addresses,
+            self._options,
+            on_event or log_event,
+            client_id=str(uuid.uuid4()),
+            transport=transport,
+        )
+        self._started = False
+        self._closed = False
+        self._queues: weakref.WeakSet[Queue] = weakref.WeakSet()
+
+    async def __aenter__(self) -> Session:
+        self._start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _start(self) -> None:
+        if not self._started:
+            self._started = True
+            self._core.start()
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def addresses(self) -> list[str]:
+        """The addresses this session fails over across, in order."""
+        return list(self._addresses)
+
+    @property
+    def pending_count(self) -> int:
+        """PUTs posted and not yet reported to their ``on_ack``."""
+        return self._core.engine.pending_count
+
+    @property
+    def connected(self) -> bool:
+        """True while the broker has answered Hello on the current connection."""
+        return self._core.engine.connected
+
+    async def open_queue(
+        self,
+        uri: str,
+        *,
+        read: bool = False,
+        write: bool = False,
+        on_message: Callable[[Message], Any] | None = None,
+        on_ack: Callable[[Ack], Any] | None = None,
+        options: QueueOptions | None = None,
+        timeout: float = 30.0,
+    ) -> Queue:
+        """Open ``hf://<domain>/<queue>``; return once the broker has opened it.
+
+        With ``read=True`` and no ``on_message``, iterate the returned queue
+        (``async for message in queue``); ``on_message`` instead calls back on the
+        loop. ``on_ack`` is the default ACK callback for PUTs posted without one.
+        ``RequestTimeoutError`` after ``timeout`` seconds.
+        """
+        self._start()
+        inbox: asyncio.Queue[Message] | None = None
+        if read and on_message is None:
+            inbox = asyncio.Queue()
+            on_message = inbox.put_nowait
+        record = await self._core.open_queue(
+            uri,
+            read=read,
+            write=write,
+            options=options or QueueOptions(),
+            on_message=on_message,
+            on_ack=on_ack,
+            timeout=timeout,
+        )
+        queue = Queue(self, record, inbox)
+        self._queues.add(queue)
+        return queue
+
+    async def has_workers(self, uri: str, timeout: float = 10.0) -> bool:
+        """True if ``uri`` has a live consumer now (request/reply service discovery)."""
+        self._start()
+        return await self._core.count_consumers(uri, timeout) > 0
+
+    async def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every PUT posted so far is reported (its ``on_ack`` has run);
+        True if so within ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        engine, driver = self._core.engine, self._core.driver
+        while engine.pending_count:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            await driver.wait_changed(remaining)
+        return True
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Close the session: flush for up to ``timeout`` seconds (default
+        ``SessionOptions.close_timeout``), then report what is still pending as
+        ``UNKNOWN``, emit ``SessionClosed`` and end every queue's iteration."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._started:
+            await self.flush(self._options.close_timeout if timeout is None else timeout)
+        await self._core.stop()
+        for queue in list(self._queues):
+            queue.end_iteration()
+
+    # ------------------------------------------------------------------ used by Queue
+
+    async def _post(
+        self,
+        queue_id: int,
+        payload: bytes,
+        properties: Mapping[str, str] | None,
+        on_ack: Callable[[Ack], Any] | None,
+        guid: uuid.UUID | None,
+    ) -> uuid.UUID:
+        engine = self._core.engine
+        now = since = time.monotonic()
+        while (delay := engine.admit_post(since, now, queue_id)) > 0:
+            await self._core.driver.wait_changed(delay)
+            now = time.monotonic()
+        guid = engine.post(queue_id, payload, properties, on_ack, now, guid)
+        self._core.driver.outbound_queued()
+        return guid
