@@ -18,6 +18,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from holdfast.broker.config import BrokerConfig, split_host_port
+from holdfast.broker.dedup import BrokerClock
 from holdfast.broker.puts import PutPipeline
 from holdfast.broker.queues import QueueRegistry
 from holdfast.broker.session import Session
@@ -34,22 +35,39 @@ log = logging.getLogger(__name__)
 class Broker:
     """A Holdfast broker: ``await start()``, then ``await stop()``."""
 
-    def __init__(self, config: BrokerConfig, store: Store | None = None) -> None:
+    def __init__(
+        self, config: BrokerConfig, store: Store | None = None, clock: BrokerClock | None = None
+    ) -> None:
         self.config = config
         self.broker_id = uuid.uuid4().hex
         """Identifies this broker process to clients (HelloReply.broker_id)."""
         self.store: Store = (
             store
             if store is not None
-            else open_store(config.store, dedup_window=config.dedup_window, sync=config.sync)
+            else open_store(
+                config.store,
+                dedup_window=config.dedup_window,
+                dedup_grace=config.dedup_grace,
+                sync=config.sync,
+            )
         )
-        self.queues = QueueRegistry(self.store, config.dedup_window, config.dedup_max_guids)
+        self.clock = BrokerClock() if clock is None else clock
+        """The broker's clock (monotonic; resumed from the store's last time at start)."""
+        self.queues = QueueRegistry(
+            self.store,
+            config.dedup_window,
+            config.dedup_max_guids,
+            self.clock,
+            config.dedup_grace,
+        )
         self.puts = PutPipeline(
             self.store,
             self.queues,
             config.max_payload_bytes,
             config.max_properties,
             config.max_properties_bytes,
+            self.clock,
+            config.dedup_window,
         )
         self.address = ""
         """``HOST:PORT`` the broker listens on, with the real port, once started."""
@@ -74,6 +92,7 @@ class Broker:
         """Recover the store's state, bind, serve; log and return ``HOST:PORT``.
         Raises ``OSError`` if the address cannot be bound."""
         state = self.store.recover()
+        self.clock.resume(state.resume_at)
         messages, guids = self.queues.restore(state)
         if messages or guids:
             log.info("recovered %d messages and %d GUIDs of dedup history", messages, guids)
