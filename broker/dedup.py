@@ -50,15 +50,16 @@ the last hop's send (where its ``age_ms`` was set) and the broker. 30 s is well 
 link's latency and gRPC buffering, and above a session's read pause (its outbox drains
 at link speed); it costs 10% more history at the default window."""
 
-BYTES_PER_GUID_ESTIMATE = 160
-"""What one held GUID costs in this implementation (measured by ``make bench``: the
+BYTES_PER_GUID_ESTIMATE = 150
+"""What one held GUID costs in this implementation (``make bench`` measured 147 B: the
 GUID's bytes object, a dict slot, the digest int and a bucket list slot)."""
 
 DEFAULT_MAX_GUIDS = 12_000_000
-"""Broker-wide bound on the GUIDs held by all histories: about 2 GB at
+"""Broker-wide bound on the GUIDs held by all histories: about 1.8 GB at
 ``BYTES_PER_GUID_ESTIMATE``. That is 120 s of 100k msg/s: a broker expected to take
 100k msg/s for the whole default window (330 s with grace) needs 33M (``--history-max-
-guids`` or ``$HOLDFAST_HISTORY_MAX_GUIDS``) and about 5.3 GB."""
+guids`` or ``$HOLDFAST_HISTORY_MAX_GUIDS``) and about 4.9 GB; below that rate, or in
+bursts, producers get HISTORY_FULL and wait, and nothing is forgotten."""
 
 MAX_GUIDS_ENV = "HOLDFAST_HISTORY_MAX_GUIDS"
 """Environment variable that overrides ``DEFAULT_MAX_GUIDS``."""
