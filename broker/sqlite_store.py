@@ -53,17 +53,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from holdfast.broker.dedup import DEFAULT_GRACE, DEFAULT_WINDOW, BrokerClock
-from holdfast.broker.sqlite_schema import (
-    DELETE_MESSAGE,
-    INSERT_HISTORY,
-    INSERT_MESSAGE,
-    SCHEMA_VERSION,
-    UPDATE_DELIVERY,
-    connect,
-    describe,
-    encode_properties,
-    read_state,
-)
+from holdfast.broker.sqlite_rows import Rows, prune_history
+from holdfast.broker.sqlite_schema import SCHEMA_VERSION, connect, describe, read_state
 from holdfast.broker.store import (
     COMPLETED,
     RecoveredState,
@@ -156,8 +147,7 @@ class SqliteStore:
         self._lock = threading.Lock()
         self._closed = False
         self._failure: BaseException | None = None
-        self._queue_ids: dict[str, int] = {}
-        self._next_seq = 1
+        self._rows = Rows({}, 1)
         # No pruning before recover() or the first commit: a store that turns out to be
         # unreadable must fail in recover(), not first log a failed prune.
         self._next_prune = math.inf
@@ -231,7 +221,8 @@ class SqliteStore:
 
     def _run(self, opened: concurrent.futures.Future[sqlite3.Connection]) -> None:
         try:
-            connection, self._queue_ids, self._next_seq = connect(self.path, self.sync)
+            connection, queue_ids, next_seq = connect(self.path, self.sync)
+            self._rows = Rows(queue_ids, next_seq)
         except BaseException as error:
             opened.set_exception(error)
             return
@@ -295,7 +286,7 @@ class SqliteStore:
         try:
             connection.execute("BEGIN IMMEDIATE")
             for write in writes:
-                self._apply(connection, write.batch, new_queues)
+                self._rows.apply(connection, write.batch, new_queues)
             if prune:
                 pruned = self._prune(connection)
             connection.execute("COMMIT")
@@ -324,69 +315,9 @@ class SqliteStore:
             self._pruned(*pruned)
         self._resolve(writes, None)
 
-    def _apply(
-        self, connection: sqlite3.Connection, batch: StoreBatch, new_queues: list[str]
-    ) -> None:
-        ids = self._queue_ids
-        if batch.messages:
-            seq = self._next_seq
-            rows: list[tuple[Any, ...]] = []
-            history: list[tuple[int, bytes, float, int]] = []
-            last_uri = ""
-            queue_id = 0
-            for message in batch.messages:
-                if message.queue_uri != last_uri:
-                    last_uri = message.queue_uri
-                    queue_id = ids.get(last_uri) or self._add_queue(
-                        connection, last_uri, new_queues
-                    )
-                properties = message.properties
-                rows.append(
-                    (
-                        seq,
-                        queue_id,
-                        message.guid,
-                        message.accepted_at,
-                        message.delivery_count,
-                        message.digest,
-                        encode_properties(properties) if properties else None,
-                        message.payload,
-                    )
-                )
-                history.append((queue_id, message.guid, message.accepted_at, message.digest))
-                seq += 1
-            connection.executemany(INSERT_MESSAGE, rows)
-            connection.executemany(INSERT_HISTORY, history)
-            # Gaps left by a rolled-back transaction are harmless: only order matters.
-            self._next_seq = seq
-        if batch.delivered:
-            # A queue the store never saw holds no message to update (nor to remove).
-            connection.executemany(
-                UPDATE_DELIVERY,
-                [
-                    (update.delivery_count, ids[update.queue_uri], update.guid)
-                    for update in batch.delivered
-                    if update.queue_uri in ids
-                ],
-            )
-        if batch.removed:
-            connection.executemany(
-                DELETE_MESSAGE,
-                [(ids[key.queue_uri], key.guid) for key in batch.removed if key.queue_uri in ids],
-            )
-
-    def _add_queue(self, connection: sqlite3.Connection, uri: str, new_queues: list[str]) -> int:
-        cursor = connection.execute("INSERT INTO queues (uri) VALUES (?)", (uri,))
-        queue_id = cursor.lastrowid
-        assert queue_id is not None
-        self._queue_ids[uri] = queue_id
-        new_queues.append(uri)
-        return queue_id
-
     def _rollback(self, connection: sqlite3.Connection, new_queues: list[str]) -> None:
         # Queue ids handed out in the failed transaction do not exist in the file.
-        for uri in new_queues:
-            self._queue_ids.pop(uri, None)
+        self._rows.forget(new_queues)
         if connection.in_transaction:
             try:
                 connection.execute("ROLLBACK")
@@ -408,27 +339,9 @@ class SqliteStore:
                 loop.call_soon_threadsafe(_settle_futures, futures, error)
 
     def _prune(self, connection: sqlite3.Connection) -> tuple[int, bool]:
-        """Delete the oldest history rows whose window has passed, at most one chunk.
+        """Delete the oldest history rows past the retention, at most one chunk.
         Returns how many, and whether a whole chunk went (more may be waiting)."""
-        cutoff = self._clock() - self.retention
-        cursor = connection.execute(
-            "SELECT rowid, accepted_at FROM history ORDER BY rowid LIMIT ?", (self._prune_chunk,)
-        )
-        # Rowid order is acceptance order, so the expired rows are a prefix and the scan
-        # stops at the first live one (the broker clock never steps back).
-        last = None
-        count = 0
-        try:
-            for rowid, accepted_at in cursor:
-                if accepted_at > cutoff:
-                    break
-                last = rowid
-                count += 1
-        finally:
-            cursor.close()
-        if last is not None:
-            connection.execute("DELETE FROM history WHERE rowid <= ?", (last,))
-        return count, count == self._prune_chunk
+        return prune_history(connection, self._clock() - self.retention, self._prune_chunk)
 
     def _pruned(self, count: int, more: bool) -> None:
         """Account for a committed prune and schedule the next one."""
