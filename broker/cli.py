@@ -20,11 +20,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from holdfast.broker.config import BrokerConfig, split_host_port
+from holdfast.broker.config import BrokerConfig
 from holdfast.broker.server import Broker
 from holdfast.broker.sqlite_store import SYNC_MODES
 from holdfast.broker.store import Store, StoreError, open_store, parse_store_spec
-from holdfast.broker.stream import serve_until_signalled
+from holdfast.proto.serve import serve_until_signalled, split_host_port
 
 log = logging.getLogger("holdfast.broker")
 

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from holdfast.broker.dedup import DEFAULT_GRACE, DEFAULT_WINDOW, default_max_guids
+from holdfast.broker.dedup import DEFAULT_GRACE, default_max_guids
 from holdfast.broker.sqlite_store import DEFAULT_SYNC, SYNC_MODES
 from holdfast.broker.store import parse_store_spec
-
-MIB = 1024 * 1024
-
-
-def split_host_port(address: str) -> tuple[str, int]:
-    """Split ``HOST:PORT`` (``[v6]:PORT`` too); raise ``ValueError`` if it is not one."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"expected HOST:PORT, got {address!r}")
-    return host, int(port)
+from holdfast.proto.limits import (
+    DEFAULT_BATCH_BYTES,
+    DEFAULT_DEDUP_WINDOW,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    DEFAULT_MAX_PROPERTIES,
+    DEFAULT_MAX_PROPERTIES_BYTES,
+    MAX_BATCH_BYTES,
+    MIB,
+    Limits,
+)
+from holdfast.proto.serve import split_host_port
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,18 +33,18 @@ class BrokerConfig:
     """How a durable store syncs its commits: ``full`` (fsync on every commit: an
     ACKed message survives a power loss) or ``normal`` (survives a crash or kill -9 of
     the broker; an OS crash or power loss may lose the last commits)."""
-    dedup_window: float = DEFAULT_WINDOW
+    dedup_window: float = DEFAULT_DEDUP_WINDOW
     """Seconds a queue remembers an accepted GUID and ACKs its replays without
     enqueuing them again. Announced to clients in HelloReply; a PUT of an unknown GUID
     whose ``age_ms`` is past it is refused with TOO_OLD."""
     dedup_grace: float = DEFAULT_GRACE
     """Seconds the history keeps a GUID past the window: covers the time a PUT spends
     in flight after its last hop set its ``age_ms`` (see ``holdfast.broker.dedup``)."""
-    max_payload_bytes: int = 4 * MIB
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     """Largest payload a PUT may carry; a bigger one is ACKed PAYLOAD_TOO_LARGE."""
-    max_properties: int = 64
+    max_properties: int = DEFAULT_MAX_PROPERTIES
     """Most properties one message may carry."""
-    max_properties_bytes: int = 64 * 1024
+    max_properties_bytes: int = DEFAULT_MAX_PROPERTIES_BYTES
     """Most bytes (UTF-8 keys plus values) the properties of one message may take."""
     dedup_max_guids: int = field(default_factory=default_max_guids)
     """Memory bound: most GUIDs all histories of the broker hold together. Past it, new
@@ -53,8 +54,9 @@ class BrokerConfig:
     """A session stops reading client frames while more than this many bytes of its
     ACKs and responses wait to be sent, so a client that does not read cannot make
     the broker buffer without bound."""
-    max_frame_bytes: int = MIB
-    """Target size of one coalesced AckBatch or PushBatch frame."""
+    max_frame_bytes: int = DEFAULT_BATCH_BYTES
+    """Target size of one coalesced AckBatch or PushBatch frame (at most
+    ``MAX_BATCH_BYTES``; a single larger message travels alone)."""
     shutdown_grace: float = 5.0
     """Seconds sessions get on SIGTERM to receive what is queued for them."""
     metrics_port: int | None = None
@@ -65,14 +67,15 @@ class BrokerConfig:
         split_host_port(self.listen)
         parse_store_spec(self.store)
         _check(self.sync in SYNC_MODES, f"sync must be one of {', '.join(SYNC_MODES)}")
-        _check(self.dedup_window > 0, "dedup_window must be > 0 seconds")
+        # Building the announced limits checks them (ValueError if they are unusable).
+        self.limits  # noqa: B018
         _check(self.dedup_grace >= 0, "dedup_grace must be >= 0 seconds")
-        _check(self.max_payload_bytes > 0, "max_payload_bytes must be > 0")
-        _check(self.max_properties >= 0, "max_properties must be >= 0")
-        _check(self.max_properties_bytes >= 0, "max_properties_bytes must be >= 0")
         _check(self.dedup_max_guids > 0, "dedup_max_guids must be > 0")
         _check(self.session_read_bound_bytes > 0, "session_read_bound_bytes must be > 0")
-        _check(self.max_frame_bytes > 0, "max_frame_bytes must be > 0")
+        _check(
+            0 < self.max_frame_bytes <= MAX_BATCH_BYTES,
+            f"max_frame_bytes must be 1-{MAX_BATCH_BYTES}",
+        )
         _check(self.shutdown_grace >= 0, "shutdown_grace must be >= 0")
         _check(
             self.metrics_port is None or 0 <= self.metrics_port <= 65535,
@@ -80,10 +83,15 @@ class BrokerConfig:
         )
 
     @property
-    def max_message_bytes(self) -> int:
-        """The gRPC message size limit: comfortably above the largest valid frame, so an
-        oversize payload still reaches the broker and gets a typed answer."""
-        return 2 * self.max_payload_bytes + self.max_properties_bytes + MIB
+    def limits(self) -> Limits:
+        """What this broker announces in HelloReply and enforces on every PUT; its
+        ``max_frame_bytes`` is the broker's gRPC send and receive limit."""
+        return Limits(
+            dedup_window=self.dedup_window,
+            max_payload_bytes=self.max_payload_bytes,
+            max_properties=self.max_properties,
+            max_properties_bytes=self.max_properties_bytes,
+        )
 
 
 def _check(condition: bool, message: str) -> None:

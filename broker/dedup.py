@@ -41,8 +41,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 
-DEFAULT_WINDOW = 300.0
-"""Seconds a GUID is remembered (BlazingMQ's default ``deduplicationTimeMs``)."""
+from holdfast.proto.limits import DEFAULT_DEDUP_WINDOW
+
+DEFAULT_WINDOW = DEFAULT_DEDUP_WINDOW
+"""Seconds a GUID is remembered (the contract's default, ``holdfast.proto.limits``)."""
 
 DEFAULT_GRACE = 30.0
 """Seconds an entry is kept past the window: covers the in-flight time of a PUT between

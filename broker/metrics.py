@@ -22,30 +22,13 @@ Metrics (counters get Prometheus's ``_total`` suffix):
 
 from __future__ import annotations
 
-import logging
-import threading
 from collections.abc import Callable, Iterable
-from typing import Any
 
-from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from holdfast.broker.queues import Queue, QueueRegistry
-from holdfast.proto import pb
-
-log = logging.getLogger(__name__)
-
-METRICS_HOST = "127.0.0.1"
-"""The metrics endpoint only listens locally."""
-
-
-def status_name(status: int) -> str:
-    """``pb.STATUS_OK`` -> ``"OK"``; an unknown number as itself."""
-    try:
-        return pb.Status.Name(status).removeprefix("STATUS_")
-    except ValueError:
-        return str(status)
+from holdfast.proto import status_name
 
 
 class BrokerCollector(Collector):
@@ -101,30 +84,3 @@ class BrokerCollector(Collector):
         sessions = GaugeMetricFamily("holdfast_broker_sessions", "connected sessions")
         sessions.add_metric([], self._sessions())
         return [messages_in, messages_out, acks, dedup, depth, unconfirmed, sessions]
-
-
-class MetricsServer:
-    """A ``/metrics`` HTTP endpoint on its own thread, over one registry."""
-
-    def __init__(self, collector: Collector) -> None:
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(collector)
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
-        self.address = ""
-
-    def start(self, port: int, host: str = METRICS_HOST) -> str:
-        """Serve on ``host:port`` (0 picks a free port); the bound ``HOST:PORT``."""
-        self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
-        self.address = f"{host}:{self._server.server_port}"
-        return self.address
-
-    def stop(self) -> None:
-        """Stop serving (idempotent)."""
-        server, self._server = self._server, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
-            self._thread = None

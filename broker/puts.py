@@ -36,15 +36,14 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from operator import itemgetter
 
 from holdfast.broker.dedup import content_digest
-from holdfast.broker.outbox import AckEntry, AckGroup, Outbox
 from holdfast.broker.queues import Queue, QueueHandle, QueueRegistry
 from holdfast.broker.store import NO_PROPERTIES, Store, StoreBatch, StoredMessage
 from holdfast.proto import pb
+from holdfast.proto.limits import Limits
+from holdfast.proto.outbox import AckEntry, AckGroup, Outbox
+from holdfast.proto.validate import put_status
 
 log = logging.getLogger(__name__)
-
-GUID_BYTES = 16
-"""A GUID is a 16-byte UUID (the SDK uses uuid7)."""
 
 _OK = pb.STATUS_OK
 _status_of = itemgetter(2)
@@ -64,18 +63,6 @@ def _known_digest(queue: Queue, guid: bytes) -> int | None:
     return queue.history.get(guid)
 
 
-def properties_error(properties: Mapping[str, str], max_count: int, max_bytes: int) -> str | None:
-    """Why ``properties`` break the limits, or ``None`` if they do not."""
-    if len(properties) > max_count:
-        return f"{len(properties)} properties, more than {max_count}"
-    size = 0
-    for key, value in properties.items():
-        size += len(key.encode()) + len(value.encode())
-    if size > max_bytes:
-        return f"properties of {size} bytes, more than {max_bytes}"
-    return None
-
-
 class PutPipeline:
     """Turns PutBatch frames into stored, enqueued, ACKed messages."""
 
@@ -83,20 +70,16 @@ class PutPipeline:
         self,
         store: Store,
         queues: QueueRegistry,
-        max_payload_bytes: int,
-        max_properties: int,
-        max_properties_bytes: int,
+        limits: Limits,
         clock: Callable[[], float] = time.monotonic,
-        dedup_window: float | None = None,
     ) -> None:
         self._store = store
         self._queues = queues
-        self.max_payload_bytes = max_payload_bytes
-        self.max_properties = max_properties
-        self.max_properties_bytes = max_properties_bytes
+        self.limits = limits
+        """What every PUT is checked against (``holdfast.proto.validate.put_status``)."""
         self._clock = clock
-        self.max_age_ms = None if dedup_window is None else round(dedup_window * 1000)
-        """PUTs of unknown GUIDs older than this are TOO_OLD (``None``: no limit)."""
+        self.max_age_ms = round(limits.dedup_window * 1000)
+        """PUTs of unknown GUIDs older than this (the announced window) are TOO_OLD."""
         self._budget = queues.budget
         self._tasks: set[asyncio.Task[None]] = set()
         self.acks: Counter[int] = Counter()
@@ -117,7 +100,7 @@ class PutPipeline:
         waits: list[tuple[int, asyncio.Future[bool]]] = []
         written: asyncio.Future[bool] | None = None
         now = self._clock()
-        max_payload = self.max_payload_bytes
+        limits = self.limits
         last_id = -1
         handle: QueueHandle | None = None
         last_queue: Queue | None = None
@@ -133,25 +116,16 @@ class PutPipeline:
                 status = pb.STATUS_UNKNOWN_QUEUE
             elif not handle.write:
                 status = pb.STATUS_NOT_WRITABLE
-            elif len(guid) != GUID_BYTES:
-                status = pb.STATUS_INVALID_GUID
             else:
                 payload = put.payload
                 properties: Mapping[str, str] = put.properties
-                if len(payload) > max_payload:
-                    status = pb.STATUS_PAYLOAD_TOO_LARGE
-                elif properties and (
-                    properties_error(properties, self.max_properties, self.max_properties_bytes)
-                    is not None
-                ):
-                    status = pb.STATUS_INVALID_PROPERTIES
-                else:
+                status = put_status(guid, payload, properties, limits)
+                if status == _OK:
                     queue = handle.queue
                     if queue is not last_queue:
                         queue.history.expire(now)
                         last_queue = queue
                     digest = content_digest(payload, properties)
-                    status = _OK
                     pending = queue.in_flight.get(guid)
                     if pending is not None:
                         if pending[1] != digest:
@@ -167,7 +141,7 @@ class PutPipeline:
                             status = _CONFLICT
                         else:
                             queue.dedup_hits += 1
-                    elif max_age is not None and put.age_ms > max_age:
+                    elif put.age_ms > max_age:
                         status = _TOO_OLD
                     elif budget.full() and self._still_full(now):
                         status = _HISTORY_FULL

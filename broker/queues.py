@@ -44,15 +44,9 @@ from holdfast.broker.store import (
     settle,
 )
 from holdfast.proto import pb
+from holdfast.proto.limits import DEFAULT_MAX_UNCONFIRMED_BYTES, DEFAULT_MAX_UNCONFIRMED_MESSAGES
 
 log = logging.getLogger(__name__)
-
-DEFAULT_MAX_UNCONFIRMED_MESSAGES = 1000
-"""A consumer's unconfirmed-message limit when its open or configure request carries
-no ``QueueOptions`` (the same default as the SDK's ``QueueOptions``)."""
-
-DEFAULT_MAX_UNCONFIRMED_BYTES = 32 * 1024 * 1024
-"""A consumer's unconfirmed-payload-byte limit when no ``QueueOptions`` is given."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ Every session handler, PUT completion and delivery runs on that one loop, so the
 broker's state needs no locks: a piece of code that does not ``await`` sees and
 changes the state atomically.
 
-The server is bound by ``holdfast.broker.stream.start_server``, which the proxy
+The server is bound by ``holdfast.proto.serve.start_server``, which the proxy
 shares: sessions receive the raw bytes of each client frame and parse them
 themselves, so bytes that are not a ClientFrame get a typed Error(MALFORMED_FRAME)
 instead of gRPC failing the stream.
@@ -17,17 +17,17 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from holdfast.broker.config import BrokerConfig, split_host_port
+from holdfast.broker.config import BrokerConfig
 from holdfast.broker.dedup import BrokerClock
 from holdfast.broker.puts import PutPipeline
 from holdfast.broker.queues import QueueRegistry
 from holdfast.broker.session import Session
 from holdfast.broker.store import Store, open_store
-from holdfast.broker.stream import start_server
 from holdfast.proto import pb
+from holdfast.proto.serve import split_host_port, start_server
 
 if TYPE_CHECKING:
-    from holdfast.broker.metrics import MetricsServer
+    from holdfast.proto.metrics_http import MetricsServer
 
 log = logging.getLogger(__name__)
 
@@ -60,15 +60,7 @@ class Broker:
             self.clock,
             config.dedup_grace,
         )
-        self.puts = PutPipeline(
-            self.store,
-            self.queues,
-            config.max_payload_bytes,
-            config.max_properties,
-            config.max_properties_bytes,
-            self.clock,
-            config.dedup_window,
-        )
+        self.puts = PutPipeline(self.store, self.queues, config.limits, self.clock)
         self.address = ""
         """``HOST:PORT`` the broker listens on, with the real port, once started."""
         self._sessions: set[Session] = set()
@@ -98,7 +90,7 @@ class Broker:
             log.info("recovered %d messages and %d GUIDs of dedup history", messages, guids)
         host, _ = split_host_port(self.config.listen)
         server, port = await start_server(
-            self.config.listen, self.config.max_message_bytes, self._serve_session
+            self.config.listen, self.config.limits.max_frame_bytes, self._serve_session
         )
         self._server = server
         self.address = f"{host}:{port}"
@@ -111,7 +103,8 @@ class Broker:
         )
         if self.config.metrics_port is not None:
             # Imported only when asked for: prometheus_client is not loaded otherwise.
-            from holdfast.broker.metrics import BrokerCollector, MetricsServer
+            from holdfast.broker.metrics import BrokerCollector
+            from holdfast.proto.metrics_http import MetricsServer
 
             self.metrics = MetricsServer(
                 BrokerCollector(self.queues, self.puts.acks, lambda: len(self._sessions))
@@ -168,7 +161,3 @@ class Broker:
             self.store.close()
             self._stopped.set()
             log.info("stopped")
-
-    async def wait_stopped(self) -> None:
-        """Return once ``stop()`` has finished."""
-        await self._stopped.wait()

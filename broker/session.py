@@ -1,7 +1,7 @@
 """One client session of the broker: what each frame does to the broker's queues.
 
 The stream itself (framing, the Hello handshake, reading and writing) is
-``holdfast.broker.stream.ContractStream``; this subclass applies the frames to the
+``holdfast.proto.stream.ContractStream``; this subclass applies the frames to the
 broker's state. Reading is synchronous per frame: anything that must wait (a store
 write) continues in a task of the PUT path while its ACKs hold their place in the
 outbox. When the stream ends, however it ends, the session's consumers are
@@ -16,9 +16,10 @@ from typing import Any
 from holdfast.broker.config import BrokerConfig
 from holdfast.broker.puts import PutPipeline
 from holdfast.broker.queues import Consumer, FlowLimits, Queue, QueueHandle, QueueRegistry
-from holdfast.broker.stream import ContractStream
-from holdfast.proto import PROTOCOL_VERSION, pb
-from holdfast.proto.uri import parse_queue_uri
+from holdfast.proto import pb
+from holdfast.proto.limits import hello_reply
+from holdfast.proto.stream import ContractStream
+from holdfast.proto.validate import Invalid, check_open
 
 
 class Session(ContractStream):
@@ -48,24 +49,14 @@ class Session(ContractStream):
 
     def greet(self, hello: pb.Hello) -> None:
         """Answer Hello with this broker's dedup window and limits."""
-        config = self._config
-        reply = pb.HelloReply(
-            protocol_version=PROTOCOL_VERSION,
-            session_id=self.session_id,
-            dedup_window_ms=round(config.dedup_window * 1000),
-            max_payload_bytes=config.max_payload_bytes,
-            max_properties=config.max_properties,
-            max_properties_bytes=config.max_properties_bytes,
-            broker_id=self._broker_id,
-        )
-        self.send(pb.ServerFrame(hello_reply=reply))
+        self.send(hello_reply(self.session_id, self._config.limits, self._broker_id))
 
     def on_open(self, request: pb.OpenQueue) -> None:
         """Open a queue handle (a consumer if read): answer OK or a typed status."""
         try:
-            parse_queue_uri(request.uri)
-        except ValueError as error:
-            self.respond(request.request_id, pb.STATUS_INVALID_ARGUMENT, str(error))
+            check_open(request.uri, request.read, request.write)
+        except Invalid as error:
+            self.respond(request.request_id, error.status, error.message)
             return
         queue_id = request.queue_id
         if queue_id in self._handles:
@@ -73,13 +64,6 @@ class Session(ContractStream):
                 request.request_id,
                 pb.STATUS_ALREADY_OPEN,
                 f"queue_id {queue_id} is already open ({self._handles[queue_id].queue.uri})",
-            )
-            return
-        if not request.read and not request.write:
-            self.respond(
-                request.request_id,
-                pb.STATUS_INVALID_ARGUMENT,
-                "open a queue with read, write or both",
             )
             return
         queue = self._queues.open(request.uri)

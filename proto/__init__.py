@@ -1,8 +1,17 @@
-"""The Holdfast wire contract (``holdfast.v1``): generated protobuf and gRPC code.
+"""The Holdfast wire contract (``holdfast.v1``) and the code every peer shares.
 
-``holdfast.proto`` is the source; ``holdfast_pb2*.py`` are generated from it by
-``python -m holdfast.proto.generate`` and checked in. ``PROTOCOL_VERSION`` is the
-version a client announces in ``Hello`` and a broker accepts.
+``holdfast.proto`` is the source; ``holdfast_pb2.py`` (and its ``.pyi``) are
+generated from it by ``python -m holdfast.proto.generate`` and checked in.
+``PROTOCOL_VERSION`` is the version a client announces in ``Hello`` and a broker
+accepts. The SDK, the proxy and the broker share, from this package:
+
+- ``limits``: the limits' defaults, the ``Limits`` value, the HelloReply;
+- ``validate``: queue URI, open, PUT and property checks, bounded quoting;
+- ``stream`` and ``outbox``: one served session stream (broker and proxy);
+- ``serve``: binding a gRPC server of the contract, signals, ``HOST:PORT``;
+- ``metrics_http``: the Prometheus endpoint of the broker and the proxy.
+
+The contract's rules are described in ``docs/contract.md``.
 """
 
 from holdfast.proto import holdfast_pb2 as pb
@@ -14,4 +23,14 @@ SERVICE_NAME = "holdfast.v1.Broker"
 SESSION_METHOD = f"/{SERVICE_NAME}/Session"
 """The full gRPC method name of the session stream."""
 
-__all__ = ["PROTOCOL_VERSION", "SERVICE_NAME", "SESSION_METHOD", "pb"]
+
+def status_name(status: int) -> str:
+    """A wire status without its ``STATUS_`` prefix (``pb.STATUS_OK`` -> ``"OK"``); a
+    number this code does not know as ``"STATUS_<number>"``."""
+    try:
+        return pb.Status.Name(status).removeprefix("STATUS_")
+    except ValueError:
+        return f"STATUS_{status}"
+
+
+__all__ = ["PROTOCOL_VERSION", "SERVICE_NAME", "SESSION_METHOD", "pb", "status_name"]

@@ -2,10 +2,13 @@
 
 Run ``python -m holdfast.proto.generate`` after editing the ``.proto`` (needs the
 ``test`` extra for ``grpcio-tools``). ``--check`` regenerates into a scratch folder
-and exits 1 when the checked-in files differ, which is what the staleness test runs.
+and exits 1 when the checked-in files differ; ``tests/test_proto_generated.py`` runs
+the same check (``stale_files``), so stale generated code fails the tests.
 
-The ``.proto`` is staged as ``holdfast/proto/holdfast.proto`` before ``protoc`` runs so
-the generated gRPC module imports ``holdfast.proto.holdfast_pb2`` by its installed name.
+Only the messages are generated (``holdfast_pb2.py`` and its stub): no gRPC service
+module, since every peer calls the one method by name (``SESSION_METHOD``) with raw
+bytes. The ``.proto`` is staged as ``holdfast/proto/holdfast.proto`` before ``protoc``
+runs so the generated code names it by its installed path.
 """
 
 from __future__ import annotations
@@ -18,18 +21,18 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PROTO = HERE / "holdfast.proto"
-GENERATED = ("holdfast_pb2.py", "holdfast_pb2.pyi", "holdfast_pb2_grpc.py")
+GENERATED = ("holdfast_pb2.py", "holdfast_pb2.pyi")
 
 
-def generate(out_dir: Path) -> None:
-    """Run protoc on ``holdfast.proto`` and write the generated files into ``out_dir``."""
+def generate(out_dir: Path, proto: Path = PROTO) -> None:
+    """Run protoc on ``proto`` and write the generated files into ``out_dir``."""
     from grpc_tools import protoc  # only needed by developers, not at run time
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         staged = root / "src" / "holdfast" / "proto"
         staged.mkdir(parents=True)
-        shutil.copy(PROTO, staged / PROTO.name)
+        shutil.copy(proto, staged / PROTO.name)
         built = root / "out"
         built.mkdir()
         args = [
@@ -37,7 +40,6 @@ def generate(out_dir: Path) -> None:
             f"-I{root / 'src'}",
             f"--python_out={built}",
             f"--pyi_out={built}",
-            f"--grpc_python_out={built}",
             "holdfast/proto/holdfast.proto",
         ]
         if protoc.main(args) != 0:
@@ -46,16 +48,17 @@ def generate(out_dir: Path) -> None:
             shutil.copy(built / "holdfast" / "proto" / name, out_dir / name)
 
 
-def stale_files() -> list[str]:
-    """Return the names of checked-in generated files that differ from a fresh generation."""
+def stale_files(checked_in: Path = HERE, proto: Path = PROTO) -> list[str]:
+    """Names of the generated files in ``checked_in`` that are missing or differ from
+    a fresh generation from ``proto``."""
     with tempfile.TemporaryDirectory() as tmp:
         fresh = Path(tmp)
-        generate(fresh)
+        generate(fresh, proto)
         return [
             name
             for name in GENERATED
-            if not (HERE / name).exists()
-            or (HERE / name).read_bytes() != (fresh / name).read_bytes()
+            if not (checked_in / name).exists()
+            or (checked_in / name).read_bytes() != (fresh / name).read_bytes()
         ]
 
 

@@ -16,7 +16,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from holdfast.broker.stream import serve_until_signalled
+from holdfast.proto.serve import serve_until_signalled
 from holdfast.proxy.config import ProxyConfig
 from holdfast.proxy.server import Proxy
 from holdfast.sdk.errors import InvalidArgumentError

@@ -26,52 +26,25 @@ import logging
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any, cast
+from typing import Any
 
-from holdfast.broker.outbox import AckGroup
-from holdfast.broker.store import NO_PROPERTIES, StoredMessage
-from holdfast.broker.stream import ContractStream
-from holdfast.proto import PROTOCOL_VERSION, pb
-from holdfast.proto.uri import parse_queue_uri
+from holdfast.proto import pb
+from holdfast.proto.limits import hello_reply
+from holdfast.proto.outbox import AckGroup, Delivery
+from holdfast.proto.stream import ContractStream
+from holdfast.proto.validate import GUID_BYTES, Invalid, check_open
 from holdfast.proxy.config import ProxyConfig
 from holdfast.proxy.upstream import Upstream
 from holdfast.sdk.engine import QueueRecord, WireAck
-from holdfast.sdk.errors import (
-    ConfirmDroppedError,
-    HoldfastError,
-    InvalidPropertiesError,
-    NotWritableError,
-    PayloadTooLargeError,
-    QueueStateError,
-    RequestFailedError,
-    RequestTimeoutError,
-)
+from holdfast.sdk.errors import ConfirmDroppedError, HoldfastError, QueueStateError
 from holdfast.sdk.options import QueueOptions
+from holdfast.sdk.statuses import relay_status
 from holdfast.sdk.types import Message
 
 log = logging.getLogger(__name__)
 
-
-def request_status(error: HoldfastError) -> tuple[pb.Status, str]:
-    """The wire status and message that relay a failed upstream request to a client."""
-    if isinstance(error, RequestFailedError):
-        try:
-            return cast(pb.Status, pb.Status.Value(f"STATUS_{error.status}")), error.message
-        except ValueError:
-            return pb.STATUS_INVALID_ARGUMENT, str(error)
-    if isinstance(error, RequestTimeoutError):
-        return pb.STATUS_SHUTTING_DOWN, f"the broker did not answer in time: {error}"
-    return pb.STATUS_INVALID_ARGUMENT, str(error)
-
-
 _status_of = itemgetter(2)
 """The status of an ``AckEntry``."""
-
-_POST_ERRORS: dict[type[HoldfastError], pb.Status] = {
-    PayloadTooLargeError: pb.STATUS_PAYLOAD_TOO_LARGE,
-    InvalidPropertiesError: pb.STATUS_INVALID_PROPERTIES,
-    NotWritableError: pb.STATUS_NOT_WRITABLE,
-}
 
 
 class ProxyCounters:
@@ -215,40 +188,23 @@ class ClientSession(ContractStream):
             self._send_hello_reply()
 
     def _send_hello_reply(self) -> None:
-        limits = self._upstream.limits
-        self.send(
-            pb.ServerFrame(
-                hello_reply=pb.HelloReply(
-                    protocol_version=PROTOCOL_VERSION,
-                    session_id=self.session_id,
-                    dedup_window_ms=round(limits.dedup_window * 1000),
-                    max_payload_bytes=limits.max_payload_bytes,
-                    max_properties=limits.max_properties,
-                    max_properties_bytes=limits.max_properties_bytes,
-                    broker_id=limits.broker_id,
-                )
-            )
-        )
+        upstream = self._upstream
+        self.send(hello_reply(self.session_id, upstream.limits, upstream.engine.broker_id))
 
     # -- requests -----------------------------------------------------------------------
 
     def on_open(self, request: pb.OpenQueue) -> None:
         """Open the client's handle upstream; answer once the broker has."""
         try:
-            parse_queue_uri(request.uri)
-        except ValueError as error:
-            self.respond(request.request_id, pb.STATUS_INVALID_ARGUMENT, str(error))
+            check_open(request.uri, request.read, request.write)
+        except Invalid as error:
+            self.respond(request.request_id, error.status, error.message)
             return
         if request.queue_id in self._handles:
             self.respond(
                 request.request_id,
                 pb.STATUS_ALREADY_OPEN,
                 f"queue_id {request.queue_id} is already open",
-            )
-            return
-        if not (request.read or request.write):
-            self.respond(
-                request.request_id, pb.STATUS_INVALID_ARGUMENT, "open with read, write or both"
             )
             return
         handle = ClientHandle(request.queue_id, request.uri, request.read, request.write)
@@ -276,7 +232,7 @@ class ClientSession(ContractStream):
         except HoldfastError as error:
             if self._handles.get(handle.queue_id) is handle:
                 del self._handles[handle.queue_id]
-            self.respond(request.request_id, *request_status(error))
+            self.respond(request.request_id, *relay_status(error))
             return
         if self._handles.get(handle.queue_id) is not handle or self.ending:
             # The client closed it or left while the open was on its way: undo it.
@@ -308,7 +264,7 @@ class ClientSession(ContractStream):
                 record.queue_id, options, self._config.request_timeout
             )
         except HoldfastError as error:
-            self.respond(request_id, *request_status(error))
+            self.respond(request_id, *relay_status(error))
             return
         self.respond(request_id, pb.STATUS_OK)
 
@@ -356,7 +312,7 @@ class ClientSession(ContractStream):
                 status = pb.STATUS_UNKNOWN_QUEUE
             elif not handle.write:
                 status = pb.STATUS_NOT_WRITABLE
-            elif len(guid) != 16:
+            elif len(guid) != GUID_BYTES:
                 status = pb.STATUS_INVALID_GUID
             else:
                 try:
@@ -364,7 +320,7 @@ class ClientSession(ContractStream):
                     # after losing the proxy): it is only routed to this stream.
                     relay(handle.upstream.queue_id, put.payload, put.properties or None, guid)
                 except HoldfastError as error:
-                    status = _POST_ERRORS.get(type(error), pb.STATUS_UNKNOWN_QUEUE)
+                    status = relay_status(error, pb.STATUS_UNKNOWN_QUEUE)[0]
                 if status is None:
                     add_route(guid, self._route_key, queue_id)
                     relayed += 1
@@ -397,15 +353,8 @@ class ClientSession(ContractStream):
             return
         guid = message.guid.bytes
         handle.delivered.setdefault(guid, deque()).append(message)
-        stored = StoredMessage(
-            handle.uri,
-            guid,
-            message.payload,
-            message.properties or NO_PROPERTIES,
-            0.0,
-            message.delivery_count,
-        )
-        self.outbox.push(handle.queue_id, stored, message.delivery_count)
+        delivery = Delivery(guid, message.payload, message.properties)
+        self.outbox.push(handle.queue_id, delivery, message.delivery_count)
 
     def on_confirms(self, batch: pb.ConfirmBatch) -> None:
         """CONFIRM upstream what this client was delivered on the current upstream link."""

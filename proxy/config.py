@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from holdfast.broker.config import split_host_port
+from holdfast.proto.limits import DEFAULT_BATCH_BYTES, MAX_BATCH_BYTES, MIB
+from holdfast.proto.serve import split_host_port
 from holdfast.sdk.errors import InvalidArgumentError
 from holdfast.sdk.failover import parse_addresses
 from holdfast.sdk.options import SessionOptions
-
-MIB = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,12 +29,11 @@ class ProxyConfig:
     never with invented ones (the client's own connect timeout bounds its wait)."""
     request_timeout: float = 60.0
     """Seconds a client's open/configure/close may wait for the broker."""
-    max_frame_bytes: int = MIB
-    """Target size of one coalesced AckBatch or PushBatch frame to a client."""
+    max_frame_bytes: int = DEFAULT_BATCH_BYTES
+    """Target size of one coalesced AckBatch or PushBatch frame to a client (at most
+    ``MAX_BATCH_BYTES``)."""
     read_bound_bytes: int = 8 * MIB
     """A client stops being read while this many bytes of answers wait for it."""
-    max_message_bytes: int = 64 * MIB
-    """The gRPC message size limit towards clients."""
     shutdown_grace: float = 5.0
     """Seconds clients get on SIGTERM to receive what is queued for them."""
     metrics_port: int | None = None
@@ -48,9 +46,10 @@ class ProxyConfig:
         for name in ("hello_wait", "request_timeout", "shutdown_grace"):
             if getattr(self, name) < 0:
                 raise InvalidArgumentError(f"{name} must be >= 0")
-        for name in ("max_frame_bytes", "read_bound_bytes", "max_message_bytes"):
-            if getattr(self, name) <= 0:
-                raise InvalidArgumentError(f"{name} must be > 0")
+        if self.read_bound_bytes <= 0:
+            raise InvalidArgumentError("read_bound_bytes must be > 0")
+        if not 0 < self.max_frame_bytes <= MAX_BATCH_BYTES:
+            raise InvalidArgumentError(f"max_frame_bytes must be 1-{MAX_BATCH_BYTES}")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise InvalidArgumentError("metrics_port must be 0-65535")
 

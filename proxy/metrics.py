@@ -1,6 +1,6 @@
 """Prometheus metrics of the proxy (``holdfast-proxy --metrics-port PORT``).
 
-As in ``holdfast.broker.metrics``, the hot paths only bump plain ints on a
+As in the broker, the hot paths only bump plain ints on a
 ``holdfast.proxy.client.ProxyCounters`` shared by the client sessions;
 ``ProxyCollector`` turns them and the gauges it reads from the proxy into metric
 families when ``/metrics`` is scraped. This module (and prometheus_client) is only
@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from holdfast.broker.metrics import status_name
+from holdfast.proto import status_name
 from holdfast.proxy.client import ProxyCounters
 
 

@@ -14,16 +14,16 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from holdfast.broker.config import split_host_port
-from holdfast.broker.stream import start_server
 from holdfast.proto import pb
+from holdfast.proto.limits import FRAME_CEILING
+from holdfast.proto.serve import split_host_port, start_server
 from holdfast.proxy.client import ClientSession, ProxyCounters, Routes
 from holdfast.proxy.config import ProxyConfig
 from holdfast.proxy.upstream import Upstream
 from holdfast.sdk.events import Reconnected, SessionEvent, log_event
 
 if TYPE_CHECKING:
-    from holdfast.broker.metrics import MetricsServer
+    from holdfast.proto.metrics_http import MetricsServer
 
 log = logging.getLogger(__name__)
 
@@ -62,14 +62,15 @@ class Proxy:
         Raises ``OSError`` if the address cannot be bound."""
         self.upstream.start()
         host, _ = split_host_port(self.config.listen)
+        # Bound before the broker's limits are known: accept what any broker's may need.
         self._server, port = await start_server(
-            self.config.listen, self.config.max_message_bytes, self._serve_session
+            self.config.listen, FRAME_CEILING, self._serve_session
         )
         self.address = f"{host}:{port}"
         log.info("listening on %s (upstream %s)", self.address, self.config.upstream)
         if self.config.metrics_port is not None:
             # Imported only when asked for: prometheus_client is not loaded otherwise.
-            from holdfast.broker.metrics import MetricsServer
+            from holdfast.proto.metrics_http import MetricsServer
             from holdfast.proxy.metrics import ProxyCollector
 
             self.metrics = MetricsServer(

@@ -22,7 +22,8 @@ from typing import Any
 import grpc
 
 from holdfast.proto import SESSION_METHOD, pb
-from holdfast.sdk.engine import BrokerLimits, QueueRecord, SessionEngine, WireAck
+from holdfast.proto.limits import Limits
+from holdfast.sdk.engine import QueueRecord, SessionEngine, WireAck
 from holdfast.sdk.errors import HoldfastError, RequestTimeoutError, TerminalTransportError
 from holdfast.sdk.events import ConnectAttemptFailed, SessionEvent, log_event
 from holdfast.sdk.failover import FailoverPolicy
@@ -85,7 +86,7 @@ class Upstream:
     # ------------------------------------------------------------------ queries
 
     @property
-    def limits(self) -> BrokerLimits:
+    def limits(self) -> Limits:
         """What the broker last announced (defaults until it has)."""
         return self.engine.limits
 

@@ -25,7 +25,7 @@ The link moves through these states::
          +------------------------connection_lost--------------- ACTIVE
     (any) --close()--> CLOSED            (any) --terminal error--> FAILED
 
-The rules (``shared/DESIGN.md`` section 2), and where they live:
+The rules (``docs/contract.md``), and where they live:
 
 1. ``post`` assigns each PUT a uuid7 GUID and returns it.
 2. Every PUT stays in ``_pending`` (keyed by GUID, in post order) until ACKed,
@@ -56,38 +56,30 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from holdfast.proto import PROTOCOL_VERSION, pb
-from holdfast.proto.uri import parse_queue_uri
+from holdfast.proto import PROTOCOL_VERSION, pb, status_name
+from holdfast.proto.limits import DEFAULT_LIMITS, Limits, limits_from_hello
+from holdfast.proto.validate import Invalid, check_payload, check_properties, parse_queue_uri
 from holdfast.sdk import events as ev
 from holdfast.sdk.errors import (
     BufferFullError,
     ConfirmDroppedError,
     HoldfastError,
     InvalidArgumentError,
-    InvalidPropertiesError,
-    InvalidQueueUriError,
     NotWritableError,
-    PayloadTooLargeError,
     ProtocolVersionError,
     QueueNotOpenError,
-    RequestFailedError,
     SessionClosedError,
+    TerminalTransportError,
 )
 from holdfast.sdk.guids import Uuid7Source, uuid_from_bytes
 from holdfast.sdk.options import QueueOptions
-from holdfast.sdk.types import Ack, AckStatus, Message, ack_status_from_wire, status_name
+from holdfast.sdk.statuses import ack_status, invalid_error, request_error, wire_status_of
+from holdfast.sdk.types import Ack, AckStatus, Message
 
 log = logging.getLogger("holdfast.sdk.engine")
 
 HIGH_WATERMARK_WAIT = 5.0
 """Seconds ``post()`` waits for the outbound buffer to drain below its high watermark."""
-
-DEFAULT_MAX_PAYLOAD = 4 * 1024 * 1024
-"""Payload limit assumed until a broker announces its own."""
-
-DEFAULT_MAX_PROPERTIES = 64
-DEFAULT_MAX_PROPERTIES_BYTES = 64 * 1024
-"""Property limits assumed until a broker announces its own."""
 
 PUT_OVERHEAD = 40
 """Bytes a PUT costs on the wire besides payload and properties (GUID, tags, lengths)."""
@@ -190,27 +182,10 @@ class _InFlight:
     reopen: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerLimits:
-    """What the broker announced in its HelloReply."""
-
-    dedup_window: float = 300.0
-    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD
-    max_properties: int = DEFAULT_MAX_PROPERTIES
-    max_properties_bytes: int = DEFAULT_MAX_PROPERTIES_BYTES
-    broker_id: str = ""
-
-
 Callback = tuple[Callable[[Any], Any], Any]
 
 WireAck = tuple[bytes, "pb.Status"]
 """A PUT's outcome in ``wire_acks`` mode: its GUID and a ``pb.Status`` value."""
-
-_WIRE_STATUS: dict[AckStatus, pb.Status] = {
-    AckStatus.SUCCESS: pb.STATUS_OK,
-    AckStatus.UNKNOWN: pb.STATUS_UNKNOWN,
-}
-"""Outcomes the engine decides itself, as wire statuses (``_report``'s statuses)."""
 
 
 class SessionEngine:
@@ -241,7 +216,10 @@ class SessionEngine:
         self._disconnected_limit = max_disconnected_buffer_bytes
 
         self.state = LinkState.DISCONNECTED
-        self.limits = BrokerLimits()
+        self.limits: Limits = DEFAULT_LIMITS
+        """What the broker announced in its HelloReply (the defaults until then)."""
+        self.broker_id = ""
+        """The ``broker_id`` of the last HelloReply."""
         self.generation = 0
         """Counts connections; frames and deliveries of older connections are stale."""
         self.failure: HoldfastError | None = None
@@ -437,8 +415,8 @@ class SessionEngine:
         self._check_usable()
         try:
             parse_queue_uri(uri)
-        except ValueError as exc:
-            raise InvalidQueueUriError(str(exc)) from None
+        except Invalid as error:
+            raise invalid_error(error) from None
         if not (read or write):
             raise InvalidArgumentError("open a queue with read=True, write=True or both")
         if read and on_message is None:
@@ -595,17 +573,16 @@ class SessionEngine:
                 raise InvalidArgumentError(f"payload must be bytes, not {type(payload).__name__}")
             payload = bytes(payload)
         limits = self.limits
-        size = len(payload)
-        if size > limits.max_payload_bytes:
-            raise PayloadTooLargeError(
-                f"payload of {size} bytes is over the broker's limit of "
-                f"{limits.max_payload_bytes} bytes"
-            )
-        size += PUT_OVERHEAD
         props: dict[str, str] | None = None
-        if properties:
-            props, props_size = _checked_properties(properties, limits)
-            size += props_size
+        try:
+            check_payload(payload, limits)
+            size = len(payload) + PUT_OVERHEAD
+            if properties:
+                props, props_size = check_properties(properties, limits)
+                # Buffer accounting, not the limit: each property's tags and lengths.
+                size += props_size + 4 * len(props)
+        except Invalid as error:
+            raise invalid_error(error) from None
         active = state is LinkState.ACTIVE
         if (
             self._disconnected_limit is not None
@@ -679,13 +656,12 @@ class SessionEngine:
                 )
             )
             return
-        self.limits = BrokerLimits(
-            dedup_window=reply.dedup_window_ms / 1000.0,
-            max_payload_bytes=reply.max_payload_bytes or DEFAULT_MAX_PAYLOAD,
-            max_properties=reply.max_properties or DEFAULT_MAX_PROPERTIES,
-            max_properties_bytes=reply.max_properties_bytes or DEFAULT_MAX_PROPERTIES_BYTES,
-            broker_id=reply.broker_id,
-        )
+        try:
+            self.limits = limits_from_hello(reply)
+        except ValueError as error:
+            self._fail(TerminalTransportError(f"the broker announced unusable limits: {error}"))
+            return
+        self.broker_id = reply.broker_id
         self.state = LinkState.RESTORING
         self._reconnecting = self._has_connected
         if self._has_connected:
@@ -713,7 +689,7 @@ class SessionEngine:
         restoring = request.kind == "open" and queue.queue_id in self._restoring
         error: HoldfastError | None = None
         if response.status != pb.STATUS_OK:
-            error = RequestFailedError(status_name(response.status), response.message)
+            error = request_error(response.status, response.message)
         if request.kind == "open":
             self._on_open_answered(queue, request, error)
         elif request.kind == "close":
@@ -798,7 +774,7 @@ class SessionEngine:
                 callback = queue.on_ack
             if callback is not None:
                 wire = ack.status
-                status = _SUCCESS if wire == _STATUS_OK else ack_status_from_wire(wire)
+                status = _SUCCESS if wire == _STATUS_OK else ack_status(wire)
                 append((callback, Ack(uuid_from_bytes(put[GUID]), status, queue.uri)))
         self._pending_bytes -= released
 
@@ -911,7 +887,7 @@ class SessionEngine:
             return
         self._pending_bytes -= put[SIZE]
         if self._wire_acks is not None:
-            self._wire_acks.append((put[GUID], _WIRE_STATUS[status]))
+            self._wire_acks.append((put[GUID], wire_status_of(status)))
             return
         queue = self._queues[put[QUEUE_ID]]
         callback = put[ON_ACK]
@@ -952,30 +928,3 @@ def _wire_options(options: QueueOptions) -> pb.QueueOptions:
         max_unconfirmed_messages=options.max_unconfirmed_messages,
         max_unconfirmed_bytes=options.max_unconfirmed_bytes,
     )
-
-
-def _checked_properties(
-    properties: Mapping[str, str], limits: BrokerLimits
-) -> tuple[dict[str, str], int]:
-    """Copy and validate properties; return them with their size in bytes."""
-    if not isinstance(properties, Mapping):
-        raise InvalidPropertiesError("properties must be a mapping of str to str")
-    if len(properties) > limits.max_properties:
-        raise InvalidPropertiesError(
-            f"{len(properties)} properties is over the limit of {limits.max_properties}"
-        )
-    copied: dict[str, str] = {}
-    size = 0
-    for key, value in properties.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise InvalidPropertiesError(
-                f"property {key!r} must map str to str, not "
-                f"{type(key).__name__} to {type(value).__name__}"
-            )
-        copied[key] = value
-        size += len(key.encode()) + len(value.encode()) + 4
-    if size > limits.max_properties_bytes:
-        raise InvalidPropertiesError(
-            f"properties take {size} bytes, over the limit of {limits.max_properties_bytes}"
-        )
-    return copied, size

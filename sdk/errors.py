@@ -9,8 +9,7 @@
     │   └── InvalidPropertiesError
     ├── QueueStateError                      the queue handle cannot do that now
     │   ├── QueueNotOpenError
-    │   ├── NotWritableError
-    │   └── NotReadableError
+    │   └── NotWritableError
     ├── FlowControlError                     the message was not taken; retry later
     │   ├── BandwidthLimitError              outbound buffer over its high watermark for 5 s
     │   └── BufferFullError                  optional bound on bytes buffered while disconnected
@@ -25,7 +24,9 @@
             └── ProtocolVersionError         the broker speaks another protocol version
 
 gRPC status codes are sorted into retryable and terminal in one place,
-``holdfast.sdk.transport.classify_rpc_error``; nothing else looks at them.
+``holdfast.sdk.transport.classify_rpc_error``; nothing else looks at them. Wire
+statuses are mapped to these errors and to ``AckStatus`` in one place too,
+``holdfast.sdk.statuses``.
 Applications never see ``RetryableTransportError`` from an API call: the session
 absorbs it and reports it as a ``ConnectionLost`` event.
 """
@@ -63,10 +64,6 @@ class QueueNotOpenError(QueueStateError):
 
 class NotWritableError(QueueStateError):
     """``post()`` on a queue opened without ``write=True``."""
-
-
-class NotReadableError(QueueStateError):
-    """A consumer operation on a queue opened without ``read=True``."""
 
 
 class FlowControlError(HoldfastError):

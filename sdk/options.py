@@ -5,6 +5,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from holdfast.proto.limits import (
+    DEFAULT_BATCH_BYTES,
+    DEFAULT_MAX_UNCONFIRMED_BYTES,
+    DEFAULT_MAX_UNCONFIRMED_MESSAGES,
+    MAX_BATCH_BYTES,
+)
 from holdfast.sdk.errors import InvalidArgumentError
 
 DEFAULT_ADDRESS = "127.0.0.1:7701"
@@ -29,8 +35,10 @@ class QueueOptions:
     messages or bytes. Setting ``max_unconfirmed_messages=0`` pauses delivery.
     """
 
-    max_unconfirmed_messages: int = 1000
-    max_unconfirmed_bytes: int = 32 * 1024 * 1024
+    max_unconfirmed_messages: int = DEFAULT_MAX_UNCONFIRMED_MESSAGES
+    """Most unconfirmed messages this consumer holds before delivery pauses."""
+    max_unconfirmed_bytes: int = DEFAULT_MAX_UNCONFIRMED_BYTES
+    """Most unconfirmed payload bytes this consumer holds before delivery pauses."""
 
     def __post_init__(self) -> None:
         _require(
@@ -79,7 +87,7 @@ class SessionOptions:
     """Back-off between connection attempts."""
     high_watermark_bytes: int = 64 * 1024 * 1024
     """Outbound bytes not yet taken by the transport above which ``post()`` waits (5 s at most)."""
-    max_batch_bytes: int = 1024 * 1024
+    max_batch_bytes: int = DEFAULT_BATCH_BYTES
     """Target size of one outbound frame; a single larger message travels alone."""
     max_disconnected_buffer_bytes: int | None = None
     """Optional bound on payload bytes buffered while not connected (default: none)."""
@@ -93,7 +101,10 @@ class SessionOptions:
         _require(self.keepalive_time > 0, "keepalive_time must be > 0")
         _require(self.keepalive_timeout > 0, "keepalive_timeout must be > 0")
         _require(self.high_watermark_bytes > 0, "high_watermark_bytes must be > 0")
-        _require(self.max_batch_bytes > 0, "max_batch_bytes must be > 0")
+        _require(
+            0 < self.max_batch_bytes <= MAX_BATCH_BYTES,
+            f"max_batch_bytes must be 1-{MAX_BATCH_BYTES} (brokers accept no bigger batches)",
+        )
         _require(
             self.max_disconnected_buffer_bytes is None or self.max_disconnected_buffer_bytes > 0,
             "max_disconnected_buffer_bytes must be None or > 0",

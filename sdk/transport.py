@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 
 from holdfast.proto import SESSION_METHOD, pb
+from holdfast.proto.limits import FRAME_CEILING
 from holdfast.sdk.errors import (
     RetryableTransportError,
     TerminalTransportError,
@@ -26,8 +27,9 @@ from holdfast.sdk.errors import (
 )
 from holdfast.sdk.options import SessionOptions
 
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-"""Largest frame either side of the link accepts (a batch of PUSHes can be large)."""
+MAX_MESSAGE_BYTES = FRAME_CEILING
+"""Largest frame either side of the link accepts: the channel exists before the broker
+announces its limits, so it takes the most any broker's limits may need."""
 
 RETRYABLE_CODES = frozenset(
     {

@@ -7,19 +7,29 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from holdfast.proto import pb
-
 
 class AckStatus(enum.Enum):
     """The outcome of one PUT, reported exactly once per PUT.
 
     ``SUCCESS`` means the message is in the queue (a replay the broker recognised
     by GUID is a success too). ``UNKNOWN`` means the SDK cannot tell: the message
-    may or may not be in the queue. Every other status means it is not in the queue.
+    may or may not be in the queue (also when the broker found the PUT too old to
+    recognise a replay of it). Every other status means this PUT was not enqueued:
+
+    - ``CONFLICT``: the broker knows the GUID with a different payload or
+      properties; the original message stays as it was;
+    - ``HISTORY_FULL``: the broker's GUID history was at its memory bound. Not a
+      final outcome: the SDK keeps the PUT and retransmits it, so an application
+      only sees it from a broker or proxy that ACKs it as final;
+    - the others: the PUT was refused for what it is, or could not be stored.
+
+    Wire statuses are mapped to these in one place, ``holdfast.sdk.statuses``.
     """
 
     SUCCESS = "SUCCESS"
     UNKNOWN = "UNKNOWN"
+    CONFLICT = "CONFLICT"
+    HISTORY_FULL = "HISTORY_FULL"
     INVALID_GUID = "INVALID_GUID"
     PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
     INVALID_PROPERTIES = "INVALID_PROPERTIES"
@@ -32,31 +42,6 @@ class AckStatus(enum.Enum):
     def ok(self) -> bool:
         """True for ``SUCCESS``."""
         return self is AckStatus.SUCCESS
-
-
-_FROM_WIRE: dict[int, AckStatus] = {
-    pb.STATUS_OK: AckStatus.SUCCESS,
-    pb.STATUS_UNKNOWN: AckStatus.UNKNOWN,
-    pb.STATUS_INVALID_GUID: AckStatus.INVALID_GUID,
-    pb.STATUS_PAYLOAD_TOO_LARGE: AckStatus.PAYLOAD_TOO_LARGE,
-    pb.STATUS_INVALID_PROPERTIES: AckStatus.INVALID_PROPERTIES,
-    pb.STATUS_NOT_WRITABLE: AckStatus.NOT_WRITABLE,
-    pb.STATUS_UNKNOWN_QUEUE: AckStatus.UNKNOWN_QUEUE,
-    pb.STATUS_STORE_ERROR: AckStatus.STORE_ERROR,
-}
-
-
-def ack_status_from_wire(status: int) -> AckStatus:
-    """Map a wire ``Status`` carried by an ACK to an ``AckStatus``."""
-    return _FROM_WIRE.get(status, AckStatus.REFUSED)
-
-
-def status_name(status: int) -> str:
-    """The wire status name without its ``STATUS_`` prefix, e.g. ``"INVALID_ARGUMENT"``."""
-    try:
-        return pb.Status.Name(status).removeprefix("STATUS_")
-    except ValueError:
-        return f"STATUS_{status}"
 
 
 @dataclass(frozen=True, slots=True)

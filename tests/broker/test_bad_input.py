@@ -147,6 +147,7 @@ def test_empty_batches_are_harmless(client: WireClient, bystander: Bystander) ->
         "hf://domain/que ue",
         "hf://domain/" + "q" * 129,
         "HF://domain/queue",
+        "hf://domain/queue\n",  # not the queue hf://domain/queue
     ],
 )
 def test_bad_uri(client: WireClient, bystander: Bystander, uri: str) -> None:
@@ -156,6 +157,17 @@ def test_bad_uri(client: WireClient, bystander: Bystander, uri: str) -> None:
     bystander.assert_works()
     # The handle was not taken: the same queue_id opens fine afterwards.
     assert client.open(1, unique_uri("after-bad-uri"), write=True).status == pb.STATUS_OK
+
+
+def test_huge_uri_gets_a_short_typed_answer(client: WireClient, bystander: Bystander) -> None:
+    # Echoing a 3 MiB URI would make a 12 MiB reply (repr of every byte), over the gRPC
+    # message limit: the stream would die instead of getting its typed answer.
+    response = client.open(1, "hf://domain/" + "\x00" * (3 * 1024 * 1024), write=True)
+    assert response.status == pb.STATUS_INVALID_ARGUMENT
+    assert len(response.message) < 400
+    assert "3145740 characters" in response.message
+    bystander.assert_works()
+    assert_stream_still_usable(client)
 
 
 def test_open_without_read_or_write(client: WireClient, bystander: Bystander) -> None:

@@ -1,4 +1,4 @@
-"""The broker's parts on their own, without sockets: history, queues, outbox, config."""
+"""The broker's parts on their own, without sockets: history, queues, config."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ import pytest
 
 from holdfast.broker import BrokerConfig, MemoryStore
 from holdfast.broker.dedup import BrokerClock, GuidHistory, HistoryBudget, content_digest
-from holdfast.broker.outbox import AckGroup, Outbox
-from holdfast.broker.puts import properties_error
 from holdfast.broker.queues import Consumer, FlowLimits, Queue, QueueRegistry, Updates
 from holdfast.broker.store import (
     NO_PROPERTIES,
@@ -317,130 +315,6 @@ def test_flow_limits_default_when_options_are_absent() -> None:
     assert FlowLimits.from_wire(pb.QueueOptions()) == FlowLimits(0, 0)
 
 
-# -- outbox ---------------------------------------------------------------------------
-
-
-def response(request_id: int) -> pb.ServerFrame:
-    return pb.ServerFrame(response=pb.Response(request_id=request_id, status=pb.STATUS_OK))
-
-
-def test_outbox_keeps_the_ordered_lane_in_order_behind_pending_acks() -> None:
-    async def scenario() -> None:
-        outbox = Outbox(max_frame_bytes=1 << 20, read_bound_bytes=1 << 20)
-        first, second = AckGroup(), AckGroup()
-        first.acks.append((1, b"g1", pb.STATUS_OK))
-        second.acks.append((1, b"g2", pb.STATUS_OK))
-        outbox.add_acks(first)
-        outbox.add_acks(second)
-        outbox.send(response(7))
-        assert outbox.take() is None  # everything waits for the first group
-        outbox.acks_ready(second)
-        assert outbox.take() is None
-        outbox.acks_ready(first)
-        frame = outbox.take()
-        assert frame is not None
-        assert [a.guid for a in frame.acks.acks] == [b"g1", b"g2"]  # coalesced
-        frame = outbox.take()
-        assert frame is not None and frame.response.request_id == 7
-        assert outbox.take() is None
-        assert outbox.ordered_bytes == 0
-
-    run(scenario())
-
-
-def test_outbox_pushes_wait_for_an_open_response_and_alternate_with_acks() -> None:
-    async def scenario() -> None:
-        outbox = Outbox(max_frame_bytes=1 << 20, read_bound_bytes=1 << 20)
-        pending = AckGroup()
-        pending.acks.append((2, b"g", pb.STATUS_OK))
-        outbox.add_acks(pending)
-        outbox.send(response(1), holds_pushes=True)
-        outbox.push(1, message(b"p1"), 1)
-        assert outbox.take() is None  # the Response that opens handle 1 must go first
-        outbox.acks_ready(pending)
-        kinds = []
-        while (frame := outbox.take()) is not None:
-            kinds.append(frame.WhichOneof("frame"))
-        assert kinds == ["acks", "response", "pushes"]
-        # With both lanes busy, they take turns.
-        for i in range(2):
-            group = AckGroup()
-            group.acks.append((1, b"g%d" % i, pb.STATUS_OK))
-            outbox.add_acks(group)
-            outbox.acks_ready(group)
-            outbox.send(response(10 + i))
-            outbox.push(1, message(b"q%d" % i), 1)
-        kinds = []
-        while (frame := outbox.take()) is not None:
-            kinds.append(frame.WhichOneof("frame"))
-        assert kinds == ["acks", "pushes", "response", "acks", "response"]
-
-    run(scenario())
-
-
-def test_outbox_ignores_an_empty_ack_group() -> None:
-    async def scenario() -> None:
-        outbox = Outbox(max_frame_bytes=1 << 20, read_bound_bytes=1 << 20)
-        empty = AckGroup()
-        outbox.add_acks(empty)
-        outbox.acks_ready(empty)
-        outbox.send(response(3))
-        frame = outbox.take()
-        assert frame is not None and frame.WhichOneof("frame") == "response"
-        assert outbox.take() is None
-
-    run(scenario())
-
-
-def test_outbox_splits_push_batches_at_the_frame_size() -> None:
-    async def scenario() -> None:
-        outbox = Outbox(max_frame_bytes=250, read_bound_bytes=1 << 20)
-        for i in range(5):
-            outbox.push(3, message(bytes([i]), size=100), 1)
-        sizes = []
-        while (frame := outbox.take()) is not None:
-            sizes.append(len(frame.pushes.pushes))
-        assert sizes == [2, 2, 1]
-        assert outbox.push_bytes == 0
-
-    run(scenario())
-
-
-def test_outbox_drops_pushes_of_a_closed_handle() -> None:
-    async def scenario() -> None:
-        outbox = Outbox(max_frame_bytes=1 << 20, read_bound_bytes=1 << 20)
-        outbox.push(1, message(b"a"), 1)
-        outbox.push(2, message(b"b"), 1)
-        outbox.drop_pushes(1)
-        frame = outbox.take()
-        assert frame is not None
-        assert [(p.queue_id, p.guid) for p in frame.pushes.pushes] == [(2, b"b")]
-
-    run(scenario())
-
-
-def test_outbox_read_bound_closes_and_reopens_with_hysteresis() -> None:
-    async def scenario() -> None:
-        outbox = Outbox(max_frame_bytes=1 << 20, read_bound_bytes=100)
-        groups = []
-        for i in range(6):  # 6 x (16 + 8) = 144 bytes > 100
-            group = AckGroup()
-            group.acks.append((1, bytes([i]) * 16, pb.STATUS_OK))
-            groups.append(group)
-            outbox.add_acks(group)
-        assert not outbox.has_room
-        outbox.acks_ready(groups[0])
-        outbox.take()  # 120 bytes left: above the bound
-        assert not outbox.has_room
-        for group in groups[1:4]:
-            outbox.acks_ready(group)
-        outbox.take()  # 48 bytes left: under half the bound
-        assert outbox.has_room
-        await asyncio.wait_for(outbox.wait_for_room(), 1)
-
-    run(scenario())
-
-
 # -- configuration -----------------------------------------------------------------------
 
 
@@ -454,16 +328,11 @@ def test_store_specs() -> None:
 
 def test_config_checks_its_values() -> None:
     config = BrokerConfig(listen="127.0.0.1:0", dedup_window=1.5)
-    assert config.max_message_bytes > 2 * config.max_payload_bytes
+    assert config.limits.max_payload_bytes == config.max_payload_bytes
+    assert config.limits.dedup_window == 1.5
     with pytest.raises(ValueError, match="HOST:PORT"):
         BrokerConfig(listen="localhost")
     with pytest.raises(ValueError, match="dedup_window"):
         BrokerConfig(dedup_window=0)
     with pytest.raises(ValueError, match="unknown store"):
         BrokerConfig(store="tape")
-
-
-def test_properties_limits_count_utf8_bytes() -> None:
-    assert properties_error({"k": "v"}, 1, 2) is None
-    assert properties_error({"a": "1", "b": "2"}, 1, 100) is not None
-    assert properties_error({"k": "é"}, 1, 2) is not None  # 1 + 2 bytes

@@ -120,6 +120,12 @@ def test_a_misbehaving_client_does_not_affect_another(
                     assert bad.open(1, "not-a-uri", write=True).status == (
                         pb.STATUS_INVALID_ARGUMENT
                     )
+                    assert bad.open(1, uri + "\n", write=True).status == (
+                        pb.STATUS_INVALID_ARGUMENT
+                    )
+                    huge = bad.open(1, "hf://d/" + "\x00" * 3_000_000, write=True)
+                    assert huge.status == pb.STATUS_INVALID_ARGUMENT
+                    assert len(huge.message) < 400  # a bounded quote, not 12 MB of repr
                     assert bad.open(2, uri, write=True).status == pb.STATUS_OK
                     bad.put(2, [(b"short", b"x", {})])
                     assert bad.acks(1)[0].status == pb.STATUS_INVALID_GUID

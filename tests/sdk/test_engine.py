@@ -1,4 +1,4 @@
-"""The client-HA rules (DESIGN.md section 2, rules 1-7) scripted against ``SessionEngine``.
+"""The client-HA rules (``docs/contract.md``, rules 1-7) scripted against ``SessionEngine``.
 
 No sockets, no threads, no clock: each test plays the broker through
 ``tests/sdk/fakes.Harness``, reads the real ``pb.ClientFrame``s the engine sends

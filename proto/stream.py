@@ -3,6 +3,7 @@
 The broker's sessions (``holdfast.broker.session``) and the proxy's client
 sessions (``holdfast.proxy.client``) speak the same protocol downstream; this base
 class is that protocol's stream half, and subclasses supply what each frame does.
+It knows nothing of either: a server binds it with ``holdfast.proto.serve``.
 
 A stream reads client frames in one task and writes server frames in another
 (see ``outbox``). Reading is synchronous per frame: a frame is parsed, checked and
@@ -26,16 +27,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
 
-from holdfast.broker.outbox import Outbox
-from holdfast.proto import PROTOCOL_VERSION, SERVICE_NAME, pb
+from holdfast.proto import PROTOCOL_VERSION, pb, status_name
+from holdfast.proto.outbox import Outbox
 
 log = logging.getLogger(__name__)
 
@@ -274,7 +274,7 @@ class ContractStream(ABC):
         )
         self.outbox.send(pb.ServerFrame(error=error))
         if not fatal:
-            log.debug("session %s: %s: %s", self.session_id, pb.Status.Name(status), message)
+            log.debug("session %s: %s: %s", self.session_id, status_name(status), message)
 
     def respond_not_open(self, request_id: int, queue_id: int) -> None:
         """Answer a request about a queue handle that is not open on this stream."""
@@ -289,7 +289,7 @@ class ContractStream(ABC):
         """Send a fatal Error and end the stream once it is written."""
         self.error(status, message, fatal=True)
         self._ending = True
-        self._end_reason = reason or f"{pb.Status.Name(status)}: {message}"
+        self._end_reason = reason or f"{status_name(status)}: {message}"
 
 
 CONFIRM_ERRORS: dict[pb.Status, str] = {
@@ -301,74 +301,3 @@ CONFIRM_ERRORS: dict[pb.Status, str] = {
     ),
 }
 """Why a CONFIRM was refused, by status."""
-
-
-async def serve_until_signalled(stop: Callable[[], Awaitable[None]]) -> None:
-    """Wait for SIGTERM or SIGINT, then ``await stop()`` (a graceful stop).
-
-    Once the stop has begun, further SIGTERM/SIGINT are ignored for the rest of the
-    process: the stop is bounded by its grace period, and a second signal arriving
-    after the event loop has closed would otherwise kill the process mid-exit.
-    """
-    signalled = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, signalled.set)
-    await signalled.wait()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.remove_signal_handler(signum)
-        signal.signal(signum, signal.SIG_IGN)
-    await stop()
-
-
-def _serialize(frame: pb.ServerFrame) -> bytes:
-    return frame.SerializeToString()
-
-
-def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
-    """gRPC server arguments for a server of the contract (broker or proxy)."""
-    return [
-        # Above the largest valid frame, so that an oversize payload reaches our code
-        # and is answered PAYLOAD_TOO_LARGE rather than failing the whole stream.
-        ("grpc.max_receive_message_length", max_message_bytes),
-        ("grpc.max_send_message_length", max_message_bytes),
-        # Notice dead clients (their consumers' messages must be redelivered).
-        ("grpc.keepalive_time_ms", 5000),
-        ("grpc.keepalive_timeout_ms", 5000),
-        # Without this a keepalive ping that merged with another ping waits for gRPC's
-        # generic 60 s ping timeout, and a frozen client goes unnoticed for a minute.
-        ("grpc.http2.ping_timeout_ms", 5000),
-        ("grpc.http2.max_pings_without_data", 0),
-        # SDK clients ping every 1-2 s to detect black holes; let them, without strikes.
-        ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.min_recv_ping_interval_without_data_ms", 500),
-        ("grpc.http2.max_ping_strikes", 0),
-        # A second server on a port in use must fail, not share the port silently.
-        ("grpc.so_reuseport", 0),
-    ]
-
-
-async def start_server(
-    listen: str,
-    max_message_bytes: int,
-    serve_session: Callable[[Any, Any], Any],
-) -> tuple[Any, int]:
-    """Bind a grpc.aio server of the contract on ``listen`` and start it; return it and
-    the bound port. The session method takes raw bytes (no request deserializer), so
-    that bytes which are not a ClientFrame get a typed Error instead of failing the
-    stream. Raises ``OSError`` if the address cannot be bound."""
-    server = grpc.aio.server(options=server_options(max_message_bytes))
-    handler = grpc.stream_stream_rpc_method_handler(
-        serve_session, request_deserializer=None, response_serializer=_serialize
-    )
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(SERVICE_NAME, {"Session": handler}),)
-    )
-    try:
-        port = server.add_insecure_port(listen)
-    except RuntimeError as error:
-        raise OSError(f"cannot listen on {listen}: {error}") from error
-    if not port:
-        raise OSError(f"cannot listen on {listen}")
-    await server.start()
-    return server, port

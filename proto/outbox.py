@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Mapping
+from typing import NamedTuple, Protocol
 
-from holdfast.broker.store import StoredMessage
 from holdfast.proto import pb
 
 AckEntry = tuple[int, bytes, "pb.Status"]
@@ -37,6 +38,33 @@ _ACK_OVERHEAD = 8
 
 _PUSH_OVERHEAD = 32
 """Approximate wire bytes of one PUSH besides its GUID, payload and properties."""
+
+
+class Pushable(Protocol):
+    """What a PUSH is made of (the broker's stored messages are pushable as they are)."""
+
+    @property
+    def guid(self) -> bytes:
+        """The producer's 16-byte GUID."""
+        ...
+
+    @property
+    def payload(self) -> bytes:
+        """The message body."""
+        ...
+
+    @property
+    def properties(self) -> Mapping[str, str]:
+        """The message's properties (empty if none)."""
+        ...
+
+
+class Delivery(NamedTuple):
+    """A message to PUSH, for senders with no message object of their own (the proxy)."""
+
+    guid: bytes
+    payload: bytes
+    properties: Mapping[str, str]
 
 
 class AckGroup:
@@ -70,7 +98,7 @@ class Outbox:
         """The session stops reading while the ordered lane holds more than this."""
         self._ordered: deque[AckGroup | _Framed] = deque()
         self._ordered_bytes = 0
-        self._pushes: list[tuple[int, StoredMessage, int]] = []
+        self._pushes: list[tuple[int, Pushable, int]] = []
         self._push_bytes = 0
         self._push_turn = False
         self._push_holds = 0
@@ -112,7 +140,7 @@ class Outbox:
         if self._ordered and self._ordered[0] is group:
             self._work.set()
 
-    def push(self, queue_id: int, message: StoredMessage, delivery_count: int) -> None:
+    def push(self, queue_id: int, message: Pushable, delivery_count: int) -> None:
         """Queue a PUSH of ``message`` under handle ``queue_id``."""
         if self.closed or self.finishing:
             return
@@ -161,11 +189,6 @@ class Outbox:
     def ordered_pending(self) -> bool:
         """Whether the ordered lane still holds anything (ready or not)."""
         return bool(self._ordered)
-
-    @property
-    def pushes_pending(self) -> int:
-        """How many PUSHes wait to be written."""
-        return len(self._pushes)
 
     def _grow(self, size: int) -> None:
         self._ordered_bytes += size

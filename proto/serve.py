@@ -1,0 +1,98 @@
+"""Serving the contract: binding a grpc.aio server of the session stream, its
+options, the graceful stop on a signal, and ``HOST:PORT`` addresses. Shared by the
+broker and the proxy."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from holdfast.proto import SERVICE_NAME, pb
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """Split ``HOST:PORT`` (``[v6]:PORT`` too); raise ``ValueError`` if it is not one."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT, got {address!r}")
+    return host, int(port)
+
+
+async def serve_until_signalled(stop: Callable[[], Awaitable[None]]) -> None:
+    """Wait for SIGTERM or SIGINT, then ``await stop()`` (a graceful stop).
+
+    Once the stop has begun, further SIGTERM/SIGINT are ignored for the rest of the
+    process: the stop is bounded by its grace period, and a second signal arriving
+    after the event loop has closed would otherwise kill the process mid-exit.
+    """
+    signalled = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, signalled.set)
+    await signalled.wait()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.remove_signal_handler(signum)
+        signal.signal(signum, signal.SIG_IGN)
+    await stop()
+
+
+def _serialize(frame: pb.ServerFrame) -> bytes:
+    return frame.SerializeToString()
+
+
+def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
+    """gRPC server arguments for a server of the contract (broker or proxy).
+
+    ``max_message_bytes`` is ``Limits.max_frame_bytes`` of what the server announces
+    (``FRAME_CEILING`` for a proxy, which binds before it learns them): every valid
+    frame fits, including a PUT over the payload limit by up to a batch, which is
+    answered PAYLOAD_TOO_LARGE; a bigger frame breaks the contract and gRPC ends
+    the stream with RESOURCE_EXHAUSTED.
+    """
+    return [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+        # Notice dead clients (their consumers' messages must be redelivered).
+        ("grpc.keepalive_time_ms", 5000),
+        ("grpc.keepalive_timeout_ms", 5000),
+        # Without this a keepalive ping that merged with another ping waits for gRPC's
+        # generic 60 s ping timeout, and a frozen client goes unnoticed for a minute.
+        ("grpc.http2.ping_timeout_ms", 5000),
+        ("grpc.http2.max_pings_without_data", 0),
+        # SDK clients ping every 1-2 s to detect black holes; let them, without strikes.
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 500),
+        ("grpc.http2.max_ping_strikes", 0),
+        # A second server on a port in use must fail, not share the port silently.
+        ("grpc.so_reuseport", 0),
+    ]
+
+
+async def start_server(
+    listen: str,
+    max_message_bytes: int,
+    serve_session: Callable[[Any, Any], Any],
+) -> tuple[Any, int]:
+    """Bind a grpc.aio server of the contract on ``listen`` and start it; return it and
+    the bound port. The session method takes raw bytes (no request deserializer), so
+    that bytes which are not a ClientFrame get a typed Error instead of failing the
+    stream. Raises ``OSError`` if the address cannot be bound."""
+    server = grpc.aio.server(options=server_options(max_message_bytes))
+    handler = grpc.stream_stream_rpc_method_handler(
+        serve_session, request_deserializer=None, response_serializer=_serialize
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(SERVICE_NAME, {"Session": handler}),)
+    )
+    try:
+        port = server.add_insecure_port(listen)
+    except RuntimeError as error:
+        raise OSError(f"cannot listen on {listen}: {error}") from error
+    if not port:
+        raise OSError(f"cannot listen on {listen}")
+    await server.start()
+    return server, port

@@ -1,0 +1,174 @@
+"""The checks of the contract, shared by the SDK (before anything leaves the process),
+the proxy and the broker (on whatever arrives), so all three apply the same rules.
+
+A failed check is an ``Invalid`` carrying the wire status it is answered with; the
+SDK turns it into its own typed error (``holdfast.sdk.statuses``). Every message
+quotes at most a bounded prefix of the offending input (``quote``): a 3 MiB queue
+URI is answered with a short typed error, not with itself.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import NamedTuple
+
+from holdfast.proto import pb
+from holdfast.proto.limits import Limits
+
+GUID_BYTES = 16
+"""A GUID is a 16-byte UUID (the SDK uses uuid7)."""
+
+QUOTE_LIMIT = 64
+"""Characters (or bytes) of an offending input an error message quotes at most."""
+
+SCHEME = "hf"
+_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+_URI = re.compile(rf"{SCHEME}://(?P<domain>{_NAME})/(?P<queue>{_NAME})")
+
+
+class Invalid(ValueError):
+    """Input the contract refuses, with the wire status that answers it."""
+
+    def __init__(self, status: pb.Status, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class InvalidUri(Invalid):
+    """A queue URI that is not ``hf://<domain>/<queue>`` (answered INVALID_ARGUMENT)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(pb.STATUS_INVALID_ARGUMENT, message)
+
+
+def quote(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """``repr(value)``, cut after ``limit`` characters (bytes) of the value with a note
+    of its full length, so an error message never grows with its input."""
+    if isinstance(value, str | bytes | bytearray):
+        if len(value) <= limit:
+            return repr(value)
+        unit = "characters" if isinstance(value, str) else "bytes"
+        return f"{value[:limit]!r}... ({len(value)} {unit})"
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({type(value).__name__})"
+
+
+class QueueUri(NamedTuple):
+    """A parsed queue URI."""
+
+    domain: str
+    queue: str
+
+    def __str__(self) -> str:
+        return f"{SCHEME}://{self.domain}/{self.queue}"
+
+
+def parse_queue_uri(uri: object) -> QueueUri:
+    """Parse ``hf://<domain>/<queue>``; raise ``InvalidUri`` (INVALID_ARGUMENT) saying
+    what is wrong. Domain and queue names are 1-128 characters of letters, digits,
+    ``.``, ``_`` and ``-``, starting with a letter or digit; nothing may follow them
+    (not even a newline)."""
+    if not isinstance(uri, str):
+        raise InvalidUri(f"queue URI must be a string, not {type(uri).__name__}")
+    match = _URI.fullmatch(uri)
+    if match is None:
+        raise InvalidUri(
+            f"invalid queue URI {quote(uri)}: expected {SCHEME}://<domain>/<queue>, names "
+            "of 1-128 letters, digits, '.', '_' or '-' starting with a letter or digit",
+        )
+    return QueueUri(match["domain"], match["queue"])
+
+
+def check_open(uri: str, read: bool, write: bool) -> QueueUri:
+    """Check an open request: a valid URI, and read, write or both. Raises ``Invalid``."""
+    parsed = parse_queue_uri(uri)
+    if not (read or write):
+        raise Invalid(pb.STATUS_INVALID_ARGUMENT, "open a queue with read, write or both")
+    return parsed
+
+
+def properties_size(properties: Mapping[str, str]) -> int:
+    """The size that counts against ``max_properties_bytes``: the UTF-8 bytes of every
+    key and value. The one rule the SDK and the broker both apply."""
+    return sum(len(key.encode()) + len(value.encode()) for key, value in properties.items())
+
+
+def properties_problem(properties: Mapping[str, str], limits: Limits) -> str | None:
+    """Why ``properties`` (already ``str -> str``, as decoded from the wire) break
+    ``limits``, or ``None`` if they do not."""
+    if len(properties) > limits.max_properties:
+        return _too_many(len(properties), limits)
+    return _too_big(properties_size(properties), limits)
+
+
+def _too_many(count: int, limits: Limits) -> str:
+    return f"{count} properties, over the limit of {limits.max_properties}"
+
+
+def _too_big(size: int, limits: Limits) -> str | None:
+    if size > limits.max_properties_bytes:
+        return f"properties of {size} bytes, over the limit of {limits.max_properties_bytes}"
+    return None
+
+
+def check_properties(properties: object, limits: Limits) -> tuple[dict[str, str], int]:
+    """Check properties an application passed: a mapping of ``str`` to ``str`` that
+    encodes as UTF-8, within ``limits``. Return a copy and its ``properties_size``;
+    raise ``Invalid`` (INVALID_PROPERTIES) otherwise."""
+    if not isinstance(properties, Mapping):
+        raise Invalid(
+            pb.STATUS_INVALID_PROPERTIES,
+            f"properties must be a mapping of str to str, not {type(properties).__name__}",
+        )
+    if len(properties) > limits.max_properties:
+        raise Invalid(pb.STATUS_INVALID_PROPERTIES, _too_many(len(properties), limits))
+    copied: dict[str, str] = {}
+    for key, value in properties.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise Invalid(
+                pb.STATUS_INVALID_PROPERTIES,
+                f"property {quote(key)} must map str to str, not "
+                f"{type(key).__name__} to {type(value).__name__}",
+            )
+        copied[key] = value
+    try:
+        size = properties_size(copied)
+    except UnicodeEncodeError as error:
+        raise Invalid(
+            pb.STATUS_INVALID_PROPERTIES,
+            f"properties must be valid Unicode: {quote(error.object)} has a lone surrogate",
+        ) from None
+    problem = _too_big(size, limits)
+    if problem is not None:
+        raise Invalid(pb.STATUS_INVALID_PROPERTIES, problem)
+    return copied, size
+
+
+def check_payload(payload: bytes, limits: Limits) -> None:
+    """Raise ``Invalid`` (PAYLOAD_TOO_LARGE) if ``payload`` is over the limit."""
+    if len(payload) > limits.max_payload_bytes:
+        raise Invalid(
+            pb.STATUS_PAYLOAD_TOO_LARGE,
+            f"payload of {len(payload)} bytes is over the limit of "
+            f"{limits.max_payload_bytes} bytes",
+        )
+
+
+_OK = pb.STATUS_OK
+
+
+def put_status(
+    guid: bytes, payload: bytes, properties: Mapping[str, str], limits: Limits
+) -> pb.Status:
+    """The status a PUT that arrived on the wire is refused with, or ``STATUS_OK`` if
+    its GUID, payload and properties are valid. Runs once per PUT on the broker's hot
+    path, hence a status rather than an exception."""
+    if len(guid) != GUID_BYTES:
+        return pb.STATUS_INVALID_GUID
+    if len(payload) > limits.max_payload_bytes:
+        return pb.STATUS_PAYLOAD_TOO_LARGE
+    if properties and properties_problem(properties, limits) is not None:
+        return pb.STATUS_INVALID_PROPERTIES
+    return _OK

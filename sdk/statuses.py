@@ -1,0 +1,111 @@
+"""Wire statuses and the SDK's outcomes and errors: the one place that maps them.
+
+- an ACK's wire status -> ``AckStatus`` (``ack_status``), and back for the outcomes
+  the SDK decides itself (``wire_status_of``);
+- a refused open/configure/close -> ``RequestFailedError`` (``request_error``);
+- a refused contract check (``holdfast.proto.validate.Invalid``) -> the SDK's typed
+  ``InvalidArgumentError`` (``invalid_error``);
+- an SDK error -> the wire status a proxy relays it with (``relay_status``).
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from holdfast.proto import pb, status_name
+from holdfast.proto.validate import Invalid, InvalidUri
+from holdfast.sdk.errors import (
+    HoldfastError,
+    InvalidArgumentError,
+    InvalidPropertiesError,
+    InvalidQueueUriError,
+    NotWritableError,
+    PayloadTooLargeError,
+    RequestFailedError,
+    RequestTimeoutError,
+)
+from holdfast.sdk.types import AckStatus
+
+_ACK_STATUS: dict[int, AckStatus] = {
+    pb.STATUS_OK: AckStatus.SUCCESS,
+    pb.STATUS_UNKNOWN: AckStatus.UNKNOWN,
+    # Too old for the broker to recognise a replay: an earlier copy may or may not be
+    # in the queue, which is exactly what UNKNOWN says.
+    pb.STATUS_TOO_OLD: AckStatus.UNKNOWN,
+    pb.STATUS_CONFLICT: AckStatus.CONFLICT,
+    pb.STATUS_HISTORY_FULL: AckStatus.HISTORY_FULL,
+    pb.STATUS_INVALID_GUID: AckStatus.INVALID_GUID,
+    pb.STATUS_PAYLOAD_TOO_LARGE: AckStatus.PAYLOAD_TOO_LARGE,
+    pb.STATUS_INVALID_PROPERTIES: AckStatus.INVALID_PROPERTIES,
+    pb.STATUS_NOT_WRITABLE: AckStatus.NOT_WRITABLE,
+    pb.STATUS_UNKNOWN_QUEUE: AckStatus.UNKNOWN_QUEUE,
+    pb.STATUS_STORE_ERROR: AckStatus.STORE_ERROR,
+}
+
+_WIRE_STATUS: dict[AckStatus, pb.Status] = {
+    AckStatus.SUCCESS: pb.STATUS_OK,
+    AckStatus.UNKNOWN: pb.STATUS_UNKNOWN,
+    AckStatus.CONFLICT: pb.STATUS_CONFLICT,
+    AckStatus.HISTORY_FULL: pb.STATUS_HISTORY_FULL,
+    AckStatus.INVALID_GUID: pb.STATUS_INVALID_GUID,
+    AckStatus.PAYLOAD_TOO_LARGE: pb.STATUS_PAYLOAD_TOO_LARGE,
+    AckStatus.INVALID_PROPERTIES: pb.STATUS_INVALID_PROPERTIES,
+    AckStatus.NOT_WRITABLE: pb.STATUS_NOT_WRITABLE,
+    AckStatus.UNKNOWN_QUEUE: pb.STATUS_UNKNOWN_QUEUE,
+    AckStatus.STORE_ERROR: pb.STATUS_STORE_ERROR,
+}
+
+_INVALID_ERRORS: dict[int, type[InvalidArgumentError]] = {
+    pb.STATUS_PAYLOAD_TOO_LARGE: PayloadTooLargeError,
+    pb.STATUS_INVALID_PROPERTIES: InvalidPropertiesError,
+}
+
+_RELAYED: tuple[tuple[type[HoldfastError], pb.Status], ...] = (
+    (PayloadTooLargeError, pb.STATUS_PAYLOAD_TOO_LARGE),
+    (InvalidPropertiesError, pb.STATUS_INVALID_PROPERTIES),
+    (NotWritableError, pb.STATUS_NOT_WRITABLE),
+    (InvalidArgumentError, pb.STATUS_INVALID_ARGUMENT),
+)
+
+
+def ack_status(status: int) -> AckStatus:
+    """What an ACK's wire status means to the application; a status with no meaning
+    for a PUT (or one this SDK does not know) is ``REFUSED``: not in the queue."""
+    return _ACK_STATUS.get(status, AckStatus.REFUSED)
+
+
+def wire_status_of(status: AckStatus) -> pb.Status:
+    """The wire status that relays ``status`` (a proxy ACKs its clients with it).
+    ``REFUSED`` has no single wire status: it is relayed as ``STATUS_UNKNOWN_QUEUE``,
+    also a refusal that leaves nothing in the queue."""
+    return _WIRE_STATUS.get(status, pb.STATUS_UNKNOWN_QUEUE)
+
+
+def request_error(status: int, message: str) -> RequestFailedError:
+    """The error a refused open, configure or close request fails with."""
+    return RequestFailedError(status_name(status), message)
+
+
+def invalid_error(error: Invalid) -> InvalidArgumentError:
+    """The SDK's typed error for input the contract's checks refused."""
+    if isinstance(error, InvalidUri):
+        return InvalidQueueUriError(error.message)
+    return _INVALID_ERRORS.get(error.status, InvalidArgumentError)(error.message)
+
+
+def relay_status(
+    error: HoldfastError, default: pb.Status = pb.STATUS_INVALID_ARGUMENT
+) -> tuple[pb.Status, str]:
+    """The wire status and message that relay ``error`` (raised by the proxy's upstream
+    session) to a client; ``default`` for an error with no status of its own."""
+    if isinstance(error, RequestFailedError):
+        try:
+            return cast(pb.Status, pb.Status.Value(f"STATUS_{error.status}")), error.message
+        except ValueError:
+            return default, str(error)
+    if isinstance(error, RequestTimeoutError):
+        return pb.STATUS_SHUTTING_DOWN, f"the broker did not answer in time: {error}"
+    for kind, status in _RELAYED:
+        if isinstance(error, kind):
+            return status, str(error)
+    return default, str(error)
