@@ -18,7 +18,7 @@ from typing import Any
 
 import harness
 
-import holdfast.sdk.session as session_module
+import holdfast.sdk.driver.core as driver_module
 from holdfast.sdk import Ack, AckStatus, Message, Session
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -78,7 +78,7 @@ class CpuMeter:
 
 class PutFrameCounter:
     """Counts the PutBatch frames the SDK sends (and the PUTs in them) while active,
-    by wrapping the ``encode`` function the session's writer calls."""
+    by wrapping the ``encode`` function the session driver's writer calls."""
 
     def __init__(self) -> None:
         self.frames = 0
@@ -91,25 +91,25 @@ class PutFrameCounter:
         return self.puts / self.frames if self.frames else float("nan")
 
     def __enter__(self) -> PutFrameCounter:
-        original = getattr(session_module, "encode", None)
+        original = getattr(driver_module, "encode", None)
         if original is None:  # the SDK changed shape: no count rather than no bench
             return self
         self._original = original
 
-        def counting(items: Any, max_batch_bytes: int) -> Any:
-            frames = original(items, max_batch_bytes)
+        def counting(*args: Any) -> Any:
+            frames = original(*args)
             for frame, _ in frames:
                 if frame.WhichOneof("frame") == "puts":
                     self.frames += 1
                     self.puts += len(frame.puts.puts)
             return frames
 
-        session_module.encode = counting  # type: ignore[attr-defined]
+        driver_module.encode = counting  # type: ignore[attr-defined,assignment]
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         if self._original is not None:
-            session_module.encode = self._original  # type: ignore[attr-defined]
+            driver_module.encode = self._original  # type: ignore[attr-defined]
 
 
 @dataclass

@@ -61,6 +61,7 @@ from holdfast.proto.limits import DEFAULT_LIMITS, Limits, limits_from_hello
 from holdfast.proto.validate import Invalid, check_payload, check_properties, parse_queue_uri
 from holdfast.sdk import events as ev
 from holdfast.sdk.errors import (
+    BandwidthLimitError,
     BufferFullError,
     ConfirmDroppedError,
     HoldfastError,
@@ -288,6 +289,28 @@ class SessionEngine:
             self.state is not LinkState.DISCONNECTED
             and self._queued_bytes + self._transport_bytes >= self._high_watermark
         )
+
+    def admit_post(self, waiting_since: float, now: float) -> float:
+        """Rule 7: may a PUT be posted now? 0.0 if so, else how long to wait for a drain
+        before asking again; ``BandwidthLimitError`` once the caller has waited 5 s
+        (since ``waiting_since``)."""
+        if not self.over_high_watermark():
+            return 0.0
+        waited = now - waiting_since
+        if waited >= HIGH_WATERMARK_WAIT:
+            raise BandwidthLimitError(
+                f"the outbound buffer stayed over its high watermark "
+                f"({self._high_watermark} bytes) for {HIGH_WATERMARK_WAIT:.0f} s; "
+                "the message was not taken"
+            )
+        return HIGH_WATERMARK_WAIT - waited
+
+    def next_deadline(self) -> float | None:
+        """When ``tick`` must next be called (monotonic seconds), None if no timer runs."""
+        return None
+
+    def tick(self, now: float) -> None:
+        """Run the timers due at ``now`` (none yet: every rule is driven by frames)."""
 
     def queue(self, queue_id: int) -> QueueRecord | None:
         """The record of a queue handle, if the engine still knows it."""

@@ -18,6 +18,7 @@
     ├── RequestFailedError                   the broker refused an open/configure/close
     ├── RequestTimeoutError (TimeoutError)   an open/configure did not complete in time
     ├── SessionClosedError                   the session was closed by the application
+    ├── RemoteProtocolError                  the server sent a frame that cannot be accepted
     └── TransportError                       what the gRPC link reported
         ├── RetryableTransportError          link trouble: the session reconnects by itself
         └── TerminalTransportError           reconnecting cannot help: the session fails
@@ -124,3 +125,11 @@ class TerminalTransportError(TransportError):
 
 class ProtocolVersionError(TerminalTransportError):
     """The broker does not speak this SDK's protocol version."""
+
+
+class RemoteProtocolError(HoldfastError):
+    """The server sent a frame this side cannot decode or accept.
+
+    The connection that carried it is dropped and the session reconnects; when
+    it keeps happening the session fails with a ``SessionFailed`` event.
+    """

@@ -1,52 +1,30 @@
-"""``Session``: the synchronous, thread-safe client, a thin I/O shell around the engine.
+"""``Session``: the synchronous, thread-safe client, a thin front-end on the threaded driver.
 
-Threads, each with one job:
-
-- the caller's threads run the API; ``post()`` may wait here, up to 5 s, when the
-  transport pushes back (rule 7), so back-pressure reaches the application;
-- the connector thread connects (failing over across addresses with capped,
-  jittered back-off) and reads frames from the live stream into the engine;
-- gRPC's request thread pulls batched frames from ``_outbound_frames``;
-- the dispatcher thread runs ACK, message and event callbacks in order.
-
-All HA rules live in ``holdfast.sdk.engine.SessionEngine``; this module only
-moves its inputs and outputs under one lock.
+The caller's threads run the API; ``post()`` may wait here, up to 5 s, when the
+transport pushes back (rule 7), so back-pressure reaches the application.
+Connections, failover, reading, writing and timers are
+``holdfast.sdk.driver.threaded.ThreadDriver``'s; callbacks run on the dispatcher
+thread; every HA rule lives in ``holdfast.sdk.engine.SessionEngine``.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-import grpc
-
-from holdfast.proto import pb
 from holdfast.sdk.dispatch import Dispatcher
-from holdfast.sdk.engine import HIGH_WATERMARK_WAIT, SessionEngine
-from holdfast.sdk.errors import (
-    BandwidthLimitError,
-    ConfirmDroppedError,
-    HoldfastError,
-    RequestTimeoutError,
-    RetryableTransportError,
-    TerminalTransportError,
-)
-from holdfast.sdk.events import ConnectAttemptFailed, SessionEvent, log_event
-from holdfast.sdk.failover import FailoverPolicy, parse_addresses
-from holdfast.sdk.frames import encode
+from holdfast.sdk.driver.threaded import ThreadDriver
+from holdfast.sdk.engine import SessionEngine
+from holdfast.sdk.errors import ConfirmDroppedError, RequestTimeoutError
+from holdfast.sdk.events import SessionEvent, log_event
+from holdfast.sdk.failover import parse_addresses
 from holdfast.sdk.options import QueueOptions, SessionOptions, default_address
 from holdfast.sdk.queue import Queue
-from holdfast.sdk.transport import Link, classify_rpc_error
+from holdfast.sdk.transports.base import SyncTransport
+from holdfast.sdk.transports.grpc_sync import GrpcSyncTransport
 from holdfast.sdk.types import Ack, Message
-
-log = logging.getLogger("holdfast.sdk.session")
-
-CLOSE_DRAIN_TIMEOUT = 2.0
-"""Seconds ``close()`` lets the broker read what was sent before the stream is cancelled."""
 
 
 class Session:
@@ -57,6 +35,7 @@ class Session:
     ``"host:port"`` or a comma-separated list to fail over across, in order;
     by default ``$HOLDFAST_ADDRESS`` or ``127.0.0.1:7701``. ``on_event`` receives
     typed ``SessionEvent``s on the dispatcher thread (default: they are logged).
+    ``transport`` replaces gRPC (for example with an in-memory transport in tests).
     """
 
     def __init__(
@@ -65,13 +44,10 @@ class Session:
         *,
         on_event: Callable[[SessionEvent], Any] | None = None,
         options: SessionOptions | None = None,
+        transport: SyncTransport | None = None,
     ) -> None:
         self._addresses = parse_addresses(address or default_address())
         self._options = options or SessionOptions()
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)  # flush, watermark, requests
-        self._writer_wakeup = threading.Condition(self._lock)
-        self._writer_idle = False
         self._dispatcher = Dispatcher("holdfast-dispatch")
         self._engine = SessionEngine(
             client_id=str(uuid.uuid4()),
@@ -81,15 +57,16 @@ class Session:
             high_watermark_bytes=self._options.high_watermark_bytes,
             max_disconnected_buffer_bytes=self._options.max_disconnected_buffer_bytes,
         )
-        self._results: dict[int, HoldfastError | None] = {}
-        self._waiting: set[int] = set()
-        self._link: Link | None = None
-        self._stopping = threading.Event()
-        self._closed = False
-        self._connector = threading.Thread(
-            target=self._connect_loop, name="holdfast-connector", daemon=True
+        self._driver = ThreadDriver(
+            self._engine,
+            self._addresses,
+            self._options,
+            transport or GrpcSyncTransport(self._options),
+            self._dispatcher,
         )
-        self._connector.start()
+        self._lock = self._driver.lock
+        self._closed = False
+        self._driver.start()
 
     def __enter__(self) -> Session:
         return self
@@ -133,6 +110,7 @@ class Session:
         ACK callback for PUTs posted without one. If the link is down the open is
         sent when it comes back; ``RequestTimeoutError`` after ``timeout`` seconds.
         """
+        driver = self._driver
         with self._lock:
             record, request_id = self._engine.open_queue(
                 uri,
@@ -142,14 +120,14 @@ class Session:
                 on_message=on_message,
                 on_ack=on_ack,
             )
-            self._waiting.add(request_id)
-            self._after_input()
+            driver.expect(request_id)
+            driver.after_input()
         try:
-            self._wait_request(request_id, timeout, f"opening {uri}")
+            driver.wait_request(request_id, timeout, f"opening {uri}")
         except RequestTimeoutError:
             with self._lock:
                 self._engine.abandon_open(record.queue_id)
-                self._after_input()
+                driver.after_input()
             raise
         return Queue(self, record)
 
@@ -165,7 +143,7 @@ class Session:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
-                self._changed.wait(remaining)
+                self._driver.changed.wait(remaining)
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         return self._dispatcher.barrier(remaining)
 
@@ -177,23 +155,7 @@ class Session:
             return
         self._closed = True
         self.flush(self._options.close_timeout if timeout is None else timeout)
-        in_connector = threading.current_thread() is self._connector
-        with self._lock:
-            # The writer sends what is queued (CONFIRMs issued before close()) and
-            # ends the stream; the broker reads all of it before it sees the end.
-            # Cancelling instead could discard frames it had not read yet.
-            self._stopping.set()
-            self._writer_wakeup.notify_all()
-        if not in_connector:
-            self._connector.join(CLOSE_DRAIN_TIMEOUT)
-        with self._lock:
-            self._engine.close()
-            self._after_input()
-            link = self._link
-        if link is not None:
-            link.close()
-        if not in_connector:
-            self._connector.join(10)
+        self._driver.stop()
         self._dispatcher.stop(10)
 
     # ------------------------------------------------------------------ used by Queue and Message
@@ -206,183 +168,44 @@ class Session:
         on_ack: Callable[[Ack], Any] | None,
         guid: uuid.UUID | None,
     ) -> uuid.UUID:
+        driver = self._driver
         with self._lock:
-            if self._engine.over_high_watermark():
-                self._wait_below_high_watermark()
-            guid = self._engine.post(
-                queue_id, payload, properties, on_ack, time.monotonic(), guid=guid
-            )
-            if self._writer_idle:
-                self._wake_writer()
+            now = time.monotonic()
+            if self._engine.admit_post(now, now):
+                now = driver.wait_admission(now)
+            guid = self._engine.post(queue_id, payload, properties, on_ack, now, guid=guid)
+            if driver.writer_idle:
+                driver.wake_writer()
         return guid
 
     def _confirm(self, message: Message) -> None:
+        driver = self._driver
         with self._lock:
-            if self._stopping.is_set():
+            if driver.stopping:
                 # The writer may already have ended the stream: this one cannot leave.
                 raise ConfirmDroppedError(
                     f"CONFIRM of {message.guid} dropped: the session is closing; "
                     "the broker will redeliver the message"
                 )
             self._engine.confirm(message)
-            if self._writer_idle:
-                self._wake_writer()
+            if driver.writer_idle:
+                driver.wake_writer()
 
     def _configure(self, queue_id: int, options: QueueOptions, timeout: float) -> None:
         with self._lock:
             request_id = self._engine.configure_queue(queue_id, options)
-            self._waiting.add(request_id)
-            self._after_input()
-        self._wait_request(request_id, timeout, "configuring the queue")
+            self._driver.expect(request_id)
+            self._driver.after_input()
+        self._driver.wait_request(request_id, timeout, "configuring the queue")
 
     def _close_queue(self, queue_id: int, timeout: float) -> None:
         with self._lock:
             request_id = self._engine.close_queue(queue_id)
             if request_id is not None:
-                self._waiting.add(request_id)
-            self._after_input()
+                self._driver.expect(request_id)
+            self._driver.after_input()
         if request_id is not None:
-            self._wait_request(request_id, timeout, "closing the queue")
-
-    # ------------------------------------------------------------------ waiting
-
-    def _wait_below_high_watermark(self) -> None:
-        """Rule 7: hold the caller up to 5 s for the transport to drain (lock held)."""
-        deadline = time.monotonic() + HIGH_WATERMARK_WAIT
-        while self._engine.over_high_watermark():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise BandwidthLimitError(
-                    f"the outbound buffer stayed over its high watermark "
-                    f"({self._options.high_watermark_bytes} bytes) for "
-                    f"{HIGH_WATERMARK_WAIT:.0f} s; the message was not taken"
-                )
-            self._changed.wait(remaining)
-
-    def _wait_request(self, request_id: int, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            while request_id not in self._results:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    self._waiting.discard(request_id)
-                    raise RequestTimeoutError(f"{what} did not complete within {timeout} s")
-                self._changed.wait(remaining)
-            error = self._results.pop(request_id)
-            self._waiting.discard(request_id)
-        if error is not None:
-            raise error
-
-    def _wake_writer(self) -> None:
-        """Wake the idle writer (lock held). It is marked busy at once, so the posts
-        made before it gets the lock back do not each notify it again: a notify is
-        ~0.5 us of Python, and a producer can post hundreds of times meanwhile."""
-        self._writer_idle = False
-        self._writer_wakeup.notify()
-
-    def _after_input(self) -> None:
-        """Move the engine's outputs to where they go (lock held)."""
-        engine = self._engine
-        self._dispatcher.submit(engine.take_callbacks())
-        for request_id, error in engine.take_completions():
-            if request_id in self._waiting:
-                self._results[request_id] = error
-        if self._writer_idle and engine.has_outbound:
-            self._wake_writer()
-        self._changed.notify_all()
-
-    # ------------------------------------------------------------------ the connector thread
-
-    def _connect_loop(self) -> None:
-        policy = FailoverPolicy(self._addresses, self._options.reconnect)
-        while not self._stopping.is_set():
-            address = policy.current
-            try:
-                established, reason = self._run_link(address)
-            except TerminalTransportError as exc:
-                with self._lock:
-                    self._engine.fail(exc)
-                    self._after_input()
-                return
-            if self._stopping.is_set():
-                return
-            delay = policy.connection_ended(established)
-            if not established:
-                with self._lock:
-                    self._engine.emit(ConnectAttemptFailed(address, reason, delay))
-                    self._after_input()
-            self._stopping.wait(delay)
-
-    def _run_link(self, address: str) -> tuple[bool, str]:
-        """Run one connection until it ends.
-
-        Returns whether Hello was answered and why the connection ended; raises
-        ``TerminalTransportError`` when reconnecting cannot help.
-        """
-        link = Link(address, self._options)
-        with self._lock:
-            if self._stopping.is_set():
-                return False, "session closing"
-            self._link = link
-            generation = self._engine.connection_made(address)
-            self._after_input()
-        # A peer that accepts TCP but never answers Hello must not hold us forever.
-        handshake_timer = threading.Timer(self._options.connect_timeout, link.expire)
-        handshake_timer.daemon = True
-        handshake_timer.start()
-        established = False
-        reason = "the broker ended the stream"
-        try:
-            for frame in link.open(self._outbound_frames(link, generation)):
-                with self._lock:
-                    self._engine.frame_received(generation, frame, time.monotonic())
-                    if not established and self._engine.connected:
-                        established = True
-                        handshake_timer.cancel()
-                    self._after_input()
-        except RetryableTransportError as exc:
-            reason = str(exc)
-        except grpc.RpcError as exc:
-            error = classify_rpc_error(exc)
-            if isinstance(error, TerminalTransportError):
-                raise error from exc
-            reason = str(error)
-        finally:
-            handshake_timer.cancel()
-            link.close()
-            with self._lock:
-                if not self._stopping.is_set():  # a close is not a lost connection
-                    self._engine.connection_lost(generation, reason)
-                self._link = None
-                self._after_input()
-                self._writer_wakeup.notify_all()
-        if not established and link.closed_by_timer:
-            reason = f"no answer to Hello within {self._options.connect_timeout} s"
-        return established, reason
-
-    def _outbound_frames(self, link: Link, generation: int) -> Iterator[pb.ClientFrame]:
-        """The request iterator gRPC pulls from: batches everything queued since the last pull.
-
-        gRPC asks for the next frame only once the previous one is sent, so
-        while it waits on flow control PUTs pile up in the engine, count against
-        the high watermark, and leave together in the next batch.
-        """
-        engine = self._engine
-        max_batch = self._options.max_batch_bytes
-        while True:
-            with self._lock:
-                while not (engine.has_outbound or link.closed or self._stopping.is_set()):
-                    self._writer_idle = True
-                    self._writer_wakeup.wait()
-                self._writer_idle = False
-                if link.closed or engine.generation != generation or not engine.has_outbound:
-                    return  # the end of the request stream: a half-close when stopping
-                items = engine.take_outbound()
-            for frame, nbytes in encode(items, max_batch):
-                yield frame
-                with self._lock:
-                    engine.transport_drained(nbytes)
-                    self._changed.notify_all()
+            self._driver.wait_request(request_id, timeout, "closing the queue")
 
 
 __all__ = ["Session"]

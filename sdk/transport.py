@@ -1,7 +1,9 @@
-"""The gRPC link: channel options, one session stream, and the sorting of gRPC status codes.
+"""The gRPC link settings: channel options, and the sorting of gRPC status codes.
 
-This is the transport boundary. ``classify_rpc_error`` is the only code in the
-SDK that looks at gRPC status codes: everything above it sees
+The gRPC transports (``holdfast.sdk.transports.grpc_sync`` and ``grpc_aio``)
+build their channels and sort their failures here: this is the transport
+boundary. ``classify_rpc_error`` is the only code in the SDK that looks at gRPC
+status codes: everything above it sees
 ``RetryableTransportError`` (reconnect) or ``TerminalTransportError`` (give up).
 
 Liveness is gRPC keepalive, configured here from ``SessionOptions``: pings every
@@ -12,13 +14,10 @@ ends the stream with ``UNAVAILABLE``.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
 
-from holdfast.proto import SESSION_METHOD, pb
 from holdfast.proto.limits import FRAME_CEILING
 from holdfast.sdk.errors import (
     RetryableTransportError,
@@ -88,44 +87,3 @@ def channel_options(options: SessionOptions) -> list[tuple[str, Any]]:
         ("grpc.use_local_subchannel_pool", 1),
         ("grpc.enable_retries", 0),
     ]
-
-
-class Link:
-    """One connection attempt: a gRPC channel and the session stream on it."""
-
-    def __init__(self, address: str, options: SessionOptions) -> None:
-        self.address = address
-        self.closed = False
-        self.closed_by_timer = False
-        self._channel = grpc.insecure_channel(address, options=channel_options(options))
-        self._method = self._channel.stream_stream(
-            SESSION_METHOD,
-            request_serializer=pb.ClientFrame.SerializeToString,
-            response_deserializer=pb.ServerFrame.FromString,
-        )
-        self._call: Any = None
-        self._lock = threading.Lock()
-
-    def open(self, outbound: Iterator[pb.ClientFrame]) -> Iterator[pb.ServerFrame]:
-        """Start the stream; gRPC pulls frames from ``outbound`` on a thread of its own."""
-        with self._lock:
-            if self.closed:
-                raise RetryableTransportError("link closed before it opened")
-            self._call = self._method(outbound)
-            return iter(self._call)
-
-    def expire(self) -> None:
-        """Close the link because its handshake took too long."""
-        self.closed_by_timer = not self.closed
-        self.close()
-
-    def close(self) -> None:
-        """Cancel the stream and close the channel (idempotent, any thread)."""
-        with self._lock:
-            if self.closed:
-                return
-            self.closed = True
-            call = self._call
-        if call is not None:
-            call.cancel()
-        self._channel.close()

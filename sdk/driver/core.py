@@ -1,0 +1,196 @@
+"""The decisions of a session driver, with no I/O: what to do on connect, on each
+frame, on a timer and when a connection ends.
+
+The threaded driver (``holdfast.sdk.driver.threaded``, for ``Session``) and the
+asyncio one (``holdfast.sdk.driver.aio``, for the proxy's upstream) differ only
+in how they wait; both call this core under their own serialisation (a lock, or
+the event loop), so failover, back-off, the Hello deadline, frame parsing,
+batching and error containment are decided once.
+
+Error containment: a frame that does not parse, or that the engine refuses with
+``RemoteProtocolError``, and any unexpected exception in a pump end the
+connection, never the thread or task. The driver logs one line and reconnects
+with back-off; after ``MAX_BAD_CONNECTIONS`` connections in a row end that way
+with no ACK or message accepted in between, or on a terminal transport error,
+the session fails (``SessionFailed``; pending PUTs UNKNOWN, waiters failed).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+
+from google.protobuf.message import DecodeError
+
+from holdfast.proto import pb
+from holdfast.sdk.engine import OutboundItem, SessionEngine
+from holdfast.sdk.errors import (
+    HoldfastError,
+    RemoteProtocolError,
+    SessionClosedError,
+    TerminalTransportError,
+    TransportError,
+)
+from holdfast.sdk.events import ConnectAttemptFailed
+from holdfast.sdk.failover import FailoverPolicy
+from holdfast.sdk.frames import encode
+from holdfast.sdk.options import SessionOptions
+
+MAX_BAD_CONNECTIONS = 3
+"""Connections in a row ended by protocol or internal errors before the session fails."""
+
+QUOTE_BYTES = 16
+"""How much of an unparseable frame an error message quotes (hex)."""
+
+ENDED_BY_SERVER = "the broker ended the stream"
+
+_PROGRESS = ("acks", "pushes")
+"""Frame kinds whose acceptance shows the server is working, not just answering."""
+
+
+class DriverCore:
+    """Connection decisions for one ``SessionEngine``; not thread-safe (the pump serialises)."""
+
+    def __init__(
+        self,
+        engine: SessionEngine,
+        addresses: list[str],
+        options: SessionOptions,
+        log: logging.Logger,
+    ) -> None:
+        self.engine = engine
+        self.options = options
+        self.stopping = False
+        """Set by the front-end's close: connections that end now are not losses."""
+        self.generation = 0
+        self.address = ""
+        self.established = False
+        """Hello was answered on the current connection."""
+        self._policy = FailoverPolicy(addresses, options.reconnect)
+        self._log = log
+        self._hello_deadline: float | None = None
+        self._hello_expired = False
+        self._bad_connections = 0
+
+    # ------------------------------------------------------------------ a connection
+
+    def begin(self, now: float) -> str | None:
+        """Start a connection: the address to open, or None when the session is over."""
+        if self.stopping:
+            return None
+        self.address = self._policy.current
+        try:
+            self.generation = self.engine.connection_made(self.address)
+        except SessionClosedError:
+            return None  # closed or failed meanwhile
+        self.established = False
+        self._hello_expired = False
+        # A peer that accepts the connection but never answers Hello must not hold us.
+        self._hello_deadline = now + self.options.connect_timeout
+        return self.address
+
+    def receive(self, generation: int, data: bytes, now: float) -> None:
+        """Parse one raw server frame and feed it to the engine.
+
+        Raises ``RemoteProtocolError`` for bytes that do not parse (or a frame the
+        engine refuses): the pump then ends the connection.
+        """
+        try:
+            frame = pb.ServerFrame.FromString(data)
+        except DecodeError as exc:
+            raise RemoteProtocolError(
+                f"a server frame that does not parse ({len(data)} bytes, "
+                f"starting {data[:QUOTE_BYTES].hex()}): {exc}"
+            ) from exc
+        self.engine.frame_received(generation, frame, now)
+        if self._bad_connections and frame.WhichOneof("frame") in _PROGRESS:
+            # Messages or ACKs flow again (a handshake and reopens alone do not count).
+            self._bad_connections = 0
+        if not self.established and self.engine.connected:
+            self.established = True
+            self._hello_deadline = None
+
+    def frames(self, items: Iterable[OutboundItem]) -> Iterator[tuple[bytes, int]]:
+        """Batch taken outbound items into raw frames, each with the bytes it accounts for.
+
+        Pure: pumps call it outside their lock, on the writing thread or task.
+        """
+        for frame, nbytes in encode(items, self.options.max_batch_bytes):
+            yield frame.SerializeToString(), nbytes
+
+    # ------------------------------------------------------------------ timers
+
+    def hello_remaining(self, now: float) -> float | None:
+        """Seconds left to answer Hello on the current connection (None once answered)."""
+        if self._hello_deadline is None:
+            return None
+        return max(0.0, self._hello_deadline - now)
+
+    def expire_hello(self) -> None:
+        """The Hello deadline passed: the pump drops the connection."""
+        if not self.established:
+            self._hello_expired = True
+
+    def run_timers(self, now: float) -> tuple[bool, float | None]:
+        """Tick the engine if a timer of its is due. Returns whether it ticked (the pump
+        then routes the outputs) and the seconds until the next timer (None: none)."""
+        deadline = self.engine.next_deadline()
+        ticked = deadline is not None and now >= deadline
+        if ticked:
+            self.engine.tick(now)
+            deadline = self.engine.next_deadline()
+        return ticked, None if deadline is None else max(0.0, deadline - now)
+
+    # ------------------------------------------------------------------ the end of a connection
+
+    def ended(self, error: BaseException | None) -> float | None:
+        """The current connection ended (``error`` None: the server ended it cleanly).
+
+        Returns the seconds to wait before the next attempt, or None when the
+        session is over (closing, or failed now: pending PUTs are then UNKNOWN).
+        """
+        self._hello_deadline = None
+        if self.stopping:
+            return None
+        if isinstance(error, TerminalTransportError):
+            self._log.error("the connection to %s failed terminally: %s", self.address, error)
+            self.engine.connection_lost(self.generation, str(error))
+            self.engine.fail(error)
+            return None
+        reason, bad = self._reason(error)
+        self.engine.connection_lost(self.generation, reason)
+        counts_as_failure = not self.established
+        if bad:
+            self._bad_connections += 1
+            self._log.warning("dropped the connection to %s: %s", self.address, reason)
+            if self._bad_connections >= MAX_BAD_CONNECTIONS:
+                self.engine.fail(
+                    RemoteProtocolError(
+                        f"{self._bad_connections} connections in a row ended by errors "
+                        f"with no ACK or message accepted in between; the last: {reason}"
+                    )
+                )
+                return None
+            counts_as_failure = True  # back off, and try the next address first
+        delay = self._policy.connection_ended(not counts_as_failure)
+        if not self.established:
+            self.engine.emit(ConnectAttemptFailed(self.address, reason, delay))
+        return delay
+
+    def fail(self, error: BaseException) -> None:
+        """A pump broke outside any connection: fail the session rather than hang it."""
+        self._log.error("the session driver failed: %s: %s", type(error).__name__, error)
+        cause = error if isinstance(error, HoldfastError) else HoldfastError(repr(error))
+        self.engine.fail(cause)
+
+    def _reason(self, error: BaseException | None) -> tuple[str, bool]:
+        """Why the connection ended, and whether it was a protocol or internal error."""
+        if self._hello_expired and (error is None or isinstance(error, TransportError)):
+            return f"no answer to Hello within {self.options.connect_timeout} s", False
+        if error is None:
+            return ENDED_BY_SERVER, False
+        if isinstance(error, TransportError):
+            return str(error), False
+        if isinstance(error, RemoteProtocolError):
+            return f"protocol error: {error}", True
+        return f"internal error: {type(error).__name__}: {error}", True

@@ -1,0 +1,54 @@
+"""Bad frames from the broker end the proxy's upstream connection, never its upstream task
+(issue #11 item 7): the proxy reconnects, keeps serving its clients, and still exits 0
+on SIGTERM. A fake broker (real gRPC, frames written by hand) sends a PUSH whose GUID
+is 3 bytes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from holdfast.sdk import AckStatus, RequestFailedError, Session
+from holdfast.sdk.driver import MAX_BAD_CONNECTIONS
+from tests.support.fake_broker import FakeBroker, Script, push_with_short_guid
+from tests.support.processes import ProxyProcess
+from tests.support.recorder import AckRecorder, MessageRecorder
+from tests.support.sessions import FAST
+from tests.support.waiting import wait_until
+
+URI = "hf://test/bad-upstream"
+
+
+@pytest.mark.timeout(90)
+def test_the_proxy_reconnects_after_a_bad_frame_and_keeps_serving() -> None:
+    with (
+        FakeBroker(Script(push_with_short_guid, bad_connections=1)) as fake,
+        ProxyProcess(["--upstream", fake.address]) as proxy,
+    ):
+        with Session(proxy.address, options=FAST) as consumer:
+            consumer.open_queue(URI, read=True, on_message=MessageRecorder())
+            wait_until(lambda: fake.connections >= 2, timeout=20, what="an upstream reconnect")
+            acks = AckRecorder()
+            with Session(proxy.address, options=FAST) as producer:
+                queue = producer.open_queue(URI, write=True, on_ack=acks)
+                guids = {queue.post(b"%d" % i) for i in range(10)}
+                assert producer.flush(timeout=20)
+            assert acks.with_status(AckStatus.SUCCESS) == guids
+        assert "dropped the connection to" in proxy.output
+        assert proxy.terminate() == 0
+
+
+@pytest.mark.timeout(90)
+def test_repeated_bad_frames_fail_the_upstream_and_the_proxy_still_answers_and_exits_0() -> None:
+    with (
+        FakeBroker(Script(push_with_short_guid)) as fake,
+        ProxyProcess(["--upstream", fake.address]) as proxy,
+    ):
+        with Session(proxy.address, options=FAST) as consumer:
+            consumer.open_queue(URI, read=True, on_message=MessageRecorder())
+            wait_until(lambda: "SessionFailed" in proxy.output, timeout=30, what="SessionFailed")
+            assert fake.connections == MAX_BAD_CONNECTIONS
+            # A typed refusal at once, not an open that waits for nothing.
+            with Session(proxy.address, options=FAST) as late, pytest.raises(RequestFailedError):
+                late.open_queue(URI, write=True, timeout=10)
+        assert proxy.terminate() == 0

@@ -1,0 +1,144 @@
+"""A scripted broker for server-side faults: real gRPC on 127.0.0.1, wire frames by hand.
+
+A ``Script`` answers Hello and queue requests with OK, ACKs PUTs (unless told
+not to), ignores CONFIRMs, and on the first ``bad_connections`` connections (all
+of them when None) sends ``bad_frame`` right after answering an open of a
+readable queue, as raw bytes the client has to parse itself. ``FakeBroker``
+serves it over real gRPC, ``serve_in_memory`` over the in-memory transport.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from typing import Self
+
+import grpc
+
+from holdfast.proto import PROTOCOL_VERSION, SERVICE_NAME, pb
+from holdfast.sdk.errors import TransportError
+from holdfast.sdk.transports import MemoryEndpoint, MemoryNetwork
+
+BadFrame = Callable[[int], bytes]
+"""Builds the bad frame for a queue id."""
+
+
+def push_with_short_guid(queue_id: int) -> bytes:
+    """A PUSH whose GUID is 3 bytes instead of 16."""
+    push = pb.Push(queue_id=queue_id, guid=b"abc", payload=b"x", delivery_count=1)
+    return pb.ServerFrame(pushes=pb.PushBatch(pushes=[push])).SerializeToString()
+
+
+def unparseable(queue_id: int) -> bytes:
+    """Bytes that are no ServerFrame at all (a truncated varint)."""
+    return b"\xff\xff\xff"
+
+
+HELLO_REPLY = pb.ServerFrame(
+    hello_reply=pb.HelloReply(
+        protocol_version=PROTOCOL_VERSION,
+        session_id="fake",
+        dedup_window_ms=300_000,
+        max_payload_bytes=4 * 1024 * 1024,
+        max_properties=64,
+        max_properties_bytes=64 * 1024,
+        broker_id="fake-broker",
+    )
+).SerializeToString()
+
+
+class Script:
+    """The fake broker's answers; one per server, shared by its connections."""
+
+    def __init__(
+        self, bad_frame: BadFrame, bad_connections: int | None = None, ack_puts: bool = True
+    ) -> None:
+        self._bad_frame = bad_frame
+        self._bad_connections = bad_connections
+        self._ack_puts = ack_puts
+        self._lock = threading.Lock()
+        self.connections = 0
+        """Streams opened so far."""
+        self.answer_hello = True
+        """False: accept connections but never answer Hello."""
+
+    def connection(self) -> Callable[[bytes], list[bytes]]:
+        """Count a new stream; return what answers its frames."""
+        with self._lock:
+            self.connections += 1
+            bad = self._bad_connections is None or self.connections <= self._bad_connections
+        return lambda data: self._answer(pb.ClientFrame.FromString(data), bad)
+
+    def _answer(self, frame: pb.ClientFrame, bad: bool) -> list[bytes]:
+        kind = frame.WhichOneof("frame")
+        if kind == "hello":
+            return [HELLO_REPLY] if self.answer_hello else []
+        if kind in ("open_queue", "configure_queue", "close_queue"):
+            request = getattr(frame, kind)
+            response = pb.Response(request_id=request.request_id, status=pb.STATUS_OK)
+            out = [pb.ServerFrame(response=response).SerializeToString()]
+            if bad and kind == "open_queue" and request.read:
+                out.append(self._bad_frame(request.queue_id))
+            return out
+        if kind == "puts" and self._ack_puts:
+            acks = [
+                pb.Ack(queue_id=p.queue_id, guid=p.guid, status=pb.STATUS_OK)
+                for p in frame.puts.puts
+            ]
+            return [pb.ServerFrame(acks=pb.AckBatch(acks=acks)).SerializeToString()]
+        return []
+
+
+class FakeBroker:
+    """``with FakeBroker(Script(bad)) as fake: ... fake.address``, over real gRPC."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+        handler = grpc.stream_stream_rpc_method_handler(self._session)  # raw bytes both ways
+        self._server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE_NAME, {"Session": handler}),)
+        )
+        self.port = self._server.add_insecure_port("127.0.0.1:0")
+
+    @property
+    def address(self) -> str:
+        """``127.0.0.1:PORT``."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def connections(self) -> int:
+        """Streams opened so far."""
+        return self.script.connections
+
+    def __enter__(self) -> Self:
+        self._server.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._server.stop(0).wait(5)
+
+    def _session(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
+        answer = self.script.connection()
+        for data in requests:
+            yield from answer(data)
+
+
+def serve_in_memory(network: MemoryNetwork, address: str, script: Script) -> None:
+    """Answer connections to ``address`` on ``network`` with ``script``, a thread each."""
+
+    def serve(endpoint: MemoryEndpoint) -> None:
+        answer = script.connection()
+        try:
+            while (data := endpoint.receive()) is not None:
+                for frame in answer(data):
+                    endpoint.send(frame)
+        except TransportError:
+            return  # the client dropped the connection
+        endpoint.close()
+
+    network.listen(
+        address,
+        lambda endpoint: threading.Thread(target=serve, args=(endpoint,), daemon=True).start(),
+    )
