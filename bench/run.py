@@ -16,7 +16,11 @@ as subprocesses on free ports of 127.0.0.1 (stopped by PID however the run ends)
    broker memory per GUID held in the dedup history, and what a default broker holds
    at 100k msg/s (``bench/history.py``);
 6. NATS JetStream with the same 100-byte publish-with-ack load, if one listens on
-   127.0.0.1:4222 (``bench/natsload.py``).
+   127.0.0.1:4222 (``bench/natsload.py``);
+7. request/reply through the proxy and direct (calls/s, p50/p99 round trip) beside a
+   plain gRPC unary call (``bench/rpcload.py``).
+8. Spark: rows/s per task of ``df.write.format("holdfast")``, direct and through the
+   proxy (``bench/spark.py``; ``--spark-rows 0`` skips it).
 
 It prints tables to stdout (progress to stderr) and writes ``bench-results.json``.
 Targets are printed with PASS or MISS: these are figures, not tests, so the exit
@@ -46,6 +50,8 @@ import loads
 import memory
 import natsload
 import recovery
+import rpcload
+import spark
 from harness import Table, millis, rate, verdict
 
 T = TypeVar("T")
@@ -453,6 +459,19 @@ def print_nats(result: dict[str, Any], ours: dict[str, float]) -> None:
     harness.print_table(table)
 
 
+def print_rpc(results: list[dict[str, Any]]) -> None:
+    """Request/reply beside the plain gRPC unary call."""
+    table = Table(
+        "Request/reply (100 B echo, worker process with 8 threads) vs plain gRPC unary",
+        ["path", "calls/s", "in flight", "p50 round trip ms", "p99 round trip ms"],
+    )
+    for row in results:
+        table.add(
+            row["name"], rate(row["rate"]), row["window"], millis(row["p50"]), millis(row["p99"])
+        )
+    harness.print_table(table)
+
+
 def print_targets(rows: list[tuple[str, str, bool]]) -> None:
     """The targets, each with its figure and PASS or MISS."""
     table = Table("Targets (figures, not tests)", ["target", "figure"])
@@ -472,6 +491,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="runs per configuration")
     parser.add_argument("--idle-count", type=int, default=300, help="idle round trips")
     parser.add_argument("--memory-count", type=int, default=1_000_000, help="buffered PUTs")
+    parser.add_argument("--rpc-count", type=int, default=5000, help="request/reply calls")
+    parser.add_argument(
+        "--spark-rows", type=int, default=100_000, help="rows per connector write (0: skip)"
+    )
     parser.add_argument("--json", default=str(harness.REPO / "bench-results.json"))
     return parser.parse_args(argv)
 
@@ -533,6 +556,18 @@ def main(argv: list[str] | None = None) -> int:
         "history", failures, lambda: history.measure_in_subprocess(1_000_000), no_result
     )
     results["nats"] = run_nats(args)
+    progress("request/reply and plain gRPC unary")
+    results["rpc"] = guarded(
+        "request/reply",
+        failures,
+        lambda: [dataclasses.asdict(f) for f in rpcload.measure(args.rpc_count)],
+        no_rows,
+    )
+    if args.spark_rows:
+        progress("Spark connector (driver subprocesses)")
+        results["spark"] = guarded(
+            "spark", failures, lambda: spark.run(args.spark_rows, 2), no_rows
+        )
 
     echo_rates = {row["size"]: row["rate"] for row in results["echo"] if not row.get("sweep")}
     print_loads(figures, echo_rates)
@@ -544,6 +579,13 @@ def main(argv: list[str] | None = None) -> int:
         print_memory(results["memory"])
     if results["history"]:
         print_history(results["history"])
+    if results["rpc"]:
+        print_rpc(results["rpc"])
+    for row in results.get("spark", []):
+        print(
+            f"{row['path']}: {row['rows']} rows over {row['tasks']} tasks: "
+            f"{rate(row['mean_per_task'])} rows/s per task (df.write.format('holdfast'))"
+        )
     rates = {(e["store"], e["size"], e["path"]): summary(e)["median"] for e in figures["produce"]}
     print_nats(
         results["nats"],

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from holdfast.broker.config import BrokerConfig
 from holdfast.broker.dedup import BrokerClock
+from holdfast.broker.marks import MarkBook, mark_file_for
 from holdfast.broker.puts import PutPipeline
 from holdfast.broker.queues import QueueRegistry
 from holdfast.broker.session import Session
@@ -61,6 +62,9 @@ class Broker:
             config.dedup_grace,
         )
         self.puts = PutPipeline(self.store, self.queues, config.limits, self.clock)
+        self.marks = MarkBook()
+        """Commit marks of writer applications (``holdfast.broker.marks``); durable from
+        ``start()`` on with a sqlite store."""
         self.address = ""
         """``HOST:PORT`` the broker listens on, with the real port, once started."""
         self._sessions: set[Session] = set()
@@ -85,12 +89,19 @@ class Broker:
         Raises ``OSError`` if the address cannot be bound."""
         state = self.store.recover()
         self.clock.resume(state.resume_at)
+        mark_file = mark_file_for(self.config.store)  # OSError if it cannot be opened
+        if mark_file is not None:
+            self.marks = MarkBook(mark_file)
+            log.info("recovered %d commit marks from %s", len(self.marks), mark_file.path)
         messages, guids = self.queues.restore(state)
         if messages or guids:
             log.info("recovered %d messages and %d GUIDs of dedup history", messages, guids)
         host, _ = split_host_port(self.config.listen)
         server, port = await start_server(
-            self.config.listen, self.config.limits.max_frame_bytes, self._serve_session
+            self.config.listen,
+            self.config.limits.max_frame_bytes,
+            self._serve_session,
+            self.marks.handle,
         )
         self._server = server
         self.address = f"{host}:{port}"
@@ -159,5 +170,6 @@ class Broker:
             if self.metrics is not None:
                 self.metrics.stop()
             self.store.close()
+            self.marks.close()
             self._stopped.set()
             log.info("stopped")

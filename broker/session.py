@@ -19,7 +19,7 @@ from holdfast.broker.queues import Consumer, FlowLimits, Queue, QueueHandle, Que
 from holdfast.proto import pb
 from holdfast.proto.limits import hello_reply
 from holdfast.proto.stream import ContractStream
-from holdfast.proto.validate import Invalid, check_open
+from holdfast.proto.validate import Invalid, check_open, parse_queue_uri
 
 
 class Session(ContractStream):
@@ -131,6 +131,16 @@ class Session(ContractStream):
         for queue in touched.values():
             queue.deliver()
         self.reject_confirms(rejected)
+
+    def on_count_consumers(self, request: pb.CountConsumers) -> None:
+        """Service discovery: the live consumers of a queue (0 for one never opened)."""
+        try:
+            parse_queue_uri(request.uri)
+        except Invalid as error:
+            self.count_answer(request.request_id, 0, error.status, error.message)
+            return
+        queue = self._queues.get(request.uri)
+        self.count_answer(request.request_id, 0 if queue is None else len(queue.consumers))
 
     def _detach(self, handle: QueueHandle) -> None:
         if handle.consumer is not None:

@@ -5,14 +5,17 @@
 
 It builds a DataFrame of orders (``order_id``, ``customer``, ``amount``, ``day``)
 and writes it through the local proxy (``--address``, default ``$HOLDFAST_ADDRESS``
-or ``127.0.0.1:7701``) with ``df.foreachPartition(QueueSink(...))``. Each row's
-GUID comes from the run id and its ``order_id``, so a task that Spark retries, or
-the whole job run again with the same ``--run-id`` (within the broker's dedup
-window, 5 minutes by default), adds nothing to the queue. Each message is the row
-as JSON, with the customer as a property.
+or ``127.0.0.1:7701``) with ``df.write.format("holdfast")`` (or, with
+``--foreach-partition``, ``df.foreachPartition(QueueSink(...))``, which also sends the
+customer as a message property). Each row's GUID comes from the run id and its
+``order_id``, so a task that Spark retries, or the whole job run again with the same
+``--run-id`` (at any time: the broker keeps the run's commit mark), adds nothing to
+the queue. Each message is the row as JSON.
 
 Run with plain ``python`` it starts Spark in local mode (``--master``, default
-``local[*]``); under ``spark-submit`` the master comes from spark-submit. Executors
+``local[2,4]``: two task slots, four attempts per task, so failed tasks are retried);
+under ``spark-submit`` the master comes from spark-submit. The connector needs PySpark
+>= 4.0, pyarrow (``pip install holdfast[spark]``) and Java 17. Executors
 need ``holdfast`` installed (and ``HOLDFAST_ADDRESS`` or ``--address`` reachable
 from them).
 """
@@ -25,7 +28,7 @@ import os
 import sys
 import time
 
-from holdfast.sdk.spark import QueueSink
+from holdfast.sdk.spark import QueueSink, register
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,7 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--run-id", default="orders-1", help="the same run id again adds nothing to the queue"
     )
-    parser.add_argument("--master", default=None, help="when not under spark-submit")
+    parser.add_argument("--master", default=None, help="default local[2,4] without spark-submit")
+    parser.add_argument(
+        "--foreach-partition", action="store_true", help="write with QueueSink, not the connector"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
 
@@ -53,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.master:
         builder = builder.master(args.master)
+    elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # plain python, not spark-submit
+        builder = builder.master("local[2,4]")
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     try:
@@ -64,16 +72,28 @@ def main(argv: list[str] | None = None) -> int:
                 "day"
             ),
         )
-        sink = QueueSink(
-            args.queue,
-            run_id=args.run_id,
-            address=args.address,
-            key_column="order_id",
-            properties_from=("customer",),
-        )
         started = time.monotonic()
-        # Raises (after Spark's retries) unless every row was ACKed by the broker.
-        orders.foreachPartition(sink)
+        # Both raise (after Spark's retries) unless every row was ACKed by the broker.
+        if args.foreach_partition:
+            sink = QueueSink(
+                args.queue,
+                run_id=args.run_id,
+                address=args.address,
+                key_column="order_id",
+                properties_from=("customer",),
+            )
+            orders.foreachPartition(sink)
+        else:
+            register(spark)
+            writer = (
+                orders.write.format("holdfast")
+                .option("uri", args.queue)
+                .option("keyColumn", "order_id")
+                .option("runId", args.run_id)
+            )
+            if args.address:
+                writer = writer.option("address", args.address)
+            writer.mode("append").save()
         elapsed = time.monotonic() - started
     finally:
         spark.stop()

@@ -22,6 +22,9 @@ PROTOCOL_VERSION = 1
 SERVICE_NAME = "holdfast.v1.Broker"
 SESSION_METHOD = f"/{SERVICE_NAME}/Session"
 """The full gRPC method name of the session stream."""
+COMMIT_MARK = "CommitMark"
+COMMIT_MARK_METHOD = f"/{SERVICE_NAME}/{COMMIT_MARK}"
+"""The unary call that reads and records commit marks (``holdfast.broker.marks``)."""
 
 
 def status_name(status: int) -> str:
@@ -33,4 +36,12 @@ def status_name(status: int) -> str:
         return f"STATUS_{status}"
 
 
-__all__ = ["PROTOCOL_VERSION", "SERVICE_NAME", "SESSION_METHOD", "pb", "status_name"]
+__all__ = [
+    "COMMIT_MARK",
+    "COMMIT_MARK_METHOD",
+    "PROTOCOL_VERSION",
+    "SERVICE_NAME",
+    "SESSION_METHOD",
+    "pb",
+    "status_name",
+]

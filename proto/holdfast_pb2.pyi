@@ -53,34 +53,38 @@ STATUS_CONFLICT: Status
 STATUS_HISTORY_FULL: Status
 
 class ClientFrame(_message.Message):
-    __slots__ = ("hello", "open_queue", "configure_queue", "close_queue", "puts", "confirms")
+    __slots__ = ("hello", "open_queue", "configure_queue", "close_queue", "puts", "confirms", "count_consumers")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     OPEN_QUEUE_FIELD_NUMBER: _ClassVar[int]
     CONFIGURE_QUEUE_FIELD_NUMBER: _ClassVar[int]
     CLOSE_QUEUE_FIELD_NUMBER: _ClassVar[int]
     PUTS_FIELD_NUMBER: _ClassVar[int]
     CONFIRMS_FIELD_NUMBER: _ClassVar[int]
+    COUNT_CONSUMERS_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     open_queue: OpenQueue
     configure_queue: ConfigureQueue
     close_queue: CloseQueue
     puts: PutBatch
     confirms: ConfirmBatch
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., open_queue: _Optional[_Union[OpenQueue, _Mapping]] = ..., configure_queue: _Optional[_Union[ConfigureQueue, _Mapping]] = ..., close_queue: _Optional[_Union[CloseQueue, _Mapping]] = ..., puts: _Optional[_Union[PutBatch, _Mapping]] = ..., confirms: _Optional[_Union[ConfirmBatch, _Mapping]] = ...) -> None: ...
+    count_consumers: CountConsumers
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., open_queue: _Optional[_Union[OpenQueue, _Mapping]] = ..., configure_queue: _Optional[_Union[ConfigureQueue, _Mapping]] = ..., close_queue: _Optional[_Union[CloseQueue, _Mapping]] = ..., puts: _Optional[_Union[PutBatch, _Mapping]] = ..., confirms: _Optional[_Union[ConfirmBatch, _Mapping]] = ..., count_consumers: _Optional[_Union[CountConsumers, _Mapping]] = ...) -> None: ...
 
 class ServerFrame(_message.Message):
-    __slots__ = ("hello_reply", "response", "acks", "pushes", "error")
+    __slots__ = ("hello_reply", "response", "acks", "pushes", "error", "consumer_count")
     HELLO_REPLY_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
     PUSHES_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_COUNT_FIELD_NUMBER: _ClassVar[int]
     hello_reply: HelloReply
     response: Response
     acks: AckBatch
     pushes: PushBatch
     error: Error
-    def __init__(self, hello_reply: _Optional[_Union[HelloReply, _Mapping]] = ..., response: _Optional[_Union[Response, _Mapping]] = ..., acks: _Optional[_Union[AckBatch, _Mapping]] = ..., pushes: _Optional[_Union[PushBatch, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
+    consumer_count: ConsumerCount
+    def __init__(self, hello_reply: _Optional[_Union[HelloReply, _Mapping]] = ..., response: _Optional[_Union[Response, _Mapping]] = ..., acks: _Optional[_Union[AckBatch, _Mapping]] = ..., pushes: _Optional[_Union[PushBatch, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., consumer_count: _Optional[_Union[ConsumerCount, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
     __slots__ = ("protocol_version", "client_id", "client_name")
@@ -259,3 +263,65 @@ class Error(_message.Message):
     guids: _containers.RepeatedScalarFieldContainer[bytes]
     fatal: bool
     def __init__(self, status: _Optional[_Union[Status, str]] = ..., message: _Optional[str] = ..., queue_id: _Optional[int] = ..., guids: _Optional[_Iterable[bytes]] = ..., fatal: _Optional[bool] = ...) -> None: ...
+
+class CountConsumers(_message.Message):
+    __slots__ = ("request_id", "uri")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    URI_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    uri: str
+    def __init__(self, request_id: _Optional[int] = ..., uri: _Optional[str] = ...) -> None: ...
+
+class ConsumerCount(_message.Message):
+    __slots__ = ("request_id", "status", "message", "consumers")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    status: Status
+    message: str
+    consumers: int
+    def __init__(self, request_id: _Optional[int] = ..., status: _Optional[_Union[Status, str]] = ..., message: _Optional[str] = ..., consumers: _Optional[int] = ...) -> None: ...
+
+class CommitMarkRequest(_message.Message):
+    __slots__ = ("queue_uri", "app_id", "record", "version", "digest", "rows")
+    QUEUE_URI_FIELD_NUMBER: _ClassVar[int]
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    queue_uri: str
+    app_id: str
+    record: bool
+    version: int
+    digest: bytes
+    rows: int
+    def __init__(self, queue_uri: _Optional[str] = ..., app_id: _Optional[str] = ..., record: _Optional[bool] = ..., version: _Optional[int] = ..., digest: _Optional[bytes] = ..., rows: _Optional[int] = ...) -> None: ...
+
+class CommitMark(_message.Message):
+    __slots__ = ("app_id", "version", "digest", "rows", "committed_at")
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_AT_FIELD_NUMBER: _ClassVar[int]
+    app_id: str
+    version: int
+    digest: bytes
+    rows: int
+    committed_at: float
+    def __init__(self, app_id: _Optional[str] = ..., version: _Optional[int] = ..., digest: _Optional[bytes] = ..., rows: _Optional[int] = ..., committed_at: _Optional[float] = ...) -> None: ...
+
+class CommitMarkReply(_message.Message):
+    __slots__ = ("status", "message", "found", "mark")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    MARK_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    message: str
+    found: bool
+    mark: CommitMark
+    def __init__(self, status: _Optional[_Union[Status, str]] = ..., message: _Optional[str] = ..., found: _Optional[bool] = ..., mark: _Optional[_Union[CommitMark, _Mapping]] = ...) -> None: ...

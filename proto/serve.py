@@ -11,7 +11,7 @@ from typing import Any
 
 import grpc
 
-from holdfast.proto import SERVICE_NAME, pb
+from holdfast.proto import COMMIT_MARK, SERVICE_NAME, pb
 
 
 def split_host_port(address: str) -> tuple[str, int]:
@@ -76,18 +76,27 @@ async def start_server(
     listen: str,
     max_message_bytes: int,
     serve_session: Callable[[Any, Any], Any],
+    serve_commit_mark: Callable[[pb.CommitMarkRequest, Any], Awaitable[pb.CommitMarkReply]]
+    | None = None,
 ) -> tuple[Any, int]:
     """Bind a grpc.aio server of the contract on ``listen`` and start it; return it and
     the bound port. The session method takes raw bytes (no request deserializer), so
     that bytes which are not a ClientFrame get a typed Error instead of failing the
-    stream. Raises ``OSError`` if the address cannot be bound."""
+    stream. ``serve_commit_mark`` serves the unary ``CommitMark`` method (the broker
+    keeps marks, the proxy relays them). Raises ``OSError`` if the address cannot be
+    bound."""
     server = grpc.aio.server(options=server_options(max_message_bytes))
     handler = grpc.stream_stream_rpc_method_handler(
         serve_session, request_deserializer=None, response_serializer=_serialize
     )
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(SERVICE_NAME, {"Session": handler}),)
-    )
+    methods = {"Session": handler}
+    if serve_commit_mark is not None:
+        methods[COMMIT_MARK] = grpc.unary_unary_rpc_method_handler(
+            serve_commit_mark,
+            request_deserializer=pb.CommitMarkRequest.FromString,
+            response_serializer=pb.CommitMarkReply.SerializeToString,
+        )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, methods),))
     try:
         port = server.add_insecure_port(listen)
     except RuntimeError as error:

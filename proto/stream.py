@@ -67,6 +67,7 @@ class ContractStream(ABC):
             "close_queue": self.on_close,
             "puts": self.on_puts,
             "confirms": self.on_confirms,
+            "count_consumers": self.on_count_consumers,
         }
 
     # -- what subclasses do -----------------------------------------------------------
@@ -94,6 +95,10 @@ class ContractStream(ABC):
     @abstractmethod
     def on_confirms(self, batch: pb.ConfirmBatch) -> None:
         """Handle a ConfirmBatch; rejected CONFIRMs are answered with ``error``."""
+
+    @abstractmethod
+    def on_count_consumers(self, request: pb.CountConsumers) -> None:
+        """Handle CountConsumers; answer with ``count_answer``."""
 
     @abstractmethod
     def on_end(self) -> None:
@@ -275,6 +280,15 @@ class ContractStream(ABC):
         self.outbox.send(pb.ServerFrame(error=error))
         if not fatal:
             log.debug("session %s: %s: %s", self.session_id, status_name(status), message)
+
+    def count_answer(
+        self, request_id: int, consumers: int, status: pb.Status = pb.STATUS_OK, message: str = ""
+    ) -> None:
+        """Answer a CountConsumers."""
+        answer = pb.ConsumerCount(
+            request_id=request_id, status=status, message=message, consumers=consumers
+        )
+        self.outbox.send(pb.ServerFrame(consumer_count=answer))
 
     def respond_not_open(self, request_id: int, queue_id: int) -> None:
         """Answer a request about a queue handle that is not open on this stream."""

@@ -32,7 +32,7 @@ from holdfast.proto import pb
 from holdfast.proto.limits import hello_reply
 from holdfast.proto.outbox import AckGroup, Delivery
 from holdfast.proto.stream import ContractStream
-from holdfast.proto.validate import GUID_BYTES, Invalid, check_open
+from holdfast.proto.validate import GUID_BYTES, Invalid, check_open, parse_queue_uri
 from holdfast.proxy.config import ProxyConfig
 from holdfast.proxy.upstream import Upstream
 from holdfast.sdk.engine import QueueRecord, WireAck
@@ -290,6 +290,24 @@ class ClientSession(ContractStream):
         if request_id is not None:
             self.respond(request_id, pb.STATUS_OK)
 
+    def on_count_consumers(self, request: pb.CountConsumers) -> None:
+        """Service discovery: relay the question upstream (client consumers are upstream
+        consumers, one each), answer with the broker's count."""
+        try:
+            parse_queue_uri(request.uri)
+        except Invalid as error:
+            self.count_answer(request.request_id, 0, error.status, error.message)
+            return
+        self._spawn(self._count_upstream(request))
+
+    async def _count_upstream(self, request: pb.CountConsumers) -> None:
+        try:
+            count = await self._upstream.count_consumers(request.uri, self._config.request_timeout)
+        except HoldfastError as error:
+            self.count_answer(request.request_id, 0, *relay_status(error))
+            return
+        self.count_answer(request.request_id, count)
+
     # -- messages -----------------------------------------------------------------------
 
     def on_puts(self, batch: pb.PutBatch) -> None:
@@ -318,7 +336,13 @@ class ClientSession(ContractStream):
                 try:
                     # Not posted again if still pending upstream (the client retransmits
                     # after losing the proxy): it is only routed to this stream.
-                    relay(handle.upstream.queue_id, put.payload, put.properties or None, guid)
+                    relay(
+                        handle.upstream.queue_id,
+                        put.payload,
+                        put.properties or None,
+                        guid,
+                        put.age_ms,
+                    )
                 except HoldfastError as error:
                     status = relay_status(error, pb.STATUS_UNKNOWN_QUEUE)[0]
                 if status is None:

@@ -19,6 +19,7 @@ from holdfast.proto.limits import FRAME_CEILING
 from holdfast.proto.serve import split_host_port, start_server
 from holdfast.proxy.client import ClientSession, ProxyCounters, Routes
 from holdfast.proxy.config import ProxyConfig
+from holdfast.proxy.marks import MarkRelay
 from holdfast.proxy.upstream import Upstream
 from holdfast.sdk.events import Reconnected, SessionEvent, log_event
 
@@ -44,6 +45,8 @@ class Proxy:
             on_acks=self.routes.on_acks,
             on_event=self._on_event,
         )
+        self.marks = MarkRelay(config.upstream_addresses)
+        """Relays commit mark calls to the brokers (``holdfast.proxy.marks``)."""
         self._sessions: set[ClientSession] = set()
         self._server: Any = None
         self._stopping = False
@@ -64,7 +67,7 @@ class Proxy:
         host, _ = split_host_port(self.config.listen)
         # Bound before the broker's limits are known: accept what any broker's may need.
         self._server, port = await start_server(
-            self.config.listen, FRAME_CEILING, self._serve_session
+            self.config.listen, FRAME_CEILING, self._serve_session, self.marks.handle
         )
         self.address = f"{host}:{port}"
         log.info("listening on %s (upstream %s)", self.address, self.config.upstream)
@@ -122,6 +125,7 @@ class Proxy:
         if self._server is not None:
             await self._server.stop(grace)
         await self.upstream.stop()
+        await self.marks.close()
         if self.metrics is not None:
             self.metrics.stop()
         log.info("stopped")

@@ -117,16 +117,28 @@ class Upstream:
         if request_id is not None:
             await self._driver.wait_request(request_id, timeout, "closing a queue")
 
+    async def count_consumers(self, uri: str, timeout: float) -> int:
+        """How many live consumers ``uri`` has at the broker (asked again after a reconnect)."""
+        request_id = self.engine.count_consumers(uri)
+        try:
+            await self._driver.wait_request(request_id, timeout, f"counting the consumers of {uri}")
+        finally:
+            count = self.engine.queries.take_answer(request_id)
+        return count or 0
+
     def relay(
         self,
         queue_id: int,
         payload: bytes,
         properties: Mapping[str, str] | None,
         guid: bytes,
+        age_ms: int = 0,
     ) -> bool:
-        """Buffer a client's PUT under the client's GUID (16 bytes); its outcome reaches
-        ``on_acks``. False if that GUID is already pending here (nothing is buffered)."""
-        if not self.engine.relay(queue_id, payload, properties, guid, time.monotonic()):
+        """Buffer a client's PUT under the client's GUID (16 bytes), as old as it arrived
+        (``age_ms``: a proxy never restarts a PUT's age); its outcome reaches ``on_acks``.
+        False if that GUID is already pending here (nothing is buffered)."""
+        now = time.monotonic()
+        if not self.engine.relay(queue_id, payload, properties, guid, now, age_ms):
             return False
         self._driver.outbound_queued()
         return True

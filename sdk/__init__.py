@@ -9,20 +9,30 @@
         guid = queue.post(b"payload", properties={"k": "v"}, on_ack=print)
         session.flush(timeout=30)
 
-Modules, each with one job: ``engine`` (the HA rules, no I/O), ``session``
-(threads and locking around the engine), ``transport`` (gRPC and its status
-codes), ``frames`` (batching into wire frames), ``dispatch`` (the callback
-thread), ``backoff``, ``queue``, ``types``, ``events``, ``options``, ``errors``.
+Modules, each with one job: ``engine`` (the HA rules, no I/O; with ``state``,
+``putbuffer``, ``producer``, ``outbound``, ``queue_table``, ``outcomes`` and
+``restore``), ``driver`` (the one connection driver: failover, back-off, the Hello
+deadline, reader and writer pumps), ``transports`` (sync gRPC, asyncio gRPC,
+in-memory), ``session`` (the synchronous front-end), ``transport`` (gRPC channel
+options and the sorting of its status codes), ``frames`` (batching into wire
+frames), ``dispatch`` (the callback thread), ``statuses`` (wire statuses to
+outcomes and errors), ``backoff``, ``queue``, ``types``, ``events``, ``options``,
+``errors``.
 
-``holdfast.sdk.spark`` (imported on its own, not from here) is the PySpark sink:
-``df.foreachPartition(QueueSink(uri, run_id=...))`` and ``foreachBatch``, exactly
-once under task retries thanks to deterministic GUIDs.
+``rpc`` is request/reply over queues: ``session.request(uri, payload)``,
+``session.request_async``, ``session.has_workers(uri)`` and ``Worker(session, uri,
+handler)``; its errors are under ``RpcError``.
+
+``holdfast.sdk.spark`` (imported on its own, not from here) is the PySpark
+connector (``register(spark)``, then ``format("holdfast")``) and ``QueueSink`` for
+``foreachPartition``/``foreachBatch``. ``marks`` serves ``Session.commit_mark``.
 """
 
 from holdfast.sdk.errors import (
     BandwidthLimitError,
     BufferFullError,
     ConfirmDroppedError,
+    DeadLetteredError,
     FlowControlError,
     HoldfastError,
     InvalidArgumentError,
@@ -33,12 +43,18 @@ from holdfast.sdk.errors import (
     ProtocolVersionError,
     QueueNotOpenError,
     QueueStateError,
+    RemoteHandlerError,
     RequestFailedError,
+    RequestRefusedError,
     RequestTimeoutError,
     RetryableTransportError,
+    RpcCancelledError,
+    RpcError,
+    RpcTimeoutError,
     SessionClosedError,
     TerminalTransportError,
     TransportError,
+    WorkerLostError,
 )
 from holdfast.sdk.events import (
     ConfirmRejected,
@@ -55,6 +71,7 @@ from holdfast.sdk.events import (
 )
 from holdfast.sdk.options import QueueOptions, ReconnectOptions, SessionOptions
 from holdfast.sdk.queue import Queue
+from holdfast.sdk.rpc import Reply, Request, Worker, WorkerOptions
 from holdfast.sdk.session import Session
 from holdfast.sdk.types import Ack, AckStatus, Message
 
@@ -68,6 +85,7 @@ __all__ = [
     "ConnectAttemptFailed",
     "Connected",
     "ConnectionLost",
+    "DeadLetteredError",
     "FlowControlError",
     "HoldfastError",
     "InvalidArgumentError",
@@ -84,9 +102,16 @@ __all__ = [
     "QueueStateError",
     "ReconnectOptions",
     "Reconnected",
+    "RemoteHandlerError",
+    "Reply",
+    "Request",
     "RequestFailedError",
+    "RequestRefusedError",
     "RequestTimeoutError",
     "RetryableTransportError",
+    "RpcCancelledError",
+    "RpcError",
+    "RpcTimeoutError",
     "Session",
     "SessionClosed",
     "SessionClosedError",
@@ -96,5 +121,8 @@ __all__ = [
     "StateRestored",
     "TerminalTransportError",
     "TransportError",
+    "Worker",
+    "WorkerLostError",
+    "WorkerOptions",
     "log_event",
 ]

@@ -12,13 +12,24 @@
     │   └── NotWritableError
     ├── FlowControlError                     the message was not taken; retry later
     │   ├── BandwidthLimitError              outbound buffer over its high watermark for 5 s
-    │   └── BufferFullError                  optional bound on bytes buffered while disconnected
+    │   ├── BufferFullError                  optional bound on bytes buffered while disconnected
+    │   └── BrokerBusyError                  the broker pushed back on the queue's PUTs for 5 s
     ├── ConfirmDroppedError                  CONFIRM not sent (link down or stale delivery);
     │                                        the broker will redeliver the message
     ├── RequestFailedError                   the broker refused an open/configure/close
+    │   └── CommitMarkConflictError          a version committed again with other content
     ├── RequestTimeoutError (TimeoutError)   an open/configure did not complete in time
     ├── SessionClosedError                   the session was closed by the application
-    ├── RemoteProtocolError                  the server sent a frame that cannot be accepted
+    ├── RpcError                             a request/reply call failed (holdfast.sdk.rpc)
+    │   ├── RpcTimeoutError (TimeoutError)   no reply within the call's timeout
+    │   │   └── WorkerLostError              ... and the worker that had it stopped heartbeating
+    │   ├── RpcCancelledError                the call was cancelled (its session closed)
+    │   ├── DeadLetteredError                the request was dead-lettered; ``reason`` says why
+    │   ├── RemoteHandlerError               the worker's handler raised; ``error_type``
+    │   └── RequestRefusedError              the broker refused the request PUT; ``status``
+    ├── ProtocolError                        an input that the protocol does not allow
+    │   ├── LocalProtocolError               from this side: a bug in the shell around the engine
+    │   └── RemoteProtocolError              from the server: the connection is dropped
     └── TransportError                       what the gRPC link reported
         ├── RetryableTransportError          link trouble: the session reconnects by itself
         └── TerminalTransportError           reconnecting cannot help: the session fails
@@ -83,6 +94,12 @@ class BufferFullError(FlowControlError):
     """``SessionOptions.max_disconnected_buffer_bytes`` would be exceeded while disconnected."""
 
 
+class BrokerBusyError(FlowControlError):
+    """The broker pushed back on this queue's PUTs (its GUID history was at its memory
+    bound) and kept doing so for the 5-second wait. The message was not taken; the PUTs
+    already posted stay buffered and are retransmitted until the broker takes them."""
+
+
 class ConfirmDroppedError(HoldfastError):
     """A CONFIRM was not sent because the link was down or the delivery is stale.
 
@@ -103,12 +120,32 @@ class RequestFailedError(HoldfastError):
         self.message = message
 
 
+class CommitMarkConflictError(RequestFailedError):
+    """A commit mark was recorded again for the same version with another digest: the
+    same batch was written twice with different content (``Session.commit_mark``)."""
+
+
 class RequestTimeoutError(HoldfastError, TimeoutError):
     """An open or configure did not complete within its timeout."""
 
 
 class SessionClosedError(HoldfastError):
     """The session was closed by the application (or failed terminally)."""
+
+
+class ProtocolError(HoldfastError):
+    """An input the protocol does not allow (see ``holdfast.sdk.state``)."""
+
+
+class LocalProtocolError(ProtocolError):
+    """The engine was given an input its state tables refuse: a bug in the code
+    around it (a shell, a test), never something a server or a user can cause."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The server sent a frame this SDK cannot accept (bytes that do not parse, a GUID
+    that is not 16 bytes, a frame out of order). The connection is dropped and the
+    session reconnects; a server that keeps doing it fails the session."""
 
 
 class TransportError(HoldfastError):
@@ -127,9 +164,48 @@ class ProtocolVersionError(TerminalTransportError):
     """The broker does not speak this SDK's protocol version."""
 
 
-class RemoteProtocolError(HoldfastError):
-    """The server sent a frame this side cannot decode or accept.
+class RpcError(HoldfastError):
+    """A request/reply call (``Session.request``) did not produce a reply."""
 
-    The connection that carried it is dropped and the session reconnects; when
-    it keeps happening the session fails with a ``SessionFailed`` event.
+
+class RpcTimeoutError(RpcError, TimeoutError):
+    """No reply arrived within the call's ``timeout``; the worker (if any) was told to cancel."""
+
+
+class WorkerLostError(RpcTimeoutError):
+    """No reply within the timeout, and the worker that collected the request stopped
+    heartbeating (it died or lost its connection) and no other worker answered in time."""
+
+
+class RpcCancelledError(RpcError):
+    """The call was cancelled before its reply arrived (for example, its session closed)."""
+
+
+class DeadLetteredError(RpcError):
+    """The request was dead-lettered instead of processed.
+
+    ``reason`` is a dead-letter reason (``x-death-reason``): ``"expired"`` when no
+    worker picked the request up within its pickup timeout.
     """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"dead-lettered ({reason}): {message}")
+        self.reason = reason
+        self.message = message
+
+
+class RemoteHandlerError(RpcError):
+    """The worker's handler raised; ``error_type`` is its exception's class name."""
+
+    def __init__(self, error_type: str, message: str) -> None:
+        super().__init__(f"{error_type}: {message}" if message else error_type)
+        self.error_type = error_type
+        self.message = message
+
+
+class RequestRefusedError(RpcError):
+    """The broker refused the request PUT; ``status`` is the ``AckStatus`` name."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status

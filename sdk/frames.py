@@ -11,22 +11,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from holdfast.proto import pb
-from holdfast.sdk.engine import (
-    GUID,
-    PAYLOAD,
-    PROPERTIES,
-    QUEUE_ID,
-    SIZE,
-    ConfirmItem,
-    OutboundItem,
-)
-
-CONFIRM_SIZE = 24
-"""Approximate wire size of one CONFIRM."""
+from holdfast.sdk.outbound import CONFIRM_SIZE, FRAME_SIZE, ConfirmItem, OutboundItem
+from holdfast.sdk.putbuffer import GUID, PAYLOAD, POSTED_AT, PROPERTIES, QUEUE_ID, SIZE
 
 
-def encode(items: Iterable[OutboundItem], max_batch_bytes: int) -> list[tuple[pb.ClientFrame, int]]:
-    """Turn outbound items into frames; return each frame with the bytes it accounts for."""
+def encode(
+    items: Iterable[OutboundItem], max_batch_bytes: int, now: float
+) -> list[tuple[pb.ClientFrame, int]]:
+    """Turn outbound items into frames; return each frame with the bytes it accounts for.
+
+    Each PUT carries its age at ``now`` (``Put.age_ms``): how long ago it was first
+    posted, so the next hop continues its age instead of starting it again.
+    """
     frames: list[tuple[pb.ClientFrame, int]] = []
     puts: pb.PutBatch | None = None
     put_bytes = 0
@@ -52,15 +48,21 @@ def encode(items: Iterable[OutboundItem], max_batch_bytes: int) -> list[tuple[pb
                 flush_puts()
             if puts is None:
                 puts = pb.PutBatch()
+            age_ms = int((now - item[POSTED_AT]) * 1000.0)
+            if age_ms < 0:
+                age_ms = 0
             if item[PROPERTIES]:
                 puts.puts.add(
                     queue_id=item[QUEUE_ID],
                     guid=item[GUID],
                     payload=item[PAYLOAD],
                     properties=item[PROPERTIES],
+                    age_ms=age_ms,
                 )
             else:
-                puts.puts.add(queue_id=item[QUEUE_ID], guid=item[GUID], payload=item[PAYLOAD])
+                puts.puts.add(
+                    queue_id=item[QUEUE_ID], guid=item[GUID], payload=item[PAYLOAD], age_ms=age_ms
+                )
             put_bytes += size
         elif isinstance(item, ConfirmItem):
             if confirms is not None and confirm_bytes + CONFIRM_SIZE > max_batch_bytes:
@@ -72,7 +74,7 @@ def encode(items: Iterable[OutboundItem], max_batch_bytes: int) -> list[tuple[pb
         else:
             flush_puts()
             flush_confirms()
-            frames.append((item, 64))
+            frames.append((item, FRAME_SIZE))
     flush_puts()
     flush_confirms()
     return frames

@@ -14,20 +14,23 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from holdfast.proto import pb
 from holdfast.sdk.dispatch import Dispatcher
 from holdfast.sdk.driver.threaded import ThreadDriver
 from holdfast.sdk.engine import SessionEngine
-from holdfast.sdk.errors import ConfirmDroppedError, RequestTimeoutError
+from holdfast.sdk.errors import ConfirmDroppedError, InvalidArgumentError, RequestTimeoutError
 from holdfast.sdk.events import SessionEvent, log_event
 from holdfast.sdk.failover import parse_addresses
+from holdfast.sdk.marks import CommitMark, call_commit_mark
 from holdfast.sdk.options import QueueOptions, SessionOptions, default_address
 from holdfast.sdk.queue import Queue
+from holdfast.sdk.rpc.api import RequestReply
 from holdfast.sdk.transports.base import SyncTransport
 from holdfast.sdk.transports.grpc_sync import GrpcSyncTransport
 from holdfast.sdk.types import Ack, Message
 
 
-class Session:
+class Session(RequestReply):
     """A connection to a Holdfast proxy or broker that survives its failures.
 
     Use it as a context manager; ``close()`` waits up to
@@ -36,6 +39,7 @@ class Session:
     by default ``$HOLDFAST_ADDRESS`` or ``127.0.0.1:7701``. ``on_event`` receives
     typed ``SessionEvent``s on the dispatcher thread (default: they are logged).
     ``transport`` replaces gRPC (for example with an in-memory transport in tests).
+    Request/reply (``request``, ``request_async``) comes from ``RequestReply``.
     """
 
     def __init__(
@@ -93,6 +97,36 @@ class Session:
         with self._lock:
             return self._engine.connected
 
+    def commit_mark(
+        self,
+        uri: str,
+        app_id: str,
+        version: int | None = None,
+        *,
+        digest: bytes = b"",
+        rows: int = 0,
+        timeout: float = 30.0,
+    ) -> CommitMark | None:
+        """Read (``version=None``) or record the commit mark of writer ``app_id`` on queue
+        ``uri``; return the mark the broker holds now (None: none yet).
+
+        Marks never expire: a writer reads its mark before writing a version and skips a
+        version already committed, however late the replay (Delta Lake's
+        ``txnAppId``/``txnVersion``). Recording a version below the stored one changes
+        nothing; the stored version again with another ``digest`` raises
+        ``CommitMarkConflictError``. The call is idempotent and retried across this
+        session's addresses until ``timeout``; it needs no open queue.
+        """
+        request = pb.CommitMarkRequest(queue_uri=uri, app_id=app_id)
+        if version is not None:
+            if version < 0:
+                raise InvalidArgumentError(f"a commit mark version is >= 0, not {version}")
+            request.record = True
+            request.version = version
+            request.digest = digest
+            request.rows = rows
+        return call_commit_mark(self._addresses, request, timeout)
+
     def open_queue(
         self,
         uri: str,
@@ -131,6 +165,25 @@ class Session:
             raise
         return Queue(self, record)
 
+    def has_workers(self, uri: str, timeout: float = 10.0) -> bool:
+        """True if ``uri`` has a live consumer now (request/reply service discovery).
+
+        Answered by the broker from the consumers attached to the queue (through a
+        proxy as well); asked again after a reconnect. ``RequestTimeoutError`` after
+        ``timeout`` seconds without an answer.
+        """
+        driver = self._driver
+        with self._lock:
+            request_id = self._engine.count_consumers(uri)
+            driver.expect(request_id)
+            driver.after_input()
+        try:
+            driver.wait_request(request_id, timeout, f"asking for the consumers of {uri}")
+        finally:
+            with self._lock:
+                count = self._engine.queries.take_answer(request_id)
+        return bool(count)
+
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every PUT posted so far is reported; True if so within ``timeout``.
 
@@ -154,6 +207,7 @@ class Session:
         if self._closed:
             return
         self._closed = True
+        self._close_rpc()
         self.flush(self._options.close_timeout if timeout is None else timeout)
         self._driver.stop()
         self._dispatcher.stop(10)
@@ -171,8 +225,8 @@ class Session:
         driver = self._driver
         with self._lock:
             now = time.monotonic()
-            if self._engine.admit_post(now, now):
-                now = driver.wait_admission(now)
+            if self._engine.admit_post(now, now, queue_id):
+                now = driver.wait_admission(now, queue_id)
             guid = self._engine.post(queue_id, payload, properties, on_ack, now, guid=guid)
             if driver.writer_idle:
                 driver.wake_writer()

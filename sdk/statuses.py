@@ -2,7 +2,8 @@
 
 - an ACK's wire status -> ``AckStatus`` (``ack_status``), and back for the outcomes
   the SDK decides itself (``wire_status_of``);
-- a refused open/configure/close -> ``RequestFailedError`` (``request_error``);
+- a refused open/configure/close -> ``RequestFailedError`` (``request_error``), a
+  refused commit mark call -> its typed error (``commit_mark_error``);
 - a refused contract check (``holdfast.proto.validate.Invalid``) -> the SDK's typed
   ``InvalidArgumentError`` (``invalid_error``);
 - an SDK error -> the wire status a proxy relays it with (``relay_status``).
@@ -15,6 +16,7 @@ from typing import cast
 from holdfast.proto import pb, status_name
 from holdfast.proto.validate import Invalid, InvalidUri
 from holdfast.sdk.errors import (
+    CommitMarkConflictError,
     HoldfastError,
     InvalidArgumentError,
     InvalidPropertiesError,
@@ -33,7 +35,6 @@ _ACK_STATUS: dict[int, AckStatus] = {
     # in the queue, which is exactly what UNKNOWN says.
     pb.STATUS_TOO_OLD: AckStatus.UNKNOWN,
     pb.STATUS_CONFLICT: AckStatus.CONFLICT,
-    pb.STATUS_HISTORY_FULL: AckStatus.HISTORY_FULL,
     pb.STATUS_INVALID_GUID: AckStatus.INVALID_GUID,
     pb.STATUS_PAYLOAD_TOO_LARGE: AckStatus.PAYLOAD_TOO_LARGE,
     pb.STATUS_INVALID_PROPERTIES: AckStatus.INVALID_PROPERTIES,
@@ -46,7 +47,6 @@ _WIRE_STATUS: dict[AckStatus, pb.Status] = {
     AckStatus.SUCCESS: pb.STATUS_OK,
     AckStatus.UNKNOWN: pb.STATUS_UNKNOWN,
     AckStatus.CONFLICT: pb.STATUS_CONFLICT,
-    AckStatus.HISTORY_FULL: pb.STATUS_HISTORY_FULL,
     AckStatus.INVALID_GUID: pb.STATUS_INVALID_GUID,
     AckStatus.PAYLOAD_TOO_LARGE: pb.STATUS_PAYLOAD_TOO_LARGE,
     AckStatus.INVALID_PROPERTIES: pb.STATUS_INVALID_PROPERTIES,
@@ -83,6 +83,17 @@ def wire_status_of(status: AckStatus) -> pb.Status:
 
 def request_error(status: int, message: str) -> RequestFailedError:
     """The error a refused open, configure or close request fails with."""
+    return RequestFailedError(status_name(status), message)
+
+
+def commit_mark_error(status: int, message: str) -> HoldfastError | None:
+    """The error a refused ``CommitMark`` call raises (None for ``STATUS_OK``)."""
+    if status == pb.STATUS_OK:
+        return None
+    if status == pb.STATUS_CONFLICT:
+        return CommitMarkConflictError(status_name(status), message)
+    if status == pb.STATUS_INVALID_ARGUMENT:
+        return InvalidArgumentError(message)
     return RequestFailedError(status_name(status), message)
 
 

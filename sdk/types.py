@@ -14,13 +14,12 @@ class AckStatus(enum.Enum):
     ``SUCCESS`` means the message is in the queue (a replay the broker recognised
     by GUID is a success too). ``UNKNOWN`` means the SDK cannot tell: the message
     may or may not be in the queue (also when the broker found the PUT too old to
-    recognise a replay of it). Every other status means this PUT was not enqueued:
+    recognise a replay of it). A broker that pushes back (``STATUS_HISTORY_FULL``,
+    its GUID history at its memory bound) gives no outcome: the SDK keeps the PUT
+    and retransmits it later. Every other status means this PUT was not enqueued:
 
     - ``CONFLICT``: the broker knows the GUID with a different payload or
       properties; the original message stays as it was;
-    - ``HISTORY_FULL``: the broker's GUID history was at its memory bound. Not a
-      final outcome: the SDK keeps the PUT and retransmits it, so an application
-      only sees it from a broker or proxy that ACKs it as final;
     - the others: the PUT was refused for what it is, or could not be stored.
 
     Wire statuses are mapped to these in one place, ``holdfast.sdk.statuses``.
@@ -29,7 +28,6 @@ class AckStatus(enum.Enum):
     SUCCESS = "SUCCESS"
     UNKNOWN = "UNKNOWN"
     CONFLICT = "CONFLICT"
-    HISTORY_FULL = "HISTORY_FULL"
     INVALID_GUID = "INVALID_GUID"
     PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
     INVALID_PROPERTIES = "INVALID_PROPERTIES"

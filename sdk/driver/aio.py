@@ -196,7 +196,7 @@ class AsyncDriver:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._outbound_ready.wait(), timer)
                     continue
-                for frame, nbytes in self.core.frames(engine.take_outbound()):
+                for frame, nbytes in self.core.frames(engine.take_outbound(), time.monotonic()):
                     await connection.send(frame)
                     engine.transport_drained(nbytes)
                     self._changed.set()

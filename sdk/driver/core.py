@@ -110,12 +110,13 @@ class DriverCore:
             self.established = True
             self._hello_deadline = None
 
-    def frames(self, items: Iterable[OutboundItem]) -> Iterator[tuple[bytes, int]]:
-        """Batch taken outbound items into raw frames, each with the bytes it accounts for.
+    def frames(self, items: Iterable[OutboundItem], now: float) -> Iterator[tuple[bytes, int]]:
+        """Batch taken outbound items into raw frames, each with the bytes it accounts for;
+        each PUT carries its age at ``now``.
 
         Pure: pumps call it outside their lock, on the writing thread or task.
         """
-        for frame, nbytes in encode(items, self.options.max_batch_bytes):
+        for frame, nbytes in encode(items, self.options.max_batch_bytes, now):
             yield frame.SerializeToString(), nbytes
 
     # ------------------------------------------------------------------ timers

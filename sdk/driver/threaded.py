@@ -88,11 +88,12 @@ class ThreadDriver:
         self.writer_idle = False
         self._writer_wakeup.notify()
 
-    def wait_admission(self, now: float) -> float:
-        """Rule 7: hold the caller while the engine says the transport pushes back;
-        the time after the wait (``BandwidthLimitError`` after 5 s, from the engine)."""
+    def wait_admission(self, now: float, queue_id: int) -> float:
+        """Rule 7: hold the caller while the engine says the transport (or the broker,
+        for this queue) pushes back; the time after the wait (``BandwidthLimitError``
+        or ``BrokerBusyError`` after 5 s, from the engine)."""
         since = now
-        while (delay := self.engine.admit_post(since, now)) > 0:
+        while (delay := self.engine.admit_post(since, now, queue_id)) > 0:
             self.changed.wait(delay)
             now = time.monotonic()
         return now
@@ -253,7 +254,7 @@ class ThreadDriver:
                 if live.closed or engine.generation != generation or not engine.has_outbound:
                     return  # the end of the request stream: a half-close when stopping
                 items = engine.take_outbound()
-            for frame, nbytes in self.core.frames(items):
+            for frame, nbytes in self.core.frames(items, time.monotonic()):
                 yield frame
                 with self.lock:
                     engine.transport_drained(nbytes)

@@ -50,3 +50,26 @@ def test_producer_then_consumer_through_the_proxy(broker: BrokerProcess) -> None
             "consumer.py", "--address", proxy.address, "--queue", "hf://ex/orders", "--idle", "1"
         )
     assert "deliveries=5000 distinct=5000 redeliveries=0" in consumed
+
+
+@pytest.mark.timeout(120)
+def test_rpc_worker_and_caller_through_the_proxy(broker: BrokerProcess) -> None:
+    """The README's request/reply example: a worker process, a caller process."""
+    with ProxyProcess(["--upstream", broker.address]) as proxy:
+        worker = subprocess.Popen(
+            [sys.executable, str(EXAMPLES / "rpc_worker.py"), "--address", proxy.address],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert worker.stdout is not None
+            assert worker.stdout.readline().strip() == "serving hf://demo/quotes"
+            out = run_example("rpc_caller.py", "--address", proxy.address)
+        finally:
+            worker.terminate()  # by PID: SIGTERM, a graceful stop
+            assert worker.wait(30) == 0
+    assert "has workers: True" in out
+    assert "widget x3: {'total': 7.5} {'currency': 'EUR'}" in out
+    assert "gadget x1..x10: [10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0]" in out
+    assert "gizmo: ValueError: unknown item 'gizmo'" in out
+    assert "unserved: dead-lettered, reason expired" in out

@@ -153,7 +153,9 @@ class Harness:
 
     def sent_frames(self) -> list[pb.ClientFrame]:
         """Take what the engine queued for the wire and encode it, as the shell's writer does."""
-        frames = [frame for frame, _ in encode(self.engine.take_outbound(), MAX_BATCH_BYTES)]
+        frames = [
+            frame for frame, _ in encode(self.engine.take_outbound(), MAX_BATCH_BYTES, self.now)
+        ]
         self.sent.extend(frames)
         return frames
 
@@ -265,3 +267,23 @@ def puts_in(frames: Iterable[pb.ClientFrame]) -> list[pb.Put]:
 def put_guids(frames: Iterable[pb.ClientFrame]) -> list[uuid.UUID]:
     """The GUIDs of every PUT in ``frames``, in wire order."""
     return [uuid.UUID(bytes=put.guid) for put in puts_in(frames)]
+
+
+# ---------------------------------------------------------------------- scripted set-ups
+
+
+def writer(h: Harness, uri: str = URI) -> int:
+    """Bring the link up and open ``uri`` for writing; return its queue id."""
+    h.establish()
+    return h.open_active(uri)
+
+
+def reconnect(h: Harness, *, window: float = 300.0) -> list[pb.ClientFrame]:
+    """Connect again, answer Hello and every reopen OK; return everything sent."""
+    return h.establish(window=window)
+
+
+def reader(h: Harness) -> int:
+    """Bring the link up and open ``URI`` for reading; return its queue id."""
+    h.establish()
+    return h.open_active(URI, read=True, write=False)

@@ -48,7 +48,6 @@ def test_status_name_drops_the_prefix_and_names_unknown_numbers() -> None:
         # Too old to be recognised: it may or may not be in the queue.
         (pb.STATUS_TOO_OLD, AckStatus.UNKNOWN),
         (pb.STATUS_CONFLICT, AckStatus.CONFLICT),
-        (pb.STATUS_HISTORY_FULL, AckStatus.HISTORY_FULL),
         (pb.STATUS_STORE_ERROR, AckStatus.STORE_ERROR),
         (pb.STATUS_SHUTTING_DOWN, AckStatus.REFUSED),
         (999, AckStatus.REFUSED),
@@ -70,7 +69,6 @@ def test_every_ack_status_but_refused_relays_as_a_wire_status_that_maps_back() -
     [
         (pb.STATUS_TOO_OLD, AckStatus.UNKNOWN),
         (pb.STATUS_CONFLICT, AckStatus.CONFLICT),
-        (pb.STATUS_HISTORY_FULL, AckStatus.HISTORY_FULL),
     ],
 )
 def test_the_engine_reports_acks_through_the_mapping(wire: pb.Status, expected: AckStatus) -> None:

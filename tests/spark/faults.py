@@ -8,6 +8,7 @@ cloudpickle ship this module by value, so the workers need not import ``tests``.
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -70,3 +71,28 @@ class ScriptedSerializer:
         temporary = path.with_suffix(".tmp")
         temporary.write_text(text)
         os.replace(temporary, path)
+
+
+class FailingRows:
+    """A ``mapPartitions`` function that passes rows through, except that attempt 0 of
+    partition ``partition`` SIGKILLs its own Python worker after ``after`` rows (writing
+    ``failed-p<partition>-a0`` with that count first): a task killed mid-write, which
+    Spark retries."""
+
+    def __init__(self, marker_dir: str, partition: int, after: int) -> None:
+        self.marker_dir = marker_dir
+        self.partition = partition
+        self.after = after
+
+    def __call__(self, rows: Any) -> Any:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        assert context is not None, "FailingRows runs inside Spark tasks only"
+        doomed = context.partitionId() == self.partition and context.attemptNumber() == 0
+        for count, row in enumerate(rows):
+            if doomed and count == self.after:
+                path = Path(self.marker_dir) / f"failed-p{self.partition}-a0"
+                path.write_text(str(count))
+                os.kill(os.getpid(), signal.SIGKILL)
+            yield row

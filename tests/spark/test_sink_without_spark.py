@@ -68,10 +68,10 @@ def test_guids_are_pinned_so_a_change_of_scheme_is_noticed() -> None:
     """A retried task on a newer SDK must still post the same GUIDs: changing how they
     are computed must change ``GUID_SCHEME`` (and these values) on purpose."""
     assert RowGuids(URI, "run-1").for_row(Row(id=1, name="x")) == uuid.UUID(
-        "95c9729e-5338-8f79-a0e9-cfcdbce938c2"
+        "d2e18812-c0d0-88f0-b396-e5f37d594ce1"
     )
     assert RowGuids(URI, "run-1", "id").for_key(1) == uuid.UUID(
-        "849abcec-b5a0-8e6d-8d2b-106c019071a7"
+        "69f57870-31d8-8f89-a857-fd0097b219b0"
     )
 
 

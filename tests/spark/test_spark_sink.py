@@ -251,7 +251,7 @@ def test_example_writes_a_dataframe_through_the_proxy(
         "--run-id",
         "example-1",
         "--master",
-        "local[2]",
+        "local[2,4]",
     ]
     # Spark's own driver servers listen on loopback only, like every server a test starts.
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}

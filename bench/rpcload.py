@@ -1,0 +1,223 @@
+"""Request/reply figures, beside a plain gRPC unary call on the same machine.
+
+As a script it is one of the two servers the measurement needs::
+
+    python bench/rpcload.py unary --listen 127.0.0.1:0      # logs "listening on HOST:PORT"
+    python bench/rpcload.py worker ADDRESS URI --concurrency 8   # prints "ready"
+
+``measure`` starts a broker, a proxy, a worker process and the unary server; the
+caller (this process) and the worker go through the proxy, then straight to the broker. For each it
+times ``sequential`` calls one at a time (p50/p99 round trip) and ``count`` calls
+with ``window`` in flight (calls/s). The payload is 100 bytes, echoed back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import grpc
+import harness
+
+from holdfast.sdk import Request, Session, Worker
+
+METHOD = "/holdfast.bench.Unary/Echo"
+PAYLOAD = bytes(100)
+
+
+@dataclass
+class CallFigures:
+    """One way of calling: its rate with a window of calls in flight, and its latencies."""
+
+    name: str
+    rate: float
+    p50: float
+    p99: float
+    count: int
+    window: int
+    sequential: int
+
+
+def _time_calls(
+    call_async: Callable[[], Future[Any]], call: Callable[[], object], count: int, window: int
+) -> tuple[float, list[float]]:
+    latencies = []
+    for _ in range(max(20, count // 20)):  # warm-up: connections, queues, caches
+        call()
+    for _ in range(count // 10):
+        started = time.perf_counter()
+        call()
+        latencies.append(time.perf_counter() - started)
+    slots = threading.Semaphore(window)
+    done = threading.Event()
+    remaining = [count]
+    lock = threading.Lock()
+
+    def finished(future: Future[Any]) -> None:
+        future.result()  # an error fails the bench loudly, not a silent figure
+        slots.release()
+        with lock:
+            remaining[0] -= 1
+            if remaining[0] == 0:
+                done.set()
+
+    started = time.perf_counter()
+    for _ in range(count):
+        slots.acquire()
+        call_async().add_done_callback(finished)
+    if not done.wait(300):
+        raise RuntimeError("calls did not complete within 300 s")
+    return count / (time.perf_counter() - started), latencies
+
+
+def measure(count: int = 5000, window: int = 64) -> list[CallFigures]:
+    """Request/reply through the proxy, and the plain gRPC unary call, in one run."""
+    results: list[CallFigures] = []
+    with (
+        harness.running_broker(harness.memory_store()) as broker,
+        harness.running_proxy(broker.address) as proxy,
+    ):
+        for name, address in (
+            ("SDK->proxy->broker", proxy.address),
+            ("SDK->broker", broker.address),
+        ):
+            results.append(
+                _measure_rpc(name, address, f"hf://bench/rpc-{len(results)}", count, window)
+            )
+    with (
+        harness.ScriptServer("rpcload.py", ["unary", "--listen", "127.0.0.1:0"]) as server,
+        grpc.insecure_channel(server.address) as channel,
+    ):
+        echo = channel.unary_unary(METHOD, request_serializer=None, response_deserializer=None)
+        rate, latencies = _time_calls(
+            lambda: echo.future(PAYLOAD, timeout=60),
+            lambda: echo(PAYLOAD, timeout=60),
+            count,
+            window,
+        )
+        results.append(
+            _figures("plain gRPC unary (grpc.aio server)", rate, latencies, count, window)
+        )
+    return results
+
+
+def _measure_rpc(name: str, address: str, uri: str, count: int, window: int) -> CallFigures:
+    with _worker(address, uri, 8), Session(address) as session:
+        rate, latencies = _time_calls(
+            lambda: session.request_async(uri, PAYLOAD, timeout=60),
+            lambda: session.request(uri, PAYLOAD, timeout=60),
+            count,
+            window,
+        )
+    return _figures(f"request/reply {name}", rate, latencies, count, window)
+
+
+def _figures(
+    name: str, rate: float, latencies: list[float], count: int, window: int
+) -> CallFigures:
+    return CallFigures(
+        name,
+        rate,
+        harness.percentile(latencies, 50),
+        harness.percentile(latencies, 99),
+        count,
+        window,
+        len(latencies),
+    )
+
+
+class _worker:
+    """The worker subprocess, stopped by PID."""
+
+    def __init__(self, address: str, uri: str, concurrency: int) -> None:
+        self._args = [sys.executable, __file__, "worker", address, uri, "--concurrency"]
+        self._args.append(str(concurrency))
+        self._proc: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> None:
+        self._proc = subprocess.Popen(self._args, stdout=subprocess.PIPE, text=True)
+        assert self._proc.stdout is not None
+        if self._proc.stdout.readline().strip() != "ready":
+            self.__exit__()
+            raise RuntimeError("the bench worker did not start")
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            os.kill(self._proc.pid, signal.SIGTERM)
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.kill(self._proc.pid, signal.SIGKILL)
+                self._proc.wait(5)
+
+
+def _run_worker(address: str, uri: str, concurrency: int) -> None:
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+
+    def echo(request: Request) -> bytes:
+        return request.payload
+
+    with Session(address) as session, Worker(session, uri, echo, concurrency=concurrency):
+        print("ready", flush=True)
+        stop.wait()
+
+
+async def _serve_unary(listen: str) -> None:
+    async def echo(request: bytes, context: Any) -> bytes:
+        return request
+
+    server = grpc.aio.server()
+    handler = grpc.unary_unary_rpc_method_handler(
+        echo, request_deserializer=None, response_serializer=None
+    )
+    service, method = METHOD.strip("/").split("/")
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service, {method: handler}),)
+    )
+    port = server.add_insecure_port(listen)
+    await server.start()
+    logging.info("listening on %s:%d", listen.rpartition(":")[0], port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    await server.stop(0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the unary server or the worker until SIGTERM; or, with no command, measure."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command")
+    unary = commands.add_parser("unary")
+    unary.add_argument("--listen", default="127.0.0.1:0")
+    worker = commands.add_parser("worker")
+    worker.add_argument("address")
+    worker.add_argument("uri")
+    worker.add_argument("--concurrency", type=int, default=8)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    if args.command == "unary":
+        asyncio.run(_serve_unary(args.listen))
+    elif args.command == "worker":
+        _run_worker(args.address, args.uri, args.concurrency)
+    else:
+        for figures in measure():
+            print(asdict(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""What waits for the wire, and rule 7's measure of it.
+
+Items leave in the order they were queued (a PUT posted before a close reaches the
+broker before that close). Their bytes count as *queued* until the shell takes them
+(``take``), then as *in the transport* until it reports them sent (``drained``);
+both together are what the high watermark is measured against.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from holdfast.proto import pb
+from holdfast.sdk.putbuffer import PendingPut
+
+FRAME_SIZE = 64
+"""Bytes a request frame (Hello, open, configure, close) is counted for."""
+
+CONFIRM_SIZE = 24
+"""Bytes a CONFIRM is counted for."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmItem:
+    """A CONFIRM waiting to be encoded."""
+
+    queue_id: int
+    guid: bytes
+
+
+OutboundItem = PendingPut | ConfirmItem | pb.ClientFrame
+
+
+class Outbound:
+    """The ordered items for the wire and the bytes not yet sent."""
+
+    __slots__ = ("_items", "high_watermark", "queued_bytes", "transport_bytes")
+
+    def __init__(self, high_watermark: int) -> None:
+        self._items: deque[OutboundItem] = deque()
+        self.high_watermark = high_watermark
+        self.queued_bytes = 0
+        self.transport_bytes = 0
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+    def add(self, item: OutboundItem, size: int) -> None:
+        """Queue an item that counts for ``size`` bytes."""
+        self._items.append(item)
+        self.queued_bytes += size
+
+    def take(self) -> list[OutboundItem]:
+        """Everything queued, in order; its bytes are now in the transport."""
+        items = list(self._items)
+        self._items.clear()
+        self.transport_bytes += self.queued_bytes
+        self.queued_bytes = 0
+        return items
+
+    def drained(self, nbytes: int) -> None:
+        """The transport sent ``nbytes`` of what it took."""
+        self.transport_bytes = max(0, self.transport_bytes - nbytes)
+
+    def clear(self) -> None:
+        """The connection is gone: nothing queued for it is sent."""
+        self._items.clear()
+        self.queued_bytes = self.transport_bytes = 0
+
+    @property
+    def over_high_watermark(self) -> bool:
+        """True when the bytes not yet sent are at or over the high watermark."""
+        return self.queued_bytes + self.transport_bytes >= self.high_watermark

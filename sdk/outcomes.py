@@ -1,0 +1,172 @@
+"""What the application hears: PUT outcomes (rule 3), PUSHed messages and events.
+
+Everything leaves in one ordered list of ``(function, argument)`` callbacks that the
+shell runs on one thread, so an application sees ACKs, messages and events in the
+order the engine decided them. In ``wire_acks`` mode (the proxy) PUT outcomes are
+``(GUID bytes, wire status)`` pairs instead, relayed without a UUID or an ``Ack``.
+
+A frame whose content this SDK cannot accept (a GUID that is not 16 bytes) raises
+``RemoteProtocolError`` *before* any of its items is applied, so the engine stays
+consistent and the shell drops the connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from holdfast.proto import pb, status_name
+from holdfast.proto.validate import quote
+from holdfast.sdk import events as ev
+from holdfast.sdk.errors import HoldfastError, ProtocolVersionError, RemoteProtocolError
+from holdfast.sdk.guids import uuid_from_bytes
+from holdfast.sdk.putbuffer import GUID, ON_ACK, QUEUE_ID, PendingPut, PutBuffer
+from holdfast.sdk.queue_table import QueueTable
+from holdfast.sdk.state import WRITABLE_STATES
+from holdfast.sdk.statuses import ack_status, wire_status_of
+from holdfast.sdk.types import Ack, AckStatus, Message
+
+log = logging.getLogger("holdfast.sdk.engine")
+
+Callback = tuple[Callable[[Any], Any], Any]
+
+WireAck = tuple[bytes, "pb.Status"]
+"""A PUT's outcome in ``wire_acks`` mode: its GUID and a ``pb.Status`` value."""
+
+_SUCCESS = AckStatus.SUCCESS
+_STATUS_OK = pb.STATUS_OK
+_HISTORY_FULL = pb.STATUS_HISTORY_FULL
+
+
+def _bad_guid(what: str, guid: bytes) -> RemoteProtocolError:
+    return RemoteProtocolError(
+        f"the server sent {what} with a {len(guid)}-byte GUID {quote(guid.hex(), 40)} "
+        "(GUIDs are 16 bytes)"
+    )
+
+
+class Outcomes:
+    """The ordered outputs for the application, and the ACK and PUSH loops."""
+
+    def __init__(
+        self,
+        puts: PutBuffer,
+        queues: QueueTable,
+        on_event: Callable[[ev.SessionEvent], Any],
+        *,
+        wire_acks: bool,
+    ) -> None:
+        self._puts = puts
+        self._queues = queues
+        self._on_event = on_event
+        self.callbacks: list[Callback] = []
+        self.wire_acks: list[WireAck] | None = [] if wire_acks else None
+        self.stale_acks = 0
+        """ACKs for GUIDs no longer pending (for example, duplicates); ignored."""
+
+    def emit(self, event: ev.SessionEvent) -> None:
+        """Queue an event for ``on_event``, in order with everything else."""
+        self.callbacks.append((self._on_event, event))
+
+    def report(self, put: PendingPut, status: AckStatus) -> None:
+        """Remove a PUT from the buffer and report it once (its queue is still known)."""
+        if self._puts.pop(put[GUID]) is None:
+            return
+        if self.wire_acks is not None:
+            self.wire_acks.append((put[GUID], wire_status_of(status)))
+            return
+        queue = self._queues.by_id[put[QUEUE_ID]]
+        callback = put[ON_ACK]
+        if callback is None:
+            callback = queue.on_ack
+        if callback is not None:
+            self.callbacks.append((callback, Ack(uuid_from_bytes(put[GUID]), status, queue.uri)))
+
+    def acks(self, batch: pb.AckBatch, now: float) -> None:
+        """Rule 3: each ACK pops its PUT and reports it once; unknown GUIDs are stale.
+
+        ``HISTORY_FULL`` is not an outcome: the PUT stays buffered and is sent again
+        after a back-off (``PutBuffer.hold``)."""
+        # One iteration per ACKed message: locals, no method calls on the hot path.
+        puts = self._puts
+        pending = puts.by_guid
+        released = 0
+        relay = self.wire_acks.append if self.wire_acks is not None else None
+        queues = self._queues.by_id
+        append = self.callbacks.append
+        held = puts.held
+        for ack in batch.acks:
+            guid = ack.guid
+            wire = ack.status
+            if wire == _HISTORY_FULL:
+                if len(guid) != 16:
+                    raise _bad_guid("an ACK", guid)
+                puts.hold(guid, now)
+                continue
+            put = pending.pop(guid, None)
+            if put is None:
+                if len(guid) != 16:
+                    raise _bad_guid("an ACK", guid)
+                self.stale_acks += 1
+                continue
+            released += put[6]
+            if held:
+                held.pop(guid, None)
+            if relay is not None:
+                relay((guid, wire))
+                continue
+            # A queue leaves the table only once its pending PUTs are reported.
+            queue = queues[put[QUEUE_ID]]
+            callback = put[ON_ACK]
+            if callback is None:
+                callback = queue.on_ack
+            if callback is not None:
+                status = _SUCCESS if wire == _STATUS_OK else ack_status(wire)
+                append((callback, Ack(uuid_from_bytes(put[GUID]), status, queue.uri)))
+        if released:
+            puts.bytes -= released
+            puts.taken()
+
+    def pushes(
+        self, batch: pb.PushBatch, generation: int, confirmer: Callable[[Message], None]
+    ) -> None:
+        """PUSHed messages to their queue's ``on_message``, tagged with the connection."""
+        for push in batch.pushes:
+            if len(push.guid) != 16:
+                raise _bad_guid("a PUSH", push.guid)
+        queues = self._queues.by_id
+        append = self.callbacks.append
+        for push in batch.pushes:
+            queue = queues.get(push.queue_id)
+            if queue is None or queue.on_message is None or queue.state not in WRITABLE_STATES:
+                continue  # closed meanwhile: the broker redelivers it elsewhere
+            message = Message(
+                uuid_from_bytes(push.guid),
+                push.payload,
+                dict(push.properties),
+                push.delivery_count,
+                queue.uri,
+                confirmer,
+                queue.queue_id,
+                generation,
+            )
+            append((queue.on_message, message))
+
+    def error_frame(self, error: pb.Error) -> HoldfastError | None:
+        """An Error frame: refused CONFIRMs reach the application as ``ConfirmRejected``;
+        a version mismatch is returned as the error the session fails with; the rest is
+        logged (the broker ends the stream after a fatal error; the shell sees it end)."""
+        name = status_name(error.status)
+        if error.status == pb.STATUS_VERSION_MISMATCH:
+            return ProtocolVersionError(error.message or "protocol version mismatch")
+        queue = self._queues.get(error.queue_id)
+        if error.status == pb.STATUS_UNKNOWN_GUID and queue is not None:
+            guids = tuple(uuid.UUID(bytes=g) for g in error.guids if len(g) == 16)
+            self.emit(ev.ConfirmRejected(queue.uri, guids, name))
+            return None
+        log.warning(
+            "broker reported %s: %s (fatal=%s)", name, quote(error.message, 200), error.fatal
+        )
+        return None

@@ -1,0 +1,189 @@
+"""The producer's inputs: rules 1, 2 and 7 on the hot path of every PUT.
+
+``post`` gives a PUT its uuid7 GUID (rule 1) and buffers it, sending it at once
+while the link is ACTIVE (rule 2); ``relay`` does the same under a client's GUID
+for the proxy, back-dated by the age the PUT arrived with; ``admit_post`` is the
+high-watermark wait of rule 7, decided here and only *waited* by the shell.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from holdfast.proto.limits import DEFAULT_LIMITS, Limits
+from holdfast.proto.validate import Invalid, check_payload, check_properties
+from holdfast.sdk.errors import (
+    BandwidthLimitError,
+    BrokerBusyError,
+    BufferFullError,
+    InvalidArgumentError,
+    NotWritableError,
+    QueueNotOpenError,
+)
+from holdfast.sdk.guids import Uuid7Source
+from holdfast.sdk.outbound import Outbound
+from holdfast.sdk.putbuffer import PUT_OVERHEAD, PendingPut, PutBuffer
+from holdfast.sdk.queue_table import QueueTable
+from holdfast.sdk.state import WRITABLE_STATES, LinkMachine, LinkState
+from holdfast.sdk.statuses import invalid_error
+from holdfast.sdk.types import Ack
+
+HIGH_WATERMARK_WAIT = 5.0
+"""Seconds a post waits for the outbound buffer to drain below its high watermark."""
+
+_NO_GUID = uuid.UUID(int=0)
+
+
+class Producer:
+    """Checks and buffers PUTs for one session (state shared with ``SessionEngine``)."""
+
+    def __init__(
+        self,
+        link: LinkMachine,
+        puts: PutBuffer,
+        queues: QueueTable,
+        outbound: Outbound,
+        check_usable: Callable[[], None],
+        max_disconnected_buffer_bytes: int | None,
+    ) -> None:
+        self._link = link
+        self._puts = puts
+        self._queues = queues
+        self._outbound = outbound
+        self._check_usable = check_usable
+        self._disconnected_limit = max_disconnected_buffer_bytes
+        self._guids = Uuid7Source()
+        self.limits: Limits = DEFAULT_LIMITS
+        """The broker's announced limits, which every PUT is checked against."""
+
+    def over_high_watermark(self) -> bool:
+        """True when a live link has at least the high watermark of bytes unsent.
+
+        Only a live link pushes back: while disconnected, PUTs are buffered
+        without waiting (rule 2), bounded only by ``max_disconnected_buffer_bytes``.
+        """
+        return self._link.state is not LinkState.DISCONNECTED and self._outbound.over_high_watermark
+
+    def admit_post(self, waiting_since: float, now: float, queue_id: int | None = None) -> float:
+        """Rule 7: 0.0 if a post may go ahead now, else the seconds to wait (for a drain)
+        before asking again. A post waits while the bytes not yet taken by the transport
+        are over the high watermark, or while the broker pushes back on ``queue_id``'s
+        PUTs; after ``HIGH_WATERMARK_WAIT`` seconds since ``waiting_since`` it is refused
+        with ``BandwidthLimitError`` or ``BrokerBusyError``: the message is not taken."""
+        over = self.over_high_watermark()
+        busy = queue_id is not None and bool(self._puts.held) and self._puts.holds_queue(queue_id)
+        if not (over or busy):
+            return 0.0
+        remaining = HIGH_WATERMARK_WAIT - (now - waiting_since)
+        if remaining > 0:
+            return remaining
+        if over:
+            raise BandwidthLimitError(
+                f"the outbound buffer stayed over its high watermark "
+                f"({self._outbound.high_watermark} bytes) for {HIGH_WATERMARK_WAIT:.0f} s; "
+                "the message was not taken"
+            )
+        raise BrokerBusyError(
+            f"the broker pushed back on this queue's PUTs for {HIGH_WATERMARK_WAIT:.0f} s "
+            "(its GUID history is full); the message was not taken"
+        )
+
+    def post(
+        self,
+        queue_id: int,
+        payload: bytes,
+        properties: Mapping[str, str] | None,
+        on_ack: Callable[[Ack], Any] | None,
+        now: float,
+        guid: uuid.UUID | None = None,
+    ) -> uuid.UUID:
+        """Buffer a PUT under a new uuid7 GUID (and send it if the link is ACTIVE).
+
+        ``guid`` replaces the new GUID for producers that must be idempotent across
+        processes (a Spark task retried elsewhere): the caller promises it names this
+        message only.
+        """
+        if guid is None:
+            return self.buffer(queue_id, payload, properties, on_ack, now, None)
+        if not isinstance(guid, uuid.UUID):
+            raise InvalidArgumentError(f"guid must be a uuid.UUID, not {type(guid).__name__}")
+        key = guid.bytes
+        if key in self._puts:
+            raise InvalidArgumentError(f"GUID {guid} is already pending on this session")
+        self.buffer(queue_id, payload, properties, on_ack, now, key)
+        return guid
+
+    def relay(
+        self,
+        queue_id: int,
+        payload: bytes,
+        properties: Mapping[str, str] | None,
+        guid: bytes,
+        now: float,
+        age_ms: int = 0,
+    ) -> bool:
+        """``post()`` under a GUID given as its 16 bytes, for a proxy relaying its clients'
+        PUTs (no ``UUID`` is made; outcomes go by ``wire_acks``). The PUT is back-dated
+        by ``age_ms``, the age it arrived with, so this hop never restarts it. False,
+        buffering nothing, when that GUID is already pending: a client retransmitting
+        a PUT that is still in flight here."""
+        if guid in self._puts:
+            return False
+        if len(guid) != 16:
+            raise InvalidArgumentError(f"a GUID is 16 bytes, not {len(guid)}")
+        self.buffer(queue_id, payload, properties, None, now - age_ms / 1000.0, guid)
+        return True
+
+    def buffer(
+        self,
+        queue_id: int,
+        payload: bytes,
+        properties: Mapping[str, str] | None,
+        on_ack: Callable[[Ack], Any] | None,
+        posted_at: float,
+        key: bytes | None,
+    ) -> uuid.UUID:
+        """Check and buffer one PUT under ``key``, or under a new GUID if None; return
+        the new GUID (a dummy when ``key`` was given, which callers ignore)."""
+        # The hot path of every producer (and of the proxy, once per client PUT):
+        # locals instead of repeated attribute lookups, each check done once.
+        state = self._link.state
+        if state is LinkState.CLOSED or state is LinkState.FAILED:
+            self._check_usable()
+        queue = self._queues.by_id.get(queue_id)
+        if queue is None or queue.state not in WRITABLE_STATES:
+            raise QueueNotOpenError(f"queue {queue.uri if queue else queue_id} is not open")
+        if not queue.write:
+            raise NotWritableError(f"queue {queue.uri} was opened without write=True")
+        if not isinstance(payload, bytes):
+            if not isinstance(payload, bytearray | memoryview):
+                raise InvalidArgumentError(f"payload must be bytes, not {type(payload).__name__}")
+            payload = bytes(payload)
+        props: dict[str, str] | None = None
+        try:
+            check_payload(payload, self.limits)
+            size = len(payload) + PUT_OVERHEAD
+            if properties:
+                props, props_size = check_properties(properties, self.limits)
+                # Buffer accounting, not the limit: each property's tags and lengths.
+                size += props_size + 4 * len(props)
+        except Invalid as error:
+            raise invalid_error(error) from None
+        puts = self._puts
+        active = state is LinkState.ACTIVE
+        limit = self._disconnected_limit
+        if limit is not None and not active and puts.bytes + size > limit:
+            raise BufferFullError(
+                f"{puts.bytes} bytes are buffered while disconnected; this PUT "
+                f"would exceed max_disconnected_buffer_bytes={limit}"
+            )
+        made = _NO_GUID
+        if key is None:
+            made, key = self._guids.next()
+        put: PendingPut = (key, queue_id, payload, props, on_ack, posted_at, size)
+        puts.add(put)
+        if active:
+            self._outbound.add(put, size)
+        return made

@@ -1,0 +1,169 @@
+"""How request/reply travels over queues: reserved properties, GUIDs, message kinds.
+
+A call is ordinary messages, so it inherits the contract (PUTs never lost nor
+duplicated, redelivery to another consumer when one goes away):
+
+- the **request** is a PUT on the service queue, under a GUID the caller picks
+  (the request GUID), with ``x-rpc-reply-to`` (the caller's reply queue) and
+  ``x-rpc-expires`` (the wall-clock time, in ms since the epoch, after which no
+  worker may start it: the pickup timeout);
+- the **reply** (``x-rpc-kind: reply`` or ``error``) is a PUT on the reply queue
+  whose GUID is derived from the request GUID (``reply_guid``), so two workers
+  that both ran the request (one crashed before it confirmed) post the same GUID
+  and the broker's dedup keeps one;
+- **heartbeats** (``beat``) go to the reply queue too, while a worker runs the
+  request; they name the worker's control queue (``x-rpc-worker``) and its
+  heartbeat interval (``x-rpc-beat-ms``);
+- a **cancel** goes to that control queue.
+
+Properties starting with ``x-rpc-`` are reserved: applications may not set them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from holdfast.proto.uri import parse_queue_uri
+from holdfast.sdk.errors import InvalidPropertiesError
+
+PREFIX = "x-rpc-"
+KIND = "x-rpc-kind"
+REQUEST = "x-rpc-request"
+REPLY_TO = "x-rpc-reply-to"
+EXPIRES = "x-rpc-expires"
+KEY = "x-rpc-key"
+"""The pool key of ``Session.request(key=...)``; carried for keyed worker pools (issue 16)."""
+WORKER = "x-rpc-worker"
+BEAT_MS = "x-rpc-beat-ms"
+ERROR = "x-rpc-error"
+ERROR_TYPE = "x-rpc-error-type"
+DEATH_REASON = "x-death-reason"
+"""The dead-letter reason, named as the dead-letter queues name it."""
+
+REPLY = "reply"
+FAILURE = "error"
+BEAT = "beat"
+CANCEL = "cancel"
+
+HANDLER_ERROR = "handler"
+DEAD_LETTER = "dead-letter"
+
+MAX_ERROR_TEXT = 1000
+"""Characters of an error message carried in an error reply."""
+
+_REPLY_NAMESPACE = b"holdfast-rpc-reply/1:"
+
+
+def reply_guid(request_guid: uuid.UUID) -> uuid.UUID:
+    """The GUID of the reply to ``request_guid``: a UUIDv8 (RFC 9562) of a SHA-256.
+
+    Deterministic, so a request run twice (a worker crashed before it confirmed)
+    yields one reply at the broker; distinct from every uuid7 request GUID.
+    """
+    digest = bytearray(hashlib.sha256(_REPLY_NAMESPACE + request_guid.bytes).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x80  # version 8
+    digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 9562 variant
+    return uuid.UUID(bytes=bytes(digest))
+
+
+def check_user_properties(properties: Mapping[str, str] | None) -> dict[str, str]:
+    """A copy of an application's properties; refuse reserved ``x-rpc-`` names."""
+    result = dict(properties or {})
+    for name in result:
+        if isinstance(name, str) and name.startswith(PREFIX):
+            raise InvalidPropertiesError(
+                f"property {name[:64]!r}: names starting with {PREFIX!r} are reserved"
+            )
+    return result
+
+
+def user_properties(properties: Mapping[str, str]) -> dict[str, str]:
+    """The application's properties of a request or reply (reserved ones removed)."""
+    return {k: v for k, v in properties.items() if not k.startswith(PREFIX)}
+
+
+def wall_ms() -> int:
+    """Now, in milliseconds since the epoch (pickup deadlines cross hosts)."""
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    """What a worker reads from a request's reserved properties."""
+
+    reply_to: str
+    expires_ms: int
+
+
+def parse_request(properties: Mapping[str, str]) -> RequestHeader:
+    """Read a request's header; ``ValueError`` naming what is wrong (bounded)."""
+    reply_to = properties.get(REPLY_TO, "")
+    parse_queue_uri(reply_to)
+    raw = properties.get(EXPIRES, "0")
+    try:
+        expires = int(raw)
+    except ValueError:
+        raise ValueError(f"{EXPIRES} is not an integer: {raw[:32]!r}") from None
+    return RequestHeader(reply_to, expires)
+
+
+def parse_request_guid(properties: Mapping[str, str]) -> uuid.UUID | None:
+    """The request GUID a reply-queue or control message is about (None if unreadable)."""
+    try:
+        return uuid.UUID(hex=properties.get(REQUEST, ""))
+    except ValueError:
+        return None
+
+
+def request_properties(
+    user: dict[str, str], reply_to: str, expires_ms: int, key: str | None
+) -> dict[str, str]:
+    """The properties of a request PUT."""
+    properties = dict(user)
+    properties[REPLY_TO] = reply_to
+    properties[EXPIRES] = str(expires_ms)
+    if key is not None:
+        properties[KEY] = key
+    return properties
+
+
+def reply_properties(request_guid: uuid.UUID, user: Mapping[str, str]) -> dict[str, str]:
+    """The properties of a successful reply."""
+    properties = dict(user)
+    properties[KIND] = REPLY
+    properties[REQUEST] = request_guid.hex
+    return properties
+
+
+def error_properties(
+    request_guid: uuid.UUID, error: str, error_type: str, reason: str = ""
+) -> dict[str, str]:
+    """The properties of an error reply (``error`` is ``handler`` or ``dead-letter``)."""
+    properties = {KIND: FAILURE, REQUEST: request_guid.hex, ERROR: error, ERROR_TYPE: error_type}
+    if reason:
+        properties[DEATH_REASON] = reason
+    return properties
+
+
+def beat_properties(request_guid: uuid.UUID, worker: str, interval: float) -> dict[str, str]:
+    """The properties of a heartbeat."""
+    return {
+        KIND: BEAT,
+        REQUEST: request_guid.hex,
+        WORKER: worker,
+        BEAT_MS: str(max(1, round(interval * 1000))),
+    }
+
+
+def cancel_properties(request_guid: uuid.UUID) -> dict[str, str]:
+    """The properties of a cancel sent to a worker's control queue."""
+    return {KIND: CANCEL, REQUEST: request_guid.hex}
+
+
+def error_text(error: BaseException) -> str:
+    """An exception's message, bounded for the wire."""
+    return str(error)[:MAX_ERROR_TEXT]

@@ -1,0 +1,156 @@
+"""The options of ``format("holdfast")``, parsed and checked on the driver.
+
+Spark hands a data source its options as strings (case-insensitive names). They are
+checked when the writer or reader is created, on the driver, before any task runs, so
+a typo fails the query at once with an ``InvalidArgumentError`` naming the option.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from holdfast.proto.validate import parse_queue_uri
+from holdfast.sdk.errors import InvalidArgumentError
+from holdfast.sdk.failover import parse_addresses
+
+WRITE_OPTIONS = ("uri", "address", "keyColumn", "runId", "flushTimeout", "openTimeout")
+READ_OPTIONS = ("uri", "address", "walPath", "maxRowsPerBatch", "openTimeout", "walRetention")
+# Options Spark itself adds or the user may pass for Spark (not for us).
+_SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
+
+DEFAULT_MAX_ROWS_PER_BATCH = 10_000
+"""Most messages one streaming read batch takes."""
+
+DEFAULT_WAL_RETENTION = 100
+"""Committed batches whose GUIDs the exactly-once reader keeps to recognise redeliveries."""
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    """``df.write`` / ``df.writeStream`` options of ``format("holdfast")``.
+
+    ``uri`` (required): the queue, ``hf://<domain>/<queue>``. ``address``: the proxy or
+    broker, ``HOST:PORT[,HOST:PORT...]`` (default: ``$HOLDFAST_ADDRESS`` on each
+    executor, else ``127.0.0.1:7701``). ``keyColumn``: a column whose values are unique
+    across the run (default: content keys). ``runId``: fixes the run id (default: a job
+    UUID for a batch write; the streaming query id from the checkpoint for a stream).
+    ``flushTimeout``/``openTimeout``: seconds, as for ``QueueSink``.
+    """
+
+    uri: str
+    address: str | None = None
+    key_column: str | None = None
+    run_id: str | None = None
+    flush_timeout: float = 120.0
+    open_timeout: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """``spark.readStream`` options of ``format("holdfast")``.
+
+    ``uri`` (required) and ``address`` as for writes. ``walPath``: a directory on
+    storage that survives the driver (HDFS, a shared mount; local only in local mode)
+    for the exactly-once mode's write-ahead log; without it the source is
+    at-least-once. ``maxRowsPerBatch``: most messages per micro-batch.
+    ``walRetention``: committed batches remembered to drop redeliveries.
+    """
+
+    uri: str
+    address: str | None = None
+    wal_path: str | None = None
+    max_rows_per_batch: int = DEFAULT_MAX_ROWS_PER_BATCH
+    open_timeout: float = 30.0
+    wal_retention: int = DEFAULT_WAL_RETENTION
+
+
+def _lookup(options: Mapping[str, str], known: Iterable[str]) -> dict[str, str]:
+    """The options by their canonical names; unknown names are an error."""
+    canonical = {name.lower(): name for name in known}
+    found: dict[str, str] = {}
+    for name, value in options.items():
+        key = canonical.get(name.lower())
+        if key is None:
+            if name.lower() in _SPARK_OPTIONS:
+                continue
+            raise InvalidArgumentError(
+                f"format('holdfast') has no option {name[:100]!r}; "
+                f"it knows {', '.join(sorted(canonical.values()))}"
+            )
+        found[key] = value
+    return found
+
+
+def _common(found: Mapping[str, str]) -> tuple[str, str | None]:
+    uri = found.get("uri")
+    if not uri:
+        raise InvalidArgumentError(
+            "format('holdfast') needs .option('uri', 'hf://<domain>/<queue>')"
+        )
+    try:
+        parse_queue_uri(uri)
+    except ValueError as error:
+        raise InvalidArgumentError(f"option uri: {error}") from None
+    address = found.get("address") or None
+    if address is not None:
+        parse_addresses(address)
+    return uri, address
+
+
+def _positive(found: Mapping[str, str], name: str, default: float) -> float:
+    text = found.get(name)
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise InvalidArgumentError(f"option {name}: {text[:100]!r} is not a number") from None
+    if value <= 0:
+        raise InvalidArgumentError(f"option {name} must be > 0, not {text[:100]!r}")
+    return value
+
+
+def _count(found: Mapping[str, str], name: str, default: int) -> int:
+    value = _positive(found, name, default)
+    if value != int(value):
+        raise InvalidArgumentError(f"option {name} must be a whole number")
+    return int(value)
+
+
+def parse_write_options(options: Mapping[str, str], columns: Iterable[str]) -> WriteOptions:
+    """Check the write options against the DataFrame's columns."""
+    found = _lookup(options, WRITE_OPTIONS)
+    uri, address = _common(found)
+    key_column = found.get("keyColumn") or None
+    names = list(columns)
+    if key_column is not None and key_column not in names:
+        raise InvalidArgumentError(
+            f"option keyColumn: no column {key_column[:100]!r} in the DataFrame "
+            f"(columns: {', '.join(names)[:300]})"
+        )
+    run_id = found.get("runId")
+    if run_id is not None and not run_id.strip():
+        raise InvalidArgumentError("option runId must not be empty")
+    return WriteOptions(
+        uri,
+        address,
+        key_column,
+        run_id,
+        _positive(found, "flushTimeout", 120.0),
+        _positive(found, "openTimeout", 30.0),
+    )
+
+
+def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
+    """Check the read options."""
+    found = _lookup(options, READ_OPTIONS)
+    uri, address = _common(found)
+    return ReadOptions(
+        uri,
+        address,
+        found.get("walPath") or None,
+        _count(found, "maxRowsPerBatch", DEFAULT_MAX_ROWS_PER_BATCH),
+        _positive(found, "openTimeout", 30.0),
+        _count(found, "walRetention", DEFAULT_WAL_RETENTION),
+    )

@@ -1,0 +1,68 @@
+"""How Spark rows become payloads, properties and the canonical bytes keys are hashed from."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import Row
+
+
+def json_default(value: Any) -> Any:
+    """``json.dumps(default=...)`` for the values PySpark rows hold besides JSON's own.
+
+    Dates, times and timestamps as ISO 8601; ``Decimal`` as a string (a float would
+    lose digits); binary as base64; a ``timedelta`` (day-time interval) as seconds.
+    A given value always encodes the same way, which the content key relies on.
+    """
+    if isinstance(value, datetime.date | datetime.time):  # datetime is a date
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    as_dict = getattr(value, "asDict", None)  # a Row nested somewhere asDict did not reach
+    if callable(as_dict):
+        return as_dict(recursive=True)
+    raise TypeError(
+        f"cannot turn a {type(value).__name__} into JSON; give QueueSink a serializer "
+        "(and a key_column if rows of this type are to be keyed)"
+    )
+
+
+def row_to_json(row: Row) -> bytes:
+    """The default serializer: compact UTF-8 JSON of ``row.asDict(recursive=True)``,
+    in column order."""
+    return payload_json(row.asDict(recursive=True))
+
+
+def payload_json(values: Mapping[str, Any]) -> bytes:
+    """Compact UTF-8 JSON of a row's values, in column order."""
+    return json.dumps(
+        values, default=json_default, separators=(",", ":"), ensure_ascii=False
+    ).encode()
+
+
+def canonical_json(value: Any) -> bytes:
+    """The stable encoding the row keys are hashed from: sorted keys, no spaces, ASCII."""
+    return json.dumps(value, default=json_default, separators=(",", ":"), sort_keys=True).encode()
+
+
+def property_value(value: Any) -> str:
+    """A column value as a message property (a string)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float | decimal.Decimal):
+        return str(value)
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    return canonical_json(value).decode()

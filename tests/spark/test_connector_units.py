@@ -1,0 +1,109 @@
+"""The connector's parts that need no JVM: option checks, batch digests, the
+cross-partition key check, and the exactly-once source's write-ahead log."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from holdfast.sdk.errors import InvalidArgumentError
+from holdfast.sdk.spark.guids import BatchDigest, DuplicateRowKeyError, RowGuids
+from holdfast.sdk.spark.options import parse_read_options, parse_write_options
+from holdfast.sdk.spark.wal import WalError, WriteAheadLog, guids_of, read_segment
+from holdfast.sdk.spark.writer import TaskReport, _check_keys
+
+URI = "hf://spark/orders"
+
+
+def test_write_options_are_checked_with_clear_errors() -> None:
+    options = parse_write_options(
+        {"URI": URI, "keycolumn": "id", "runId": "r1", "checkpointLocation": "/c"}, ["id", "v"]
+    )
+    assert (options.uri, options.key_column, options.run_id) == (URI, "id", "r1")
+    with pytest.raises(InvalidArgumentError, match=r"needs \.option"):
+        parse_write_options({}, ["id"])
+    with pytest.raises(InvalidArgumentError, match="option uri: invalid queue URI"):
+        parse_write_options({"uri": "hf://only-domain"}, ["id"])
+    with pytest.raises(InvalidArgumentError, match="no column 'nope'"):
+        parse_write_options({"uri": URI, "keyColumn": "nope"}, ["id"])
+    with pytest.raises(InvalidArgumentError, match="no option 'keycol'"):
+        parse_write_options({"uri": URI, "keycol": "id"}, ["id"])
+    with pytest.raises(InvalidArgumentError, match="HOST:PORT"):
+        parse_write_options({"uri": URI, "address": "localhost"}, ["id"])
+    with pytest.raises(InvalidArgumentError, match="flushTimeout must be > 0"):
+        parse_write_options({"uri": URI, "flushTimeout": "0"}, ["id"])
+    with pytest.raises(InvalidArgumentError, match="runId must not be empty"):
+        parse_write_options({"uri": URI, "runId": " "}, ["id"])
+
+
+def test_read_options_are_checked_with_clear_errors() -> None:
+    options = parse_read_options({"uri": URI, "walPath": "/w", "maxRowsPerBatch": "50"})
+    assert (options.wal_path, options.max_rows_per_batch) == ("/w", 50)
+    with pytest.raises(InvalidArgumentError, match="whole number"):
+        parse_read_options({"uri": URI, "maxRowsPerBatch": "1.5"})
+    with pytest.raises(InvalidArgumentError, match="not a number"):
+        parse_read_options({"uri": URI, "maxRowsPerBatch": "many"})
+
+
+def test_the_batch_digest_ignores_row_order_and_task_split_but_sees_content() -> None:
+    rows = [(uuid.uuid4(), f"p{i}".encode()) for i in range(50)]
+    whole = BatchDigest()
+    for guid, payload in rows:
+        whole.add(guid, payload)
+    left, right = BatchDigest(), BatchDigest()
+    for index, (guid, payload) in enumerate(reversed(rows)):
+        (left if index % 3 else right).add(guid, payload)
+    left.merge(right)
+    assert (left.to_bytes(), left.rows) == (whole.to_bytes(), 50)
+    changed = BatchDigest()
+    for guid, payload in [*rows[:-1], (rows[-1][0], b"other")]:
+        changed.add(guid, payload)
+    assert changed.to_bytes() != whole.to_bytes()
+
+
+def test_identical_rows_in_two_partitions_get_distinct_guids() -> None:
+    from pyspark.sql import Row
+
+    row = Row(page=1, user="u")
+    assert RowGuids(URI, "r", partition=0).for_row(row) != RowGuids(URI, "r", partition=1).for_row(
+        row
+    )
+
+
+def report(fingerprints: list[bytes]) -> TaskReport:
+    return TaskReport("app", 0, 0, 0, 0, 0, False, 0.0, {}, b"".join(fingerprints))
+
+
+def test_keys_repeated_across_partitions_are_found() -> None:
+    options = parse_write_options({"uri": URI, "keyColumn": "id"}, ["id"])
+    a, b = RowGuids(URI, "r", "id"), RowGuids(URI, "r", "id")
+    a.for_key(1)
+    a.for_key(2)
+    b.for_key(3)
+    _check_keys(options, [report(list(a.key_fingerprints)), report(list(b.key_fingerprints))])
+    b.for_key(2)
+    with pytest.raises(DuplicateRowKeyError, match="1 values of key column 'id' appear"):
+        _check_keys(options, [report(list(a.key_fingerprints)), report(list(b.key_fingerprints))])
+
+
+def test_the_write_ahead_log_keeps_batches_until_committed_then_retains_some(
+    tmp_path: Path,
+) -> None:
+    wal = WriteAheadLog(str(tmp_path / "wal"))
+    guids = [str(uuid.uuid4()) for _ in range(6)]
+    rows = [(g, g.encode(), {"k": "v"}, 1) for g in guids]
+    wal.write(0, 3, rows[:3])
+    wal.write(3, 6, rows[3:])
+    first, _ = wal.segments()
+    assert list(read_segment(str(first.path))) == rows[:3]
+    assert not first.committed and wal.committed_end() == 0
+    wal.mark_committed(3, retention=1)
+    assert wal.committed_end() == 3
+    assert [s.committed for s in wal.segments()] == [True, False]
+    assert guids_of(wal.segments()[0]) == {uuid.UUID(g) for g in guids[:3]}
+    wal.mark_committed(6, retention=1)
+    assert [(s.start, s.committed) for s in wal.segments()] == [(3, True)]
+    with pytest.raises(WalError, match="missing"):
+        list(read_segment(str(first.path)))

@@ -1,0 +1,120 @@
+"""``df.write.format("holdfast")`` on Spark local mode (``local[2,4]``), through a real
+proxy and broker: a killed task, identical rows across partitions, keys repeated across
+partitions, a changed replay, options checked on the driver."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark import cloudpickle
+from pyspark.sql import functions as F
+
+from holdfast.sdk import Session
+from holdfast.sdk.spark import register
+from tests.spark import faults
+from tests.spark.helpers import NO_JAVA_REASON, java_available
+from tests.support.processes import BrokerProcess, ProxyProcess
+from tests.support.sessions import FAST, drain_messages, unique_uri
+
+pytestmark = pytest.mark.skipif(not java_available(), reason=NO_JAVA_REASON)
+
+cloudpickle.register_pickle_by_value(faults)  # type: ignore[no-untyped-call]
+
+
+@pytest.fixture(scope="module")
+def hf(spark: Any) -> Any:
+    """The module's SparkSession with ``format("holdfast")`` registered."""
+    register(spark)
+    return spark
+
+
+def clickstream(spark: Any, total: int, distinct: int, partitions: int) -> Any:
+    """``total`` rows with only ``distinct`` different contents, spread round-robin over
+    ``partitions`` partitions, so every content appears in every partition."""
+    ids = spark.range(0, total, numPartitions=partitions)
+    return ids.select(
+        (F.col("id") % distinct).alias("page"),
+        F.concat(F.lit("user-"), (F.col("id") % distinct % 7).cast("string")).alias("user"),
+    )
+
+
+def write(df: Any, uri: str, address: str, **options: str) -> None:
+    writer = df.write.format("holdfast").option("uri", uri).option("address", address)
+    for name, value in options.items():
+        writer = writer.option(name, value)
+    writer.mode("append").save()
+
+
+@pytest.mark.timeout(180)
+def test_identical_rows_across_partitions_all_arrive_and_a_killed_task_adds_nothing(
+    hf: Any, broker: BrokerProcess, proxy: ProxyProcess, tmp_path: Path
+) -> None:
+    """20k clickstream rows with 150 distinct contents over 4 partitions: every row is
+    a message (content keys do not merge identical rows), though partition 1's first
+    attempt dies after 2,000 rows and Spark retries it."""
+    total, uri = 20_000, unique_uri("clicks")
+    killer = faults.FailingRows(str(tmp_path), partition=1, after=2_000)
+    df = clickstream(hf, total, 150, 4)
+    df = hf.createDataFrame(df.rdd.mapPartitions(killer), df.schema)
+    write(df, uri, proxy.address)
+    assert (tmp_path / "failed-p1-a0").read_text() == "2000"
+    messages = drain_messages(broker.address, uri, total)
+    assert len(messages) == total
+    assert len({m.guid for m in messages}) == total
+    assert len({m.payload for m in messages}) == 150
+    assert Counter(json.loads(m.payload)["page"] for m in messages) == Counter(
+        i % 150 for i in range(total)
+    )
+
+
+@pytest.mark.timeout(120)
+def test_a_key_repeated_across_partitions_fails_the_write_loudly(
+    hf: Any, proxy: ProxyProcess
+) -> None:
+    df = hf.range(0, 1_000, numPartitions=2).select((F.col("id") % 500).alias("order_id"))
+    with pytest.raises(Exception, match="500 values of key column 'order_id' appear in more"):
+        write(df, unique_uri("dupkeys"), proxy.address, keyColumn="order_id")
+
+
+@pytest.mark.timeout(120)
+def test_a_committed_run_replayed_adds_nothing_and_a_changed_replay_fails(
+    hf: Any, broker_factory: Callable[..., BrokerProcess], tmp_path: Path
+) -> None:
+    """A job re-run under the same runId after the broker's 1 s dedup window: the
+    commit mark makes it add nothing; the same runId with changed rows fails loudly."""
+    broker: BrokerProcess = broker_factory("--dedup-window", "1")
+    uri = unique_uri("replay")
+    df = hf.range(0, 3_000, numPartitions=3).select(
+        F.col("id").alias("order_id"), (F.col("id") * 2).alias("amount")
+    )
+    write(df, uri, broker.address, keyColumn="order_id", runId="nightly-2026-11-22")
+    assert len(drain_messages(broker.address, uri, 3_000)) == 3_000
+    with Session(broker.address, options=FAST) as session:
+        mark = session.commit_mark(uri, "nightly-2026-11-22")
+    assert mark is not None and mark.rows == 3_000
+    time.sleep(1.5)  # past the dedup window: only the commit mark can recognise the replay
+    write(df, uri, broker.address, keyColumn="order_id", runId="nightly-2026-11-22")
+    assert drain_messages(broker.address, uri, 0) == []
+    changed = df.withColumn("amount", F.col("amount") + 1)
+    with pytest.raises(Exception, match=r"committed before .* with other content"):
+        write(changed, uri, broker.address, keyColumn="order_id", runId="nightly-2026-11-22")
+    assert drain_messages(broker.address, uri, 0) == []
+
+
+@pytest.mark.timeout(60)
+def test_bad_options_fail_on_the_driver_before_any_task(hf: Any, proxy: ProxyProcess) -> None:
+    df = hf.range(0, 10)
+    with pytest.raises(Exception, match=r"needs .option\(.uri."):
+        df.write.format("holdfast").mode("append").save()
+    with pytest.raises(Exception, match="expected hf://"):
+        write(df, "kafka://x", proxy.address)
+    with pytest.raises(Exception, match="no column 'nope'"):
+        write(df, unique_uri("opts"), proxy.address, keyColumn="nope")
+    with pytest.raises(Exception, match="no option 'uril'"):
+        df.write.format("holdfast").option("uril", "hf://a/b").mode("append").save()
