@@ -7,6 +7,7 @@ Every assertion about the queue drains it and counts: nothing lost, nothing twic
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -61,6 +62,14 @@ def drain_wire(
     client.confirm(queue_id, [push.guid for push in pushes])
     extra = [push for frame in client.quiet("pushes", 0.5) for push in frame.pushes.pushes]
     return pushes + extra
+
+
+def recovered_count(output: str) -> int:
+    """How many messages the broker's log says it recovered (other lines also start
+    with "recovered", such as its commit marks)."""
+    found = re.search(r"recovered (\d+) messages", output)
+    assert found, "the restarted broker logged no recovery"
+    return int(found.group(1))
 
 
 def items_of(count: int, tag: str) -> list[PutItem]:
@@ -122,7 +131,7 @@ def test_messages_acked_before_a_sigkill_are_delivered_after_the_restart(tmp_pat
         assert statuses(acked) == ["STATUS_OK"] * len(acked)
         broker.restart()
         with connected(broker.address) as client:
-            recovered = int(broker.output.split("recovered ")[1].split()[0])
+            recovered = recovered_count(broker.output)
             pushes = drain_wire(client, 1, uri, recovered)
 
     counts = Counter(push.guid for push in pushes)
@@ -311,7 +320,7 @@ def test_sdk_stream_of_50k_puts_through_a_broker_kill_9_exactly_once(tmp_path: P
                 elif i == restart_at:
                     broker.restart()
             assert session.flush(timeout=180), f"{total - len(acks)} PUTs never ACKed"
-        recovered = int(broker.output.split("recovered ")[1].split()[0])
+        recovered = recovered_count(broker.output)
         received = drain_messages(broker.address, uri, total, timeout=120)
     elapsed = time.monotonic() - started
     print(
