@@ -276,6 +276,13 @@ def test_a_second_broker_on_the_same_file_is_refused(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+def recovered_count(output: str) -> int:
+    """How many messages the broker said it recovered at start."""
+    match = re.search(r"recovered (\d+) messages", output)
+    assert match is not None, "the broker did not log what it recovered"
+    return int(match[1])
+
+
 # -- the SDK through a kill -9 ----------------------------------------------------------
 
 
