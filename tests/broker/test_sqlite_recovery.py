@@ -64,14 +64,6 @@ def drain_wire(
     return pushes + extra
 
 
-def recovered_count(output: str) -> int:
-    """How many messages the broker's log says it recovered (other lines also start
-    with "recovered", such as its commit marks)."""
-    found = re.search(r"recovered (\d+) messages", output)
-    assert found, "the restarted broker logged no recovery"
-    return int(found.group(1))
-
-
 def items_of(count: int, tag: str) -> list[PutItem]:
     return [(new_guid(), f"{tag}-{i}".encode(), {"i": str(i), "tag": tag}) for i in range(count)]
 
