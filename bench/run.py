@@ -13,6 +13,8 @@ as subprocesses on free ports of 127.0.0.1 (stopped by PID however the run ends)
    size and batch size as our PUT frames, and our figures as a ratio of it;
 4. recovery: the broker cut under a steady producer (``bench/recovery.py``);
 5. SDK memory per buffered PUT, in a subprocess (``bench/memory.py``);
+   broker memory per GUID held in the dedup history, and what a default broker holds
+   at 100k msg/s (``bench/history.py``);
 6. NATS JetStream with the same 100-byte publish-with-ack load, if one listens on
    127.0.0.1:4222 (``bench/natsload.py``);
 7. request/reply through the proxy and direct (calls/s, p50/p99 round trip) beside a
@@ -43,6 +45,7 @@ from typing import Any, TypeVar
 
 import echo
 import harness
+import history
 import loads
 import memory
 import natsload
@@ -403,6 +406,34 @@ def print_memory(result: dict[str, Any]) -> None:
     harness.print_table(table)
 
 
+def print_history(result: dict[str, Any]) -> None:
+    """The dedup history table."""
+    table = Table(
+        "Broker dedup history: memory per GUID held (1M GUIDs with digests)",
+        [
+            "bytes/GUID",
+            "default bound",
+            "its memory",
+            f"covers at {rate(result['rate'])}/s",
+            "full window + grace needs",
+        ],
+    )
+    table.add(
+        f"{result['bytes_per_guid']:.0f} B",
+        f"{result['default_max_guids'] / 1e6:.0f}M GUIDs",
+        f"{result['default_bound_bytes'] / 1e9:.1f} GB",
+        f"{result['default_covers_seconds']:.0f} s",
+        f"{result['guids_for_full_retention'] / 1e6:.0f}M GUIDs, "
+        f"{result['bytes_for_full_retention'] / 1e9:.1f} GB",
+    )
+    table.notes = [
+        "RSS growth per GUID recorded in one GuidHistory (fresh 16-byte bytes, 64-bit digest).",
+        "Past the bound new PUTs get HISTORY_FULL (producers retry); nothing is evicted early.",
+        "Target <= 64 B/GUID: " + ("PASS" if result["bytes_per_guid"] <= 64 else "MISS") + ".",
+    ]
+    harness.print_table(table)
+
+
 def print_nats(result: dict[str, Any], ours: dict[str, float]) -> None:
     """The NATS comparison table (or the line saying why it was skipped)."""
     if "skipped" in result:
@@ -520,6 +551,10 @@ def main(argv: list[str] | None = None) -> int:
         lambda: memory.measure_in_subprocess(args.memory_count, SMALL),
         no_result,
     )
+    progress("broker memory per GUID in the dedup history (subprocess)")
+    results["history"] = guarded(
+        "history", failures, lambda: history.measure_in_subprocess(1_000_000), no_result
+    )
     results["nats"] = run_nats(args)
     progress("request/reply and plain gRPC unary")
     results["rpc"] = guarded(
@@ -542,6 +577,8 @@ def main(argv: list[str] | None = None) -> int:
         print_recovery(results["recovery"])
     if results["memory"]:
         print_memory(results["memory"])
+    if results["history"]:
+        print_history(results["history"])
     if results["rpc"]:
         print_rpc(results["rpc"])
     for row in results.get("spark", []):

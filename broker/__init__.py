@@ -9,8 +9,11 @@ Modules, one job each:
 * ``puts``: the PUT path: validate, deduplicate, store, enqueue, ACK;
 * ``queues``: queues by URI, consumers, round-robin delivery within flow limits,
   redelivery;
-* ``dedup``: the per-queue GUID history window;
+* ``dedup``: the per-queue GUID history (window + grace, content digests, the
+  broker-wide bound) and the broker's monotonic clock;
 * ``store``: the storage interface (``Store``) and the in-memory store;
+* ``sqlite_store``, ``sqlite_schema``, ``sqlite_rows``: the durable SQLite store: its
+  writer thread and group commit, its file layout and recovery, its rows;
 * ``cli``: the ``holdfast-broker`` command.
 
 Run one in-process::

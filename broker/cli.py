@@ -62,6 +62,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise ValueError(f"must be >= 0, got {text}")
+    return value
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
@@ -113,6 +120,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long a queue remembers accepted GUIDs (default: %(default)s)",
     )
     parser.add_argument(
+        "--dedup-grace",
+        default=defaults.dedup_grace,
+        type=_argument(_non_negative_float),
+        metavar="SECONDS",
+        help="how long past the window a GUID is still remembered, to cover the time a "
+        "PUT spends in flight after its last hop set its age (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--history-max-guids",
+        default=defaults.dedup_max_guids,
+        type=_argument(_positive_int),
+        metavar="N",
+        help="most GUIDs all dedup histories hold; past it new PUTs are refused with "
+        "HISTORY_FULL until entries expire (default: $HOLDFAST_HISTORY_MAX_GUIDS or "
+        "%(default)s, about 2 GB)",
+    )
+    parser.add_argument(
         "--max-payload-bytes",
         default=defaults.max_payload_bytes,
         type=_argument(_positive_int),
@@ -144,6 +168,8 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         store=args.store,
         sync=args.sync,
         dedup_window=args.dedup_window,
+        dedup_grace=args.dedup_grace,
+        dedup_max_guids=args.history_max_guids,
         max_payload_bytes=args.max_payload_bytes,
         metrics_port=args.metrics_port,
     )
@@ -180,7 +206,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # Opened here rather than by Broker, so the store gets the broker's dedup window
         # and sync mode, and a store that cannot be used stops us before anything runs.
-        store = open_store(config.store, dedup_window=config.dedup_window, sync=config.sync)
+        store = open_store(
+            config.store,
+            dedup_window=config.dedup_window,
+            dedup_grace=config.dedup_grace,
+            sync=config.sync,
+        )
     except StoreError as error:
         log.error("%s", error)
         return 2

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from holdfast.broker.dedup import DEFAULT_MAX_GUIDS
+from holdfast.broker.dedup import DEFAULT_GRACE, default_max_guids
 from holdfast.broker.sqlite_store import DEFAULT_SYNC, SYNC_MODES
 from holdfast.broker.store import parse_store_spec
 from holdfast.proto.limits import (
@@ -35,15 +35,21 @@ class BrokerConfig:
     the broker; an OS crash or power loss may lose the last commits)."""
     dedup_window: float = DEFAULT_DEDUP_WINDOW
     """Seconds a queue remembers an accepted GUID and ACKs its replays without
-    enqueuing them again. Announced to clients in HelloReply."""
+    enqueuing them again. Announced to clients in HelloReply; a PUT of an unknown GUID
+    whose ``age_ms`` is past it is refused with TOO_OLD."""
+    dedup_grace: float = DEFAULT_GRACE
+    """Seconds the history keeps a GUID past the window: covers the time a PUT spends
+    in flight after its last hop set its ``age_ms`` (see ``holdfast.broker.dedup``)."""
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     """Largest payload a PUT may carry; a bigger one is ACKed PAYLOAD_TOO_LARGE."""
     max_properties: int = DEFAULT_MAX_PROPERTIES
     """Most properties one message may carry."""
     max_properties_bytes: int = DEFAULT_MAX_PROPERTIES_BYTES
     """Most bytes (UTF-8 keys plus values) the properties of one message may take."""
-    dedup_max_guids: int = DEFAULT_MAX_GUIDS
-    """Memory bound: most GUIDs one queue's history holds (the oldest go first)."""
+    dedup_max_guids: int = field(default_factory=default_max_guids)
+    """Memory bound: most GUIDs all histories of the broker hold together. Past it, new
+    PUTs are refused with HISTORY_FULL until entries expire; nothing is forgotten
+    early. Default: ``$HOLDFAST_HISTORY_MAX_GUIDS`` or ``dedup.DEFAULT_MAX_GUIDS``."""
     session_read_bound_bytes: int = 8 * MIB
     """A session stops reading client frames while more than this many bytes of its
     ACKs and responses wait to be sent, so a client that does not read cannot make
@@ -63,6 +69,7 @@ class BrokerConfig:
         _check(self.sync in SYNC_MODES, f"sync must be one of {', '.join(SYNC_MODES)}")
         # Building the announced limits checks them (ValueError if they are unusable).
         self.limits  # noqa: B018
+        _check(self.dedup_grace >= 0, "dedup_grace must be >= 0 seconds")
         _check(self.dedup_max_guids > 0, "dedup_max_guids must be > 0")
         _check(self.session_read_bound_bytes > 0, "session_read_bound_bytes must be > 0")
         _check(

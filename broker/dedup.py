@@ -1,94 +1,204 @@
-"""The GUID history of one queue: which GUIDs it accepted within the dedup window.
+"""The GUID history of one queue: which GUIDs it accepted, with a digest of their content.
 
 A PUT whose GUID is in the history is a replay (a client retransmitting after a
-connection failure, a Spark task retried): the broker ACKs it with success and
-does not enqueue it again. An entry lives ``window`` seconds from the moment the
-broker accepted the PUT, by the wall clock (``time.time()``), so a durable store
-can re-insert recovered GUIDs with their original acceptance times and they expire
-when they would have without the restart.
+connection failure, a Spark task retried): the broker ACKs it with success and does
+not enqueue it again, or answers CONFLICT if its content digest differs.
+
+How long an entry lives
+-----------------------
+
+The broker announces a window W (``dedup_window``) and refuses, with TOO_OLD, a PUT
+of an unknown GUID whose ``age_ms`` is past W. ``age_ms`` is the PUT's age when the
+last hop *sent* it; the time the frame then spends in flight (network, gRPC and
+socket buffers, a session whose reading is paused by its read bound) is not in it.
+So an entry is kept for W plus a grace G (``dedup_grace``, default 30 s) after the
+broker accepted it: a replay sent at age <= W and delayed in flight by up to G
+still finds its original. Expiry happens per bucket of ``(W + G) / 128`` seconds,
+so an entry may outlive W + G by one bucket (longer is safe, never shorter).
+
+Nothing is evicted early. Memory is bounded instead by a broker-wide
+``HistoryBudget``: once it holds ``max_guids`` GUIDs, new PUTs are refused with
+HISTORY_FULL (the SDK keeps them and retries) until entries expire.
+
+Clock
+-----
+
+Ages are measured on a ``BrokerClock``: ``time.monotonic()`` plus an offset, never the
+wall clock, so a step of the wall clock (NTP, an operator) changes nothing while the
+broker runs. A durable store persists acceptance times in that clock; at restart the
+clock resumes from the latest persisted time (``BrokerClock.resume``). Downtime is
+therefore not counted: after a restart every recovered entry is kept at least as
+long as it had left, never shorter, whatever the wall clock did meanwhile (a forward
+step while down cannot expire anything). The cost is that a history outlives its
+window by the broker's downtime, which the budget bounds.
 """
 
 from __future__ import annotations
 
-import logging
+import hashlib
+import os
 import time
-from collections.abc import Callable
-from typing import Any
-
-from cachetools import TLRUCache
+from collections import deque
+from collections.abc import Callable, Mapping
 
 from holdfast.proto.limits import DEFAULT_DEDUP_WINDOW
-
-log = logging.getLogger(__name__)
 
 DEFAULT_WINDOW = DEFAULT_DEDUP_WINDOW
 """Seconds a GUID is remembered (the contract's default, ``holdfast.proto.limits``)."""
 
-DEFAULT_MAX_GUIDS = 10_000_000
-"""Most GUIDs one queue remembers. Above it the oldest are forgotten early (and a
-warning is logged): a memory bound, sized well above 300 s of a busy queue."""
+DEFAULT_GRACE = 30.0
+"""Seconds an entry is kept past the window: covers the in-flight time of a PUT between
+the last hop's send (where its ``age_ms`` was set) and the broker. 30 s is well above a
+link's latency and gRPC buffering, and above a session's read pause (its outbox drains
+at link speed); it costs 10% more history at the default window."""
+
+BYTES_PER_GUID_ESTIMATE = 150
+"""What one held GUID costs in this implementation (``make bench`` measured 147 B: the
+GUID's bytes object, a dict slot, the digest int and a bucket list slot)."""
+
+DEFAULT_MAX_GUIDS = 12_000_000
+"""Broker-wide bound on the GUIDs held by all histories: about 1.8 GB at
+``BYTES_PER_GUID_ESTIMATE``. That is 120 s of 100k msg/s: a broker expected to take
+100k msg/s for the whole default window (330 s with grace) needs 33M (``--history-max-
+guids`` or ``$HOLDFAST_HISTORY_MAX_GUIDS``) and about 4.9 GB; below that rate, or in
+bursts, producers get HISTORY_FULL and wait, and nothing is forgotten."""
+
+MAX_GUIDS_ENV = "HOLDFAST_HISTORY_MAX_GUIDS"
+"""Environment variable that overrides ``DEFAULT_MAX_GUIDS``."""
+
+BUCKETS_PER_SPAN = 128
+"""Expiry granularity: the retention span is cut into this many buckets."""
 
 
-class _History(TLRUCache[bytes, float]):
-    """A TLRU cache that counts the entries it had to drop before they expired."""
+def default_max_guids() -> int:
+    """``$HOLDFAST_HISTORY_MAX_GUIDS`` if set (a positive integer), else the default."""
+    text = os.environ.get(MAX_GUIDS_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_GUIDS
+    value = int(text)
+    if value <= 0:
+        raise ValueError(f"{MAX_GUIDS_ENV} must be > 0, got {text[:40]!r}")
+    return value
 
-    def __init__(self, maxsize: int, ttu: Callable[[bytes, float, float], float], timer: Any):
-        super().__init__(maxsize, ttu, timer)
-        self.evicted = 0
 
-    def popitem(self) -> tuple[bytes, float]:
-        # cachetools calls popitem() only when the cache is full of live entries.
-        item = super().popitem()
-        self.evicted += 1
-        return item
+def content_digest(payload: bytes, properties: Mapping[str, str]) -> int:
+    """A stable 64-bit digest (signed, so SQLite stores it as an INTEGER) of a message's
+    payload and properties; properties are canonical: sorted, length-prefixed."""
+    digest = hashlib.blake2b(payload, digest_size=8)
+    if properties:
+        for key in sorted(properties):
+            value = properties[key].encode()
+            encoded = key.encode()
+            digest.update(len(encoded).to_bytes(4, "big"))
+            digest.update(encoded)
+            digest.update(len(value).to_bytes(4, "big"))
+            digest.update(value)
+    return int.from_bytes(digest.digest(), "big", signed=True)
+
+
+class BrokerClock:
+    """Seconds on the broker's own clock: monotonic, resumable after a restart."""
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._monotonic = monotonic
+        self._offset = -monotonic()
+
+    def __call__(self) -> float:
+        return self._monotonic() + self._offset
+
+    def resume(self, at: float) -> None:
+        """Continue from ``at`` (the latest time a store persisted) if that is later than
+        now, so times persisted by an earlier run never lie in the future."""
+        now = self()
+        if at > now:
+            self._offset += at - now
+
+
+class HistoryBudget:
+    """How many GUIDs all histories of a broker may hold, and hold now."""
+
+    __slots__ = ("held", "max_guids", "reserved")
+
+    def __init__(self, max_guids: int) -> None:
+        if max_guids <= 0:
+            raise ValueError("the history bound must be > 0 GUIDs")
+        self.max_guids = max_guids
+        self.held = 0
+        """GUIDs in histories."""
+        self.reserved = 0
+        """Fresh PUTs taken and not yet recorded (their store write is pending)."""
+
+    def full(self) -> bool:
+        """Whether a new GUID must be refused."""
+        return self.held + self.reserved >= self.max_guids
 
 
 class GuidHistory:
-    """The GUIDs a queue accepted in the last ``window`` seconds."""
+    """The GUIDs (and content digests) a queue accepted in the last window + grace."""
 
     def __init__(
         self,
         window: float = DEFAULT_WINDOW,
-        max_guids: int = DEFAULT_MAX_GUIDS,
-        clock: Callable[[], float] = time.time,
+        grace: float = DEFAULT_GRACE,
+        budget: HistoryBudget | None = None,
+        clock: Callable[[], float] = time.monotonic,
         name: str = "",
     ) -> None:
         if window <= 0:
             raise ValueError("the dedup window must be > 0 seconds")
+        if grace < 0:
+            raise ValueError("the dedup grace must be >= 0 seconds")
         self.window = window
+        self.grace = grace
+        self.retention = window + grace
+        """Seconds an entry is kept at least."""
         self.name = name
-        self._cache = _History(max_guids, self._expires_at, clock)
-        self._warned = False
-
-    def _expires_at(self, guid: bytes, accepted_at: float, now: float) -> float:
-        return accepted_at + self.window
+        self.budget = budget if budget is not None else HistoryBudget(DEFAULT_MAX_GUIDS)
+        self._clock = clock
+        self._width = self.retention / BUCKETS_PER_SPAN
+        self._digests: dict[bytes, int] = {}
+        # (time the bucket's entries all expire, their GUIDs), oldest first.
+        self._buckets: deque[tuple[float, list[bytes]]] = deque()
 
     def __contains__(self, guid: object) -> bool:
-        return guid in self._cache
+        return guid in self._digests
 
     def __len__(self) -> int:
-        return len(self._cache)
+        return len(self._digests)
 
-    def record(self, guid: bytes, accepted_at: float) -> None:
-        """Remember ``guid`` as accepted at wall-clock time ``accepted_at``. An entry
-        whose window has already passed is not kept."""
-        cache = self._cache
-        cache[guid] = accepted_at
-        if cache.evicted and not self._warned:
-            self._warned = True
-            log.warning(
-                "queue %s: GUID history is full (%d GUIDs); the oldest GUIDs are forgotten "
-                "before the %.0f s dedup window has passed",
-                self.name,
-                cache.maxsize,
-                self.window,
-            )
+    def get(self, guid: bytes) -> int | None:
+        """The content digest of ``guid`` if the history holds it."""
+        return self._digests.get(guid)
 
-    def expire(self) -> None:
-        """Drop the entries whose window has passed now (recording does this too)."""
-        self._cache.expire()
+    def record(self, guid: bytes, digest: int, accepted_at: float) -> None:
+        """Remember ``guid`` as accepted at ``accepted_at`` (broker clock). An entry whose
+        retention has already passed is not kept. Entries are recorded in acceptance
+        order; an earlier time than the last bucket's joins it (kept longer)."""
+        expires = accepted_at + self.retention
+        if expires <= self._clock() or guid in self._digests:
+            return
+        buckets = self._buckets
+        if not buckets or expires > buckets[-1][0]:
+            # The bucket's expiry is the latest any of its entries may need.
+            buckets.append((expires + self._width, [guid]))
+        else:
+            buckets[-1][1].append(guid)
+        self._digests[guid] = digest
+        self.budget.held += 1
 
-    @property
-    def evicted(self) -> int:
-        """How many GUIDs were forgotten early because the history was full."""
-        return self._cache.evicted
+    def expire(self, now: float | None = None) -> int:
+        """Drop the buckets whose retention has passed at ``now``; how many GUIDs went."""
+        buckets = self._buckets
+        if not buckets:
+            return 0
+        if now is None:
+            now = self._clock()
+        dropped = 0
+        digests = self._digests
+        while buckets and buckets[0][0] <= now:
+            _, guids = buckets.popleft()
+            for guid in guids:
+                del digests[guid]
+            dropped += len(guids)
+        self.budget.held -= dropped
+        return dropped

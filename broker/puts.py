@@ -4,14 +4,22 @@ Per PutBatch frame:
 
 1. every PUT is validated on its own; an invalid one gets an ACK with its typed
    status and the rest of the batch carries on;
-2. a valid PUT whose GUID the queue's history holds is a replay: ACKed OK, not
-   enqueued again;
+2. a valid PUT whose GUID the queue knows (its message is still queued or
+   unconfirmed, or the history holds it) is a replay: ACKed OK and not enqueued
+   again if its content digest matches the original's, else ACKed CONFLICT;
 3. a valid PUT whose GUID is *in flight* (accepted, store write still pending: a
    retransmit racing its original, or the same GUID twice in one batch) is a replay
    too, but its ACK waits for the original's outcome: OK once it is durable,
-   STORE_ERROR if that write failed;
-4. the new messages of the frame go to the store in one ``write()``; once it is
+   STORE_ERROR if that write failed (CONFLICT at once if the digest differs);
+4. a PUT of an unknown GUID whose ``age_ms`` is past the announced window is ACKed
+   TOO_OLD: the history may have forgotten an earlier copy, so the broker cannot
+   vouch for it (see ``dedup`` for the grace that covers time in flight);
+5. a new PUT while the broker-wide history bound is reached is ACKed HISTORY_FULL
+   (the SDK keeps it and retries later): GUIDs are never evicted early;
+6. the new messages of the frame go to the store in one ``write()``; once it is
    durable they are enqueued, recorded in the history and ACKed OK.
+
+Every PUT gets exactly one ACK, also when one frame carries the same GUID twice.
 
 The frame's ACKs leave in PUT order, once all of them are final (see ``outbox``).
 This loop runs for every message at up to ~100k msg/s, so it does as little as it
@@ -27,6 +35,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from operator import itemgetter
 
+from holdfast.broker.dedup import content_digest
 from holdfast.broker.queues import Queue, QueueHandle, QueueRegistry
 from holdfast.broker.store import NO_PROPERTIES, Store, StoreBatch, StoredMessage
 from holdfast.proto import pb
@@ -40,6 +49,18 @@ _OK = pb.STATUS_OK
 _status_of = itemgetter(2)
 """The status of an ``AckEntry``."""
 _STORE_ERROR = pb.STATUS_STORE_ERROR
+_CONFLICT = pb.STATUS_CONFLICT
+_TOO_OLD = pb.STATUS_TOO_OLD
+_HISTORY_FULL = pb.STATUS_HISTORY_FULL
+
+
+def _known_digest(queue: Queue, guid: bytes) -> int | None:
+    """The digest of ``guid``'s message if the queue still holds it, else of its history
+    entry, else ``None``: a GUID is known while its message lives."""
+    message = queue.live.get(guid)
+    if message is not None:
+        return message.digest
+    return queue.history.get(guid)
 
 
 class PutPipeline:
@@ -50,13 +71,16 @@ class PutPipeline:
         store: Store,
         queues: QueueRegistry,
         limits: Limits,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
         self._queues = queues
         self.limits = limits
         """What every PUT is checked against (``holdfast.proto.validate.put_status``)."""
         self._clock = clock
+        self.max_age_ms = round(limits.dedup_window * 1000)
+        """PUTs of unknown GUIDs older than this (the announced window) are TOO_OLD."""
+        self._budget = queues.budget
         self._tasks: set[asyncio.Task[None]] = set()
         self.acks: Counter[int] = Counter()
         """ACKs made final, by status (read by the metrics collector)."""
@@ -79,6 +103,9 @@ class PutPipeline:
         limits = self.limits
         last_id = -1
         handle: QueueHandle | None = None
+        last_queue: Queue | None = None
+        max_age = self.max_age_ms
+        budget = self._budget
         for put in puts:
             queue_id = put.queue_id
             guid = put.guid
@@ -95,17 +122,34 @@ class PutPipeline:
                 status = put_status(guid, payload, properties, limits)
                 if status == _OK:
                     queue = handle.queue
+                    if queue is not last_queue:
+                        queue.history.expire(now)
+                        last_queue = queue
+                    digest = content_digest(payload, properties)
                     pending = queue.in_flight.get(guid)
                     if pending is not None:
-                        queue.dedup_hits += 1
-                        if pending is written:
+                        if pending[1] != digest:
+                            status = _CONFLICT
+                        elif pending[0] is written:
+                            queue.dedup_hits += 1
                             own.append(len(acks))
                         else:
-                            waits.append((len(acks), pending))
-                    elif guid not in queue.history:
+                            queue.dedup_hits += 1
+                            waits.append((len(acks), pending[0]))
+                    elif (known := _known_digest(queue, guid)) is not None:
+                        if known != digest:
+                            status = _CONFLICT
+                        else:
+                            queue.dedup_hits += 1
+                    elif put.age_ms > max_age:
+                        status = _TOO_OLD
+                    elif budget.full() and self._still_full(now):
+                        status = _HISTORY_FULL
+                    else:
                         if written is None:
                             written = asyncio.get_running_loop().create_future()
-                        queue.in_flight[guid] = written
+                        queue.in_flight[guid] = (written, digest)
+                        budget.reserved += 1
                         own.append(len(acks))
                         fresh.append(
                             StoredMessage(
@@ -114,11 +158,11 @@ class PutPipeline:
                                 payload,
                                 dict(properties) if properties else NO_PROPERTIES,
                                 now,
+                                0,
+                                digest,
                             )
                         )
                         fresh_queues.append(queue)
-                    else:
-                        queue.dedup_hits += 1
             acks.append((queue_id, guid, status))
         outbox.add_acks(group)
         if written is None and not waits:
@@ -137,6 +181,13 @@ class PutPipeline:
         )
         self._tasks.add(task)
         task.add_done_callback(self._finished)
+
+    def _still_full(self, now: float) -> bool:
+        """Expire every queue's history (idle queues expire only here) and say whether
+        the bound is still reached."""
+        for queue in self._queues:
+            queue.history.expire(now)
+        return self._budget.full()
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -159,6 +210,7 @@ class PutPipeline:
         try:
             if result is not None and written is not None:
                 durable = await self._settle_write(result, len(fresh))
+                self._budget.reserved -= len(fresh)
                 self._accept(fresh, fresh_queues, durable)
                 # Replays waiting on this write (on any session) learn its outcome.
                 written.set_result(durable)
@@ -173,6 +225,7 @@ class PutPipeline:
             if written is not None and not written.done():
                 for message, queue in zip(fresh, fresh_queues, strict=True):
                     queue.in_flight.pop(message.guid, None)
+                self._budget.reserved -= len(fresh)
                 written.set_result(False)
             _mark_failed(acks, [*own, *(index for index, _ in waits)])
             raise
@@ -197,7 +250,8 @@ class PutPipeline:
             del queue.in_flight[message.guid]
             if durable:
                 queue.accepted += 1
-                queue.history.record(message.guid, message.accepted_at)
+                queue.history.record(message.guid, message.digest, message.accepted_at)
+                queue.live[message.guid] = message
                 queue.ready.append(message)
                 touched[id(queue)] = queue
         for queue in touched.values():

@@ -8,6 +8,11 @@ A consumer's unconfirmed messages go back to the front of the queue, in their
 original order, when the consumer goes away; their next PUSH carries the next
 delivery count.
 
+A PUSH leaves only once the store has made its new delivery count durable
+(``Updates``), so a redelivery after a crash, even a kill -9, always counts higher
+than every delivery before it. With the memory store that costs nothing (its
+writes are done at once); with SQLite a PUSH waits for the next group commit.
+
 Everything here is synchronous and runs on the broker's event loop: no locks.
 """
 
@@ -17,12 +22,19 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from holdfast.broker.dedup import DEFAULT_MAX_GUIDS, DEFAULT_WINDOW, GuidHistory
+from holdfast.broker.dedup import (
+    DEFAULT_GRACE,
+    DEFAULT_WINDOW,
+    GuidHistory,
+    HistoryBudget,
+    default_max_guids,
+)
 from holdfast.broker.store import (
+    Completed,
     DeliveryUpdate,
     MessageKey,
     RecoveredState,
@@ -83,13 +95,19 @@ class Consumer:
         )
 
 
+PendingPush = tuple[Consumer, StoredMessage, int]
+"""A PUSH waiting for its delivery count to be durable: (consumer, message, count)."""
+
+
 class Updates:
     """Confirmations and delivery-count changes, gathered during one turn of the event
-    loop and handed to the store as one batch at the end of it."""
+    loop and handed to the store as one batch at the end of it. The PUSHes carrying
+    the new counts leave once that batch is durable."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
         self._batch = StoreBatch()
+        self._pushes: list[PendingPush] = []
         self._scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -98,9 +116,11 @@ class Updates:
         self._batch.removed.append(MessageKey(queue_uri, guid))
         self._schedule()
 
-    def delivered(self, updates: Iterable[DeliveryUpdate]) -> None:
-        """Messages were PUSHed and their delivery counts changed."""
+    def delivered(self, updates: Iterable[DeliveryUpdate], pushes: list[PendingPush]) -> None:
+        """Messages were handed to consumers and their delivery counts changed; their
+        PUSHes leave once the counts are durable."""
         self._batch.delivered.extend(updates)
+        self._pushes.extend(pushes)
         self._schedule()
 
     def _schedule(self) -> None:
@@ -112,24 +132,44 @@ class Updates:
         """Hand what was gathered to the store now, without waiting for it."""
         self._scheduled = False
         batch, self._batch = self._batch, StoreBatch()
+        pushes, self._pushes = self._pushes, []
         if batch:
-            task = asyncio.get_running_loop().create_task(self._settle(batch))
+            result = self._store.write(batch)
+            if isinstance(result, Completed):
+                _send(pushes)
+                return
+            task = asyncio.get_running_loop().create_task(self._settle(result, batch, pushes))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _settle(self, batch: StoreBatch) -> None:
-        result = self._store.write(batch)
+    async def _settle(
+        self, result: Awaitable[None], batch: StoreBatch, pushes: list[PendingPush]
+    ) -> None:
         try:
             await settle(result)
         except Exception:
-            # Not fatal: a confirmed message may come back after a restart (at least once).
-            log.exception("the store failed to record %d confirmations", len(batch.removed))
+            # Not fatal: a confirmed message may come back after a restart, and a count
+            # not made durable may repeat after one (logged; delivery matters more).
+            log.exception(
+                "the store failed to record %d confirmations and %d delivery counts",
+                len(batch.removed),
+                len(batch.delivered),
+            )
+        _send(pushes)
 
     async def drain(self) -> None:
         """Flush and wait until every batch handed over has settled."""
         self.flush()
         while self._tasks:
             await asyncio.wait(list(self._tasks))
+
+
+def _send(pushes: list[PendingPush]) -> None:
+    """PUSH what is still the consumer's under the same count (a consumer that left
+    meanwhile gave its messages back; their next delivery counts higher)."""
+    for consumer, message, count in pushes:
+        if consumer.unconfirmed.get(message.guid) is message and message.delivery_count == count:
+            consumer.sink.push(consumer.queue_id, message, count)
 
 
 class Queue:
@@ -139,10 +179,13 @@ class Queue:
         self.uri = uri
         self.ready: deque[StoredMessage] = deque()
         self.history = history
-        self.in_flight: dict[bytes, asyncio.Future[bool]] = {}
-        """GUIDs accepted but still being written to the store -> the future that says
-        whether that write succeeded. A PUT of such a GUID is a replay whose ACK must
-        wait for the original's outcome."""
+        self.in_flight: dict[bytes, tuple[asyncio.Future[bool], int]] = {}
+        """GUIDs accepted but still being written to the store -> (the future that says
+        whether that write succeeded, the content digest). A PUT of such a GUID is a
+        replay whose ACK must wait for the original's outcome."""
+        self.live: dict[bytes, StoredMessage] = {}
+        """Every message of the queue, ready or unconfirmed, by GUID: a GUID is known
+        while its message lives, whatever the window."""
         self._consumers: list[Consumer] = []
         self._next = 0
         self._updates = updates
@@ -161,7 +204,10 @@ class Queue:
 
     def enqueue(self, messages: Iterable[StoredMessage]) -> None:
         """Append newly accepted (already durable) messages; call ``deliver()`` after."""
-        self.ready.extend(messages)
+        live = self.live
+        for message in messages:
+            live[message.guid] = message
+            self.ready.append(message)
 
     def attach(self, consumer: Consumer) -> None:
         """Start delivering to ``consumer``."""
@@ -199,6 +245,7 @@ class Queue:
         if message is None:
             return False
         consumer.unconfirmed_bytes -= len(message.payload)
+        self.live.pop(guid, None)
         self._updates.removed(self.uri, guid)
         return True
 
@@ -213,6 +260,7 @@ class Queue:
         uri = self.uri
         turn = self._next
         delivered: list[DeliveryUpdate] = []
+        pushes: list[PendingPush] = []
         while ready:
             for _ in range(count):
                 consumer = consumers[turn]
@@ -225,12 +273,12 @@ class Queue:
             message.delivery_count += 1
             consumer.unconfirmed[message.guid] = message
             consumer.unconfirmed_bytes += len(message.payload)
-            consumer.sink.push(consumer.queue_id, message, message.delivery_count)
+            pushes.append((consumer, message, message.delivery_count))
             delivered.append(DeliveryUpdate(uri, message.guid, message.delivery_count))
         self._next = turn
         if delivered:
             self.pushed += len(delivered)
-            self._updates.delivered(delivered)
+            self._updates.delivered(delivered, pushes)
 
 
 @dataclass(slots=True, eq=False)
@@ -252,12 +300,17 @@ class QueueRegistry:
         self,
         store: Store,
         dedup_window: float = DEFAULT_WINDOW,
-        dedup_max_guids: int = DEFAULT_MAX_GUIDS,
-        clock: Callable[[], float] = time.time,
+        dedup_max_guids: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        dedup_grace: float = DEFAULT_GRACE,
     ) -> None:
         self._queues: dict[str, Queue] = {}
         self._dedup_window = dedup_window
-        self._dedup_max_guids = dedup_max_guids
+        self._dedup_grace = dedup_grace
+        self.budget = HistoryBudget(
+            default_max_guids() if dedup_max_guids is None else dedup_max_guids
+        )
+        """The GUIDs all queues' histories hold, against the broker's bound."""
         self._clock = clock
         self.updates = Updates(store)
 
@@ -275,7 +328,9 @@ class QueueRegistry:
         """The queue at ``uri``, created empty if it does not exist yet."""
         queue = self._queues.get(uri)
         if queue is None:
-            history = GuidHistory(self._dedup_window, self._dedup_max_guids, self._clock, uri)
+            history = GuidHistory(
+                self._dedup_window, self._dedup_grace, self.budget, self._clock, uri
+            )
             queue = self._queues[uri] = Queue(uri, history, self.updates)
         return queue
 
@@ -289,6 +344,6 @@ class QueueRegistry:
         kept = 0
         for entry in state.history:
             queue = self.open(entry.queue_uri)
-            queue.history.record(entry.guid, entry.accepted_at)
+            queue.history.record(entry.guid, entry.digest, entry.accepted_at)
             kept += entry.guid in queue.history
         return messages, kept

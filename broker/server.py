@@ -18,6 +18,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from holdfast.broker.config import BrokerConfig
+from holdfast.broker.dedup import BrokerClock
 from holdfast.broker.marks import MarkBook, mark_file_for
 from holdfast.broker.puts import PutPipeline
 from holdfast.broker.queues import QueueRegistry
@@ -35,17 +36,32 @@ log = logging.getLogger(__name__)
 class Broker:
     """A Holdfast broker: ``await start()``, then ``await stop()``."""
 
-    def __init__(self, config: BrokerConfig, store: Store | None = None) -> None:
+    def __init__(
+        self, config: BrokerConfig, store: Store | None = None, clock: BrokerClock | None = None
+    ) -> None:
         self.config = config
         self.broker_id = uuid.uuid4().hex
         """Identifies this broker process to clients (HelloReply.broker_id)."""
         self.store: Store = (
             store
             if store is not None
-            else open_store(config.store, dedup_window=config.dedup_window, sync=config.sync)
+            else open_store(
+                config.store,
+                dedup_window=config.dedup_window,
+                dedup_grace=config.dedup_grace,
+                sync=config.sync,
+            )
         )
-        self.queues = QueueRegistry(self.store, config.dedup_window, config.dedup_max_guids)
-        self.puts = PutPipeline(self.store, self.queues, config.limits)
+        self.clock = BrokerClock() if clock is None else clock
+        """The broker's clock (monotonic; resumed from the store's last time at start)."""
+        self.queues = QueueRegistry(
+            self.store,
+            config.dedup_window,
+            config.dedup_max_guids,
+            self.clock,
+            config.dedup_grace,
+        )
+        self.puts = PutPipeline(self.store, self.queues, config.limits, self.clock)
         self.marks = MarkBook()
         """Commit marks of writer applications (``holdfast.broker.marks``); durable from
         ``start()`` on with a sqlite store."""
@@ -108,6 +124,7 @@ class Broker:
         """Load what the store (and the commit-mark file) kept: ``start()`` does this
         before it binds; an in-process broker (``holdfast.sdk.testing``) calls it alone."""
         state = self.store.recover()
+        self.clock.resume(state.resume_at)
         mark_file = mark_file_for(self.config.store)  # OSError if it cannot be opened
         if mark_file is not None:
             self.marks = MarkBook(mark_file)

@@ -30,32 +30,7 @@ Sync modes (``PRAGMA synchronous``)
   has the data); an OS crash or a power loss may lose the last commits (the file
   stays consistent, it just goes back in time).
 
-Schema (version 1, in ``meta``)
--------------------------------
-
-::
-
-    meta(key TEXT PRIMARY KEY, value)                  -- 'schema_version', 'application'
-    queues(id INTEGER PRIMARY KEY, uri TEXT UNIQUE)    -- URI stored once, rows carry the id
-    messages(seq INTEGER PRIMARY KEY,                  -- store-wide acceptance order
-             queue_id INTEGER, guid BLOB, accepted_at REAL, delivery_count INTEGER,
-             properties TEXT,                          -- compact JSON; NULL when none
-             payload BLOB)                             -- last: large values overflow last
-    UNIQUE INDEX messages_by_guid ON messages(queue_id, guid)
-    history(queue_id INTEGER, guid BLOB, accepted_at REAL)   -- append-only, rowid order
-
-Why this shape: ``seq`` is the rowid, assigned by the writer (max + 1 at open), so a
-new message is appended at the end of the table's B-tree and recovery reads the
-table in order; it is store-wide, hence increasing within every queue. Confirmations
-and delivery counts find a message by ``(queue_id, guid)``. The history is never
-searched by GUID (the broker keeps it in memory); it is only read whole at start and
-pruned from its old end, so it needs no index at all: its rowid order is acceptance
-order, and pruning deletes the expired prefix in small chunks piggybacked on group
-commits (or on their own transaction when the broker is idle). A PUT therefore costs
-three B-tree inserts.
-
-Two copies of one GUID in a queue (a re-PUT after the window while the first copy is
-still unconfirmed) are stored once: the second insert is ignored.
+The file's layout and how it is read back are in ``sqlite_schema``.
 
 The connection holds SQLite's exclusive lock for its whole life
 (``locking_mode=EXCLUSIVE``), so a second broker on the same file fails at start
@@ -67,36 +42,27 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import json
 import logging
 import math
 import os
 import queue
 import sqlite3
 import threading
-import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from holdfast.broker.dedup import DEFAULT_WINDOW
+from holdfast.broker.dedup import DEFAULT_GRACE, DEFAULT_WINDOW, BrokerClock
+from holdfast.broker.sqlite_rows import Rows, prune_history
+from holdfast.broker.sqlite_schema import SCHEMA_VERSION, connect, describe, read_state
 from holdfast.broker.store import (
     COMPLETED,
-    NO_PROPERTIES,
-    HistoryEntry,
     RecoveredState,
     StoreBatch,
-    StoredMessage,
     StoreError,
 )
 
 log = logging.getLogger(__name__)
-
-SCHEMA_VERSION = 1
-"""The layout this module reads and writes (``meta.schema_version``)."""
-
-APPLICATION = "holdfast-broker"
-"""``meta.application``: tells a Holdfast store from any other SQLite file."""
 
 SYNC_MODES = ("full", "normal")
 """``--sync`` values: the SQLite ``synchronous`` setting of the store."""
@@ -110,35 +76,6 @@ waits behind a large delete."""
 
 PRUNE_INTERVAL = 1.0
 """Seconds between looks for expired history once nothing was left to prune."""
-
-BUSY_TIMEOUT = 1.0
-"""Seconds to wait for a lock at open (a broker on the same file that is exiting)."""
-
-_SCHEMA = (
-    "CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID",
-    "CREATE TABLE queues (id INTEGER PRIMARY KEY, uri TEXT NOT NULL UNIQUE)",
-    "CREATE TABLE messages ("
-    " seq INTEGER PRIMARY KEY,"
-    " queue_id INTEGER NOT NULL,"
-    " guid BLOB NOT NULL,"
-    " accepted_at REAL NOT NULL,"
-    " delivery_count INTEGER NOT NULL,"
-    " properties TEXT,"
-    " payload BLOB NOT NULL)",
-    "CREATE UNIQUE INDEX messages_by_guid ON messages (queue_id, guid)",
-    "CREATE TABLE history ("
-    " queue_id INTEGER NOT NULL, guid BLOB NOT NULL, accepted_at REAL NOT NULL)",
-)
-_TABLES = frozenset({"meta", "queues", "messages", "history"})
-
-_INSERT_MESSAGE = (
-    "INSERT INTO messages"
-    " (seq, queue_id, guid, accepted_at, delivery_count, properties, payload)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (queue_id, guid) DO NOTHING"
-)
-_INSERT_HISTORY = "INSERT INTO history (queue_id, guid, accepted_at) VALUES (?, ?, ?)"
-_UPDATE_DELIVERY = "UPDATE messages SET delivery_count = ? WHERE queue_id = ? AND guid = ?"
-_DELETE_MESSAGE = "DELETE FROM messages WHERE queue_id = ? AND guid = ?"
 
 T = TypeVar("T")
 
@@ -169,7 +106,8 @@ class SqliteStore:
     The constructor opens and checks the file and raises ``StoreError`` (naming the
     path and the problem) if it cannot be used: not a database, not a Holdfast store,
     another schema version, a directory, a missing directory, no permission, in use by
-    another broker. ``dedup_window`` is the broker's: history older than it is not
+    another broker. ``dedup_window`` and ``dedup_grace`` are the broker's: history
+    older than their sum (on ``clock``, resumed at recovery) is not
     recovered and is pruned. ``sync`` is one of ``SYNC_MODES``.
     """
 
@@ -178,21 +116,24 @@ class SqliteStore:
         path: str | os.PathLike[str],
         *,
         dedup_window: float = DEFAULT_WINDOW,
+        dedup_grace: float = DEFAULT_GRACE,
         sync: str = DEFAULT_SYNC,
-        clock: Callable[[], float] = time.time,
+        clock: BrokerClock | None = None,
         prune_chunk: int = PRUNE_CHUNK,
         prune_interval: float = PRUNE_INTERVAL,
     ) -> None:
         if sync not in SYNC_MODES:
             raise ValueError(f"sync must be one of {', '.join(SYNC_MODES)}, got {sync!r}")
-        if dedup_window <= 0:
-            raise ValueError("dedup_window must be > 0 seconds")
+        if dedup_window <= 0 or dedup_grace < 0:
+            raise ValueError("dedup_window must be > 0 seconds and dedup_grace >= 0")
         if prune_chunk <= 0 or prune_interval <= 0:
             raise ValueError("prune_chunk and prune_interval must be > 0")
         self.path = os.fspath(path)
         self.dedup_window = dedup_window
+        self.retention = dedup_window + dedup_grace
+        """Seconds a history row is kept after its acceptance (broker clock)."""
         self.sync = sync
-        self._clock = clock
+        self._clock = BrokerClock() if clock is None else clock
         self._prune_chunk = prune_chunk
         self._prune_interval = prune_interval
         self.commits = 0
@@ -206,8 +147,7 @@ class SqliteStore:
         self._lock = threading.Lock()
         self._closed = False
         self._failure: BaseException | None = None
-        self._queue_ids: dict[str, int] = {}
-        self._next_seq = 1
+        self._rows = Rows({}, 1)
         # No pruning before recover() or the first commit: a store that turns out to be
         # unreadable must fail in recover(), not first log a failed prune.
         self._next_prune = math.inf
@@ -281,7 +221,8 @@ class SqliteStore:
 
     def _run(self, opened: concurrent.futures.Future[sqlite3.Connection]) -> None:
         try:
-            connection = self._open()
+            connection, queue_ids, next_seq = connect(self.path, self.sync)
+            self._rows = Rows(queue_ids, next_seq)
         except BaseException as error:
             opened.set_exception(error)
             return
@@ -297,92 +238,6 @@ class SqliteStore:
             self._fail_queued(self._unavailable())
         finally:
             connection.close()
-
-    def _open(self) -> sqlite3.Connection:
-        path = self.path
-        # SQLite says only "unable to open database file" for these; say what is wrong.
-        if os.path.isdir(path):
-            raise StoreError(f"cannot open sqlite store {path}: it is a directory")
-        directory = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(directory):
-            raise StoreError(
-                f"cannot open sqlite store {path}: directory {directory} does not exist"
-            )
-        try:
-            connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None)
-        except sqlite3.Error as error:
-            raise StoreError(f"cannot open sqlite store {path}: {_describe(error)}") from None
-        try:
-            self._prepare(connection)
-        except StoreError:
-            connection.close()
-            raise
-        except sqlite3.Error as error:
-            connection.close()
-            raise StoreError(f"cannot open sqlite store {path}: {_describe(error)}") from None
-        return connection
-
-    def _prepare(self, connection: sqlite3.Connection) -> None:
-        # Set before WAL is entered: the lock is then held for the connection's life and
-        # the WAL index lives in this process's memory, not in a shared -shm file.
-        connection.execute("PRAGMA locking_mode = EXCLUSIVE")
-        (mode,) = connection.execute("PRAGMA journal_mode = WAL").fetchone()
-        if str(mode).lower() != "wal":
-            raise StoreError(
-                f"cannot open sqlite store {self.path}: "
-                f"the file system does not support WAL mode (journal mode is {mode})"
-            )
-        connection.execute(f"PRAGMA synchronous = {self.sync.upper()}")
-        # Let the WAL shrink back after checkpoints instead of keeping its peak size.
-        connection.execute("PRAGMA journal_size_limit = 67108864")
-        connection.execute("PRAGMA cache_size = -65536")
-        # Takes the exclusive lock now: a second broker on this file fails here.
-        connection.execute("BEGIN IMMEDIATE")
-        try:
-            self._check_schema(connection)
-            connection.execute("COMMIT")
-        except BaseException:
-            connection.execute("ROLLBACK")
-            raise
-        self._queue_ids = {
-            uri: qid for qid, uri in connection.execute("SELECT id, uri FROM queues")
-        }
-        (last_seq,) = connection.execute("SELECT max(seq) FROM messages").fetchone()
-        self._next_seq = (last_seq or 0) + 1
-
-    def _check_schema(self, connection: sqlite3.Connection) -> None:
-        tables = {
-            name
-            for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-        }
-        if not tables:
-            for statement in _SCHEMA:
-                connection.execute(statement)
-            connection.executemany(
-                "INSERT INTO meta (key, value) VALUES (?, ?)",
-                [("schema_version", SCHEMA_VERSION), ("application", APPLICATION)],
-            )
-            return
-        meta: dict[str, Any] = {}
-        if "meta" in tables:
-            meta = dict(connection.execute("SELECT key, value FROM meta").fetchall())
-        if meta.get("application") != APPLICATION:
-            raise StoreError(
-                f"cannot open sqlite store {self.path}: it is an SQLite database but not a "
-                f"Holdfast store (tables: {', '.join(sorted(tables))})"
-            )
-        version = meta.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise StoreError(
-                f"cannot open sqlite store {self.path}: its schema version is {version!r}, "
-                f"this broker reads version {SCHEMA_VERSION}"
-            )
-        missing = _TABLES - tables
-        if missing:
-            raise StoreError(
-                f"cannot open sqlite store {self.path}: "
-                f"tables {', '.join(sorted(missing))} are missing"
-            )
 
     def _serve(self, connection: sqlite3.Connection) -> None:
         take = self._queue.get
@@ -431,7 +286,7 @@ class SqliteStore:
         try:
             connection.execute("BEGIN IMMEDIATE")
             for write in writes:
-                self._apply(connection, write.batch, new_queues)
+                self._rows.apply(connection, write.batch, new_queues)
             if prune:
                 pruned = self._prune(connection)
             connection.execute("COMMIT")
@@ -448,7 +303,7 @@ class SqliteStore:
                     "sqlite store %s: a group of %d batches failed (%s); writing them one by one",
                     self.path,
                     len(writes),
-                    _describe(error),
+                    describe(error),
                 )
             # Retried without pruning, so a failure of the pruning fails no PUT.
             for write in writes:
@@ -460,77 +315,18 @@ class SqliteStore:
             self._pruned(*pruned)
         self._resolve(writes, None)
 
-    def _apply(
-        self, connection: sqlite3.Connection, batch: StoreBatch, new_queues: list[str]
-    ) -> None:
-        ids = self._queue_ids
-        if batch.messages:
-            seq = self._next_seq
-            rows: list[tuple[Any, ...]] = []
-            history: list[tuple[int, bytes, float]] = []
-            last_uri = ""
-            queue_id = 0
-            for message in batch.messages:
-                if message.queue_uri != last_uri:
-                    last_uri = message.queue_uri
-                    queue_id = ids.get(last_uri) or self._add_queue(
-                        connection, last_uri, new_queues
-                    )
-                properties = message.properties
-                rows.append(
-                    (
-                        seq,
-                        queue_id,
-                        message.guid,
-                        message.accepted_at,
-                        message.delivery_count,
-                        _encode(properties) if properties else None,
-                        message.payload,
-                    )
-                )
-                history.append((queue_id, message.guid, message.accepted_at))
-                seq += 1
-            connection.executemany(_INSERT_MESSAGE, rows)
-            connection.executemany(_INSERT_HISTORY, history)
-            # Gaps left by a rolled-back transaction are harmless: only order matters.
-            self._next_seq = seq
-        if batch.delivered:
-            # A queue the store never saw holds no message to update (nor to remove).
-            connection.executemany(
-                _UPDATE_DELIVERY,
-                [
-                    (update.delivery_count, ids[update.queue_uri], update.guid)
-                    for update in batch.delivered
-                    if update.queue_uri in ids
-                ],
-            )
-        if batch.removed:
-            connection.executemany(
-                _DELETE_MESSAGE,
-                [(ids[key.queue_uri], key.guid) for key in batch.removed if key.queue_uri in ids],
-            )
-
-    def _add_queue(self, connection: sqlite3.Connection, uri: str, new_queues: list[str]) -> int:
-        cursor = connection.execute("INSERT INTO queues (uri) VALUES (?)", (uri,))
-        queue_id = cursor.lastrowid
-        assert queue_id is not None
-        self._queue_ids[uri] = queue_id
-        new_queues.append(uri)
-        return queue_id
-
     def _rollback(self, connection: sqlite3.Connection, new_queues: list[str]) -> None:
         # Queue ids handed out in the failed transaction do not exist in the file.
-        for uri in new_queues:
-            self._queue_ids.pop(uri, None)
+        self._rows.forget(new_queues)
         if connection.in_transaction:
             try:
                 connection.execute("ROLLBACK")
             except sqlite3.Error as error:
                 # SQLite may have rolled back on its own already (disk full, I/O error).
-                log.warning("sqlite store %s: rollback failed: %s", self.path, _describe(error))
+                log.warning("sqlite store %s: rollback failed: %s", self.path, describe(error))
 
     def _failed(self, error: Exception) -> StoreError:
-        return StoreError(f"sqlite store {self.path}: write failed: {_describe(error)}")
+        return StoreError(f"sqlite store {self.path}: write failed: {describe(error)}")
 
     def _resolve(self, writes: list[_Write], error: StoreError | None) -> None:
         """Complete the futures of ``writes`` on their loops, one wake-up per loop."""
@@ -543,28 +339,9 @@ class SqliteStore:
                 loop.call_soon_threadsafe(_settle_futures, futures, error)
 
     def _prune(self, connection: sqlite3.Connection) -> tuple[int, bool]:
-        """Delete the oldest history rows whose window has passed, at most one chunk.
+        """Delete the oldest history rows past the retention, at most one chunk.
         Returns how many, and whether a whole chunk went (more may be waiting)."""
-        cutoff = self._clock() - self.dedup_window
-        cursor = connection.execute(
-            "SELECT rowid, accepted_at FROM history ORDER BY rowid LIMIT ?", (self._prune_chunk,)
-        )
-        # Rowid order is acceptance order, so the expired rows are a prefix and the scan
-        # stops at the first live one (a wall clock stepping back only keeps a few rows
-        # longer than needed).
-        last = None
-        count = 0
-        try:
-            for rowid, accepted_at in cursor:
-                if accepted_at > cutoff:
-                    break
-                last = rowid
-                count += 1
-        finally:
-            cursor.close()
-        if last is not None:
-            connection.execute("DELETE FROM history WHERE rowid <= ?", (last,))
-        return count, count == self._prune_chunk
+        return prune_history(connection, self._clock() - self.retention, self._prune_chunk)
 
     def _pruned(self, count: int, more: bool) -> None:
         """Account for a committed prune and schedule the next one."""
@@ -579,55 +356,17 @@ class SqliteStore:
         except Exception as error:
             self._rollback(connection, [])
             log.warning(
-                "sqlite store %s: pruning the history failed: %s", self.path, _describe(error)
+                "sqlite store %s: pruning the history failed: %s", self.path, describe(error)
             )
             pruned = (0, False)
         self._pruned(*pruned)
 
     def _recover(self, connection: sqlite3.Connection) -> RecoveredState:
-        try:
-            names = {qid: uri for qid, uri in connection.execute("SELECT id, uri FROM queues")}
-            queues: dict[str, list[StoredMessage]] = {}
-            cursor = connection.execute(
-                "SELECT seq, queue_id, guid, payload, properties, accepted_at, delivery_count"
-                " FROM messages ORDER BY seq"
-            )
-            for seq, queue_id, guid, payload, properties, accepted_at, count in cursor:
-                uri = names.get(queue_id)
-                if uri is None:
-                    raise StoreError(
-                        f"cannot read sqlite store {self.path}: "
-                        f"message {seq} names queue {queue_id}, which does not exist"
-                    )
-                ready = queues.get(uri)
-                if ready is None:
-                    ready = queues[uri] = []
-                ready.append(
-                    StoredMessage(
-                        uri,
-                        guid,
-                        payload,
-                        _decode(properties, seq) if properties is not None else NO_PROPERTIES,
-                        accepted_at,
-                        count,
-                    )
-                )
-            cutoff = self._clock() - self.dedup_window
-            history = [
-                HistoryEntry(names[queue_id], guid, accepted_at)
-                for queue_id, guid, accepted_at in connection.execute(
-                    "SELECT queue_id, guid, accepted_at FROM history WHERE accepted_at > ?",
-                    (cutoff,),
-                )
-                if queue_id in names
-            ]
-        except sqlite3.Error as error:
-            raise StoreError(f"cannot read sqlite store {self.path}: {_describe(error)}") from None
-        except ValueError as error:
-            raise StoreError(f"cannot read sqlite store {self.path}: {error}") from None
+        state = read_state(connection, self.path, self.retention)
+        self._clock.resume(state.resume_at)
         # What expired while the broker was down goes first.
         self._next_prune = self._clock()
-        return RecoveredState(queues=queues, history=history)
+        return state
 
     def _fail_queued(self, error: StoreError) -> None:
         """Fail everything still queued (the writer is gone)."""
@@ -660,34 +399,6 @@ def _settle_futures(futures: list[asyncio.Future[None]], error: StoreError | Non
             future.set_result(None)
         else:
             future.set_exception(error)
-
-
-def _encode(properties: Mapping[str, str]) -> str:
-    if type(properties) is not dict:
-        properties = dict(properties)
-    return json.dumps(properties, separators=(",", ":"), ensure_ascii=False)
-
-
-def _decode(text: str, seq: int) -> Mapping[str, str]:
-    try:
-        properties = json.loads(text)
-    except ValueError:
-        raise ValueError(f"message {seq} has unreadable properties") from None
-    if not isinstance(properties, dict):
-        raise ValueError(f"message {seq} has unreadable properties")
-    return properties
-
-
-def _describe(error: BaseException) -> str:
-    """One line saying what went wrong, in words a user can act on."""
-    text = str(error) or type(error).__name__
-    if text.startswith("database is locked"):
-        return "it is in use by another process (database is locked)"
-    if text.startswith("unable to open database file"):
-        return "unable to open the file (check its permissions and its directory's)"
-    if text.startswith("attempt to write a readonly database"):
-        return "the file or its directory is read-only"
-    return text.splitlines()[0] if text else text
 
 
 __all__ = ["DEFAULT_SYNC", "SCHEMA_VERSION", "SYNC_MODES", "SqliteStore"]

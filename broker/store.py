@@ -4,11 +4,15 @@ The broker keeps every queue in memory and uses a ``Store`` only to make its
 changes durable and to get them back after a restart:
 
 * at start, ``recover()`` returns the ready messages of every queue, in delivery
-  order, and the GUID history (what was accepted, and when) so that dedup keeps
-  working across a restart;
+  order, the GUID history (what was accepted, when, and its content digest) so that
+  dedup keeps working across a restart, and the broker-clock time to resume from;
 * while running, the broker hands the store ``StoreBatch`` es through ``write()``:
-  new messages (awaited before their PUTs are ACKed), confirmed messages and
-  delivery-count updates (not awaited);
+  new messages (awaited before their PUTs are ACKed), delivery-count updates
+  (awaited before the PUSHes that carry the new counts leave, so a count survives a
+  kill -9) and confirmed messages (not awaited);
+
+Times (``accepted_at``) are on the broker's clock (``dedup.BrokerClock``: monotonic,
+resumed at restart from ``RecoveredState.resume_at``), never the wall clock.
 * at stop, ``close()``.
 
 ``MemoryStore`` persists nothing: its state is the broker's queues, so it dies
@@ -23,7 +27,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
-from holdfast.broker.dedup import DEFAULT_WINDOW
+from holdfast.broker.dedup import DEFAULT_GRACE, DEFAULT_WINDOW
 
 NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})
 """The shared, read-only properties of a message that has none."""
@@ -47,16 +51,21 @@ class StoredMessage:
     payload: bytes
     properties: Mapping[str, str]
     accepted_at: float
-    """Wall-clock time (``time.time()``) at which the broker accepted the PUT."""
+    """Broker-clock time (``dedup.BrokerClock``) at which the broker accepted the PUT."""
     delivery_count: int = 0
+    digest: int = 0
+    """``dedup.content_digest`` of payload and properties: a replay under this GUID
+    with another digest is a CONFLICT."""
 
 
 class HistoryEntry(NamedTuple):
-    """A GUID the broker accepted on a queue, and when (``time.time()``)."""
+    """A GUID the broker accepted on a queue, when (broker clock), and the digest of
+    its content (``dedup.content_digest``)."""
 
     queue_uri: str
     guid: bytes
     accepted_at: float
+    digest: int
 
 
 class MessageKey(NamedTuple):
@@ -79,8 +88,9 @@ class StoreBatch:
     """Changes to make durable together.
 
     A store must apply batches in the order ``write()`` was called. Every new
-    message is also a GUID history entry (``queue_uri, guid, accepted_at``) and
-    stays in the history after it is removed, until the dedup window has passed.
+    message is also a GUID history entry (``queue_uri, guid, accepted_at, digest``)
+    and stays in the history after it is removed, until the dedup window plus grace
+    has passed.
     """
 
     messages: list[StoredMessage] = field(default_factory=list)
@@ -102,8 +112,11 @@ class RecoveredState:
     """Queue URI -> its ready (unconfirmed) messages in delivery order, with their
     delivery counts. A queue with no message may be listed with an empty sequence."""
     history: Sequence[HistoryEntry] = ()
-    """Accepted GUIDs; entries older than the dedup window may be included (the broker
-    drops them)."""
+    """Accepted GUIDs in acceptance order; entries older than the dedup window plus
+    grace may be included (the broker drops them)."""
+    resume_at: float = 0.0
+    """The latest broker-clock time the store persisted: the broker's clock resumes
+    from it, so downtime does not age the history."""
 
 
 class Store(Protocol):
@@ -193,9 +206,16 @@ def parse_store_spec(spec: str) -> StoreSpec:
     )
 
 
-def open_store(spec: str, *, dedup_window: float = DEFAULT_WINDOW, sync: str = "full") -> Store:
+def open_store(
+    spec: str,
+    *,
+    dedup_window: float = DEFAULT_WINDOW,
+    sync: str = "full",
+    dedup_grace: float = DEFAULT_GRACE,
+) -> Store:
     """Create the store named by a ``--store`` value. A durable store prunes the GUID
-    history older than ``dedup_window`` (pass the broker's) and syncs its commits per
+    history older than ``dedup_window + dedup_grace`` (pass the broker's) and syncs its
+    commits per
     ``sync`` (``full`` or ``normal``). Raises ``StoreError`` if it cannot be opened."""
     parsed = parse_store_spec(spec)
     if parsed.kind == "memory":
@@ -204,7 +224,9 @@ def open_store(spec: str, *, dedup_window: float = DEFAULT_WINDOW, sync: str = "
         # Imported here: sqlite_store builds on this module.
         from holdfast.broker.sqlite_store import SqliteStore
 
-        return SqliteStore(parsed.location, dedup_window=dedup_window, sync=sync)
+        return SqliteStore(
+            parsed.location, dedup_window=dedup_window, dedup_grace=dedup_grace, sync=sync
+        )
     raise AssertionError(f"parse_store_spec accepted {spec!r} but no store implements it")
 
 

@@ -111,13 +111,15 @@ class Routes:
         """Route the ACK of ``guid`` to the client's handle ``queue_id`` too.
 
         A route of a client that has gone is replaced (a client retransmitting after
-        it reconnected); one of a live client is kept, so each gets its one ACK."""
+        it reconnected); one of a live client is kept, so each PUT gets its one ACK: a
+        live client that PUT the GUID twice (twice in one PutBatch, say) gets two, as
+        it does from a broker."""
         route = (client_key, queue_id)
         current = self._by_guid.get(guid)
-        if current is None or current == route or current[0] not in self._clients:
+        if current is None or current[0] not in self._clients:
             self._by_guid[guid] = route
-        elif route not in (also := self._also.setdefault(guid, [])):
-            also.append(route)
+        else:
+            self._also.setdefault(guid, []).append(route)
 
     def on_acks(self, acks: list[WireAck]) -> None:
         """Deliver upstream outcomes to the clients that posted the PUTs, if still there."""
@@ -164,20 +166,26 @@ class ClientSession(ContractStream):
     # -- the handshake ------------------------------------------------------------------
 
     def greet(self, hello: pb.Hello) -> None:
-        """Answer Hello with the broker's limits, once the upstream has learnt them."""
+        """Answer Hello with the broker's limits, once the upstream has learnt them: a
+        proxy never announces a dedup window or limit no broker announced."""
         if self._upstream.engine.ever_connected:
             self._send_hello_reply()
         else:
             self._spawn(self._greet_when_connected())
 
     async def _greet_when_connected(self) -> None:
-        if not await self._upstream.wait_connected(self._config.hello_wait):
+        waited = 0.0
+        while not await self._upstream.wait_connected(self._config.hello_wait):
+            if self.ending:
+                return
+            waited += self._config.hello_wait
             log.warning(
-                "no broker reachable within %g s: answering %s with default limits",
-                self._config.hello_wait,
+                "no broker has answered for %g s: %s still waits for its HelloReply",
+                waited,
                 self.session_id,
             )
-        self._send_hello_reply()
+        if not self.ending:
+            self._send_hello_reply()
 
     def _send_hello_reply(self) -> None:
         upstream = self._upstream

@@ -24,8 +24,9 @@ class ProxyConfig:
     )
     """Keepalive, reconnect back-off and buffering of the upstream session."""
     hello_wait: float = 5.0
-    """Seconds a client's Hello waits for the first broker to announce its limits
-    (answered with the default limits after that)."""
+    """Seconds between warnings while a client's Hello waits for the first broker to
+    announce its limits. The Hello is answered only with limits a broker announced,
+    never with invented ones (the client's own connect timeout bounds its wait)."""
     request_timeout: float = 60.0
     """Seconds a client's open/configure/close may wait for the broker."""
     max_frame_bytes: int = DEFAULT_BATCH_BYTES

@@ -35,12 +35,12 @@ def test_replay_in_separate_frames_is_acked_and_not_enqueued(
         producer.open(1, uri, write=True)
         producer.put(1, [(guid, b"first", {})])
         assert statuses(producer.acks(1)) == ["STATUS_OK"]
-        producer.put(1, [(guid, b"replay", {}), (other, b"other", {})])
+        producer.put(1, [(guid, b"first", {}), (other, b"other", {})])
         assert statuses(producer.acks(2)) == ["STATUS_OK", "STATUS_OK"]
     # A replay on another session (a client that reconnected) is recognised too.
     with connected(shared_broker.address) as reconnected:
         reconnected.open(1, uri, write=True)
-        reconnected.put(1, [(guid, b"again", {})])
+        reconnected.put(1, [(guid, b"first", {})])
         assert statuses(reconnected.acks(1)) == ["STATUS_OK"]
         assert drain(reconnected, uri, 2) == Counter({guid: 1, other: 1})
 
@@ -52,7 +52,7 @@ def test_replay_in_one_frame_is_acked_twice_and_enqueued_once(
     guid = new_guid()
     with connected(shared_broker.address) as client:
         client.open(1, uri, write=True)
-        client.put(1, [(guid, b"one", {}), (guid, b"two", {})])
+        client.put(1, [(guid, b"one", {}), (guid, b"one", {})])
         acks = client.acks(2)
         assert [(a.guid, a.status) for a in acks] == [(guid, pb.STATUS_OK)] * 2
         received = drain(client, uri, 1)
@@ -86,35 +86,35 @@ def test_confirmed_guid_is_still_remembered(shared_broker: BrokerProcess) -> Non
         assert client.quiet("pushes", QUIET) == []
 
 
-def test_replay_after_the_window_is_enqueued_again(
+def test_a_fresh_post_after_window_and_grace_is_enqueued_again(
     broker_factory: Callable[..., BrokerProcess],
 ) -> None:
-    window = 1.5
-    broker = broker_factory("--dedup-window", str(window))
+    window, grace = 1.0, 0.5
+    broker = broker_factory("--dedup-window", str(window), "--dedup-grace", str(grace))
     uri = unique_uri("dedup-expiry")
     guid = new_guid()
     with connected(broker.address) as producer, connected(broker.address) as consumer:
         assert producer.hello_reply is not None
-        assert producer.hello_reply.dedup_window_ms == 1500
+        assert producer.hello_reply.dedup_window_ms == 1000  # the window, not the grace
         consumer.open(1, uri, read=True)
         producer.open(1, uri, write=True)
-        sent_at = time.time()
-        producer.put(1, [(guid, b"original", {})])
+        sent_at = time.monotonic()
+        producer.put(1, [(guid, b"same", {})])
         assert statuses(producer.acks(1)) == ["STATUS_OK"]
         (first,) = consumer.pushes(1)
         consumer.confirm(1, [first.guid])
-        # Replay every 100 ms until one is enqueued again: every replay is ACKed OK, and
-        # none gets in before the window has passed.
+        # A post of age 0 every 100 ms (a producer reusing the GUID) until one is enqueued
+        # again: each is ACKed OK, and none gets in before window + grace have passed.
         replays = 0
         deadline = time.monotonic() + 10 * window
         second: list[pb.Push] = []
         while not second:
-            assert time.monotonic() < deadline, "the replay was never enqueued again"
-            producer.put(1, [(guid, b"replay", {})])
+            assert time.monotonic() < deadline, "the post was never enqueued again"
+            producer.put(1, [(guid, b"same", {})])
             assert statuses(producer.acks(1)) == ["STATUS_OK"]
             replays += 1
             second = [p for f in consumer.quiet("pushes", 0.1) for p in f.pushes.pushes]
-        enqueued_at = time.time()
-    assert enqueued_at - sent_at >= window
+        enqueued_at = time.monotonic()
+    assert enqueued_at - sent_at >= window + grace
     assert replays > 1
-    assert [(p.guid, p.payload, p.delivery_count) for p in second] == [(guid, b"replay", 1)]
+    assert [(p.guid, p.payload, p.delivery_count) for p in second] == [(guid, b"same", 1)]

@@ -12,6 +12,7 @@ import grpc
 import pytest
 
 from holdfast.broker import Broker, BrokerConfig, MemoryStore, RecoveredState, StoreBatch
+from holdfast.broker.dedup import content_digest
 from holdfast.broker.store import COMPLETED, HistoryEntry, StoredMessage
 from holdfast.proto import PROTOCOL_VERSION, SESSION_METHOD, pb
 from tests.broker.util import new_guid, unique_uri
@@ -361,18 +362,21 @@ def test_no_push_for_a_handle_follows_its_close_response() -> None:
 
 def test_recovered_messages_and_history() -> None:
     uri = unique_uri("recovered")
-    now = time.time()
-    delivered_before = StoredMessage(uri, new_guid(), b"one", {"k": "v"}, now - 10, 1)
+    now = 1_000_000.0  # broker-clock times of an earlier run
+    delivered_before = StoredMessage(
+        uri, new_guid(), b"one", {"k": "v"}, now - 10, 1, content_digest(b"p", {})
+    )
     never_delivered = StoredMessage(uri, new_guid(), b"two", {}, now - 5)
     confirmed, expired = new_guid(), new_guid()
     recovered = RecoveredState(
         queues={uri: [delivered_before, never_delivered]},
         history=[
-            HistoryEntry(uri, delivered_before.guid, now - 10),
-            HistoryEntry(uri, never_delivered.guid, now - 5),
-            HistoryEntry(uri, confirmed, now - 20),
-            HistoryEntry(uri, expired, now - 400),  # older than the 300 s window
+            HistoryEntry(uri, expired, now - 400, 0),  # older than the 300 + 30 s kept
+            HistoryEntry(uri, confirmed, now - 20, content_digest(b"p", {})),
+            HistoryEntry(uri, delivered_before.guid, now - 10, delivered_before.digest),
+            HistoryEntry(uri, never_delivered.guid, now - 5, 0),
         ],
+        resume_at=now,
     )
 
     async def scenario(broker: Broker, store: GatedStore) -> None:

@@ -123,7 +123,7 @@ def test_messages_acked_before_a_sigkill_are_delivered_after_the_restart(tmp_pat
         assert statuses(acked) == ["STATUS_OK"] * len(acked)
         broker.restart()
         with connected(broker.address) as client:
-            recovered = int(re.search(r"recovered (\d+) messages", broker.output)[1])
+            recovered = recovered_count(broker.output)
             pushes = drain_wire(client, 1, uri, recovered)
 
     counts = Counter(push.guid for push in pushes)
@@ -268,6 +268,13 @@ def test_a_second_broker_on_the_same_file_is_refused(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+def recovered_count(output: str) -> int:
+    """How many messages the broker said it recovered at start."""
+    match = re.search(r"recovered (\d+) messages", output)
+    assert match is not None, "the broker did not log what it recovered"
+    return int(match[1])
+
+
 # -- the SDK through a kill -9 ----------------------------------------------------------
 
 
@@ -312,7 +319,7 @@ def test_sdk_stream_of_50k_puts_through_a_broker_kill_9_exactly_once(tmp_path: P
                 elif i == restart_at:
                     broker.restart()
             assert session.flush(timeout=180), f"{total - len(acks)} PUTs never ACKed"
-        recovered = int(re.search(r"recovered (\d+) messages", broker.output)[1])
+        recovered = recovered_count(broker.output)
         received = drain_messages(broker.address, uri, total, timeout=120)
     elapsed = time.monotonic() - started
     print(

@@ -20,6 +20,7 @@ from typing import Any, cast
 import pytest
 
 from holdfast.broker.config import BrokerConfig
+from holdfast.broker.dedup import BrokerClock, GuidHistory, content_digest
 from holdfast.broker.sqlite_store import SCHEMA_VERSION, SqliteStore
 from holdfast.broker.store import (
     DeliveryUpdate,
@@ -38,6 +39,10 @@ QUEUE_A = "hf://test/a"
 QUEUE_B = "hf://test/b"
 
 
+CLOCK = BrokerClock()
+"""The broker clock the tests' messages are stamped with (stores get it too)."""
+
+
 def guid() -> bytes:
     return uuid.uuid4().bytes
 
@@ -53,7 +58,7 @@ def message(
         guid(),
         payload,
         properties or {},
-        time.time() if accepted_at is None else accepted_at,
+        CLOCK() if accepted_at is None else accepted_at,
     )
 
 
@@ -222,8 +227,8 @@ def test_confirmed_messages_are_removed_and_their_history_stays(
 
 def test_a_guid_stored_twice_in_a_queue_is_kept_once(path: Path, store: SqliteStore) -> None:
     original = message(payload=b"first")
-    again = StoredMessage(QUEUE_A, original.guid, b"second", {}, time.time())
-    elsewhere = StoredMessage(QUEUE_B, original.guid, b"other queue", {}, time.time())
+    again = StoredMessage(QUEUE_A, original.guid, b"second", {}, CLOCK())
+    elsewhere = StoredMessage(QUEUE_B, original.guid, b"other queue", {}, CLOCK())
     write_all(store, [StoreBatch(messages=[original])])
     write_all(store, [StoreBatch(messages=[again, elsewhere])])
     store.close()
@@ -238,10 +243,11 @@ def test_a_guid_stored_twice_in_a_queue_is_kept_once(path: Path, store: SqliteSt
 
 def test_expired_history_is_not_recovered_and_is_pruned(path: Path) -> None:
     window = 60.0
-    now = time.time()
-    old = [message(accepted_at=now - 2 * window + i) for i in range(7)]
+    now = CLOCK()
+    # Kept for the window plus the grace (30 s by default): these are past both.
+    old = [message(accepted_at=now - 2 * window - 30 + i) for i in range(7)]
     live = [message(accepted_at=now - window / 2), message(accepted_at=now)]
-    store = SqliteStore(path, dedup_window=window, prune_chunk=2, prune_interval=0.02)
+    store = SqliteStore(path, dedup_window=window, prune_chunk=2, prune_interval=0.02, clock=CLOCK)
     write_all(store, [StoreBatch(messages=old), StoreBatch(messages=live)])
     # A confirmed message keeps its history entry for the window.
     write_all(store, [StoreBatch(removed=[MessageKey(QUEUE_A, live[0].guid)])])
@@ -262,8 +268,8 @@ def test_expired_history_is_not_recovered_and_is_pruned(path: Path) -> None:
 
 
 def test_history_older_than_the_window_is_not_recovered_even_unpruned(path: Path) -> None:
-    now = time.time()
-    # Written after a newer entry (a wall clock that stepped back): pruning, which only
+    now = CLOCK()
+    # Written after a newer entry (times out of order): pruning, which only
     # deletes the expired prefix of the history, leaves it, but recovery must not return it.
     entries = [message(accepted_at=now - 10), message(accepted_at=now - 100)]
     store = SqliteStore(path, dedup_window=1000)
@@ -295,7 +301,7 @@ def test_a_failing_write_fails_its_future_and_only_its_own(
 ) -> None:
     store = SqliteStore(path)
     new_queue = "hf://test/created-in-a-failed-group"
-    bad = StoredMessage(new_queue, guid(), cast(bytes, object()), {}, time.time())
+    bad = StoredMessage(new_queue, guid(), cast(bytes, object()), {}, CLOCK())
     good_before = message(new_queue, payload=b"before")
     good_after = message(new_queue, payload=b"after")
 
@@ -417,6 +423,60 @@ def test_another_schema_version_is_refused(path: Path) -> None:
     with pytest.raises(StoreError, match=f"schema version is {SCHEMA_VERSION + 1}") as raised:
         SqliteStore(path)
     assert str(path) in str(raised.value)
+
+
+def test_a_version_1_file_is_refused_in_one_line(path: Path) -> None:
+    SqliteStore(path).close()
+    with raw_connection(path) as raw:
+        raw.execute("UPDATE meta SET value = 1 WHERE key = 'schema_version'")
+    with pytest.raises(StoreError, match="schema version is 1, this broker reads version 2"):
+        SqliteStore(path)
+
+
+def test_digests_persist_with_messages_and_history(path: Path) -> None:
+    first = message(payload=b"a", properties={"k": "v"})
+    first.digest = content_digest(b"a", {"k": "v"})
+    store = SqliteStore(path, clock=CLOCK)
+    write_all(store, [StoreBatch(messages=[first])])
+    write_all(store, [StoreBatch(removed=[MessageKey(QUEUE_A, first.guid)])])
+    second = message(payload=b"b")
+    second.digest = -5  # digests are signed 64-bit
+    write_all(store, [StoreBatch(messages=[second])])
+    store.close()
+    state = recovered(path)
+    assert [(h.guid, h.digest) for h in state.history] == [
+        (first.guid, first.digest),
+        (second.guid, -5),
+    ]
+    assert [m.digest for m in state.queues[QUEUE_A]] == [-5]
+
+
+def test_downtime_and_wall_clock_steps_age_nothing_after_a_restart(path: Path) -> None:
+    # First run: a broker clock on a fake monotonic clock; one GUID accepted at 100 s.
+    ticks = [1000.0]
+    first_run = BrokerClock(lambda: ticks[0])
+    ticks[0] += 100
+    entry = message(accepted_at=first_run())
+    store = SqliteStore(path, dedup_window=60, dedup_grace=0, clock=first_run)
+    write_all(store, [StoreBatch(messages=[entry])])
+    store.close()
+    # Second run, a "day later" by any wall clock, on a monotonic clock that restarted:
+    # the clock resumes where the file stopped, so the entry has its whole window left.
+    later = [5.0]
+    second_run = BrokerClock(lambda: later[0])
+    store = SqliteStore(path, dedup_window=60, dedup_grace=0, clock=second_run)
+    try:
+        state = store.recover()
+        assert state.resume_at == entry.accepted_at
+        assert [h.guid for h in state.history] == [entry.guid]
+        assert second_run() == entry.accepted_at
+        history = GuidHistory(window=60, grace=0, clock=second_run)
+        history.record(entry.guid, 0, state.history[0].accepted_at)
+        later[0] += 59
+        history.expire()
+        assert entry.guid in history  # 59 s of this run: still inside the window
+    finally:
+        store.close()
 
 
 def test_an_empty_file_becomes_a_store(path: Path) -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Coroutine
 from typing import Any
 
 import pytest
 
 from holdfast.broker import BrokerConfig, MemoryStore
-from holdfast.broker.dedup import GuidHistory
+from holdfast.broker.dedup import BrokerClock, GuidHistory, HistoryBudget, content_digest
 from holdfast.broker.queues import Consumer, FlowLimits, Queue, QueueRegistry, Updates
 from holdfast.broker.store import (
     NO_PROPERTIES,
@@ -40,41 +41,87 @@ def run(coroutine: Coroutine[Any, Any, None]) -> None:
 # -- GUID history -------------------------------------------------------------------
 
 
-def test_history_forgets_a_guid_when_its_window_has_passed() -> None:
+def test_history_keeps_a_guid_for_window_plus_grace_and_forgets_it_after() -> None:
     clock = Clock()
-    history = GuidHistory(window=10.0, clock=clock)
-    history.record(b"a", clock.now)
+    history = GuidHistory(window=10.0, grace=2.0, clock=clock)
+    history.record(b"a", 1, clock.now)
     clock.now += 5
-    history.record(b"b", clock.now)
-    clock.now += 4.9
-    assert b"a" in history and b"b" in history
-    clock.now += 0.2  # a is 10.1 s old, b 5.1 s
+    history.record(b"b", 2, clock.now)
+    clock.now += 6.9  # a is 11.9 s old: past the window, inside the grace
+    history.expire()
+    assert history.get(b"a") == 1 and history.get(b"b") == 2
+    clock.now += 0.2 + history.retention / 128  # a is past window + grace + one bucket
+    history.expire()
     assert b"a" not in history
     assert b"b" in history
     clock.now += 5
+    history.expire()
     assert b"b" not in history
+    assert history.budget.held == 0
 
 
 def test_history_keeps_the_original_acceptance_time_of_recovered_guids() -> None:
     clock = Clock()
-    history = GuidHistory(window=300.0, clock=clock)
-    history.record(b"recent", clock.now - 290)
-    history.record(b"stale", clock.now - 301)
+    history = GuidHistory(window=300.0, grace=0.0, clock=clock)
+    history.record(b"stale", 0, clock.now - 301)
+    history.record(b"recent", 0, clock.now - 290)
     assert b"recent" in history
     assert b"stale" not in history
     assert len(history) == 1  # an entry already expired is not kept at all
-    clock.now += 11
+    clock.now += 11 + history.retention / 128
+    history.expire()
     assert b"recent" not in history
 
 
-def test_history_is_bounded_and_counts_what_it_forgot_early() -> None:
+def test_history_never_evicts_and_counts_against_the_shared_budget() -> None:
     clock = Clock()
-    history = GuidHistory(window=300.0, max_guids=3, clock=clock)
-    for guid in (b"1", b"2", b"3", b"4"):
-        history.record(guid, clock.now)
-    assert b"1" not in history
-    assert all(g in history for g in (b"2", b"3", b"4"))
-    assert history.evicted == 1
+    budget = HistoryBudget(max_guids=3)
+    first = GuidHistory(window=300.0, budget=budget, clock=clock)
+    second = GuidHistory(window=300.0, budget=budget, clock=clock)
+    first.record(b"1", 0, clock.now)
+    first.record(b"2", 0, clock.now)
+    assert not budget.full()
+    second.record(b"3", 0, clock.now)
+    assert budget.full()
+    assert all(g in first for g in (b"1", b"2")) and b"3" in second
+    clock.now += 330 + first.retention / 128
+    assert first.expire() == 2 and second.expire() == 1
+    assert not budget.full()
+
+
+def test_broker_clock_is_monotonic_and_resumes_from_a_persisted_time() -> None:
+    monotonic = Clock(50.0)
+    clock = BrokerClock(monotonic)
+    assert clock() == 0.0
+    monotonic.now += 2
+    assert clock() == 2.0
+    clock.resume(1000.0)  # a store persisted times up to 1000 in an earlier run
+    assert clock() == 1000.0
+    clock.resume(10.0)  # an earlier time never moves the clock back
+    monotonic.now += 1
+    assert clock() == 1001.0
+
+
+def test_a_wall_clock_step_does_not_expire_history(monkeypatch: pytest.MonkeyPatch) -> None:
+    monotonic = Clock(7.0)
+    clock = BrokerClock(monotonic)
+    history = GuidHistory(window=10.0, grace=0.0, clock=clock)
+    history.record(b"a", 0, clock())
+    # The wall clock jumps a day ahead (NTP, an operator): the broker never reads it.
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + 86_400)
+    monotonic.now += 9
+    assert history.expire() == 0 and b"a" in history
+
+
+def test_content_digest_is_stable_and_sees_payload_and_properties() -> None:
+    base = content_digest(b"p", {"a": "1", "b": "2"})
+    assert base == content_digest(b"p", {"b": "2", "a": "1"})  # order does not matter
+    assert base != content_digest(b"q", {"a": "1", "b": "2"})
+    assert base != content_digest(b"p", {"a": "1", "b": "3"})
+    assert base != content_digest(b"p", {"a": "12", "b": ""})  # length-prefixed
+    assert content_digest(b"p", {}) == content_digest(b"p", NO_PROPERTIES)
+    assert -(2**63) <= base < 2**63  # fits SQLite's INTEGER
 
 
 def test_history_rejects_a_window_that_is_not_positive() -> None:
@@ -108,6 +155,12 @@ def message(guid: bytes, size: int = 10) -> StoredMessage:
     return StoredMessage("hf://t/q", guid, b"x" * size, NO_PROPERTIES, 0.0)
 
 
+async def pushes_leave() -> None:
+    """Let the turn of the loop end: PUSHes leave once their delivery counts are
+    handed to the store (at once for a store whose writes are done)."""
+    await asyncio.sleep(0)
+
+
 def make_queue(store: RecordingStore | None = None) -> Queue:
     return Queue("hf://t/q", GuidHistory(), Updates(store or RecordingStore()))
 
@@ -122,6 +175,7 @@ def test_queue_delivers_round_robin_within_limits() -> None:
         queue.attach(b)
         queue.enqueue(message(bytes([i])) for i in range(6))
         queue.deliver()
+        await pushes_leave()
         # a fills up after two; b takes the rest.
         assert [(q, g) for q, g, _ in sink.pushed] == [
             (1, b"\x00"),
@@ -144,15 +198,18 @@ def test_queue_byte_limit_stops_at_or_above_the_limit() -> None:
         queue.attach(consumer)
         queue.enqueue(message(bytes([i]), size=10) for i in range(5))
         queue.deliver()
+        await pushes_leave()
         assert len(sink.pushed) == 3  # 0, 10, 20 < 25; at 30 it stops
         assert consumer.unconfirmed_bytes == 30
         assert queue.confirm(consumer, b"\x00")
         queue.deliver()
+        await pushes_leave()
         assert len(sink.pushed) == 4
         # A single message bigger than the limit still goes to an empty consumer.
         big = Consumer(2, sink, FlowLimits(max_bytes=5))
         queue.detach(consumer)
         queue.attach(big)
+        await pushes_leave()
         assert [g for q, g, _ in sink.pushed if q == 2] == [b"\x01"]
 
     run(scenario())
@@ -174,12 +231,52 @@ def test_detach_returns_messages_to_the_front_in_order_with_counts() -> None:
         assert [m.delivery_count for m in queue.ready] == [1, 1, 0]
         again = Consumer(2, sink, FlowLimits())
         queue.attach(again)
+        await pushes_leave()
         assert sink.pushed[-3:] == [(2, b"a", 2), (2, b"c", 2), (2, b"d", 1)]
         await queue._updates.drain()
         removed = [key.guid for batch in store.batches for key in batch.removed]
         counts = [(u.guid, u.delivery_count) for b in store.batches for u in b.delivered]
         assert removed == [b"b"]
         assert counts == [(b"a", 1), (b"b", 1), (b"c", 1), (b"a", 2), (b"c", 2), (b"d", 1)]
+
+    run(scenario())
+
+
+class HeldStore(MemoryStore):
+    """A store whose writes complete only when the test says so."""
+
+    def __init__(self) -> None:
+        self.pending: list[asyncio.Future[None]] = []
+
+    def write(self, batch: StoreBatch) -> Any:
+        future = asyncio.get_running_loop().create_future()
+        self.pending.append(future)
+        return future
+
+
+def test_a_push_leaves_only_once_its_delivery_count_is_durable() -> None:
+    async def scenario() -> None:
+        store = HeldStore()
+        queue = Queue("hf://t/q", GuidHistory(), Updates(store))
+        sink = Sink()
+        consumer = Consumer(1, sink, FlowLimits())
+        queue.enqueue([message(b"a"), message(b"b")])
+        queue.attach(consumer)
+        await pushes_leave()
+        assert len(store.pending) == 1 and sink.pushed == []  # count not durable yet
+        # The consumer leaves and comes back before the first write is durable: the
+        # stale PUSH (count 1) never leaves, the redelivery counts 2.
+        queue.detach(consumer)
+        queue.attach(consumer)
+        await pushes_leave()
+        store.pending[0].set_result(None)
+        await pushes_leave()
+        await pushes_leave()
+        assert sink.pushed == []
+        store.pending[1].set_result(None)
+        await pushes_leave()
+        await pushes_leave()
+        assert sink.pushed == [(1, b"a", 2), (1, b"b", 2)]
 
     run(scenario())
 
@@ -198,15 +295,16 @@ def test_registry_restores_messages_and_history() -> None:
     state = RecoveredState(
         queues={"hf://t/q": [message(b"a"), message(b"b")]},
         history=[
-            HistoryEntry("hf://t/q", b"a", clock.now - 1),
-            HistoryEntry("hf://t/other", b"x", clock.now - 1),
-            HistoryEntry("hf://t/q", b"old", clock.now - 301),
+            HistoryEntry("hf://t/q", b"old", clock.now - 331, 0),
+            HistoryEntry("hf://t/q", b"a", clock.now - 1, 0),
+            HistoryEntry("hf://t/other", b"x", clock.now - 1, 0),
         ],
     )
     assert registry.restore(state) == (2, 2)
     queue = registry.get("hf://t/q")
     assert queue is not None
     assert [m.guid for m in queue.ready] == [b"a", b"b"]
+    assert set(queue.live) == {b"a", b"b"}  # known while they live, whatever the window
     assert b"a" in queue.history and b"old" not in queue.history
     other = registry.get("hf://t/other")
     assert other is not None and b"x" in other.history

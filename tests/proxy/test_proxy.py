@@ -278,3 +278,37 @@ def test_two_clients_posting_one_pending_guid_each_get_their_ack(
         assert [a.status for a in first.acks(1, timeout=30)] == [pb.STATUS_OK]
         assert [a.status for a in second.acks(1, timeout=30)] == [pb.STATUS_OK]
     assert drain(broker.address, uri, 1) == Counter({uuid.UUID(bytes=guid): 1})
+
+
+@pytest.mark.timeout(60)
+def test_a_proxy_whose_broker_answers_late_announces_only_the_brokers_limits(
+    free_port: int,
+) -> None:
+    """No broker yet: the client's Hello waits (past the proxy's 5 s warning interval,
+    when a proxy used to answer with default limits); once the broker answers, the
+    client gets the broker's own window."""
+    with ProxyProcess(["--upstream", f"127.0.0.1:{free_port}"]) as proxy:
+        with WireClient(proxy.address) as client:
+            client.send_hello()
+            assert client.poll("hello_reply", 6.5) is None
+            with BrokerProcess(["--dedup-window", "6"], port=free_port):
+                reply = client.recv("hello_reply", timeout=20).hello_reply
+        assert "still waits for its HelloReply" in proxy.output
+    assert reply.dedup_window_ms == 6_000
+
+
+@pytest.mark.parametrize("path", ["direct", "proxy"])
+def test_the_same_guid_twice_in_one_batch_gets_one_ack_per_put(
+    broker: BrokerProcess, proxy: ProxyProcess, path: str
+) -> None:
+    uri = unique_uri("twice")
+    guid = uuid.uuid4().bytes
+    address = broker.address if path == "direct" else proxy.address
+    with WireClient(address) as client:
+        client.hello()
+        assert client.open(1, uri, write=True).status == pb.STATUS_OK
+        client.put(1, [(guid, b"same", {}), (guid, b"same", {})])
+        acks = client.acks(2, timeout=20)
+        assert [(a.guid, a.status) for a in acks] == [(guid, pb.STATUS_OK)] * 2
+        assert client.quiet("acks", 0.3) == []
+    assert drain(broker.address, uri, 1) == Counter({uuid.UUID(bytes=guid): 1})

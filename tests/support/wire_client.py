@@ -304,11 +304,18 @@ class WireClient:
         finally:
             self._kept[:0] = skipped
 
-    def put(self, queue_id: int, items: Iterable[PutItem]) -> None:
-        """Send one PutBatch frame of ``(guid, payload, properties)`` on ``queue_id``."""
+    def put(self, queue_id: int, items: Iterable[PutItem], age_ms: int = 0) -> None:
+        """Send one PutBatch frame of ``(guid, payload, properties)`` on ``queue_id``,
+        every PUT ``age_ms`` old."""
         batch = pb.PutBatch()
         for guid, payload, properties in items:
-            batch.puts.add(queue_id=queue_id, guid=guid, payload=payload, properties=properties)
+            batch.puts.add(
+                queue_id=queue_id,
+                guid=guid,
+                payload=payload,
+                properties=properties,
+                age_ms=age_ms,
+            )
         self.send(pb.ClientFrame(puts=batch))
 
     def confirm(self, queue_id: int, guids: Sequence[bytes]) -> None:
