@@ -35,26 +35,27 @@ OutboundItem = PendingPut | ConfirmItem | pb.ClientFrame
 class Outbound:
     """The ordered items for the wire and the bytes not yet sent."""
 
-    __slots__ = ("_items", "high_watermark", "queued_bytes", "transport_bytes")
+    __slots__ = ("high_watermark", "items", "queued_bytes", "transport_bytes")
 
     def __init__(self, high_watermark: int) -> None:
-        self._items: deque[OutboundItem] = deque()
+        self.items: deque[OutboundItem] = deque()
+        """The items in order (the producer appends to it directly on its hot path)."""
         self.high_watermark = high_watermark
         self.queued_bytes = 0
         self.transport_bytes = 0
 
     def __bool__(self) -> bool:
-        return bool(self._items)
+        return bool(self.items)
 
     def add(self, item: OutboundItem, size: int) -> None:
         """Queue an item that counts for ``size`` bytes."""
-        self._items.append(item)
+        self.items.append(item)
         self.queued_bytes += size
 
     def take(self) -> list[OutboundItem]:
         """Everything queued, in order; its bytes are now in the transport."""
-        items = list(self._items)
-        self._items.clear()
+        items = list(self.items)
+        self.items.clear()
         self.transport_bytes += self.queued_bytes
         self.queued_bytes = 0
         return items
@@ -65,7 +66,7 @@ class Outbound:
 
     def clear(self) -> None:
         """The connection is gone: nothing queued for it is sent."""
-        self._items.clear()
+        self.items.clear()
         self.queued_bytes = self.transport_bytes = 0
 
     @property

@@ -57,13 +57,16 @@ def retransmit_margin(window: float) -> float:
 class PutBuffer:
     """Pending PUTs in post order, their byte count, and the pushed-back ones."""
 
-    __slots__ = ("_held", "_pending", "_retry_at", "_retry_delay", "bytes")
+    __slots__ = ("_held", "_pending", "_retry_at", "_retry_delay", "by_guid", "bytes", "held")
 
     def __init__(self) -> None:
         self._pending: dict[bytes, PendingPut] = {}
+        self.by_guid = self._pending
+        """The map itself, for the hot loops (post, ACK): no property call."""
         self.bytes = 0
         """Wire bytes of the pending PUTs (payload, properties and overhead)."""
         self._held: dict[bytes, int] = {}
+        self.held = self._held
         """Pushed-back PUTs (GUID -> queue id), waiting for their retry."""
         self._retry_at: float | None = None
         self._retry_delay = RETRY_INITIAL
@@ -77,16 +80,6 @@ class PutBuffer:
     def __iter__(self) -> Iterator[PendingPut]:
         """The pending PUTs in post order (a snapshot: safe to pop while iterating)."""
         return iter(list(self._pending.values()))
-
-    @property
-    def by_guid(self) -> dict[bytes, PendingPut]:
-        """The map itself, for the ACK loop (one lookup per ACK, no method call)."""
-        return self._pending
-
-    @property
-    def held(self) -> dict[bytes, int]:
-        """The pushed-back PUTs (GUID -> queue id), for the ACK loop."""
-        return self._held
 
     def add(self, put: PendingPut) -> None:
         """Buffer a PUT (its GUID is not pending: the caller checked)."""
@@ -130,7 +123,8 @@ class PutBuffer:
         """The held PUTs, in post order, once their retry is due (they stay pending)."""
         if self._retry_at is None or now < self._retry_at:
             return []
-        held, self._held = self._held, {}
+        held = dict(self._held)
+        self._held.clear()
         self._retry_at = None
         return [put for guid, put in self._pending.items() if guid in held]
 

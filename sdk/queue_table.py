@@ -79,6 +79,8 @@ class QueueTable:
         self._send = send
         self._on_closed = on_closed
         self._queues: dict[int, QueueRecord] = {}
+        self.by_id = self._queues
+        """The map itself, for the hot loops (post, ACK, PUSH): no property call."""
         self._next_queue_id = 1
         self._next_request_id = 1
         self._inflight: dict[int, InFlight] = {}
@@ -95,11 +97,6 @@ class QueueTable:
     def get(self, queue_id: int) -> QueueRecord | None:
         """The record of a handle, if still known."""
         return self._queues.get(queue_id)
-
-    @property
-    def by_id(self) -> dict[int, QueueRecord]:
-        """The map itself, for the ACK and PUSH loops."""
-        return self._queues
 
     def live(self, queue_id: int) -> QueueRecord:
         """A handle the application may still configure or close."""

@@ -77,10 +77,13 @@ LINK_TRANSITIONS: Final[dict[LinkState, dict[LinkEvent, LinkState]]] = {
 }
 """The link's legal transitions: ``LINK_TRANSITIONS[state][event]`` is the next state."""
 
-CONNECTED_STATES: Final = frozenset({LinkState.RESTORING, LinkState.ACTIVE})
-"""States in which the broker has answered Hello on the current connection."""
+CONNECTED_STATES: Final = (LinkState.RESTORING, LinkState.ACTIVE)
+"""States in which the broker has answered Hello on the current connection.
 
-ENDED_STATES: Final = frozenset({LinkState.FAILED, LinkState.CLOSED})
+Tuples, not sets, on purpose: they are tested on every post, and hashing an enum
+member runs Python code (~150 ns) where a tuple compares identities in C."""
+
+ENDED_STATES: Final = (LinkState.FAILED, LinkState.CLOSED)
 """States the session never leaves (but FAILED may still be closed)."""
 
 
@@ -123,10 +126,10 @@ QUEUE_TRANSITIONS: Final[dict[QueueState, dict[QueueEvent, QueueState]]] = {
 }
 """A queue handle's legal transitions: ``QUEUE_TRANSITIONS[state][event]``."""
 
-WRITABLE_STATES: Final = frozenset({QueueState.OPEN, QueueState.REOPENING})
+WRITABLE_STATES: Final = (QueueState.OPEN, QueueState.REOPENING)
 """States in which a queue takes PUTs and CONFIRMs (buffered across a reopen)."""
 
-LIVE_STATES: Final = frozenset({QueueState.OPENING, QueueState.OPEN, QueueState.REOPENING})
+LIVE_STATES: Final = (QueueState.OPENING, QueueState.OPEN, QueueState.REOPENING)
 """States in which the application may still configure or close the handle."""
 
 
