@@ -22,6 +22,7 @@ from holdfast.proxy.config import ProxyConfig
 from holdfast.proxy.marks import MarkRelay
 from holdfast.proxy.upstream import Upstream
 from holdfast.sdk.events import Reconnected, SessionEvent, log_event
+from holdfast.sdk.transports.base import AsyncTransport
 
 if TYPE_CHECKING:
     from holdfast.proto.metrics_http import MetricsServer
@@ -32,7 +33,11 @@ log = logging.getLogger(__name__)
 class Proxy:
     """A Holdfast sidecar proxy: ``await start()``, then ``await stop()``."""
 
-    def __init__(self, config: ProxyConfig) -> None:
+    def __init__(
+        self, config: ProxyConfig, upstream_transport: AsyncTransport | None = None
+    ) -> None:
+        """``upstream_transport`` replaces gRPC upstream (``holdfast.sdk.testing``'s
+        in-process broker, in tests)."""
         self.config = config
         self.address = ""
         """``HOST:PORT`` the proxy listens on, with the real port, once started."""
@@ -44,6 +49,7 @@ class Proxy:
             config.upstream_options,
             on_acks=self.routes.on_acks,
             on_event=self._on_event,
+            transport=upstream_transport,
         )
         self.marks = MarkRelay(config.upstream_addresses)
         """Relays commit mark calls to the brokers (``holdfast.proxy.marks``)."""

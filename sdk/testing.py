@@ -244,6 +244,17 @@ class Broker:
         depth: int = self._call(read())
         return depth
 
+    def unconfirmed(self, uri: str) -> int:
+        """How many messages of ``uri`` are delivered and not yet confirmed."""
+
+        async def read() -> int:
+            assert self._broker is not None
+            queue = self._broker.queues.get(uri)
+            return 0 if queue is None else sum(len(c.unconfirmed) for c in queue.consumers)
+
+        count: int = self._call(read())
+        return count
+
     # ------------------------------------------------------------------ on the loop
 
     async def _open(self) -> None:
