@@ -296,3 +296,20 @@ def test_an_empty_partition_opens_no_session(free_port: int) -> None:
     sink = QueueSink(URI, run_id="r", address=f"127.0.0.1:{free_port}", open_timeout=1.0)
     result = sink.write_partition(iter([]))
     assert (result.posted, dict(result.counts)) == (0, {})
+
+
+@pytest.mark.timeout(60)
+def test_a_replay_with_changed_content_fails_loudly_with_conflict(broker: BrokerProcess) -> None:
+    """A run replayed within the window with other values under the same keys: the
+    broker answers CONFLICT (the history keeps a digest of each message), the task
+    raises SinkError naming it, and the queue keeps the original rows only."""
+    uri = unique_uri("sink-changed")
+    sink = QueueSink(uri, run_id="r", address=broker.address, key_column="id")
+    rows = [order(i) for i in range(50)]
+    assert dict(sink.write_partition(rows).counts) == {"SUCCESS": 50}
+    changed = [Row(**{**row.asDict(), "name": "changed"}) for row in rows]
+    with pytest.raises(SinkError, match="CONFLICT") as failed:
+        sink.write_partition(changed)
+    assert dict(failed.value.counts) == {"CONFLICT": 50}
+    kept = drain_messages(broker.address, uri, 50)
+    assert sorted(m.payload for m in kept) == sorted(row_to_json(r) for r in rows)
