@@ -18,28 +18,13 @@ Outputs are taken by the shell: ``take_outbound`` (items for ``frames.encode``),
 ``take_callbacks`` (ACKs, messages and events, in order), ``take_wire_acks`` (PUT
 outcomes in ``wire_acks`` mode) and ``take_completions`` (answered requests).
 
-The rules (``docs/contract.md``), and where they live:
-
-1. ``post`` assigns each PUT a uuid7 GUID and returns it.
-2. Every PUT stays in the ``PutBuffer`` (by GUID, in post order) until reported,
-   whatever the link state; while not ACTIVE, ``post`` only buffers.
-3. An ACK pops the PUT and reports it once (``Outcomes.acks``); unknown GUIDs are
-   ignored; ``HISTORY_FULL`` keeps the PUT and retries it (``tick``).
-4. On HelloReply every queue that was open is reopened in open order, with its
-   latest options (a configure pending at the drop is answered by that reopen);
-   once all have answered, pending PUTs are retransmitted in post order, except
-   those whose age is past the broker's dedup window less a margin, reported
-   UNKNOWN (``_finish_restore``). Events: ConnectionLost, Reconnected,
-   QueueReopened per queue, StateRestored.
-5. ``confirm`` raises ``ConfirmDroppedError`` unless the link is up and the
-   message was delivered on this connection.
-6. ``close_queue`` while not connected closes locally; the queue's pending PUTs
-   are reported UNKNOWN and it is not reopened (``QueueTable.close_locally``).
-7. ``admit_post`` holds a post while the outbound bytes not yet taken by the
-   transport are over the high watermark (or the broker pushes back on the
-   queue), for up to ``HIGH_WATERMARK_WAIT`` seconds, then refuses it.
-8. A PUT's age travels with it (``Put.age_ms``): ``relay`` back-dates a relayed PUT,
-   so no hop restarts its age.
+The rules (``docs/contract.md``, whose last table says where each lives): 1
+``post`` gives a uuid7; 2 the ``PutBuffer`` keeps every PUT until reported; 3
+``Outcomes.acks`` reports each once (``HISTORY_FULL`` is retried by ``tick``); 4
+``restore``: reopen in open order, then retransmit in post order, PUTs past the
+window reported UNKNOWN; 5 ``confirm`` refuses a stale or disconnected CONFIRM; 6
+``QueueTable.close_locally``; 7 ``admit_post``; a PUT's age travels with it
+(``relay`` back-dates, ``frames.encode`` stamps ``Put.age_ms``).
 """
 
 from __future__ import annotations
