@@ -24,7 +24,7 @@ from holdfast.broker.config import BrokerConfig
 from holdfast.broker.server import Broker
 from holdfast.broker.sqlite_store import SYNC_MODES
 from holdfast.broker.store import Store, StoreError, open_store, parse_store_spec
-from holdfast.proto.serve import serve_until_signalled, split_host_port
+from holdfast.proto.serve import serve_until_signalled, split_host_port, version_text
 
 log = logging.getLogger("holdfast.broker")
 
@@ -90,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="holdfast-broker",
         description="The Holdfast reference broker: queues, delivery and GUID dedup over gRPC.",
     )
+    parser.add_argument("--version", action="version", version=version_text("holdfast-broker"))
     parser.add_argument(
         "--listen",
         default=defaults.listen,

@@ -14,6 +14,19 @@ import grpc
 from holdfast.proto import COMMIT_MARK, SERVICE_NAME, pb
 
 
+def version_text(program: str) -> str:
+    """``PROGRAM VERSION (protocol N)`` for a server's ``--version``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from holdfast.proto import PROTOCOL_VERSION
+
+    try:
+        installed = version("holdfast")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        installed = "unknown"
+    return f"{program} {installed} (protocol {PROTOCOL_VERSION})"
+
+
 def split_host_port(address: str) -> tuple[str, int]:
     """Split ``HOST:PORT`` (``[v6]:PORT`` too); raise ``ValueError`` if it is not one."""
     host, sep, port = address.rpartition(":")

@@ -16,7 +16,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from holdfast.proto.serve import serve_until_signalled
+from holdfast.proto.serve import serve_until_signalled, version_text
 from holdfast.proxy.config import ProxyConfig
 from holdfast.proxy.server import Proxy
 from holdfast.sdk.errors import InvalidArgumentError
@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="holdfast-proxy",
         description="The Holdfast sidecar: the broker's contract locally, with HA upstream.",
     )
+    parser.add_argument("--version", action="version", version=version_text("holdfast-proxy"))
     parser.add_argument("--listen", default=defaults.listen, help="(default: %(default)s)")
     parser.add_argument(
         "--upstream",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 
+from holdfast.proto.validate import quote
 from holdfast.sdk.backoff import Backoff
 from holdfast.sdk.errors import InvalidArgumentError
 from holdfast.sdk.options import ReconnectOptions
@@ -21,14 +22,31 @@ from holdfast.sdk.options import ReconnectOptions
 
 def parse_addresses(address: str) -> list[str]:
     """Split ``"host:port[,host:port...]"`` into an ordered list of addresses."""
+    if not isinstance(address, str):
+        raise InvalidArgumentError(f"an address is a str, not {type(address).__name__}")
     addresses = [part.strip() for part in address.split(",") if part.strip()]
     if not addresses:
-        raise InvalidArgumentError(f"no address in {address!r}")
+        raise InvalidArgumentError(f"no address in {quote(address)}")
     for entry in addresses:
-        host, sep, port = entry.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise InvalidArgumentError(f"address {entry!r} is not HOST:PORT")
+        _check_address(entry)
     return addresses
+
+
+def _check_address(entry: str) -> None:
+    """Refuse what is not ``HOST:PORT``, saying what is wrong with it."""
+    if "://" in entry:
+        raise InvalidArgumentError(
+            f"address {quote(entry)} has a URL scheme: give HOST:PORT, e.g. 127.0.0.1:7701"
+        )
+    host, sep, port = entry.rpartition(":")
+    if not sep or not host or not port:
+        raise InvalidArgumentError(f"address {quote(entry)} is not HOST:PORT (no port)")
+    if any(c.isspace() or c in "/?#@" for c in host):
+        raise InvalidArgumentError(f"address {quote(entry)} has no valid host before the port")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise InvalidArgumentError(
+            f"address {quote(entry)}: the port must be a number from 1 to 65535"
+        )
 
 
 class FailoverPolicy:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from holdfast.sdk.engine import QueueRecord, QueueState
+from holdfast.sdk.errors import QueueNotOpenError
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.types import Ack
 
@@ -55,16 +56,24 @@ class Queue:
         retried tasks must post the same GUIDs again): by default the SDK assigns
         a fresh uuid7. A GUID still pending on this session is refused.
         """
+        self._check_open()
         return self._session._post(self._record.queue_id, payload, properties, on_ack, guid)
 
     def configure(self, options: QueueOptions, timeout: float = 30.0) -> None:
         """Change the consumer flow-control options; kept across reconnects."""
+        self._check_open()
         self._session._configure(self._record.queue_id, options, timeout)
 
     def close(self, timeout: float = 30.0) -> None:
         """Close the queue. While disconnected this is local: the queue is not
         reopened and its unacknowledged PUTs are reported ``UNKNOWN``."""
+        self._check_open()
         self._session._close_queue(self._record.queue_id, timeout)
+
+    def _check_open(self) -> None:
+        """A closed handle says which queue it was (the engine has forgotten it)."""
+        if self._record.state is QueueState.CLOSED:
+            raise QueueNotOpenError(f"queue {self.uri} is closed")
 
     def __repr__(self) -> str:
         return f"Queue({self.uri!r}, state={self._record.state.value})"

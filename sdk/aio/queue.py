@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from holdfast.sdk.engine import QueueRecord, QueueState
-from holdfast.sdk.errors import QueueStateError
+from holdfast.sdk.errors import QueueNotOpenError, QueueStateError
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.types import Ack, Message
 
@@ -65,15 +65,18 @@ class Queue:
         up to 5 s (the loop keeps running), then raises ``BandwidthLimitError``
         without taking the message. ``guid`` is for idempotent producers only.
         """
+        self._check_open()
         return await self._session._post(self._record.queue_id, payload, properties, on_ack, guid)
 
     async def configure(self, options: QueueOptions, timeout: float = 30.0) -> None:
         """Change the consumer flow-control options; kept across reconnects."""
+        self._check_open()
         await self._session._core.configure_queue(self._record.queue_id, options, timeout)
 
     async def close(self, timeout: float = 30.0) -> None:
         """Close the queue. While disconnected this is local: the queue is not reopened
         and its unacknowledged PUTs are reported ``UNKNOWN``. Ends any iteration."""
+        self._check_open()
         try:
             await self._session._core.close_queue(self._record.queue_id, timeout)
         finally:
@@ -99,6 +102,11 @@ class Queue:
             self._inbox.put_nowait(_END)  # every later iteration ends too
             raise StopAsyncIteration
         return message
+
+    def _check_open(self) -> None:
+        """A closed handle says which queue it was (the engine has forgotten it)."""
+        if self._record.state is QueueState.CLOSED:
+            raise QueueNotOpenError(f"queue {self.uri} is closed")
 
     def __repr__(self) -> str:
         return f"Queue({self.uri!r}, state={self._record.state.value})"

@@ -22,7 +22,7 @@ from typing import Any
 
 from holdfast.sdk.driver.core import DriverCore
 from holdfast.sdk.engine import SessionEngine, WireAck
-from holdfast.sdk.errors import RequestTimeoutError, TransportError
+from holdfast.sdk.errors import TransportError
 from holdfast.sdk.options import SessionOptions
 from holdfast.sdk.transports.base import AsyncConnection, AsyncTransport
 
@@ -108,7 +108,7 @@ class AsyncDriver:
         try:
             await asyncio.wait_for(future, timeout)
         except TimeoutError:
-            raise RequestTimeoutError(f"{what} did not complete within {timeout} s") from None
+            raise self.core.timed_out(what, timeout) from None
         finally:
             self._requests.pop(request_id, None)
 

@@ -27,6 +27,7 @@ from holdfast.sdk.engine import OutboundItem, SessionEngine
 from holdfast.sdk.errors import (
     HoldfastError,
     RemoteProtocolError,
+    RequestTimeoutError,
     SessionClosedError,
     TerminalTransportError,
     TransportError,
@@ -71,6 +72,8 @@ class DriverCore:
         self._hello_deadline: float | None = None
         self._hello_expired = False
         self._bad_connections = 0
+        self._failed_attempts = 0
+        self._last_failure = ""
 
     # ------------------------------------------------------------------ a connection
 
@@ -109,6 +112,7 @@ class DriverCore:
         if not self.established and self.engine.connected:
             self.established = True
             self._hello_deadline = None
+            self._failed_attempts = 0
 
     def frames(self, items: Iterable[OutboundItem], now: float) -> Iterator[tuple[bytes, int]]:
         """Batch taken outbound items into raw frames, each with the bytes it accounts for;
@@ -175,8 +179,30 @@ class DriverCore:
             counts_as_failure = True  # back off, and try the next address first
         delay = self._policy.connection_ended(not counts_as_failure)
         if not self.established:
+            self._failed_attempts += 1
+            self._last_failure = f"{self.address}: {reason}"
             self.engine.emit(ConnectAttemptFailed(self.address, reason, delay))
         return delay
+
+    def timed_out(self, what: str, timeout: float) -> RequestTimeoutError:
+        """The error of a request that got no answer in time, saying why if the link is
+        down: "opening hf://d/q did not complete within 8 s: never connected to ..."."""
+        why = self.why_not_connected()
+        return RequestTimeoutError(
+            f"{what} did not complete within {timeout:g} s" + (f": {why}" if why else "")
+        )
+
+    def why_not_connected(self) -> str | None:
+        """Why the session has no live connection now, for the message of a request that
+        timed out (None while connected): what the attempts since the last Hello saw."""
+        if self.engine.connected:
+            return None
+        if not self._failed_attempts:
+            return "connecting" if not self.engine.ever_connected else "reconnecting"
+        attempts = f"{self._failed_attempts} attempt{'s' * (self._failed_attempts != 1)}"
+        never = "never connected" if not self.engine.ever_connected else "not reconnected"
+        addresses = ", ".join(self._policy.addresses)
+        return f"{never} to {addresses} ({attempts}; the last, {self._last_failure})"
 
     def fail(self, error: BaseException) -> None:
         """A pump broke outside any connection: fail the session rather than hang it."""

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from holdfast.sdk.dispatch import Dispatcher
 from holdfast.sdk.driver.core import DriverCore
 from holdfast.sdk.engine import SessionEngine
-from holdfast.sdk.errors import HoldfastError, RequestTimeoutError
+from holdfast.sdk.errors import HoldfastError
 from holdfast.sdk.options import SessionOptions
 from holdfast.sdk.transports.base import SyncConnection, SyncTransport
 
@@ -126,7 +126,7 @@ class ThreadDriver:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     self._waiting.discard(request_id)
-                    raise RequestTimeoutError(f"{what} did not complete within {timeout} s")
+                    raise self.core.timed_out(what, timeout)
                 self.changed.wait(remaining)
             error = self._results.pop(request_id)
             self._waiting.discard(request_id)

@@ -1,0 +1,125 @@
+"""Errors that say what happened (the first hour): each message names its cause."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from holdfast.sdk import (
+    InvalidArgumentError,
+    QueueNotOpenError,
+    RequestTimeoutError,
+    Session,
+)
+from holdfast.sdk import aio as hf_aio
+from holdfast.sdk.options import ReconnectOptions, SessionOptions
+from holdfast.sdk.testing import Broker
+from holdfast.sdk.transports import AsyncMemoryTransport, MemoryNetwork, MemoryTransport
+
+FAST = SessionOptions(reconnect=ReconnectOptions(initial=0.01, maximum=0.05))
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_an_open_that_never_connected_says_so_and_why(free_port: int) -> None:
+    address = f"127.0.0.1:{free_port}"  # nothing listens there
+    with (
+        Session(address, options=FAST) as session,
+        pytest.raises(RequestTimeoutError) as timed_out,
+    ):
+        session.open_queue("hf://d/q", write=True, timeout=1.5)
+    message = str(timed_out.value)
+    assert message.startswith("opening hf://d/q did not complete within 1.5 s: never connected")
+    assert address in message
+    assert "attempts" in message
+    assert isinstance(timed_out.value, TimeoutError)
+
+
+def test_the_same_in_memory_says_what_the_attempts_saw() -> None:
+    network = MemoryNetwork()  # no broker listens on it
+    with (
+        Session("nowhere:7700", options=FAST, transport=MemoryTransport(network)) as session,
+        pytest.raises(RequestTimeoutError, match=r"never connected to nowhere:7700 \("),
+    ):
+        session.open_queue("hf://d/q", write=True, timeout=0.5)
+
+
+@pytest.mark.parametrize(
+    ("address", "cause"),
+    [
+        ("http://127.0.0.1:7701", "URL scheme"),
+        ("127.0.0.1", "no port"),
+        ("127.0.0.1:99999", "from 1 to 65535"),
+        ("127.0.0.1:0", "from 1 to 65535"),
+        ("127.0.0.1:port", "from 1 to 65535"),
+        (" , ", "no address"),
+        ("my host:7701", "no valid host"),
+    ],
+)
+def test_bad_addresses_are_refused_at_once_naming_the_address(address: str, cause: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=cause):
+        Session(address)
+
+
+def test_a_long_bad_address_is_quoted_only_in_part() -> None:
+    with pytest.raises(InvalidArgumentError) as refused:
+        Session("x" * 5000)
+    assert len(str(refused.value)) < 300
+
+
+def test_post_with_a_guid_that_is_not_a_uuid_is_a_typed_error() -> None:
+    with Broker() as broker, Session(broker.address, transport=broker.transport()) as session:
+        queue = session.open_queue("hf://d/q", write=True)
+        with pytest.raises(InvalidArgumentError, match=r"uuid\.UUID, not str"):
+            queue.post(b"x", guid="abc")  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError, match="payload must be bytes, not str"):
+            queue.post("text")  # type: ignore[arg-type]
+        assert session.pending_count == 0  # nothing was taken
+
+
+def test_a_closed_queue_is_named_by_its_uri() -> None:
+    with Broker() as broker, Session(broker.address, transport=broker.transport()) as session:
+        queue = session.open_queue("hf://d/closed-one", write=True)
+        queue.close()
+        with pytest.raises(QueueNotOpenError, match="queue hf://d/closed-one is closed"):
+            queue.post(b"late")
+        with pytest.raises(QueueNotOpenError, match="hf://d/closed-one"):
+            queue.close()
+
+
+def test_the_asyncio_api_names_a_closed_queue_and_a_never_connected_open() -> None:
+    async def main() -> None:
+        network = MemoryNetwork()
+        async with hf_aio.Session(
+            "nowhere:7700", options=FAST, transport=AsyncMemoryTransport(network)
+        ) as session:
+            with pytest.raises(RequestTimeoutError, match="never connected to nowhere:7700"):
+                await session.open_queue("hf://d/q", write=True, timeout=0.5)
+        with Broker() as broker:
+            async with hf_aio.Session(broker.address, transport=broker.async_transport()) as s:
+                queue = await s.open_queue(f"hf://d/aio-{uuid.uuid4().hex[:6]}", write=True)
+                await queue.close()
+                with pytest.raises(
+                    QueueNotOpenError, match=re.escape(f"queue {queue.uri} is closed")
+                ):
+                    await queue.post(b"late")
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("program", ["holdfast-broker", "holdfast-proxy"])
+def test_servers_print_their_version(program: str) -> None:
+    module = "holdfast.broker.cli" if program == "holdfast-broker" else "holdfast.proxy.cli"
+    done = subprocess.run(
+        [sys.executable, "-c", f"import {module} as m; m.main(['--version'])"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0
+    assert done.stdout.startswith(f"{program} ") and "(protocol 1)" in done.stdout
