@@ -24,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from holdfast.proto import status_name
-from holdfast.proxy.client import ProxyCounters
+from holdfast.proxy.routes import ProxyCounters
 
 
 class ProxyCollector(Collector):

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 from holdfast.proto import pb
 from holdfast.proto.limits import FRAME_CEILING
 from holdfast.proto.serve import split_host_port, start_server
-from holdfast.proxy.client import ClientSession, ProxyCounters, Routes
+from holdfast.proxy.client import ClientSession
 from holdfast.proxy.config import ProxyConfig
 from holdfast.proxy.marks import MarkRelay
+from holdfast.proxy.routes import ProxyCounters, Routes
 from holdfast.proxy.upstream import Upstream
 from holdfast.sdk.events import Reconnected, SessionEvent, log_event
 from holdfast.sdk.transports.base import AsyncTransport
