@@ -162,3 +162,22 @@ def test_a_broker_announcing_unusable_limits_fails_the_session() -> None:
     assert isinstance(h.engine.failure, TerminalTransportError)
     assert "unusable limits" in str(h.engine.failure)
     assert len(h.events_of(SessionFailed)) == 1
+
+
+def test_every_error_class_is_exported_and_named_in_the_readme() -> None:
+    import inspect
+    from pathlib import Path
+
+    import holdfast.sdk as sdk
+    from holdfast.sdk import errors
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    classes = [
+        name
+        for name, value in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(value, BaseException) and value.__module__ == errors.__name__
+    ]
+    assert classes
+    for name in classes:
+        assert name in sdk.__all__, f"{name} is not exported by holdfast.sdk"
+        assert f"`{name}`" in readme, f"{name} is not in the README's error list"
