@@ -3,19 +3,26 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+# The demo needs only the core install (no pyspark, pyarrow, linters): a small venv.
+CORE_STAMP := $(VENV)/.core-stamp
 BENCH_STAMP := $(VENV)/.bench-stamp
 # mypy cannot follow setuptools' package-dir mapping, so it checks a tree of links.
 TYPES  := .typecheck/holdfast
 
 .PHONY: demo test lint typecheck pytest bench chaos proto clean
 
-$(STAMP): pyproject.toml
+$(CORE_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(CORE_STAMP)
+
+$(STAMP): $(CORE_STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+# Starts a sqlite broker and the local proxy, and kills each of them mid-stream.
+demo: $(CORE_STAMP)
 	$(BIN)/python examples/outage_demo.py
 
 test: lint typecheck pytest
