@@ -24,13 +24,17 @@ from holdfast.broker.config import BrokerConfig
 from holdfast.broker.server import Broker
 from holdfast.broker.sqlite_store import SYNC_MODES
 from holdfast.broker.store import Store, StoreError, open_store, parse_store_spec
-from holdfast.proto.serve import serve_until_signalled, split_host_port, version_text
+from holdfast.proto.cli_support import (
+    add_common_flags,
+    apply_environment,
+    configure_logging,
+)
+from holdfast.proto.serve import serve_until_signalled, split_host_port
 
 log = logging.getLogger("holdfast.broker")
 
 T = TypeVar("T")
 
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def _argument(convert: Callable[[str], T]) -> Callable[[str], T]:
@@ -90,7 +94,6 @@ def build_parser() -> argparse.ArgumentParser:
         prog="holdfast-broker",
         description="The Holdfast reference broker: queues, delivery and GUID dedup over gRPC.",
     )
-    parser.add_argument("--version", action="version", version=version_text("holdfast-broker"))
     parser.add_argument(
         "--listen",
         default=defaults.listen,
@@ -152,13 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve Prometheus metrics at http://127.0.0.1:PORT/metrics; 0 picks a free "
         "port (logged as 'metrics on HOST:PORT') (default: off)",
     )
-    parser.add_argument(
-        "--log-level",
-        default="INFO",
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        type=str.upper,
-        help="(default: %(default)s)",
-    )
+    add_common_flags(parser, "holdfast-broker")
+    apply_environment(parser)
     return parser
 
 
@@ -198,7 +196,7 @@ async def serve(config: BrokerConfig, store: Store | None = None) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``holdfast-broker`` and ``python -m holdfast.broker``."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level, format=LOG_FORMAT, stream=sys.stderr)
+    configure_logging(args.log_level, args.log_format)
     try:
         config = config_from_args(args)
     except ValueError as error:

@@ -97,13 +97,6 @@ class Broker:
         )
         self._server = server
         self.address = f"{host}:{port}"
-        log.info(
-            "listening on %s (store %s, dedup window %g s, max payload %d bytes)",
-            self.address,
-            self.config.store,
-            self.config.dedup_window,
-            self.config.max_payload_bytes,
-        )
         if self.config.metrics_port is not None:
             # Imported only when asked for: prometheus_client is not loaded otherwise.
             from holdfast.broker.metrics import BrokerCollector
@@ -118,6 +111,13 @@ class Broker:
                 await server.stop(0)
                 self._server = None
                 raise
+        log.info(
+            "listening on %s (store %s, dedup window %g s, max payload %d bytes)",
+            self.address,
+            self.config.store,
+            self.config.dedup_window,
+            self.config.max_payload_bytes,
+        )
         return self.address
 
     def recover(self) -> None:

@@ -5,6 +5,7 @@ otherwise."""
 
 from __future__ import annotations
 
+import errno
 import threading
 from typing import Any
 
@@ -27,7 +28,13 @@ class MetricsServer:
 
     def start(self, port: int, host: str = METRICS_HOST) -> str:
         """Serve on ``host:port`` (0 picks a free port); the bound ``HOST:PORT``."""
-        self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        try:
+            self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as error:
+            why = "the port is in use" if error.errno == errno.EADDRINUSE else error.strerror
+            raise OSError(
+                f"cannot serve metrics on {host}:{port} (--metrics-port): {why}"
+            ) from None
         self.address = f"{host}:{self._server.server_port}"
         return self.address
 

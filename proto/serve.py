@@ -5,13 +5,31 @@ broker and the proxy."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import signal
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 
 from holdfast.proto import COMMIT_MARK, SERVICE_NAME, pb
+
+
+def _check_free(listen: str) -> None:
+    """Say plainly that a listen port is taken, before gRPC tries it: gRPC's own
+    failure is a C-core log line plus "Failed to bind" with no reason."""
+    host, port = split_host_port(listen)
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host.strip("[]"), port))
+        except OSError as error:
+            why = "the port is in use" if error.errno == errno.EADDRINUSE else error.strerror
+            raise OSError(f"cannot listen on {listen} (--listen): {why}") from None
 
 
 def version_text(program: str) -> str:
@@ -98,6 +116,7 @@ async def start_server(
     stream. ``serve_commit_mark`` serves the unary ``CommitMark`` method (the broker
     keeps marks, the proxy relays them). Raises ``OSError`` if the address cannot be
     bound."""
+    _check_free(listen)
     server = grpc.aio.server(options=server_options(max_message_bytes))
     handler = grpc.stream_stream_rpc_method_handler(
         serve_session, request_deserializer=None, response_serializer=_serialize

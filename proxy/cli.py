@@ -16,7 +16,13 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from holdfast.proto.serve import serve_until_signalled, version_text
+from holdfast.proto.cli_support import (
+    add_common_flags,
+    apply_environment,
+    configure_logging,
+    name_flags,
+)
+from holdfast.proto.serve import serve_until_signalled
 from holdfast.proxy.config import ProxyConfig
 from holdfast.proxy.server import Proxy
 from holdfast.sdk.errors import InvalidArgumentError
@@ -24,7 +30,6 @@ from holdfast.sdk.options import ReconnectOptions, SessionOptions
 
 log = logging.getLogger("holdfast.proxy")
 
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,7 +40,6 @@ def build_parser() -> argparse.ArgumentParser:
         prog="holdfast-proxy",
         description="The Holdfast sidecar: the broker's contract locally, with HA upstream.",
     )
-    parser.add_argument("--version", action="version", version=version_text("holdfast-proxy"))
     parser.add_argument("--listen", default=defaults.listen, help="(default: %(default)s)")
     parser.add_argument(
         "--upstream",
@@ -72,13 +76,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve Prometheus metrics at http://127.0.0.1:PORT/metrics; 0 picks a free "
         "port (logged as 'metrics on HOST:PORT') (default: off)",
     )
-    parser.add_argument(
-        "--log-level",
-        default="INFO",
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        type=str.upper,
-    )
+    add_common_flags(parser, "holdfast-proxy")
+    apply_environment(parser)
     return parser
+
+
+FLAGS = {
+    "keepalive_timeout": "--keepalive-timeout",
+    "keepalive_time": "--keepalive",
+    "ReconnectOptions.maximum": "--reconnect-max",
+    "maximum": "--reconnect-max",
+    "initial": "--reconnect-max (the first delay)",
+}
+"""Fields of the upstream SessionOptions and the proxy flags that set them."""
 
 
 def config_from_args(args: argparse.Namespace) -> ProxyConfig:
@@ -113,11 +123,11 @@ async def serve(config: ProxyConfig) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``holdfast-proxy`` and ``python -m holdfast.proxy``."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level, format=LOG_FORMAT, stream=sys.stderr)
+    configure_logging(args.log_level, args.log_format)
     try:
         config = config_from_args(args)
     except (InvalidArgumentError, ValueError) as error:
-        log.error("invalid configuration: %s", error)
+        log.error("invalid configuration: %s", name_flags(str(error), FLAGS))
         return 2
     return asyncio.run(serve(config))
 

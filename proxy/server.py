@@ -77,7 +77,6 @@ class Proxy:
             self.config.listen, FRAME_CEILING, self._serve_session, self.marks.handle
         )
         self.address = f"{host}:{port}"
-        log.info("listening on %s (upstream %s)", self.address, self.config.upstream)
         if self.config.metrics_port is not None:
             # Imported only when asked for: prometheus_client is not loaded otherwise.
             from holdfast.proto.metrics_http import MetricsServer
@@ -91,7 +90,13 @@ class Proxy:
                     lambda: self.upstream.engine.pending_count,
                 )
             )
-            log.info("metrics on %s", self.metrics.start(self.config.metrics_port))
+            try:
+                log.info("metrics on %s", self.metrics.start(self.config.metrics_port))
+            except OSError:
+                await self._server.stop(0)
+                self._server = None
+                raise
+        log.info("listening on %s (upstream %s)", self.address, self.config.upstream)
         return self.address
 
     async def _serve_session(self, request_iterator: Any, context: Any) -> None:

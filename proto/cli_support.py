@@ -1,0 +1,89 @@
+"""What both server command lines share: ``HOLDFAST_*`` environment variables for
+every flag, ``--log-level``/``--log-format`` (text or JSON lines), ``--version``,
+and errors that name flags rather than the fields behind them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Mapping
+
+from holdfast.proto.serve import version_text
+
+ENV_PREFIX = "HOLDFAST_"
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def env_name(action: argparse.Action) -> str:
+    """``--dedup-window`` -> ``HOLDFAST_DEDUP_WINDOW``."""
+    longest = max(action.option_strings, key=len)
+    return ENV_PREFIX + longest.lstrip("-").upper().replace("-", "_")
+
+
+def add_common_flags(parser: argparse.ArgumentParser, program: str) -> None:
+    """``--version``, ``--log-level`` and ``--log-format`` for a server."""
+    parser.add_argument("--version", action="version", version=version_text(program))
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        type=str.upper,
+        help="(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="text lines, or one JSON object a line (time, level, logger, message) "
+        "(default: %(default)s)",
+    )
+
+
+def apply_environment(
+    parser: argparse.ArgumentParser, environ: Mapping[str, str] | None = None
+) -> None:
+    """Let ``HOLDFAST_<FLAG>`` set each flag's default (a flag given on the command line
+    still wins), and say so in ``--help``. argparse converts and checks an environment
+    value exactly as it would the flag's own."""
+    environ = os.environ if environ is None else environ
+    for action in parser._actions:
+        if not action.option_strings or action.dest in ("help", "version"):
+            continue
+        name = env_name(action)
+        action.help = f"{action.help or ''} [env {name}]".strip()
+        if name in environ:
+            action.default = environ[name]
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: ``time``, ``level``, ``logger``, ``message`` (+ ``error``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["error"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def configure_logging(level: str, log_format: str) -> None:
+    """Log to stderr at ``level``, as text lines or JSON lines."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
+    )
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+
+
+def name_flags(message: str, flags: Mapping[str, str]) -> str:
+    """Replace the field names a value object's check used by the flags that set them."""
+    for field, flag in flags.items():
+        message = message.replace(field, flag)
+    return message

@@ -1,0 +1,94 @@
+"""The servers' command lines, as a new operator meets them: environment variables,
+JSON logs, and one clear line for each mistake, naming the flag or the port."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from holdfast.broker import cli as broker_cli
+from holdfast.proxy import cli as proxy_cli
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def run(
+    program: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    module = "holdfast.broker.cli" if program == "broker" else "holdfast.proxy.cli"
+    code = f"import sys, {module} as m; sys.exit(m.main(sys.argv[1:]))"
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+    )
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
+
+
+def test_every_flag_has_an_environment_variable_and_the_flag_wins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HOLDFAST_DEDUP_WINDOW", "7")
+    monkeypatch.setenv("HOLDFAST_STORE", "memory")
+    parser = broker_cli.build_parser()
+    assert parser.parse_args([]).dedup_window == 7.0
+    assert parser.parse_args(["--dedup-window", "9"]).dedup_window == 9.0
+    monkeypatch.setenv("HOLDFAST_UPSTREAM", "127.0.0.1:7799")
+    assert proxy_cli.build_parser().parse_args([]).upstream == "127.0.0.1:7799"
+    for parser in (broker_cli.build_parser(), proxy_cli.build_parser()):
+        for action in parser._actions:
+            if action.option_strings and action.dest not in ("help", "version"):
+                assert "[env HOLDFAST_" in (action.help or ""), action.option_strings
+
+
+def test_a_bad_environment_value_names_the_flag() -> None:
+    done = run("broker", env={"HOLDFAST_DEDUP_WINDOW": "abc", "PATH": ""})
+    assert done.returncode == 2
+    assert "--dedup-window" in done.stderr
+
+
+@pytest.mark.parametrize("program", ["broker", "proxy"])
+def test_a_listen_port_in_use_is_one_line_naming_it(program: str, taken_port: int) -> None:
+    args = ["--listen", f"127.0.0.1:{taken_port}"]
+    if program == "proxy":
+        args += ["--upstream", "127.0.0.1:1"]
+    done = run(program, *args)
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if "ERROR" in line or "add_port" in line]
+    assert len(errors) == 1, done.stderr
+    assert f"cannot listen on 127.0.0.1:{taken_port} (--listen): the port is in use" in errors[0]
+
+
+def test_a_metrics_port_in_use_is_reported_before_listening_and_names_it(taken_port: int) -> None:
+    done = run("broker", "--listen", "127.0.0.1:0", "--metrics-port", str(taken_port))
+    assert done.returncode != 0
+    assert "(--metrics-port): the port is in use" in done.stderr
+    assert "listening on" not in done.stderr
+
+
+def test_proxy_option_errors_name_the_flags() -> None:
+    done = run("proxy", "--keepalive", "0", "--upstream", "127.0.0.1:1")
+    assert done.returncode == 2
+    assert "--keepalive must be > 0" in done.stderr
+    assert "keepalive_time" not in done.stderr
+
+
+def test_json_logs_are_one_object_a_line(taken_port: int) -> None:
+    done = run("broker", "--log-format", "json", "--listen", f"127.0.0.1:{taken_port}")
+    lines = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    assert lines and all({"time", "level", "logger", "message"} <= set(e) for e in lines)
+    assert any(e["level"] == "ERROR" and "--listen" in e["message"] for e in lines)
