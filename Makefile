@@ -9,7 +9,7 @@ BENCH_STAMP := $(VENV)/.bench-stamp
 # mypy cannot follow setuptools' package-dir mapping, so it checks a tree of links.
 TYPES  := .typecheck/holdfast
 
-.PHONY: demo test lint typecheck pytest bench chaos proto clean
+.PHONY: demo test lint typecheck docs pytest bench chaos proto clean
 
 $(CORE_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,7 @@ $(STAMP): $(CORE_STAMP) pyproject.toml
 demo: $(CORE_STAMP)
 	$(BIN)/python examples/outage_demo.py
 
-test: lint typecheck pytest
+test: lint typecheck docs pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -38,6 +38,10 @@ $(TYPES):
 typecheck: $(STAMP) $(TYPES)
 	MYPYPATH=.typecheck $(BIN)/mypy -p holdfast.proto -p holdfast.sdk -p holdfast.broker -p holdfast.proxy
 	MYPYPATH=.typecheck $(BIN)/mypy tests examples bench
+
+# The documentation site (docs/, MkDocs); strict, so a broken link or reference fails.
+docs: $(STAMP) $(TYPES)
+	$(BIN)/mkdocs build --strict --quiet
 
 pytest: $(STAMP)
 	$(BIN)/pytest -q
@@ -58,4 +62,4 @@ proto: $(STAMP)
 	$(BIN)/python proto/generate.py
 
 clean:
-	rm -rf $(VENV) .typecheck .pytest_cache .mypy_cache .ruff_cache *.egg-info build
+	rm -rf $(VENV) site .typecheck .pytest_cache .mypy_cache .ruff_cache *.egg-info build
