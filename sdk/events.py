@@ -13,6 +13,8 @@ recognise, ``SessionFailed`` a terminal error and ``SessionClosed`` the end.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -108,10 +110,46 @@ class SessionClosed(SessionEvent):
 _WARNING_EVENTS = (ConnectionLost, ConnectAttemptFailed, ConfirmRejected, SessionFailed)
 
 
+ATTEMPT_LOG_INTERVAL = 10.0
+"""Seconds between two logged failed connection attempts to the same address."""
+
+_attempts_lock = threading.Lock()
+_attempts: dict[str, tuple[float, int]] = {}
+"""Per address: when a failed attempt was last logged, and how many were not since."""
+
+
 def log_event(event: SessionEvent) -> None:
-    """The default ``on_event`` handler: log the event on the ``holdfast.sdk`` logger."""
+    """The default ``on_event`` handler: log the event on the ``holdfast.sdk`` logger,
+    one line each. Failed connection attempts, which come several times a second while
+    a server is down, are logged once per ``ATTEMPT_LOG_INTERVAL`` per address, with
+    the count of those not logged; a connection that succeeds logs again at once."""
+    if isinstance(event, ConnectAttemptFailed):
+        _log_attempt(event)
+        return
+    if isinstance(event, Connected | Reconnected):
+        with _attempts_lock:
+            _attempts.pop(event.address, None)
     failed_reopen = isinstance(event, QueueReopened) and not event.ok
     if failed_reopen or isinstance(event, _WARNING_EVENTS):
         log.warning("%s", event)
     else:
         log.info("%s", event)
+
+
+def _log_attempt(event: ConnectAttemptFailed) -> None:
+    now = time.monotonic()
+    with _attempts_lock:
+        last, quiet = _attempts.get(event.address, (float("-inf"), 0))
+        if now - last < ATTEMPT_LOG_INTERVAL:
+            _attempts[event.address] = (last, quiet + 1)
+            return
+        _attempts[event.address] = (now, 0)
+    more = f" ({quiet} more failed attempts not logged)" if quiet else ""
+    reason = " ".join(event.reason.split())  # one line, whatever the transport said
+    log.warning(
+        "cannot connect to %s: %s; retrying in %.2f s%s",
+        event.address,
+        reason[:300],
+        event.retry_in,
+        more,
+    )
