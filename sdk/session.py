@@ -9,9 +9,12 @@ thread; every HA rule lives in ``holdfast.sdk.engine.SessionEngine``.
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from holdfast.proto import pb
@@ -28,6 +31,36 @@ from holdfast.sdk.rpc.api import RequestReply
 from holdfast.sdk.transports.base import SyncTransport
 from holdfast.sdk.transports.grpc_sync import GrpcSyncTransport
 from holdfast.sdk.types import Ack, Message
+
+INTERRUPTED_CLOSE_TIMEOUT = 1.0
+"""Seconds a session closed by Ctrl-C (``KeyboardInterrupt``) still waits for ACKs."""
+
+
+class _Deferred:
+    interrupt: KeyboardInterrupt | None = None
+
+
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[_Deferred]:
+    """Hold Ctrl-C while the session reports its pending PUTs (main thread only: the
+    only one SIGINT reaches); it is raised once they are reported."""
+    deferred = _Deferred()
+    if threading.current_thread() is not threading.main_thread():
+        yield deferred
+        return
+
+    def hold(signum: int, frame: object) -> None:
+        deferred.interrupt = KeyboardInterrupt()
+
+    try:
+        previous = signal.signal(signal.SIGINT, hold)
+    except ValueError:  # not the main interpreter
+        yield deferred
+        return
+    try:
+        yield deferred
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class Session(RequestReply):
@@ -75,8 +108,15 @@ class Session(RequestReply):
     def __enter__(self) -> Session:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: object,
+    ) -> None:
+        # Ctrl-C means "stop now": no 30 s wait for ACKs; what is pending is reported.
+        interrupted = exc_type is not None and issubclass(exc_type, KeyboardInterrupt)
+        self.close(timeout=INTERRUPTED_CLOSE_TIMEOUT if interrupted else None)
 
     # ------------------------------------------------------------------ public API
 
@@ -207,10 +247,18 @@ class Session(RequestReply):
         if self._closed:
             return
         self._closed = True
-        self._close_rpc()
-        self.flush(self._options.close_timeout if timeout is None else timeout)
-        self._driver.stop()
-        self._dispatcher.stop(10)
+        interrupted: KeyboardInterrupt | None = None
+        try:
+            self._close_rpc()
+            self.flush(self._options.close_timeout if timeout is None else timeout)
+        except KeyboardInterrupt as exc:
+            interrupted = exc  # a (second) Ctrl-C: stop waiting, still report every PUT
+        with _interrupts_deferred() as deferred:
+            self._driver.stop()  # reports what is still pending UNKNOWN
+            self._dispatcher.stop(10)  # runs those on_ack callbacks
+        interrupted = interrupted or deferred.interrupt
+        if interrupted is not None:
+            raise interrupted
 
     # ------------------------------------------------------------------ used by Queue and Message
 

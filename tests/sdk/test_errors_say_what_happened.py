@@ -123,3 +123,39 @@ def test_servers_print_their_version(program: str) -> None:
     )
     assert done.returncode == 0
     assert done.stdout.startswith(f"{program} ") and "(protocol 1)" in done.stdout
+
+
+CTRL_C = """
+import os, signal, threading, time
+from holdfast.sdk import Session
+from holdfast.sdk.testing import Broker
+
+acks = []
+with Broker() as broker:
+    started = time.monotonic()
+    try:
+        with Session(broker.address, transport=broker.transport()) as session:
+            queue = session.open_queue("hf://d/ctrl-c", write=True, on_ack=acks.append)
+            broker.delay(60)  # no ACK comes back: every PUT stays pending
+            for i in range(100):
+                queue.post(b"m")
+            ctrl_c = lambda: os.kill(os.getpid(), signal.SIGINT)
+            threading.Timer(0.3, ctrl_c).start()  # Ctrl-C in flush()
+            threading.Timer(0.6, ctrl_c).start()  # and again in close()
+            session.flush(timeout=30)
+    except KeyboardInterrupt:
+        print("interrupted")
+    print("seconds", round(time.monotonic() - started, 1))
+    print("acks", len(acks), sorted({a.status.value for a in acks}))
+    broker.delay(0)
+"""
+
+
+def test_ctrl_c_twice_stops_quickly_and_still_reports_every_put() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", CTRL_C], capture_output=True, text=True, timeout=60
+    )
+    assert "interrupted" in done.stdout, done.stdout + done.stderr
+    assert "acks 100 ['UNKNOWN']" in done.stdout, done.stdout + done.stderr
+    seconds = float(done.stdout.split("seconds ")[1].split()[0])
+    assert seconds < 10  # not the 30 s close timeout
