@@ -26,7 +26,9 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from holdfast.sdk import (
     Ack,
@@ -38,7 +40,13 @@ from holdfast.sdk import (
     Session,
     SessionEvent,
     SessionOptions,
-    log_event,
+)
+from holdfast.sdk.events import (
+    ConnectAttemptFailed,
+    ConnectionLost,
+    QueueReopened,
+    Reconnected,
+    StateRestored,
 )
 
 QUEUE = "hf://demo/orders"
@@ -125,10 +133,46 @@ class Tally:
         with contextlib.suppress(HoldfastError):
             message.confirm()
 
-    def on_event(self, event: SessionEvent) -> None:
-        with self.lock:
-            self.events.append(type(event).__name__)
-        log_event(event)
+    def narrator(self, role: str) -> Callable[[SessionEvent], None]:
+        """An ``on_event`` handler that tells the timeline, one line per event that
+        matters (failed attempts are counted and told once per outage)."""
+        retrying = [0]
+
+        def on_event(event: SessionEvent) -> None:
+            with self.lock:
+                self.events.append(type(event).__name__)
+            if isinstance(event, ConnectAttemptFailed):
+                retrying[0] += 1
+                if retrying[0] == 1:
+                    say(
+                        f"{role}: cannot reach {event.address} yet; retrying (posts keep buffering)"
+                    )
+                return
+            line = _NARRATION.get(type(event))
+            if line is not None:
+                say(f"{role}: {line(event)}")
+            if isinstance(event, Reconnected):
+                retrying[0] = 0
+
+        return on_event
+
+
+_STARTED = time.monotonic()
+_SAY = threading.Lock()
+
+_NARRATION: dict[type[SessionEvent], Callable[[Any], str]] = {
+    ConnectionLost: lambda e: f"connection lost ({e.reason.split(';')[0]})",
+    Reconnected: lambda e: f"reconnected to {e.address}",
+    QueueReopened: lambda e: f"queue {e.queue_uri} reopened",
+    StateRestored: lambda e: f"state restored: {e.retransmitted} unACKed PUTs retransmitted",
+}
+"""The events the demo narrates, and how."""
+
+
+def say(line: str) -> None:
+    """One timeline line, with the seconds since the demo started."""
+    with _SAY:
+        print(f"{time.monotonic() - _STARTED:6.2f} s  {line}", flush=True)
 
 
 def run(count: int) -> int:
@@ -137,12 +181,16 @@ def run(count: int) -> int:
         store = f"sqlite:{Path(folder) / 'broker.db'}"
         broker = Server("holdfast.broker", "--store", store).start()
         proxy = Server("holdfast.proxy", "--upstream", broker.address, "--keepalive", "0.5").start()
-        print(f"broker on {broker.address} ({store}), proxy on {proxy.address}")
+        say(f"broker on {broker.address} ({store}), proxy on {proxy.address}")
         tally = Tally()
         try:
             with (
-                Session(proxy.address, on_event=tally.on_event, options=OPTIONS) as consumer,
-                Session(proxy.address, on_event=tally.on_event, options=OPTIONS) as producer,
+                Session(
+                    proxy.address, on_event=tally.narrator("consumer"), options=OPTIONS
+                ) as consumer,
+                Session(
+                    proxy.address, on_event=tally.narrator("producer"), options=OPTIONS
+                ) as producer,
             ):
                 consumer.open_queue(
                     QUEUE,
@@ -156,23 +204,25 @@ def run(count: int) -> int:
                 for i in range(count):
                     posted.append(queue.post(b"order %08d" % i, properties={"seq": str(i)}))
                     if i == count // 4:
-                        print(f"... {i} posted: SIGKILL the proxy")
+                        say(f"{i} posted: kill -9 the proxy")
                         proxy.kill()
                     elif i == count // 3:
-                        print(f"... {i} posted: restart the proxy")
+                        say(f"{i} posted: restart the proxy")
                         proxy.start()
                     elif i == count // 2:
-                        print(f"... {i} posted: SIGKILL the broker")
+                        say(f"{i} posted: kill -9 the broker")
                         broker.kill()
                     elif i == 2 * count // 3:
-                        print(f"... {i} posted: restart the broker on the same file")
+                        say(f"{i} posted: restart the broker on the same file")
                         broker.start()
-                print(f"posted {count} in {time.monotonic() - started:.1f} s; waiting for ACKs")
+                say(f"all {count} posted in {time.monotonic() - started:.1f} s; waiting for ACKs")
                 if not producer.flush(timeout=120):
                     print(f"{producer.pending_count} PUTs still unacknowledged after 120 s")
                 deadline = time.monotonic() + 60
+                say("every PUT answered; the consumer drains the queue")
                 while len(tally.consumed) < count and time.monotonic() < deadline:
                     time.sleep(0.1)
+                say(f"consumed {len(tally.consumed)} distinct messages")
         finally:
             proxy.stop()
             broker.stop()
