@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,13 +14,17 @@ from tests.support.processes import BrokerProcess, ProxyProcess
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def run_example(name: str, *args: str, timeout: float = 120) -> str:
-    """Run ``examples/NAME`` with this interpreter; return its stdout, fail on non-zero exit."""
+def run_example(
+    name: str, *args: str, timeout: float = 120, env: dict[str, str] | None = None
+) -> str:
+    """Run ``examples/NAME`` with this interpreter (``env`` added to the environment);
+    return its stdout, fail on non-zero exit."""
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / name), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
+        env={**os.environ, **(env or {})},
     )
     assert done.returncode == 0, f"{name} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
     return done.stdout
