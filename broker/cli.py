@@ -36,7 +36,6 @@ log = logging.getLogger("holdfast.broker")
 T = TypeVar("T")
 
 
-
 def _argument(convert: Callable[[str], T]) -> Callable[[str], T]:
     """An argparse ``type`` that reports ``convert``'s ValueError as a usage error."""
 

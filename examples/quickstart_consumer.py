@@ -1,10 +1,11 @@
 """The README's consumer: reads what the producer posted and confirms each message."""
 
 import time
+import uuid
 
 from holdfast.sdk import Message, QueueOptions, Session
 
-seen = set()
+seen: set[uuid.UUID] = set()
 
 
 def handle(message: Message) -> None:  # runs on the session's callback thread

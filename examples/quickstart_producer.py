@@ -2,7 +2,7 @@
 
 from holdfast.sdk import AckStatus, Session
 
-statuses = []
+statuses: list[AckStatus] = []
 with Session() as session:  # $HOLDFAST_ADDRESS or 127.0.0.1:7701
     queue = session.open_queue("hf://demo/orders", write=True)
     for i in range(1000):

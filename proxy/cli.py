@@ -31,7 +31,6 @@ from holdfast.sdk.options import ReconnectOptions, SessionOptions
 log = logging.getLogger("holdfast.proxy")
 
 
-
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``holdfast-proxy``."""
     defaults = ProxyConfig()
