@@ -15,11 +15,11 @@ if TYPE_CHECKING:
     from holdfast.sdk.session import Session
 
 
-class Queue:
-    """An open queue: post to it, reconfigure it, close it. Thread-safe."""
+class QueueHandle:
+    """What every front-end's queue handle shows of its engine record (the synchronous
+    ``Queue`` below and ``holdfast.sdk.aio.Queue``)."""
 
-    def __init__(self, session: Session, record: QueueRecord) -> None:
-        self._session = session
+    def __init__(self, record: QueueRecord) -> None:
         self._record = record
 
     @property
@@ -36,6 +36,22 @@ class Queue:
     def is_open(self) -> bool:
         """False once the queue is closed (by ``close`` or by a failed reopen)."""
         return self._record.state not in (QueueState.CLOSED, QueueState.CLOSING)
+
+    def _check_open(self) -> None:
+        """A closed handle says which queue it was (the engine has forgotten it)."""
+        if self._record.state is QueueState.CLOSED:
+            raise QueueNotOpenError(f"queue {self.uri} is closed")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.uri!r}, state={self._record.state.value})"
+
+
+class Queue(QueueHandle):
+    """An open queue: post to it, reconfigure it, close it. Thread-safe."""
+
+    def __init__(self, session: Session, record: QueueRecord) -> None:
+        super().__init__(record)
+        self._session = session
 
     def post(
         self,
@@ -69,11 +85,3 @@ class Queue:
         reopened and its unacknowledged PUTs are reported ``UNKNOWN``."""
         self._check_open()
         self._session._close_queue(self._record.queue_id, timeout)
-
-    def _check_open(self) -> None:
-        """A closed handle says which queue it was (the engine has forgotten it)."""
-        if self._record.state is QueueState.CLOSED:
-            raise QueueNotOpenError(f"queue {self.uri} is closed")
-
-    def __repr__(self) -> str:
-        return f"Queue({self.uri!r}, state={self._record.state.value})"

@@ -7,9 +7,10 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from holdfast.sdk.engine import QueueRecord, QueueState
-from holdfast.sdk.errors import QueueNotOpenError, QueueStateError
+from holdfast.sdk.engine import QueueRecord
+from holdfast.sdk.errors import QueueStateError
 from holdfast.sdk.options import QueueOptions
+from holdfast.sdk.queue import QueueHandle
 from holdfast.sdk.types import Ack, Message
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ _END: Any = object()
 """Put in a queue's inbox when no message can come any more (closed queue or session)."""
 
 
-class Queue:
+class Queue(QueueHandle):
     """An open queue on an asyncio ``Session``. Use it from the session's event loop.
 
     ``async for message in queue`` yields the messages PUSHed to a queue opened with
@@ -31,24 +32,9 @@ class Queue:
     def __init__(
         self, session: Session, record: QueueRecord, inbox: asyncio.Queue[Message] | None
     ) -> None:
+        super().__init__(record)
         self._session = session
-        self._record = record
         self._inbox = inbox
-
-    @property
-    def uri(self) -> str:
-        """``hf://<domain>/<queue>``."""
-        return self._record.uri
-
-    @property
-    def options(self) -> QueueOptions:
-        """The latest options given at open or by ``configure``."""
-        return self._record.options
-
-    @property
-    def is_open(self) -> bool:
-        """False once the queue is closed (by ``close`` or by a failed reopen)."""
-        return self._record.state not in (QueueState.CLOSED, QueueState.CLOSING)
 
     async def post(
         self,
@@ -102,11 +88,3 @@ class Queue:
             self._inbox.put_nowait(_END)  # every later iteration ends too
             raise StopAsyncIteration
         return message
-
-    def _check_open(self) -> None:
-        """A closed handle says which queue it was (the engine has forgotten it)."""
-        if self._record.state is QueueState.CLOSED:
-            raise QueueNotOpenError(f"queue {self.uri} is closed")
-
-    def __repr__(self) -> str:
-        return f"Queue({self.uri!r}, state={self._record.state.value})"
