@@ -58,16 +58,24 @@ async def _serve(listen: str) -> None:
         async for request in requests:
             yield request
 
-    server = grpc.aio.server(
-        options=[
-            ("grpc.max_send_message_length", MAX_MESSAGE),
-            ("grpc.max_receive_message_length", MAX_MESSAGE),
-        ]
-    )
+    options = [
+        ("grpc.max_send_message_length", MAX_MESSAGE),
+        ("grpc.max_receive_message_length", MAX_MESSAGE),
+    ]
     handler = grpc.stream_stream_rpc_method_handler(
         stream, request_deserializer=None, response_serializer=None
     )
-    service, method = METHOD.strip("/").split("/")
+    await serve_raw(METHOD, handler, listen, options)
+
+
+async def serve_raw(
+    full_method: str, handler: Any, listen: str, options: list[tuple[str, int]] | None = None
+) -> None:
+    """Serve one raw-bytes gRPC method on ``listen`` until SIGTERM or SIGINT, logging
+    ``listening on HOST:PORT`` (the bench's reference servers: this echo, the unary
+    call of ``rpcload``)."""
+    server = grpc.aio.server(options=options or [])
+    service, method = full_method.strip("/").split("/")
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(service, {method: handler}),)
     )

@@ -29,6 +29,7 @@ from typing import Any
 
 import grpc
 import harness
+from echo import serve_raw
 
 from holdfast.sdk import Request, Session, Worker
 
@@ -178,23 +179,10 @@ async def _serve_unary(listen: str) -> None:
     async def echo(request: bytes, context: Any) -> bytes:
         return request
 
-    server = grpc.aio.server()
     handler = grpc.unary_unary_rpc_method_handler(
         echo, request_deserializer=None, response_serializer=None
     )
-    service, method = METHOD.strip("/").split("/")
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(service, {method: handler}),)
-    )
-    port = server.add_insecure_port(listen)
-    await server.start()
-    logging.info("listening on %s:%d", listen.rpartition(":")[0], port)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    await stop.wait()
-    await server.stop(0)
+    await serve_raw(METHOD, handler, listen)
 
 
 def main(argv: list[str] | None = None) -> int:
