@@ -43,7 +43,16 @@ typecheck: $(STAMP) $(TYPES)
 docs: $(STAMP) $(TYPES)
 	$(BIN)/mkdocs build --strict --quiet
 
-pytest: $(STAMP)
+# Real components the tests start themselves: Java for the Spark tests. Installed here
+# when missing (Debian's package; CI runs as root), so no test skips for want of it.
+JAVA_STAMP := $(VENV)/.java-stamp
+$(JAVA_STAMP): $(CORE_STAMP)
+	if ! command -v java >/dev/null 2>&1 && [ -z "$$JAVA_HOME" ]; then \
+		apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null; \
+	fi
+	touch $(JAVA_STAMP)
+
+pytest: $(STAMP) $(JAVA_STAMP)
 	$(BIN)/pytest -q
 
 # The long randomized fault schedule (HOLDFAST_CHAOS_SECONDS, HOLDFAST_CHAOS_SEED).

@@ -1,9 +1,10 @@
 """One local SparkSession per test module, and the JVM it runs on stopped by PID.
 
-Spark needs Java: without ``java`` on PATH (or ``$JAVA_HOME``) the tests that use
-the ``spark`` fixture are skipped, saying so. Executors are Python worker processes
-started by the JVM; ``PYSPARK_PYTHON`` points them at this interpreter (the venv),
-so they import ``holdfast.sdk`` from the editable install.
+Spark needs Java: ``make test`` installs a JRE when there is no ``java`` on PATH (or
+``$JAVA_HOME``); without one the tests that use the ``spark`` fixture fail, saying
+so, rather than skip. Executors are Python worker processes started by the JVM;
+``PYSPARK_PYTHON`` points them at this interpreter (the venv), so they import
+``holdfast.sdk`` from the editable install.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def spark() -> Iterator[Any]:
     """A ``local[2,4]`` SparkSession shared by the tests of one module (JVM startup
     costs seconds). At teardown the session is stopped and its JVM process ended by PID."""
     if not java_available():
-        pytest.skip(NO_JAVA_REASON)
+        # Never a silent skip: `make test` installs Java when it is missing.
+        pytest.fail(NO_JAVA_REASON + " (make test installs it: see the Makefile's java step)")
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 

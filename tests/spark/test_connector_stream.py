@@ -14,11 +14,8 @@ import pytest
 
 from holdfast.sdk import Session
 from tests.spark.drivers import DriverProcess
-from tests.spark.helpers import NO_JAVA_REASON, java_available
 from tests.support.processes import BrokerProcess, ProxyProcess
 from tests.support.sessions import FAST, drain_messages, unique_uri
-
-pytestmark = pytest.mark.skipif(not java_available(), reason=NO_JAVA_REASON)
 
 WINDOW = 2.0
 """The broker's dedup window in these tests (seconds)."""

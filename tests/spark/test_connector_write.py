@@ -18,11 +18,8 @@ from pyspark.sql import functions as F
 from holdfast.sdk import Session
 from holdfast.sdk.spark import register
 from tests.spark import faults
-from tests.spark.helpers import NO_JAVA_REASON, java_available
 from tests.support.processes import BrokerProcess, ProxyProcess
 from tests.support.sessions import FAST, drain_messages, unique_uri
-
-pytestmark = pytest.mark.skipif(not java_available(), reason=NO_JAVA_REASON)
 
 cloudpickle.register_pickle_by_value(faults)  # type: ignore[no-untyped-call]
 

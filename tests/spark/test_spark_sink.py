@@ -28,12 +28,9 @@ from pyspark.sql import functions as F
 from holdfast.sdk.spark import QueueSink
 from tests.spark import faults
 from tests.spark.faults import ScriptedSerializer
-from tests.spark.helpers import NO_JAVA_REASON, java_available
 from tests.support.processes import BrokerProcess, ProxyProcess
 from tests.support.sessions import drain_messages, unique_uri
 from tests.support.waiting import wait_until
-
-pytestmark = pytest.mark.skipif(not java_available(), reason=NO_JAVA_REASON)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
