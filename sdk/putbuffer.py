@@ -62,7 +62,8 @@ class PutBuffer:
     def __init__(self) -> None:
         self._pending: dict[bytes, PendingPut] = {}
         self.by_guid = self._pending
-        """The map itself, for the hot loops (post, ACK): no property call."""
+        """The map itself, for the hot loops: ``Producer.buffer`` adds to it (and to
+        ``bytes``) directly, the ACK loop pops from it; no method call per message."""
         self.bytes = 0
         """Wire bytes of the pending PUTs (payload, properties and overhead)."""
         self._held: dict[bytes, int] = {}
@@ -80,11 +81,6 @@ class PutBuffer:
     def __iter__(self) -> Iterator[PendingPut]:
         """The pending PUTs in post order (a snapshot: safe to pop while iterating)."""
         return iter(list(self._pending.values()))
-
-    def add(self, put: PendingPut) -> None:
-        """Buffer a PUT (its GUID is not pending: the caller checked)."""
-        self._pending[put[GUID]] = put
-        self.bytes += put[SIZE]
 
     def pop(self, guid: bytes) -> PendingPut | None:
         """Take a PUT out of the buffer (None if it is not pending)."""
