@@ -163,6 +163,17 @@ class GuidHistory:
     def __contains__(self, guid: object) -> bool:
         return guid in self._digests
 
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The clock entries are timed on (the broker's)."""
+        return self._clock
+
+    def clear(self) -> None:
+        """Forget every entry (the queue was deleted by an operator)."""
+        self.budget.held -= len(self._digests)
+        self._digests.clear()
+        self._buckets.clear()
+
     def __len__(self) -> int:
         return len(self._digests)
 

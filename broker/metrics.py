@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterable
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from holdfast.broker.queues import Queue, QueueRegistry
+from holdfast.broker.queues import Queue
+from holdfast.broker.registry import QueueRegistry
 from holdfast.proto import status_name
 
 

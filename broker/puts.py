@@ -14,8 +14,10 @@ Per PutBatch frame:
 4. a PUT of an unknown GUID whose ``age_ms`` is past the announced window is ACKed
    TOO_OLD: the history may have forgotten an earlier copy, so the broker cannot
    vouch for it (see ``dedup`` for the grace that covers time in flight);
-5. a new PUT while the broker-wide history bound is reached is ACKed HISTORY_FULL
-   (the SDK keeps it and retries later): GUIDs are never evicted early;
+5. a new PUT to a queue at its depth limit (``QueuePolicy.max_messages`` or
+   ``max_bytes``) is ACKed QUEUE_FULL, and one while the broker-wide history bound
+   is reached HISTORY_FULL: the SDK keeps either and retries later (GUIDs are never
+   evicted early, and nothing is dropped);
 6. the new messages of the frame go to the store in one ``write()``; once it is
    durable they are enqueued, recorded in the history and ACKed OK.
 
@@ -36,7 +38,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from operator import itemgetter
 
 from holdfast.broker.dedup import content_digest
-from holdfast.broker.queues import Queue, QueueHandle, QueueRegistry
+from holdfast.broker.queues import Queue, QueueHandle
+from holdfast.broker.registry import QueueRegistry
 from holdfast.broker.store import NO_PROPERTIES, Store, StoreBatch, StoredMessage
 from holdfast.proto import pb
 from holdfast.proto.limits import Limits
@@ -52,6 +55,7 @@ _STORE_ERROR = pb.STATUS_STORE_ERROR
 _CONFLICT = pb.STATUS_CONFLICT
 _TOO_OLD = pb.STATUS_TOO_OLD
 _HISTORY_FULL = pb.STATUS_HISTORY_FULL
+_QUEUE_FULL = pb.STATUS_QUEUE_FULL
 
 
 def _known_digest(queue: Queue, guid: bytes) -> int | None:
@@ -104,6 +108,7 @@ class PutPipeline:
         last_id = -1
         handle: QueueHandle | None = None
         last_queue: Queue | None = None
+        depth_limited = False
         max_age = self.max_age_ms
         budget = self._budget
         for put in puts:
@@ -125,6 +130,7 @@ class PutPipeline:
                     if queue is not last_queue:
                         queue.history.expire(now)
                         last_queue = queue
+                        depth_limited = queue.policy.limits_depth
                     digest = content_digest(payload, properties)
                     pending = queue.in_flight.get(guid)
                     if pending is not None:
@@ -143,12 +149,15 @@ class PutPipeline:
                             queue.dedup_hits += 1
                     elif put.age_ms > max_age:
                         status = _TOO_OLD
+                    elif depth_limited and queue.full(1, len(payload)):
+                        status = _QUEUE_FULL
                     elif budget.full() and self._still_full(now):
                         status = _HISTORY_FULL
                     else:
                         if written is None:
                             written = asyncio.get_running_loop().create_future()
                         queue.in_flight[guid] = (written, digest)
+                        queue.in_flight_bytes += len(payload)
                         budget.reserved += 1
                         own.append(len(acks))
                         fresh.append(
@@ -224,7 +233,8 @@ class PutPipeline:
             # Never leave a replay waiting forever on a write that will not report.
             if written is not None and not written.done():
                 for message, queue in zip(fresh, fresh_queues, strict=True):
-                    queue.in_flight.pop(message.guid, None)
+                    if queue.in_flight.pop(message.guid, None) is not None:
+                        queue.in_flight_bytes -= len(message.payload)
                 self._budget.reserved -= len(fresh)
                 written.set_result(False)
             _mark_failed(acks, [*own, *(index for index, _ in waits)])
@@ -248,11 +258,11 @@ class PutPipeline:
         touched: dict[int, Queue] = {}
         for message, queue in zip(fresh, fresh_queues, strict=True):
             del queue.in_flight[message.guid]
+            queue.in_flight_bytes -= len(message.payload)
             if durable:
                 queue.accepted += 1
                 queue.history.record(message.guid, message.digest, message.accepted_at)
-                queue.live[message.guid] = message
-                queue.ready.append(message)
+                queue.add(message)
                 touched[id(queue)] = queue
         for queue in touched.values():
             queue.deliver()

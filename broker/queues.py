@@ -1,17 +1,19 @@
 """Queues, their consumers, and the session-side handles on them.
 
 A ``Queue`` exists per URI, created the first time any session opens it. It holds
-its ready messages in a deque, the consumers that may receive them, its GUID
-history and the GUIDs whose store write is still in flight. Delivery is round-robin
+its ready messages in a deque, the messages waiting out a reject delay, the
+consumers that may receive them, its GUID history, the GUIDs whose store write is
+still in flight and its policy (``policy.QueuePolicy``). Delivery is round-robin
 over the consumers that have room under their unconfirmed-message and -byte limits.
 A consumer's unconfirmed messages go back to the front of the queue, in their
-original order, when the consumer goes away; their next PUSH carries the next
-delivery count.
+original order, when the consumer goes away or rejects them with requeue; their
+next PUSH carries the next delivery count (a PUSH leaves once that count is durable:
+``updates``).
 
-A PUSH leaves only once the store has made its new delivery count durable
-(``Updates``), so a redelivery after a crash, even a kill -9, always counts higher
-than every delivery before it. With the memory store that costs nothing (its
-writes are done at once); with SQLite a PUSH waits for the next group commit.
+The policy is applied where a message changes hands: one past its delivery limit
+or its TTL is not PUSHed but handed to the queue's ``Graveyard`` (``deadletter``),
+which moves it to the dead-letter queue or drops and counts it; so is one rejected
+without requeue.
 
 Everything here is synchronous and runs on the broker's event loop: no locks.
 """
@@ -19,34 +21,25 @@ Everything here is synchronous and runs on the broker's event loop: no locks.
 from __future__ import annotations
 
 import asyncio
-import logging
-import time
-from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+import heapq
+import itertools
+from collections import Counter, deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from holdfast.broker.dedup import (
-    DEFAULT_GRACE,
-    DEFAULT_WINDOW,
-    GuidHistory,
-    HistoryBudget,
-    default_max_guids,
+from holdfast.broker.dedup import GuidHistory
+from holdfast.broker.policy import (
+    NO_POLICY,
+    REASON_DELIVERY_LIMIT,
+    REASON_EXPIRED,
+    REASON_REJECTED,
+    QueuePolicy,
 )
-from holdfast.broker.store import (
-    Completed,
-    DeliveryUpdate,
-    MessageKey,
-    RecoveredState,
-    Store,
-    StoreBatch,
-    StoredMessage,
-    settle,
-)
+from holdfast.broker.store import DeliveryUpdate, StoredMessage
+from holdfast.broker.updates import PendingPush, Updates
 from holdfast.proto import pb
 from holdfast.proto.limits import DEFAULT_MAX_UNCONFIRMED_BYTES, DEFAULT_MAX_UNCONFIRMED_MESSAGES
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +66,15 @@ class PushSink(Protocol):
         ...
 
 
+class Graveyard(Protocol):
+    """Where a queue sends the messages it must not deliver again (``deadletter``)."""
+
+    def bury(self, queue: Queue, dead: list[tuple[StoredMessage, str]]) -> None:
+        """Take ``(message, reason)`` pairs that already left ``queue``'s ready deque,
+        consumers and delay heap (they are still in ``queue.live``)."""
+        ...
+
+
 class Consumer:
     """A queue handle opened with read: receives PUSHes within its flow limits."""
 
@@ -94,120 +96,115 @@ class Consumer:
             and self.unconfirmed_bytes < limits.max_bytes
         )
 
-
-PendingPush = tuple[Consumer, StoredMessage, int]
-"""A PUSH waiting for its delivery count to be durable: (consumer, message, count)."""
-
-
-class Updates:
-    """Confirmations and delivery-count changes, gathered during one turn of the event
-    loop and handed to the store as one batch at the end of it. The PUSHes carrying
-    the new counts leave once that batch is durable."""
-
-    def __init__(self, store: Store) -> None:
-        self._store = store
-        self._batch = StoreBatch()
-        self._pushes: list[PendingPush] = []
-        self._scheduled = False
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    def removed(self, queue_uri: str, guid: bytes) -> None:
-        """``guid`` was confirmed and left ``queue_uri``."""
-        self._batch.removed.append(MessageKey(queue_uri, guid))
-        self._schedule()
-
-    def delivered(self, updates: Iterable[DeliveryUpdate], pushes: list[PendingPush]) -> None:
-        """Messages were handed to consumers and their delivery counts changed; their
-        PUSHes leave once the counts are durable."""
-        self._batch.delivered.extend(updates)
-        self._pushes.extend(pushes)
-        self._schedule()
-
-    def _schedule(self) -> None:
-        if not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self.flush)
-
-    def flush(self) -> None:
-        """Hand what was gathered to the store now, without waiting for it."""
-        self._scheduled = False
-        batch, self._batch = self._batch, StoreBatch()
-        pushes, self._pushes = self._pushes, []
-        if batch:
-            result = self._store.write(batch)
-            if isinstance(result, Completed):
-                _send(pushes)
-                return
-            task = asyncio.get_running_loop().create_task(self._settle(result, batch, pushes))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _settle(
-        self, result: Awaitable[None], batch: StoreBatch, pushes: list[PendingPush]
-    ) -> None:
-        try:
-            await settle(result)
-        except Exception:
-            # Not fatal: a confirmed message may come back after a restart, and a count
-            # not made durable may repeat after one (logged; delivery matters more).
-            log.exception(
-                "the store failed to record %d confirmations and %d delivery counts",
-                len(batch.removed),
-                len(batch.delivered),
-            )
-        _send(pushes)
-
-    async def drain(self) -> None:
-        """Flush and wait until every batch handed over has settled."""
-        self.flush()
-        while self._tasks:
-            await asyncio.wait(list(self._tasks))
+    def take(self, guid: bytes) -> StoredMessage | None:
+        """Remove ``guid`` from what this consumer holds, if it holds it."""
+        message = self.unconfirmed.pop(guid, None)
+        if message is not None:
+            self.unconfirmed_bytes -= len(message.payload)
+        return message
 
 
-def _send(pushes: list[PendingPush]) -> None:
-    """PUSH what is still the consumer's under the same count (a consumer that left
-    meanwhile gave its messages back; their next delivery counts higher)."""
-    for consumer, message, count in pushes:
-        if consumer.unconfirmed.get(message.guid) is message and message.delivery_count == count:
-            consumer.sink.push(consumer.queue_id, message, count)
+_sequence = itertools.count()
+"""Tie-breaker of the delay heap: equal due times keep their reject order."""
 
 
 class Queue:
-    """One queue: ready messages, consumers, GUID history and in-flight GUIDs."""
+    """One queue: ready and delayed messages, consumers, GUID history, in-flight GUIDs
+    and its policy."""
 
-    def __init__(self, uri: str, history: GuidHistory, updates: Updates) -> None:
+    def __init__(
+        self,
+        uri: str,
+        history: GuidHistory,
+        updates: Updates,
+        graveyard: Graveyard | None = None,
+        clock: Callable[[], float] | None = None,
+        timed: set[Queue] | None = None,
+    ) -> None:
         self.uri = uri
         self.ready: deque[StoredMessage] = deque()
+        self.delayed: list[tuple[float, int, StoredMessage]] = []
+        """Messages rejected with a delay: a heap of (due time, order, message)."""
         self.history = history
         self.in_flight: dict[bytes, tuple[asyncio.Future[bool], int]] = {}
         """GUIDs accepted but still being written to the store -> (the future that says
         whether that write succeeded, the content digest). A PUT of such a GUID is a
         replay whose ACK must wait for the original's outcome."""
+        self.in_flight_bytes = 0
+        """Payload bytes of the in-flight PUTs (counted against ``max_bytes``)."""
         self.live: dict[bytes, StoredMessage] = {}
-        """Every message of the queue, ready or unconfirmed, by GUID: a GUID is known
-        while its message lives, whatever the window."""
+        """Every message of the queue, ready, delayed or unconfirmed, by GUID: a GUID is
+        known while its message lives, whatever the window."""
+        self.live_bytes = 0
+        """Payload bytes of ``live``."""
+        self.policy: QueuePolicy = NO_POLICY
+        self.handles = 0
+        """Queue handles open on it, over all sessions."""
         self._consumers: list[Consumer] = []
         self._next = 0
         self._updates = updates
-        # Counters read by the metrics collector (holdfast.broker.metrics).
+        self._graveyard = graveyard
+        # The registry's set of queues its sweep visits (for delayed messages).
+        self._timed = timed
+        self._clock = clock if clock is not None else history.clock
+        # Counters read by the metrics collector and the admin service.
         self.accepted = 0
         """PUTs accepted into this queue."""
         self.pushed = 0
         """PUSHes of this queue's messages, redeliveries included."""
+        self.redelivered = 0
+        """PUSHes of a message delivered before."""
         self.dedup_hits = 0
         """Replayed PUTs ACKed without being enqueued again."""
+        self.rejected = 0
+        """Messages consumers rejected (with or without requeue)."""
+        self.dead: Counter[str] = Counter()
+        """Messages that left for the dead-letter queue (or were dropped), by reason."""
 
     @property
     def consumers(self) -> tuple[Consumer, ...]:
         """The consumers attached now, in round-robin order."""
         return tuple(self._consumers)
 
+    @property
+    def unconfirmed(self) -> int:
+        """Messages delivered and not yet confirmed."""
+        return sum(len(consumer.unconfirmed) for consumer in self._consumers)
+
+    @property
+    def idle(self) -> bool:
+        """No handle, no message, no policy, no PUT in flight: nothing to keep but the
+        history (``QueueRegistry`` drops the queue once that has expired too)."""
+        return not (self.handles or self.live or self.in_flight or self.delayed) and (
+            self.policy is NO_POLICY or self.policy.empty
+        )
+
+    def add(self, message: StoredMessage) -> None:
+        """Append one newly accepted (already durable) message; ``deliver()`` after."""
+        self.live[message.guid] = message
+        self.live_bytes += len(message.payload)
+        self.ready.append(message)
+
     def enqueue(self, messages: Iterable[StoredMessage]) -> None:
         """Append newly accepted (already durable) messages; call ``deliver()`` after."""
-        live = self.live
         for message in messages:
-            live[message.guid] = message
-            self.ready.append(message)
+            self.add(message)
+
+    def forget(self, message: StoredMessage) -> None:
+        """``message`` left the queue for good (confirmed, purged, dead-lettered)."""
+        if self.live.pop(message.guid, None) is not None:
+            self.live_bytes -= len(message.payload)
+
+    def full(self, count: int, nbytes: int) -> bool:
+        """Whether ``count`` more messages of ``nbytes`` would pass the depth limit."""
+        policy = self.policy
+        if policy.max_messages is not None and (
+            len(self.live) + len(self.in_flight) + count > policy.max_messages
+        ):
+            return True
+        return policy.max_bytes is not None and (
+            self.live_bytes + self.in_flight_bytes + nbytes > policy.max_bytes
+        )
 
     def attach(self, consumer: Consumer) -> None:
         """Start delivering to ``consumer``."""
@@ -233,7 +230,7 @@ class Queue:
         consumer.unconfirmed.clear()
         consumer.unconfirmed_bytes = 0
         if returned:
-            self.ready.extendleft(reversed(returned))
+            self._return(returned)
             if redeliver:
                 self.deliver()
         return len(returned)
@@ -241,22 +238,107 @@ class Queue:
     def confirm(self, consumer: Consumer, guid: bytes) -> bool:
         """Remove ``guid`` if ``consumer`` holds it unconfirmed; say whether it did.
         Call ``deliver()`` after a batch of confirmations."""
-        message = consumer.unconfirmed.pop(guid, None)
+        message = consumer.take(guid)
         if message is None:
             return False
-        consumer.unconfirmed_bytes -= len(message.payload)
-        self.live.pop(guid, None)
+        self.forget(message)
         self._updates.removed(self.uri, guid)
         return True
 
+    def reject(self, consumer: Consumer, guid: bytes, requeue: bool, delay: float) -> bool:
+        """Give back ``guid`` if ``consumer`` holds it: with ``requeue`` to the front of
+        the queue (after ``delay`` seconds), else to the graveyard as ``rejected``. Says
+        whether the consumer held it. Call ``deliver()`` after a batch of rejects."""
+        message = consumer.take(guid)
+        if message is None:
+            return False
+        self.rejected += 1
+        if not requeue:
+            self._bury([(message, REASON_REJECTED)])
+        elif delay > 0:
+            heapq.heappush(self.delayed, (self._clock() + delay, next(_sequence), message))
+            if self._timed is not None:
+                self._timed.add(self)
+        else:
+            self._return([message])
+        return True
+
+    def release_due(self, now: float) -> int:
+        """Move delayed messages whose delay is over to the front of the queue (oldest
+        first) and deliver; returns how many."""
+        due: list[StoredMessage] = []
+        delayed = self.delayed
+        while delayed and delayed[0][0] <= now:
+            due.append(heapq.heappop(delayed)[2])
+        if due:
+            self._return(due)
+            self.deliver()
+        return len(due)
+
+    def expire(self, now: float) -> int:
+        """Dead-letter the ready messages past the policy's TTL; returns how many.
+
+        Ready messages are in acceptance order (returned ones, older, go to the front),
+        so the scan stops at the first message still within its TTL."""
+        ttl = self.policy.ttl
+        if ttl is None:
+            return 0
+        cutoff = now - ttl
+        ready = self.ready
+        dead: list[tuple[StoredMessage, str]] = []
+        while ready and ready[0].accepted_at <= cutoff:
+            dead.append((ready.popleft(), REASON_EXPIRED))
+        if dead:
+            self._bury(dead)
+        return len(dead)
+
+    def purge(self) -> list[StoredMessage]:
+        """Remove every ready and delayed message (not those consumers hold); returns
+        them for the caller to record in the store."""
+        purged = list(self.ready)
+        purged.extend(entry[2] for entry in self.delayed)
+        self.ready.clear()
+        self.delayed.clear()
+        for message in purged:
+            self.forget(message)
+        return purged
+
+    def take_ready(self) -> list[StoredMessage]:
+        """Remove every ready and delayed message but keep them live (a move in
+        progress: ``forget`` or ``requeue_front`` each of them after)."""
+        taken = list(self.ready)
+        taken.extend(entry[2] for entry in self.delayed)
+        self.ready.clear()
+        self.delayed.clear()
+        return taken
+
+    def requeue_front(self, messages: list[StoredMessage]) -> None:
+        """Put back messages whose move failed, at the front, in their order."""
+        self.ready.extendleft(reversed(messages))
+        self.deliver()
+
+    def oldest_accepted_at(self) -> float | None:
+        """When the oldest message still in the queue was accepted (broker clock)."""
+        times = [message.accepted_at for message in itertools.islice(self.ready, 1)]
+        times.extend(entry[2].accepted_at for entry in self.delayed)
+        for consumer in self._consumers:
+            times.extend(m.accepted_at for m in itertools.islice(consumer.unconfirmed.values(), 1))
+        return min(times, default=None)
+
     def deliver(self) -> None:
         """PUSH ready messages round-robin to the consumers with room, until the queue
-        is empty or every consumer is full."""
+        is empty or every consumer is full. Messages past the delivery limit or the
+        TTL go to the graveyard instead."""
         ready = self.ready
         consumers = self._consumers
         count = len(consumers)
         if not ready or not count:
             return
+        policy = self.policy
+        checked = policy.max_deliveries is not None or policy.ttl is not None
+        max_deliveries = policy.max_deliveries or 0
+        cutoff = self._clock() - policy.ttl if policy.ttl is not None else None
+        dead: list[tuple[StoredMessage, str]] = []
         uri = self.uri
         turn = self._next
         delivered: list[DeliveryUpdate] = []
@@ -270,7 +352,16 @@ class Queue:
             else:
                 break
             message = ready.popleft()
+            if checked:
+                if max_deliveries and message.delivery_count >= max_deliveries:
+                    dead.append((message, REASON_DELIVERY_LIMIT))
+                    continue
+                if cutoff is not None and message.accepted_at <= cutoff:
+                    dead.append((message, REASON_EXPIRED))
+                    continue
             message.delivery_count += 1
+            if message.delivery_count > 1:
+                self.redelivered += 1
             consumer.unconfirmed[message.guid] = message
             consumer.unconfirmed_bytes += len(message.payload)
             pushes.append((consumer, message, message.delivery_count))
@@ -279,6 +370,30 @@ class Queue:
         if delivered:
             self.pushed += len(delivered)
             self._updates.delivered(delivered, pushes)
+        if dead:
+            self._bury(dead)
+
+    def _return(self, messages: list[StoredMessage]) -> None:
+        """Messages given back go to the front in their order; those at their delivery
+        limit go to the graveyard at once instead of waiting for a consumer."""
+        limit = self.policy.max_deliveries
+        if limit is not None:
+            spent = [(m, REASON_DELIVERY_LIMIT) for m in messages if m.delivery_count >= limit]
+            if spent:
+                messages = [m for m in messages if m.delivery_count < limit]
+                self._bury(spent)
+        self.ready.extendleft(reversed(messages))
+
+    def _bury(self, dead: list[tuple[StoredMessage, str]]) -> None:
+        for _, reason in dead:
+            self.dead[reason] += 1
+        if self._graveyard is None:
+            # Only a queue built without a registry (unit tests) has none: drop.
+            for message, _ in dead:
+                self.forget(message)
+                self._updates.removed(self.uri, message.guid)
+            return
+        self._graveyard.bury(self, dead)
 
 
 @dataclass(slots=True, eq=False)
@@ -293,57 +408,12 @@ class QueueHandle:
     """Set when opened with read."""
 
 
-class QueueRegistry:
-    """All queues of the broker, by URI, created on first use."""
-
-    def __init__(
-        self,
-        store: Store,
-        dedup_window: float = DEFAULT_WINDOW,
-        dedup_max_guids: int | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        dedup_grace: float = DEFAULT_GRACE,
-    ) -> None:
-        self._queues: dict[str, Queue] = {}
-        self._dedup_window = dedup_window
-        self._dedup_grace = dedup_grace
-        self.budget = HistoryBudget(
-            default_max_guids() if dedup_max_guids is None else dedup_max_guids
-        )
-        """The GUIDs all queues' histories hold, against the broker's bound."""
-        self._clock = clock
-        self.updates = Updates(store)
-
-    def __iter__(self) -> Iterator[Queue]:
-        return iter(self._queues.values())
-
-    def __len__(self) -> int:
-        return len(self._queues)
-
-    def get(self, uri: str) -> Queue | None:
-        """The queue at ``uri`` if it exists."""
-        return self._queues.get(uri)
-
-    def open(self, uri: str) -> Queue:
-        """The queue at ``uri``, created empty if it does not exist yet."""
-        queue = self._queues.get(uri)
-        if queue is None:
-            history = GuidHistory(
-                self._dedup_window, self._dedup_grace, self.budget, self._clock, uri
-            )
-            queue = self._queues[uri] = Queue(uri, history, self.updates)
-        return queue
-
-    def restore(self, state: RecoveredState) -> tuple[int, int]:
-        """Load what a store recovered: ready messages (in order) and GUID history.
-        Returns (messages, history entries kept)."""
-        messages = 0
-        for uri, ready in state.queues.items():
-            self.open(uri).enqueue(ready)
-            messages += len(ready)
-        kept = 0
-        for entry in state.history:
-            queue = self.open(entry.queue_uri)
-            queue.history.record(entry.guid, entry.digest, entry.accepted_at)
-            kept += entry.guid in queue.history
-        return messages, kept
+__all__ = [
+    "Consumer",
+    "FlowLimits",
+    "Graveyard",
+    "PushSink",
+    "Queue",
+    "QueueHandle",
+    "Updates",
+]

@@ -17,11 +17,12 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from holdfast.broker.admin import AdminService
 from holdfast.broker.config import BrokerConfig
 from holdfast.broker.dedup import BrokerClock
 from holdfast.broker.marks import MarkBook, mark_file_for
 from holdfast.broker.puts import PutPipeline
-from holdfast.broker.queues import QueueRegistry
+from holdfast.broker.registry import SWEEP_INTERVAL, QueueRegistry
 from holdfast.broker.session import Session
 from holdfast.broker.store import Store, open_store
 from holdfast.proto import pb
@@ -62,6 +63,9 @@ class Broker:
             config.dedup_grace,
         )
         self.puts = PutPipeline(self.store, self.queues, config.limits, self.clock)
+        self.admin = AdminService(self.queues, self.store, self.clock)
+        """The ``holdfast.v1.Admin`` service the ``holdfast`` command speaks to."""
+        self._sweeper: asyncio.Task[None] | None = None
         self.marks = MarkBook()
         """Commit marks of writer applications (``holdfast.broker.marks``); durable from
         ``start()`` on with a sqlite store."""
@@ -94,7 +98,9 @@ class Broker:
             self.config.limits.max_frame_bytes,
             self._serve_session,
             self.marks.handle,
+            services=[self.admin.handler()],
         )
+        self.start_sweeping()
         self._server = server
         self.address = f"{host}:{port}"
         if self.config.metrics_port is not None:
@@ -133,6 +139,21 @@ class Broker:
         if messages or guids:
             log.info("recovered %d messages and %d GUIDs of dedup history", messages, guids)
 
+    def start_sweeping(self) -> None:
+        """Start the timer that releases delayed messages, applies TTLs and drops idle
+        queues (``QueueRegistry.sweep``); idempotent, on the broker's running loop."""
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+
+    async def _sweep(self) -> None:
+        while not self._stopping:
+            await asyncio.sleep(SWEEP_INTERVAL)
+            try:
+                self.queues.sweep()
+            except Exception:
+                # A bug in one sweep must not stop TTLs and delays for good.
+                log.exception("sweeping the queues failed")
+
     async def _serve_session(self, request_iterator: Any, context: Any) -> None:
         await self.serve_stream(context)
 
@@ -140,6 +161,7 @@ class Broker:
         """Serve one session stream on ``context`` (a grpc.aio servicer context, or
         anything with its ``peer``, ``read``, ``write``, ``cancelled``, ``set_code`` and
         ``set_details``) until it ends. Runs on the broker's loop."""
+        self.start_sweeping()
         if self._stopping:
             error = pb.Error(
                 status=pb.STATUS_SHUTTING_DOWN, message="the broker is stopping", fatal=True
@@ -174,10 +196,13 @@ class Broker:
             if self._server is not None:
                 await self._server.stop(grace)
             await asyncio.wait_for(self.puts.drain(), timeout=max(grace, 1.0))
+            await asyncio.wait_for(self.queues.graveyard.wait(), timeout=max(grace, 1.0))
             await asyncio.wait_for(self.queues.updates.drain(), timeout=max(grace, 1.0))
         except TimeoutError:
             log.warning("stopping: the store did not finish in time")
         finally:
+            if self._sweeper is not None:
+                self._sweeper.cancel()
             if self.metrics is not None:
                 self.metrics.stop()
             self.store.close()

@@ -15,11 +15,15 @@ from typing import Any
 
 from holdfast.broker.config import BrokerConfig
 from holdfast.broker.puts import PutPipeline
-from holdfast.broker.queues import Consumer, FlowLimits, Queue, QueueHandle, QueueRegistry
+from holdfast.broker.queues import Consumer, FlowLimits, Queue, QueueHandle
+from holdfast.broker.registry import QueueRegistry
 from holdfast.proto import pb
 from holdfast.proto.limits import hello_reply
 from holdfast.proto.stream import ContractStream
 from holdfast.proto.validate import Invalid, check_open, parse_queue_uri
+
+MAX_DELAY_MS = 3_600_000
+"""The longest reject delay honoured (an hour): a longer one is cut to it."""
 
 
 class Session(ContractStream):
@@ -74,6 +78,7 @@ class Session(ContractStream):
         self._handles[queue_id] = QueueHandle(
             queue_id, queue, request.read, request.write, consumer
         )
+        queue.handles += 1
         # The outbox writes no PUSH before this Response, so the client learns that the
         # handle is open before it receives messages on it.
         self.respond(request.request_id, pb.STATUS_OK, holds_pushes=consumer is not None)
@@ -106,7 +111,7 @@ class Session(ContractStream):
         self._puts.on_put_batch(batch.puts, self._handles, self.outbox)
 
     def on_confirms(self, batch: pb.ConfirmBatch) -> None:
-        """Remove confirmed messages; reject GUIDs this consumer does not hold."""
+        """Remove confirmed messages; refuse GUIDs this consumer does not hold."""
         handles = self._handles
         rejected: dict[tuple[pb.Status, int], list[bytes]] = {}
         touched: dict[int, Queue] = {}
@@ -132,6 +137,32 @@ class Session(ContractStream):
             queue.deliver()
         self.reject_confirms(rejected)
 
+    def on_rejects(self, batch: pb.RejectBatch) -> None:
+        """Give rejected messages back to their queue (or its dead-letter queue);
+        refuse GUIDs this consumer does not hold, like CONFIRMs."""
+        refused: dict[tuple[pb.Status, int], list[bytes]] = {}
+        touched: dict[int, Queue] = {}
+        for reject in batch.rejects:
+            handle = self._handles.get(reject.queue_id)
+            if handle is None:
+                status = pb.STATUS_UNKNOWN_QUEUE
+            elif handle.consumer is None:
+                status = pb.STATUS_NOT_READABLE
+            elif handle.queue.reject(
+                handle.consumer,
+                reject.guid,
+                reject.requeue,
+                min(reject.delay_ms, MAX_DELAY_MS) / 1000,
+            ):
+                touched[reject.queue_id] = handle.queue
+                continue
+            else:
+                status = pb.STATUS_UNKNOWN_GUID
+            refused.setdefault((status, reject.queue_id), []).append(reject.guid)
+        for queue in touched.values():
+            queue.deliver()
+        self.reject_confirms(refused)
+
     def on_count_consumers(self, request: pb.CountConsumers) -> None:
         """Service discovery: the live consumers of a queue (0 for one never opened)."""
         try:
@@ -143,6 +174,7 @@ class Session(ContractStream):
         self.count_answer(request.request_id, 0 if queue is None else len(queue.consumers))
 
     def _detach(self, handle: QueueHandle) -> None:
+        handle.queue.handles -= 1
         if handle.consumer is not None:
             # PUSHes not written yet go back to the queue with the rest.
             self.outbox.drop_pushes(handle.queue_id)
@@ -156,6 +188,7 @@ class Session(ContractStream):
         # handle of this session are not pushed to another handle of it that is going too.
         queues: dict[int, Queue] = {}
         for handle in handles:
+            handle.queue.handles -= 1
             if handle.consumer is not None:
                 self.outbox.drop_pushes(handle.queue_id)
                 handle.queue.detach(handle.consumer, redeliver=False)

@@ -9,10 +9,14 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+from holdfast.broker.policy import NO_POLICY
 from holdfast.broker.sqlite_schema import (
+    CLEAR_POLICY,
     DELETE_MESSAGE,
+    DELETE_QUEUE,
     INSERT_HISTORY,
     INSERT_MESSAGE,
+    SET_POLICY,
     UPDATE_DELIVERY,
     encode_properties,
 )
@@ -27,6 +31,8 @@ class Rows:
         """Queue URI -> its id in the ``queues`` table."""
         self.next_seq = next_seq
         """The ``seq`` of the next message (max + 1 at open)."""
+        self.deleted: list[tuple[str, int]] = []
+        """Queues deleted by the transaction in progress (restored if it fails)."""
 
     def apply(
         self, connection: sqlite3.Connection, batch: StoreBatch, new_queues: list[str]
@@ -80,11 +86,32 @@ class Rows:
                 DELETE_MESSAGE,
                 [(ids[key.queue_uri], key.guid) for key in batch.removed if key.queue_uri in ids],
             )
+        for uri, policy in batch.policies:
+            if policy == NO_POLICY:
+                if uri in ids:
+                    connection.execute(CLEAR_POLICY, (ids[uri],))
+            else:
+                queue_id = ids.get(uri) or self._add_queue(connection, uri, new_queues)
+                connection.execute(SET_POLICY, (queue_id, policy.to_json()))
+        for uri in batch.deleted:
+            queue_id = ids.pop(uri, 0)
+            if queue_id:
+                self.deleted.append((uri, queue_id))
+                for statement in DELETE_QUEUE:
+                    connection.execute(statement, (queue_id,))
 
     def forget(self, new_queues: list[str]) -> None:
-        """Queue ids handed out in a failed transaction do not exist in the file."""
+        """Queue ids handed out in a failed transaction do not exist in the file, and
+        the queues it deleted still do."""
         for uri in new_queues:
             self.queue_ids.pop(uri, None)
+        for uri, queue_id in self.deleted:
+            self.queue_ids[uri] = queue_id
+        self.deleted.clear()
+
+    def committed(self) -> None:
+        """The transaction in progress committed."""
+        self.deleted.clear()
 
     def _add_queue(self, connection: sqlite3.Connection, uri: str, new_queues: list[str]) -> int:
         cursor = connection.execute("INSERT INTO queues (uri) VALUES (?)", (uri,))

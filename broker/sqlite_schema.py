@@ -1,6 +1,6 @@
 """The layout of the SQLite store's file: creating, checking and reading it back.
 
-Schema (version 2, in ``meta``)
+Schema (version 3, in ``meta``)
 -------------------------------
 
 ::
@@ -15,8 +15,12 @@ Schema (version 2, in ``meta``)
     UNIQUE INDEX messages_by_guid ON messages(queue_id, guid)
     history(queue_id INTEGER, guid BLOB, accepted_at REAL, digest INTEGER)
                                                        -- append-only, rowid order
+    policies(queue_id INTEGER PRIMARY KEY, policy TEXT)  -- ``QueuePolicy.to_json``
 
-Version 2 (this one) added the ``digest`` columns, and ``accepted_at`` became a time on
+Version 3 added ``policies``; a version 2 file is upgraded in place at open (the
+table is created, nothing else changes).
+
+Version 2 added the ``digest`` columns, and ``accepted_at`` became a time on
 the broker's clock (``dedup.BrokerClock``, resumed from the latest persisted time at
 start) instead of the wall clock. A version 1 file is refused with a one-line error:
 its history has no digests and its times are on another clock, so it cannot vouch
@@ -44,6 +48,7 @@ import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
+from holdfast.broker.policy import QueuePolicy
 from holdfast.broker.store import (
     NO_PROPERTIES,
     HistoryEntry,
@@ -52,7 +57,7 @@ from holdfast.broker.store import (
     StoreError,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The layout this module reads and writes (``meta.schema_version``)."""
 
 APPLICATION = "holdfast-broker"
@@ -61,6 +66,7 @@ APPLICATION = "holdfast-broker"
 BUSY_TIMEOUT = 1.0
 """Seconds to wait for a lock at open (a broker on the same file that is exiting)."""
 
+_POLICIES = "CREATE TABLE policies (queue_id INTEGER PRIMARY KEY, policy TEXT NOT NULL)"
 _SCHEMA = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID",
     "CREATE TABLE queues (id INTEGER PRIMARY KEY, uri TEXT NOT NULL UNIQUE)",
@@ -77,8 +83,11 @@ _SCHEMA = (
     "CREATE TABLE history ("
     " queue_id INTEGER NOT NULL, guid BLOB NOT NULL, accepted_at REAL NOT NULL,"
     " digest INTEGER NOT NULL)",
+    _POLICIES,
 )
-_TABLES = frozenset({"meta", "queues", "messages", "history"})
+_TABLES = frozenset({"meta", "queues", "messages", "history", "policies"})
+UPGRADABLE = 2
+"""The older schema version upgraded in place (by creating ``policies``)."""
 
 INSERT_MESSAGE = (
     "INSERT INTO messages"
@@ -88,6 +97,17 @@ INSERT_MESSAGE = (
 INSERT_HISTORY = "INSERT INTO history (queue_id, guid, accepted_at, digest) VALUES (?, ?, ?, ?)"
 UPDATE_DELIVERY = "UPDATE messages SET delivery_count = ? WHERE queue_id = ? AND guid = ?"
 DELETE_MESSAGE = "DELETE FROM messages WHERE queue_id = ? AND guid = ?"
+SET_POLICY = (
+    "INSERT INTO policies (queue_id, policy) VALUES (?, ?)"
+    " ON CONFLICT (queue_id) DO UPDATE SET policy = excluded.policy"
+)
+CLEAR_POLICY = "DELETE FROM policies WHERE queue_id = ?"
+DELETE_QUEUE = (
+    "DELETE FROM messages WHERE queue_id = ?1",
+    "DELETE FROM history WHERE queue_id = ?1",
+    "DELETE FROM policies WHERE queue_id = ?1",
+    "DELETE FROM queues WHERE id = ?1",
+)
 
 
 def connect(path: str, sync: str) -> tuple[sqlite3.Connection, dict[str, int], int]:
@@ -162,6 +182,13 @@ def _check_schema(connection: sqlite3.Connection, path: str) -> None:
             f"Holdfast store (tables: {', '.join(sorted(tables))})"
         )
     version = meta.get("schema_version")
+    if version == UPGRADABLE and "policies" not in tables:
+        connection.execute(_POLICIES)
+        connection.execute(
+            "UPDATE meta SET value = ? WHERE key = 'schema_version'", (SCHEMA_VERSION,)
+        )
+        tables.add("policies")
+        version = SCHEMA_VERSION
     if version != SCHEMA_VERSION:
         raise StoreError(
             f"cannot open sqlite store {path}: its schema version is {version!r}, "
@@ -220,11 +247,16 @@ def read_state(connection: sqlite3.Connection, path: str, retention: float) -> R
             )
             if queue_id in names
         ]
+        policies = {
+            names[queue_id]: QueuePolicy.from_json(text)
+            for queue_id, text in connection.execute("SELECT queue_id, policy FROM policies")
+            if queue_id in names
+        }
     except sqlite3.Error as error:
         raise StoreError(f"cannot read sqlite store {path}: {describe(error)}") from None
     except ValueError as error:
         raise StoreError(f"cannot read sqlite store {path}: {error}") from None
-    return RecoveredState(queues=queues, history=history, resume_at=latest)
+    return RecoveredState(queues=queues, history=history, resume_at=latest, policies=policies)
 
 
 def encode_properties(properties: Mapping[str, str]) -> str:

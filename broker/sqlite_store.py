@@ -309,6 +309,7 @@ class SqliteStore:
             for write in writes:
                 self._commit(connection, [write], may_prune=False)
             return
+        self._rows.committed()
         self.commits += 1
         self.batches += len(writes)
         if prune:

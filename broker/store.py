@@ -9,7 +9,9 @@ changes durable and to get them back after a restart:
 * while running, the broker hands the store ``StoreBatch`` es through ``write()``:
   new messages (awaited before their PUTs are ACKed), delivery-count updates
   (awaited before the PUSHes that carry the new counts leave, so a count survives a
-  kill -9) and confirmed messages (not awaited);
+  kill -9), confirmed messages (not awaited), queue policies and deleted queues; a
+  message that moves to a dead-letter queue is one batch (its removal and its new
+  copy), so a crash leaves it in exactly one of the two queues;
 
 Times (``accepted_at``) are on the broker's clock (``dedup.BrokerClock``: monotonic,
 resumed at restart from ``RecoveredState.resume_at``), never the wall clock.
@@ -28,6 +30,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
 from holdfast.broker.dedup import DEFAULT_GRACE, DEFAULT_WINDOW
+from holdfast.broker.policy import QueuePolicy
 
 NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})
 """The shared, read-only properties of a message that has none."""
@@ -99,9 +102,15 @@ class StoreBatch:
     """Confirmed messages: no longer in their queue."""
     delivered: list[DeliveryUpdate] = field(default_factory=list)
     """Messages whose delivery count changed."""
+    policies: list[tuple[str, QueuePolicy]] = field(default_factory=list)
+    """Queue policies set (``policy.NO_POLICY`` clears one), applied after the rest."""
+    deleted: list[str] = field(default_factory=list)
+    """Queues deleted by an operator: their messages, history and policy go, last."""
 
     def __bool__(self) -> bool:
-        return bool(self.messages or self.removed or self.delivered)
+        return bool(
+            self.messages or self.removed or self.delivered or self.policies or self.deleted
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +126,8 @@ class RecoveredState:
     resume_at: float = 0.0
     """The latest broker-clock time the store persisted: the broker's clock resumes
     from it, so downtime does not age the history."""
+    policies: Mapping[str, QueuePolicy] = field(default_factory=dict)
+    """Queue URI -> the policy an operator set on it."""
 
 
 class Store(Protocol):

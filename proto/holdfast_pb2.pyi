@@ -30,6 +30,9 @@ class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STATUS_TOO_OLD: _ClassVar[Status]
     STATUS_CONFLICT: _ClassVar[Status]
     STATUS_HISTORY_FULL: _ClassVar[Status]
+    STATUS_QUEUE_FULL: _ClassVar[Status]
+    STATUS_QUEUE_IN_USE: _ClassVar[Status]
+    STATUS_NOT_FOUND: _ClassVar[Status]
 STATUS_UNSPECIFIED: Status
 STATUS_OK: Status
 STATUS_INVALID_ARGUMENT: Status
@@ -51,15 +54,160 @@ STATUS_UNKNOWN: Status
 STATUS_TOO_OLD: Status
 STATUS_CONFLICT: Status
 STATUS_HISTORY_FULL: Status
+STATUS_QUEUE_FULL: Status
+STATUS_QUEUE_IN_USE: Status
+STATUS_NOT_FOUND: Status
+
+class QueuePolicy(_message.Message):
+    __slots__ = ("max_deliveries", "ttl_ms", "dead_letter_uri", "max_messages", "max_bytes")
+    MAX_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_URI_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    max_deliveries: int
+    ttl_ms: int
+    dead_letter_uri: str
+    max_messages: int
+    max_bytes: int
+    def __init__(self, max_deliveries: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., dead_letter_uri: _Optional[str] = ..., max_messages: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class ListQueuesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class QueueStats(_message.Message):
+    __slots__ = ("uri", "ready", "unconfirmed", "bytes", "consumers", "handles", "oldest_age_seconds", "accepted", "redelivered", "rejected", "dead_lettered", "expired", "policy")
+    URI_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    UNCONFIRMED_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    HANDLES_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    REDELIVERED_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
+    EXPIRED_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    uri: str
+    ready: int
+    unconfirmed: int
+    bytes: int
+    consumers: int
+    handles: int
+    oldest_age_seconds: float
+    accepted: int
+    redelivered: int
+    rejected: int
+    dead_lettered: int
+    expired: int
+    policy: QueuePolicy
+    def __init__(self, uri: _Optional[str] = ..., ready: _Optional[int] = ..., unconfirmed: _Optional[int] = ..., bytes: _Optional[int] = ..., consumers: _Optional[int] = ..., handles: _Optional[int] = ..., oldest_age_seconds: _Optional[float] = ..., accepted: _Optional[int] = ..., redelivered: _Optional[int] = ..., rejected: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., expired: _Optional[int] = ..., policy: _Optional[_Union[QueuePolicy, _Mapping]] = ...) -> None: ...
+
+class ListQueuesReply(_message.Message):
+    __slots__ = ("status", "message", "queues")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    message: str
+    queues: _containers.RepeatedCompositeFieldContainer[QueueStats]
+    def __init__(self, status: _Optional[_Union[Status, str]] = ..., message: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[QueueStats, _Mapping]]] = ...) -> None: ...
+
+class QueueRequest(_message.Message):
+    __slots__ = ("uri",)
+    URI_FIELD_NUMBER: _ClassVar[int]
+    uri: str
+    def __init__(self, uri: _Optional[str] = ...) -> None: ...
+
+class QueueStatsReply(_message.Message):
+    __slots__ = ("status", "message", "stats")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    message: str
+    stats: QueueStats
+    def __init__(self, status: _Optional[_Union[Status, str]] = ..., message: _Optional[str] = ..., stats: _Optional[_Union[QueueStats, _Mapping]] = ...) -> None: ...
+
+class PeekRequest(_message.Message):
+    __slots__ = ("uri", "count")
+    URI_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    uri: str
+    count: int
+    def __init__(self, uri: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+
+class PeekedMessage(_message.Message):
+    __slots__ = ("guid", "payload", "properties", "delivery_count", "age_seconds")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    GUID_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    guid: bytes
+    payload: bytes
+    properties: _containers.ScalarMap[str, str]
+    delivery_count: int
+    age_seconds: float
+    def __init__(self, guid: _Optional[bytes] = ..., payload: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., delivery_count: _Optional[int] = ..., age_seconds: _Optional[float] = ...) -> None: ...
+
+class PeekReply(_message.Message):
+    __slots__ = ("status", "message", "messages")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    message: str
+    messages: _containers.RepeatedCompositeFieldContainer[PeekedMessage]
+    def __init__(self, status: _Optional[_Union[Status, str]] = ..., message: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[PeekedMessage, _Mapping]]] = ...) -> None: ...
+
+class CountReply(_message.Message):
+    __slots__ = ("status", "message", "count")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    message: str
+    count: int
+    def __init__(self, status: _Optional[_Union[Status, str]] = ..., message: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+
+class SetPolicyRequest(_message.Message):
+    __slots__ = ("uri", "policy")
+    URI_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    uri: str
+    policy: QueuePolicy
+    def __init__(self, uri: _Optional[str] = ..., policy: _Optional[_Union[QueuePolicy, _Mapping]] = ...) -> None: ...
+
+class PolicyReply(_message.Message):
+    __slots__ = ("status", "message", "policy")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    message: str
+    policy: QueuePolicy
+    def __init__(self, status: _Optional[_Union[Status, str]] = ..., message: _Optional[str] = ..., policy: _Optional[_Union[QueuePolicy, _Mapping]] = ...) -> None: ...
 
 class ClientFrame(_message.Message):
-    __slots__ = ("hello", "open_queue", "configure_queue", "close_queue", "puts", "confirms", "count_consumers")
+    __slots__ = ("hello", "open_queue", "configure_queue", "close_queue", "puts", "confirms", "rejects", "count_consumers")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     OPEN_QUEUE_FIELD_NUMBER: _ClassVar[int]
     CONFIGURE_QUEUE_FIELD_NUMBER: _ClassVar[int]
     CLOSE_QUEUE_FIELD_NUMBER: _ClassVar[int]
     PUTS_FIELD_NUMBER: _ClassVar[int]
     CONFIRMS_FIELD_NUMBER: _ClassVar[int]
+    REJECTS_FIELD_NUMBER: _ClassVar[int]
     COUNT_CONSUMERS_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     open_queue: OpenQueue
@@ -67,8 +215,9 @@ class ClientFrame(_message.Message):
     close_queue: CloseQueue
     puts: PutBatch
     confirms: ConfirmBatch
+    rejects: RejectBatch
     count_consumers: CountConsumers
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., open_queue: _Optional[_Union[OpenQueue, _Mapping]] = ..., configure_queue: _Optional[_Union[ConfigureQueue, _Mapping]] = ..., close_queue: _Optional[_Union[CloseQueue, _Mapping]] = ..., puts: _Optional[_Union[PutBatch, _Mapping]] = ..., confirms: _Optional[_Union[ConfirmBatch, _Mapping]] = ..., count_consumers: _Optional[_Union[CountConsumers, _Mapping]] = ...) -> None: ...
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., open_queue: _Optional[_Union[OpenQueue, _Mapping]] = ..., configure_queue: _Optional[_Union[ConfigureQueue, _Mapping]] = ..., close_queue: _Optional[_Union[CloseQueue, _Mapping]] = ..., puts: _Optional[_Union[PutBatch, _Mapping]] = ..., confirms: _Optional[_Union[ConfirmBatch, _Mapping]] = ..., rejects: _Optional[_Union[RejectBatch, _Mapping]] = ..., count_consumers: _Optional[_Union[CountConsumers, _Mapping]] = ...) -> None: ...
 
 class ServerFrame(_message.Message):
     __slots__ = ("hello_reply", "response", "acks", "pushes", "error", "consumer_count")
@@ -249,6 +398,24 @@ class ConfirmBatch(_message.Message):
     CONFIRMS_FIELD_NUMBER: _ClassVar[int]
     confirms: _containers.RepeatedCompositeFieldContainer[Confirm]
     def __init__(self, confirms: _Optional[_Iterable[_Union[Confirm, _Mapping]]] = ...) -> None: ...
+
+class Reject(_message.Message):
+    __slots__ = ("queue_id", "guid", "requeue", "delay_ms")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    GUID_FIELD_NUMBER: _ClassVar[int]
+    REQUEUE_FIELD_NUMBER: _ClassVar[int]
+    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    guid: bytes
+    requeue: bool
+    delay_ms: int
+    def __init__(self, queue_id: _Optional[int] = ..., guid: _Optional[bytes] = ..., requeue: _Optional[bool] = ..., delay_ms: _Optional[int] = ...) -> None: ...
+
+class RejectBatch(_message.Message):
+    __slots__ = ("rejects",)
+    REJECTS_FIELD_NUMBER: _ClassVar[int]
+    rejects: _containers.RepeatedCompositeFieldContainer[Reject]
+    def __init__(self, rejects: _Optional[_Iterable[_Union[Reject, _Mapping]]] = ...) -> None: ...
 
 class Error(_message.Message):
     __slots__ = ("status", "message", "queue_id", "guids", "fatal")

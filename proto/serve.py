@@ -8,7 +8,7 @@ import asyncio
 import errno
 import signal
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -109,13 +109,14 @@ async def start_server(
     serve_session: Callable[[Any, Any], Any],
     serve_commit_mark: Callable[[pb.CommitMarkRequest, Any], Awaitable[pb.CommitMarkReply]]
     | None = None,
+    services: Sequence[grpc.GenericRpcHandler] = (),
 ) -> tuple[Any, int]:
     """Bind a grpc.aio server of the contract on ``listen`` and start it; return it and
     the bound port. The session method takes raw bytes (no request deserializer), so
     that bytes which are not a ClientFrame get a typed Error instead of failing the
     stream. ``serve_commit_mark`` serves the unary ``CommitMark`` method (the broker
-    keeps marks, the proxy relays them). Raises ``OSError`` if the address cannot be
-    bound."""
+    keeps marks, the proxy relays them); ``services`` are further services (the
+    broker's admin service). Raises ``OSError`` if the address cannot be bound."""
     _check_free(listen)
     server = grpc.aio.server(options=server_options(max_message_bytes))
     handler = grpc.stream_stream_rpc_method_handler(
@@ -128,7 +129,9 @@ async def start_server(
             request_deserializer=pb.CommitMarkRequest.FromString,
             response_serializer=pb.CommitMarkReply.SerializeToString,
         )
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, methods),))
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(SERVICE_NAME, methods), *services)
+    )
     try:
         port = server.add_insecure_port(listen)
     except RuntimeError as error:

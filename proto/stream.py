@@ -67,6 +67,7 @@ class ContractStream(ABC):
             "close_queue": self.on_close,
             "puts": self.on_puts,
             "confirms": self.on_confirms,
+            "rejects": self.on_rejects,
             "count_consumers": self.on_count_consumers,
         }
 
@@ -95,6 +96,10 @@ class ContractStream(ABC):
     @abstractmethod
     def on_confirms(self, batch: pb.ConfirmBatch) -> None:
         """Handle a ConfirmBatch; rejected CONFIRMs are answered with ``error``."""
+
+    @abstractmethod
+    def on_rejects(self, batch: pb.RejectBatch) -> None:
+        """Handle a RejectBatch; refused REJECTs are answered like refused CONFIRMs."""
 
     @abstractmethod
     def on_count_consumers(self, request: pb.CountConsumers) -> None:
@@ -307,11 +312,11 @@ class ContractStream(ABC):
 
 
 CONFIRM_ERRORS: dict[pb.Status, str] = {
-    pb.STATUS_UNKNOWN_QUEUE: "CONFIRM on a queue_id that is not open",
-    pb.STATUS_NOT_READABLE: "CONFIRM on a queue handle opened without read",
+    pb.STATUS_UNKNOWN_QUEUE: "CONFIRM or REJECT on a queue_id that is not open",
+    pb.STATUS_NOT_READABLE: "CONFIRM or REJECT on a queue handle opened without read",
     pb.STATUS_UNKNOWN_GUID: (
-        "CONFIRM of GUIDs this consumer does not hold unconfirmed (through a proxy: "
+        "CONFIRM or REJECT of GUIDs this consumer does not hold unconfirmed (through a proxy: "
         "delivered on an earlier broker connection, and redelivered since)"
     ),
 }
-"""Why a CONFIRM was refused, by status."""
+"""Why a CONFIRM (or a REJECT) was refused, by status."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Iterable
 from operator import itemgetter
 from typing import Any
 
@@ -39,7 +40,7 @@ from holdfast.sdk.engine import QueueRecord
 from holdfast.sdk.errors import ConfirmDroppedError, HoldfastError, QueueStateError
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.statuses import relay_status
-from holdfast.sdk.types import Message
+from holdfast.sdk.types import Message, Rejection
 
 log = logging.getLogger(__name__)
 
@@ -288,24 +289,38 @@ class ClientSession(ContractStream):
 
     def on_confirms(self, batch: pb.ConfirmBatch) -> None:
         """CONFIRM upstream what this client was delivered on the current upstream link."""
+        self._settle(batch.confirms)
+
+    def on_rejects(self, batch: pb.RejectBatch) -> None:
+        """REJECT upstream, like CONFIRMs: only deliveries of the current upstream link."""
+        self._settle(batch.rejects)
+
+    def _settle(self, items: Iterable[pb.Confirm | pb.Reject]) -> None:
         rejected: dict[tuple[pb.Status, int], list[bytes]] = {}
-        for confirm in batch.confirms:
-            handle = self._handles.get(confirm.queue_id)
+        for item in items:
+            handle = self._handles.get(item.queue_id)
             status: pb.Status
             if handle is None:
                 status = pb.STATUS_UNKNOWN_QUEUE
             elif not handle.read:
                 status = pb.STATUS_NOT_READABLE
             else:
-                settled = self._confirm_upstream(handle, confirm.guid)
+                reject = (
+                    Rejection(item.requeue, item.delay_ms / 1000)
+                    if isinstance(item, pb.Reject)
+                    else None
+                )
+                settled = self._confirm_upstream(handle, item.guid, reject)
                 if settled is None:
                     continue
                 status = settled
-            rejected.setdefault((status, confirm.queue_id), []).append(confirm.guid)
+            rejected.setdefault((status, item.queue_id), []).append(item.guid)
         self.reject_confirms(rejected)
 
-    def _confirm_upstream(self, handle: ClientHandle, guid: bytes) -> pb.Status | None:
-        """CONFIRM upstream this client's delivery of ``guid`` made on the current
+    def _confirm_upstream(
+        self, handle: ClientHandle, guid: bytes, reject: Rejection | None = None
+    ) -> pb.Status | None:
+        """CONFIRM (or REJECT) upstream this client's delivery of ``guid`` made on the current
         upstream connection; None if sent, else the status to refuse it with.
 
         Settling the oldest delivery instead would refuse the CONFIRM of a redelivery
@@ -319,7 +334,7 @@ class ClientSession(ContractStream):
         done = 1
         for index, message in enumerate(deliveries):
             try:
-                self._upstream.confirm(message)
+                self._upstream.confirm(message, reject)
             except ConfirmDroppedError:
                 continue
             except HoldfastError:

@@ -49,13 +49,20 @@ from holdfast.sdk.errors import (
     TerminalTransportError,
 )
 from holdfast.sdk.options import QueueOptions
-from holdfast.sdk.outbound import CONFIRM_SIZE, FRAME_SIZE, ConfirmItem, Outbound, OutboundItem
+from holdfast.sdk.outbound import (
+    CONFIRM_SIZE,
+    FRAME_SIZE,
+    ConfirmItem,
+    Outbound,
+    OutboundItem,
+    RejectItem,
+)
 from holdfast.sdk.outcomes import Callback, Outcomes, WireAck
 from holdfast.sdk.producer import HIGH_WATERMARK_WAIT, Producer
 from holdfast.sdk.putbuffer import PUT_OVERHEAD, SIZE, PutBuffer
 from holdfast.sdk.queue_table import QueueRecord, QueueTable
 from holdfast.sdk.state import WRITABLE_STATES, LinkEvent, LinkMachine, LinkState, QueueState
-from holdfast.sdk.types import Ack, AckStatus, Message
+from holdfast.sdk.types import Ack, AckStatus, Message, Rejection, Settler
 
 log = logging.getLogger("holdfast.sdk.engine")
 
@@ -74,7 +81,7 @@ class SessionEngine:
         *,
         client_id: str,
         on_event: Callable[[ev.SessionEvent], Any],
-        confirmer: Callable[[Message], None],
+        confirmer: Settler,
         client_name: str = "",
         high_watermark_bytes: int = 64 * 1024 * 1024,
         max_disconnected_buffer_bytes: int | None = None,
@@ -324,20 +331,26 @@ class SessionEngine:
         if queue is not None and queue.state is QueueState.OPENING:
             self._queues.abandon(queue)
 
-    def confirm(self, message: Message) -> None:
-        """Queue a CONFIRM; rule 5: never buffered across a connection loss."""
+    def confirm(self, message: Message, reject: Rejection | None = None) -> None:
+        """Queue a CONFIRM (or with ``reject`` a REJECT); rule 5: never buffered across
+        a connection loss."""
         self._check_usable()
         if not self.connected or message._generation != self.generation:
             why = "the link is down" if not self.connected else "it was delivered earlier"
             raise ConfirmDroppedError(
-                f"CONFIRM of {message.guid} dropped: {why}"
+                f"{'CONFIRM' if reject is None else 'REJECT'} of {message.guid} dropped: {why}"
                 + ("" if not self.connected else " (on an earlier connection)")
                 + "; the broker will redeliver the message"
             )
         queue = self._queues.get(message._queue_id)
         if queue is None or queue.state not in WRITABLE_STATES:
             raise QueueNotOpenError(f"queue {message.queue_uri} is not open")
-        self._outbound.add(ConfirmItem(queue.queue_id, message.guid.bytes), CONFIRM_SIZE)
+        if reject is None:
+            item: ConfirmItem | RejectItem = ConfirmItem(queue.queue_id, message.guid.bytes)
+        else:
+            delay_ms = round(reject.delay * 1000)
+            item = RejectItem(queue.queue_id, message.guid.bytes, reject.requeue, delay_ms)
+        self._outbound.add(item, CONFIRM_SIZE)
 
     def emit(self, event: ev.SessionEvent) -> None:
         """Report an event the shell observed (such as a failed connection attempt)

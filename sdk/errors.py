@@ -95,8 +95,9 @@ class BufferFullError(FlowControlError):
 
 
 class BrokerBusyError(FlowControlError):
-    """The broker pushed back on this queue's PUTs (its GUID history was at its memory
-    bound) and kept doing so for the 5-second wait. The message was not taken; the PUTs
+    """The broker pushed back on this queue's PUTs (the queue was at the depth limit of
+    its policy, or the broker's GUID history at its memory bound) and kept doing so
+    for the 5-second wait. The message was not taken; the PUTs
     already posted stay buffered and are retransmitted until the broker takes them."""
 
 

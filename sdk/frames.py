@@ -1,7 +1,8 @@
 """Encoding the engine's outbound items into batched wire frames.
 
 Consecutive PUTs share one ``PutBatch`` frame and consecutive CONFIRMs one
-``ConfirmBatch`` frame, up to ``max_batch_bytes`` each; requests travel in their
+``ConfirmBatch`` frame, up to ``max_batch_bytes`` each; REJECTs (rare) and requests
+travel in their
 own frames and keep their place in the order, so a PUT posted before a close
 still reaches the broker before that close.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from holdfast.proto import pb
-from holdfast.sdk.outbound import CONFIRM_SIZE, FRAME_SIZE, ConfirmItem, OutboundItem
+from holdfast.sdk.outbound import CONFIRM_SIZE, FRAME_SIZE, ConfirmItem, OutboundItem, RejectItem
 from holdfast.sdk.putbuffer import GUID, PAYLOAD, POSTED_AT, PROPERTIES, QUEUE_ID, SIZE
 
 
@@ -71,6 +72,17 @@ def encode(
                 confirms = pb.ConfirmBatch()
             confirms.confirms.add(queue_id=item.queue_id, guid=item.guid)
             confirm_bytes += CONFIRM_SIZE
+        elif isinstance(item, RejectItem):
+            flush_puts()
+            flush_confirms()
+            reject = pb.RejectBatch()
+            reject.rejects.add(
+                queue_id=item.queue_id,
+                guid=item.guid,
+                requeue=item.requeue,
+                delay_ms=item.delay_ms,
+            )
+            frames.append((pb.ClientFrame(rejects=reject), CONFIRM_SIZE))
         else:
             flush_puts()
             flush_confirms()

@@ -39,6 +39,19 @@ class QueueOptions:
     """Most unconfirmed messages this consumer holds before delivery pauses."""
     max_unconfirmed_bytes: int = DEFAULT_MAX_UNCONFIRMED_BYTES
     """Most unconfirmed payload bytes this consumer holds before delivery pauses."""
+    retry_delay: float = 0.5
+    """When ``on_message`` raises, the message is rejected with requeue and comes back
+    after ``min(retry_delay * 2**(delivery_count - 1), retry_delay_max)`` seconds (the
+    queue's delivery limit, if its policy sets one, ends the loop in its dead-letter
+    queue). Client-side only: the broker never sees it."""
+    retry_delay_max: float = 30.0
+    """The longest back-off of a message whose handler raised."""
+
+    def retry_delay_for(self, delivery_count: int) -> float:
+        """The back-off before redelivering a message whose handler raised on its
+        ``delivery_count``-th delivery."""
+        exponent = min(max(delivery_count - 1, 0), 32)
+        return min(self.retry_delay * float(2**exponent), self.retry_delay_max)
 
     def __post_init__(self) -> None:
         _require(
@@ -46,6 +59,10 @@ class QueueOptions:
             "max_unconfirmed_messages must be in [0, 2**32)",
         )
         _require(0 <= self.max_unconfirmed_bytes < 2**64, "max_unconfirmed_bytes must be >= 0")
+        _require(
+            0 <= self.retry_delay <= self.retry_delay_max <= 3600,
+            "retry delays must satisfy 0 <= retry_delay <= retry_delay_max <= 3600 seconds",
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,17 @@ class ConfirmItem:
     guid: bytes
 
 
-OutboundItem = PendingPut | ConfirmItem | pb.ClientFrame
+@dataclass(frozen=True, slots=True)
+class RejectItem:
+    """A REJECT waiting to be encoded (``Message.reject``)."""
+
+    queue_id: int
+    guid: bytes
+    requeue: bool
+    delay_ms: int
+
+
+OutboundItem = PendingPut | ConfirmItem | RejectItem | pb.ClientFrame
 
 
 class Outbound:

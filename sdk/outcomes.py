@@ -26,7 +26,7 @@ from holdfast.sdk.putbuffer import GUID, ON_ACK, QUEUE_ID, PendingPut, PutBuffer
 from holdfast.sdk.queue_table import QueueTable
 from holdfast.sdk.state import WRITABLE_STATES
 from holdfast.sdk.statuses import ack_status, wire_status_of
-from holdfast.sdk.types import Ack, AckStatus, Message
+from holdfast.sdk.types import Ack, AckStatus, Message, Settler
 
 log = logging.getLogger("holdfast.sdk.engine")
 
@@ -38,6 +38,9 @@ WireAck = tuple[bytes, "pb.Status"]
 _SUCCESS = AckStatus.SUCCESS
 _STATUS_OK = pb.STATUS_OK
 _HISTORY_FULL = pb.STATUS_HISTORY_FULL
+_QUEUE_FULL = pb.STATUS_QUEUE_FULL
+_PUSHED_BACK = frozenset((_HISTORY_FULL, _QUEUE_FULL))
+"""ACK statuses that are no outcome: the broker did not take the PUT *yet*."""
 
 
 def _bad_guid(what: str, guid: bytes) -> RemoteProtocolError:
@@ -87,8 +90,8 @@ class Outcomes:
     def acks(self, batch: pb.AckBatch, now: float) -> None:
         """Rule 3: each ACK pops its PUT and reports it once; unknown GUIDs are stale.
 
-        ``HISTORY_FULL`` is not an outcome: the PUT stays buffered and is sent again
-        after a back-off (``PutBuffer.hold``)."""
+        ``HISTORY_FULL`` and ``QUEUE_FULL`` are not outcomes: the PUT stays buffered
+        and is sent again after a back-off (``PutBuffer.hold``)."""
         # One iteration per ACKed message: locals, no method calls on the hot path.
         puts = self._puts
         pending = puts.by_guid
@@ -100,7 +103,7 @@ class Outcomes:
         for ack in batch.acks:
             guid = ack.guid
             wire = ack.status
-            if wire == _HISTORY_FULL:
+            if wire in _PUSHED_BACK:
                 if len(guid) != 16:
                     raise _bad_guid("an ACK", guid)
                 puts.hold(guid, now)
@@ -129,9 +132,7 @@ class Outcomes:
             puts.bytes -= released
             puts.taken()
 
-    def pushes(
-        self, batch: pb.PushBatch, generation: int, confirmer: Callable[[Message], None]
-    ) -> None:
+    def pushes(self, batch: pb.PushBatch, generation: int, confirmer: Settler) -> None:
         """PUSHed messages to their queue's ``on_message``, tagged with the connection."""
         for push in batch.pushes:
             if len(push.guid) != 16:

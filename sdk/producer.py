@@ -91,7 +91,8 @@ class Producer:
             )
         raise BrokerBusyError(
             f"the broker pushed back on this queue's PUTs for {HIGH_WATERMARK_WAIT:.0f} s "
-            "(its GUID history is full); the message was not taken"
+            "(the queue is at its depth limit, or the broker's GUID history is full); "
+            "the message was not taken"
         )
 
     def post(

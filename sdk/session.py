@@ -24,13 +24,14 @@ from holdfast.sdk.engine import SessionEngine
 from holdfast.sdk.errors import ConfirmDroppedError, InvalidArgumentError, RequestTimeoutError
 from holdfast.sdk.events import SessionEvent, log_event
 from holdfast.sdk.failover import parse_addresses
+from holdfast.sdk.handlers import reject_on_failure
 from holdfast.sdk.marks import CommitMark, call_commit_mark
 from holdfast.sdk.options import QueueOptions, SessionOptions, default_address
 from holdfast.sdk.queue import Queue
 from holdfast.sdk.rpc.api import RequestReply
 from holdfast.sdk.transports.base import SyncTransport
 from holdfast.sdk.transports.grpc_sync import GrpcSyncTransport
-from holdfast.sdk.types import Ack, Message
+from holdfast.sdk.types import Ack, Message, Rejection
 
 INTERRUPTED_CLOSE_TIMEOUT = 1.0
 """Seconds a session closed by Ctrl-C (``KeyboardInterrupt``) still waits for ACKs."""
@@ -180,18 +181,21 @@ class Session(RequestReply):
     ) -> Queue:
         """Open ``hf://<domain>/<queue>`` and block until the broker has opened it.
 
-        ``on_message`` is required with ``read=True``; ``on_ack`` is the default
-        ACK callback for PUTs posted without one. If the link is down the open is
+        ``on_message`` is required with ``read=True``; a message it raises on is
+        rejected with requeue after a back-off (``QueueOptions.retry_delay``), never
+        left unconfirmed. ``on_ack`` is the default ACK callback for PUTs posted
+        without one. If the link is down the open is
         sent when it comes back; ``RequestTimeoutError`` after ``timeout`` seconds.
         """
         driver = self._driver
+        options = options or QueueOptions()
         with self._lock:
             record, request_id = self._engine.open_queue(
                 uri,
                 read=read,
                 write=write,
-                options=options or QueueOptions(),
-                on_message=on_message,
+                options=options,
+                on_message=None if on_message is None else reject_on_failure(on_message, options),
                 on_ack=on_ack,
             )
             driver.expect(request_id)
@@ -280,7 +284,7 @@ class Session(RequestReply):
                 driver.wake_writer()
         return guid
 
-    def _confirm(self, message: Message) -> None:
+    def _confirm(self, message: Message, reject: Rejection | None = None) -> None:
         driver = self._driver
         with self._lock:
             if driver.stopping:
@@ -289,7 +293,7 @@ class Session(RequestReply):
                     f"CONFIRM of {message.guid} dropped: the session is closing; "
                     "the broker will redeliver the message"
                 )
-            self._engine.confirm(message)
+            self._engine.confirm(message, reject)
             if driver.writer_idle:
                 driver.wake_writer()
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
+
+from holdfast.sdk.errors import InvalidArgumentError
 
 
 class AckStatus(enum.Enum):
@@ -54,6 +57,21 @@ class Ack:
     """The queue the PUT was posted to."""
 
 
+class Rejection(NamedTuple):
+    """How a message is given back: ``Message.reject`` arguments."""
+
+    requeue: bool
+    delay: float
+
+
+class Settler(Protocol):
+    """What settles a delivered message: CONFIRM (``reject`` None) or REJECT."""
+
+    def __call__(self, message: Message, reject: Rejection | None = None) -> None:
+        """Send the CONFIRM or REJECT of ``message`` (or raise why it cannot leave)."""
+        ...
+
+
 @dataclass(slots=True, eq=False)
 class Message:
     """A message PUSHed to a consumer. Call ``confirm()`` once it is processed."""
@@ -68,9 +86,10 @@ class Message:
     """1 on first delivery, +1 on every redelivery."""
     queue_uri: str
     """The queue it came from."""
-    _confirmer: Callable[[Message], None] = field(repr=False)
+    _confirmer: Settler = field(repr=False)
     _queue_id: int = field(repr=False)
     _generation: int = field(repr=False)
+    _settled: bool = field(default=False, repr=False)
 
     def confirm(self) -> None:
         """Tell the broker the message is processed, so it is removed from the queue.
@@ -80,3 +99,24 @@ class Message:
         broker will redeliver the message.
         """
         self._confirmer(self)
+        self._settled = True
+
+    def reject(self, requeue: bool = True, delay: float = 0.0) -> None:
+        """Give the message back instead of confirming it.
+
+        With ``requeue`` it returns to the front of its queue (after ``delay``
+        seconds) and is delivered again with ``delivery_count`` one higher; a queue
+        whose policy sets a delivery limit dead-letters it once the limit is reached.
+        Without, it is dead-lettered at once with ``x-death-reason: rejected`` (or
+        dropped and counted if its queue has no dead-letter queue). Raises like
+        ``confirm()`` when the REJECT cannot leave; the broker then redelivers it.
+        """
+        if not delay >= 0:
+            raise InvalidArgumentError(f"delay must be >= 0 seconds, got {delay!r}")
+        self._confirmer(self, Rejection(requeue, delay))
+        self._settled = True
+
+    @property
+    def settled(self) -> bool:
+        """True once ``confirm()`` or ``reject()`` was sent for this delivery."""
+        return self._settled

@@ -21,7 +21,7 @@ from holdfast.sdk.events import SessionEvent
 from holdfast.sdk.options import QueueOptions, SessionOptions
 from holdfast.sdk.transports.base import AsyncTransport
 from holdfast.sdk.transports.grpc_aio import GrpcAioTransport
-from holdfast.sdk.types import Ack, Message
+from holdfast.sdk.types import Ack, Message, Rejection
 
 
 class AsyncEngineSession:
@@ -118,7 +118,8 @@ class AsyncEngineSession:
             count = self.engine.queries.take_answer(request_id)
         return count or 0
 
-    def confirm(self, message: Message) -> None:
-        """CONFIRM a message delivered on the current connection (rule 5 otherwise)."""
-        self.engine.confirm(message)
+    def confirm(self, message: Message, reject: Rejection | None = None) -> None:
+        """CONFIRM (or REJECT) a message delivered on the current connection (rule 5
+        otherwise)."""
+        self.engine.confirm(message, reject)
         self.driver.outbound_queued()

@@ -115,7 +115,7 @@ def test_frame_with_nothing_set(client: WireClient, bystander: Bystander) -> Non
     client.send(pb.ClientFrame())
     assert_error(client, pb.STATUS_UNKNOWN_FRAME)
     # A frame from a newer peer: a field number this broker does not know.
-    client.send_raw(b"\x3a\x00")  # field 7, length 0
+    client.send_raw(b"\x7a\x00")  # field 15, length 0
     assert_error(client, pb.STATUS_UNKNOWN_FRAME)
     bystander.assert_works()
     assert_stream_still_usable(client)

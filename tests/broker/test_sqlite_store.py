@@ -429,7 +429,7 @@ def test_a_version_1_file_is_refused_in_one_line(path: Path) -> None:
     SqliteStore(path).close()
     with raw_connection(path) as raw:
         raw.execute("UPDATE meta SET value = 1 WHERE key = 'schema_version'")
-    with pytest.raises(StoreError, match="schema version is 1, this broker reads version 2"):
+    with pytest.raises(StoreError, match="schema version is 1, this broker reads version 3"):
         SqliteStore(path)
 
 

@@ -11,7 +11,8 @@ import pytest
 
 from holdfast.broker import BrokerConfig, MemoryStore
 from holdfast.broker.dedup import BrokerClock, GuidHistory, HistoryBudget, content_digest
-from holdfast.broker.queues import Consumer, FlowLimits, Queue, QueueRegistry, Updates
+from holdfast.broker.queues import Consumer, FlowLimits, Queue
+from holdfast.broker.registry import QueueRegistry
 from holdfast.broker.store import (
     NO_PROPERTIES,
     HistoryEntry,
@@ -21,6 +22,7 @@ from holdfast.broker.store import (
     open_store,
     parse_store_spec,
 )
+from holdfast.broker.updates import Updates
 from holdfast.proto import pb
 
 

@@ -20,7 +20,7 @@ from holdfast.sdk.errors import HoldfastError
 from holdfast.sdk.events import SessionEvent
 from holdfast.sdk.frames import encode
 from holdfast.sdk.options import QueueOptions
-from holdfast.sdk.types import Ack, AckStatus, Message
+from holdfast.sdk.types import Ack, AckStatus, Message, Rejection
 
 MAX_BATCH_BYTES = 1024 * 1024
 URI = "hf://test/orders"
@@ -69,8 +69,8 @@ class Harness:
         self.events.append(event)
         self.timeline.append(event)
 
-    def _confirm(self, message: Message) -> None:
-        self.engine.confirm(message)
+    def _confirm(self, message: Message, reject: Rejection | None = None) -> None:
+        self.engine.confirm(message, reject)
 
     def run_callbacks(self) -> None:
         """Run the engine's callbacks and collect its completions (the dispatcher's job)."""

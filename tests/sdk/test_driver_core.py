@@ -27,7 +27,7 @@ class Rig:
         self.events: list[SessionEvent] = []
         self.messages: list[Message] = []
         self.engine = SessionEngine(
-            client_id="c", on_event=self.events.append, confirmer=lambda m: None
+            client_id="c", on_event=self.events.append, confirmer=lambda m, reject=None: None
         )
         self.core = DriverCore(
             self.engine, ["a:1", "b:2"], SessionOptions(connect_timeout=5.0), logging.getLogger()

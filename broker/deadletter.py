@@ -1,0 +1,212 @@
+"""Moving messages to dead-letter queues, and back.
+
+A message a queue must not deliver again (past its delivery limit or TTL, or
+rejected without requeue) is *buried*: if the queue's policy names a dead-letter
+queue, it moves there with the properties ``x-death-reason``, ``x-original-uri`` and
+``x-delivery-count``, under the same GUID (so a caller can still correlate it, and
+``dlq replay`` can put it back under that GUID); otherwise it is dropped and counted.
+
+A move is one store batch: the removal from the source and the new copy in the
+dead-letter queue commit together, so a crash (even a kill -9) leaves the message in
+exactly one of the two. The copy is enqueued only once that batch is durable; if
+the write fails the message goes back to the front of its source queue.
+
+A dead-letter queue's own depth limit does not refuse a move (the message would
+have nowhere to go); its TTL and delivery limit apply to what it holds as usual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from holdfast.broker.policy import DEATH_REASON, DELIVERY_COUNT, ORIGINAL_URI
+from holdfast.broker.store import MessageKey, Store, StoreBatch, StoredMessage, settle
+from holdfast.proto.validate import Invalid, parse_queue_uri
+
+if TYPE_CHECKING:
+    from holdfast.broker.queues import Queue
+
+log = logging.getLogger(__name__)
+
+DEATH_PROPERTIES = (DEATH_REASON, ORIGINAL_URI, DELIVERY_COUNT)
+"""The properties a move to a dead-letter queue adds (and a replay removes)."""
+
+
+class Graveyard:
+    """Buries messages for every queue of a broker (``queues.Graveyard``)."""
+
+    def __init__(
+        self, store: Store, open_queue: Callable[[str], Queue], clock: Callable[[], float]
+    ) -> None:
+        self._store = store
+        self._open = open_queue
+        self._clock = clock
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.dropped: Counter[str] = Counter()
+        """Dead messages dropped because their queue has no dead-letter queue, by reason."""
+        self.moved: Counter[str] = Counter()
+        """Dead messages moved to a dead-letter queue, by reason."""
+
+    def bury(self, queue: Queue, dead: list[tuple[StoredMessage, str]]) -> None:
+        """Move ``dead`` out of ``queue`` (see the module docstring)."""
+        target_uri = queue.policy.dead_letter
+        batch = StoreBatch(removed=[MessageKey(queue.uri, m.guid) for m, _ in dead])
+        if target_uri is None:
+            for message, reason in dead:
+                queue.forget(message)
+                self.dropped[reason] += 1
+            log.warning(
+                "%s: dropped %d dead messages (%s): the queue has no dead-letter queue",
+                queue.uri,
+                len(dead),
+                ", ".join(sorted({reason for _, reason in dead})),
+            )
+            self._write_quietly(batch)
+            return
+        now = self._clock()
+        copies = [
+            StoredMessage(
+                target_uri,
+                message.guid,
+                message.payload,
+                {
+                    **message.properties,
+                    DEATH_REASON: reason,
+                    ORIGINAL_URI: queue.uri,
+                    DELIVERY_COUNT: str(message.delivery_count),
+                },
+                now,
+                0,
+                message.digest,
+            )
+            for message, reason in dead
+        ]
+        batch.messages = copies
+        self._move(queue, [m for m, _ in dead], target_uri, copies, batch)
+        for _, reason in dead:
+            self.moved[reason] += 1
+
+    def replay(self, dead_letters: Queue) -> tuple[list[StoredMessage], list[str]]:
+        """Take every ready message of a dead-letter queue and start moving each back to
+        its ``x-original-uri`` (under its GUID, its delivery count reset, the death
+        properties removed). Returns the messages moving and the problems of those
+        left in place (no or a bad ``x-original-uri``); ``wait`` for the move."""
+        taken = dead_letters.take_ready()
+        moving: list[StoredMessage] = []
+        stay: list[StoredMessage] = []
+        problems: list[str] = []
+        for message in taken:
+            origin = message.properties.get(ORIGINAL_URI)
+            try:
+                parse_queue_uri(origin)
+            except Invalid:
+                stay.append(message)
+                problems.append(f"{message.guid.hex()}: no valid {ORIGINAL_URI}")
+                continue
+            moving.append(message)
+        if stay:
+            dead_letters.requeue_front(stay)
+        now = self._clock()
+        by_target: dict[str, list[tuple[StoredMessage, StoredMessage]]] = {}
+        for message in moving:
+            origin = message.properties[ORIGINAL_URI]
+            properties = {k: v for k, v in message.properties.items() if k not in DEATH_PROPERTIES}
+            copy = StoredMessage(
+                origin, message.guid, message.payload, properties, now, 0, message.digest
+            )
+            by_target.setdefault(origin, []).append((message, copy))
+        for origin, pairs in by_target.items():
+            originals = [m for m, _ in pairs]
+            batch = StoreBatch(
+                messages=[c for _, c in pairs],
+                removed=[MessageKey(dead_letters.uri, m.guid) for m in originals],
+            )
+            self._move(dead_letters, originals, origin, [c for _, c in pairs], batch)
+        return moving, problems
+
+    async def wait(self) -> None:
+        """Wait until every move in progress has settled."""
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
+
+    def _move(
+        self,
+        source: Queue,
+        originals: list[StoredMessage],
+        target_uri: str,
+        copies: list[StoredMessage],
+        batch: StoreBatch,
+    ) -> None:
+        # Out of the source at once, so nothing delivers or moves them twice meanwhile.
+        for message in originals:
+            source.forget(message)
+        try:
+            result = self._store.write(batch)
+        except Exception:
+            log.exception("%s: the store refused a dead-letter move", source.uri)
+            self._undo(source, originals)
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._finish(result, source, originals, target_uri, copies)
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _finish(
+        self,
+        result: Awaitable[None],
+        source: Queue,
+        originals: list[StoredMessage],
+        target_uri: str,
+        copies: list[StoredMessage],
+    ) -> None:
+        try:
+            await settle(result)
+        except Exception:
+            log.exception(
+                "%s: moving %d messages to %s failed; they stay in %s",
+                source.uri,
+                len(originals),
+                target_uri,
+                source.uri,
+            )
+            self._undo(source, originals)
+            return
+        target = self._open(target_uri)
+        for copy in copies:
+            if copy.guid not in target.live:
+                target.add(copy)
+        target.deliver()
+
+    @staticmethod
+    def _undo(source: Queue, originals: list[StoredMessage]) -> None:
+        for message in originals:
+            source.live[message.guid] = message
+            source.live_bytes += len(message.payload)
+        source.requeue_front(originals)
+
+    def _write_quietly(self, batch: StoreBatch) -> None:
+        """Write a batch of removals whose failure only means the messages come back
+        after a restart (logged, like a failed confirmation)."""
+        try:
+            result = self._store.write(batch)
+        except Exception:
+            log.exception("the store refused to record dropped dead messages")
+            return
+        task = asyncio.get_running_loop().create_task(self._settle_quietly(result))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    async def _settle_quietly(result: Awaitable[None]) -> None:
+        try:
+            await settle(result)
+        except Exception:
+            log.exception("the store failed to record dropped dead messages")
+
+
+__all__ = ["DEATH_PROPERTIES", "Graveyard"]

@@ -1,0 +1,135 @@
+"""Queue policies: what the broker does with a queue's messages beyond delivering them.
+
+A ``QueuePolicy`` is set per queue by an operator (``holdfast policy set``) and kept by
+the store (the sqlite store persists it; the memory store keeps it for the process's
+life). Every field is optional; ``None`` means no limit:
+
+- ``max_deliveries``: a message PUSHed this many times is not PUSHed again; it is
+  dead-lettered with reason ``delivery-limit`` (a poison message stops looping);
+- ``ttl``: seconds a message may wait while *ready* (not while a consumer holds it);
+  past it, it is dead-lettered with reason ``expired``;
+- ``dead_letter``: the queue dead-lettered messages move to, with the properties
+  ``x-death-reason``, ``x-original-uri`` and ``x-delivery-count``; without it they are
+  dropped and counted (``holdfast_dead_letters_dropped_total``);
+- ``max_messages`` / ``max_bytes``: the depth limit. A PUT past it is answered
+  ``STATUS_QUEUE_FULL``: the SDK keeps the message and retries, and ``post()`` waits
+  and then raises ``BrokerBusyError`` like at the high watermark. Nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from holdfast.proto import pb
+from holdfast.proto.validate import Invalid, parse_queue_uri
+
+REASON_DELIVERY_LIMIT = "delivery-limit"
+REASON_EXPIRED = "expired"
+REASON_REJECTED = "rejected"
+DEATH_REASONS = (REASON_DELIVERY_LIMIT, REASON_EXPIRED, REASON_REJECTED)
+"""The values of ``x-death-reason``."""
+
+DEATH_REASON = "x-death-reason"
+ORIGINAL_URI = "x-original-uri"
+DELIVERY_COUNT = "x-delivery-count"
+"""Properties a dead-lettered message carries (the first two are fixed names)."""
+
+MAX_TTL = 10 * 365 * 86400.0
+"""The longest TTL accepted (ten years): anything longer is a mistake."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    """A queue's limits and dead-letter queue (see the module docstring)."""
+
+    max_deliveries: int | None = None
+    ttl: float | None = None
+    """Seconds."""
+    dead_letter: str | None = None
+    """``hf://<domain>/<queue>``."""
+    max_messages: int | None = None
+    max_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_deliveries", "max_messages", "max_bytes"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise Invalid(pb.STATUS_INVALID_ARGUMENT, f"{name} must be a positive integer")
+        if self.max_deliveries is not None and self.max_deliveries >= 2**32:
+            raise Invalid(pb.STATUS_INVALID_ARGUMENT, "max_deliveries must be below 2**32")
+        if self.ttl is not None and not 0 < self.ttl <= MAX_TTL:
+            raise Invalid(pb.STATUS_INVALID_ARGUMENT, f"ttl must be in (0, {MAX_TTL:.0f}] seconds")
+        if self.dead_letter is not None:
+            parse_queue_uri(self.dead_letter)
+
+    @property
+    def empty(self) -> bool:
+        """True when the policy sets nothing (the queue behaves as if it had none)."""
+        return self == NO_POLICY
+
+    @property
+    def limits_depth(self) -> bool:
+        """True when PUTs must be checked against a depth limit."""
+        return self.max_messages is not None or self.max_bytes is not None
+
+    def check_for(self, uri: str) -> None:
+        """Refuse a policy that cannot work for the queue at ``uri``."""
+        if self.dead_letter == uri:
+            raise Invalid(pb.STATUS_INVALID_ARGUMENT, f"{uri} cannot be its own dead-letter queue")
+
+    def to_wire(self) -> pb.QueuePolicy:
+        """The policy as a ``holdfast.v1.QueuePolicy`` (0 / empty for unset fields)."""
+        return pb.QueuePolicy(
+            max_deliveries=self.max_deliveries or 0,
+            ttl_ms=round(self.ttl * 1000) if self.ttl is not None else 0,
+            dead_letter_uri=self.dead_letter or "",
+            max_messages=self.max_messages or 0,
+            max_bytes=self.max_bytes or 0,
+        )
+
+    @classmethod
+    def from_wire(cls, wire: pb.QueuePolicy) -> QueuePolicy:
+        """Parse a wire policy; raises ``Invalid`` for values out of range."""
+        return cls(
+            max_deliveries=wire.max_deliveries or None,
+            ttl=wire.ttl_ms / 1000 if wire.ttl_ms else None,
+            dead_letter=wire.dead_letter_uri or None,
+            max_messages=wire.max_messages or None,
+            max_bytes=wire.max_bytes or None,
+        )
+
+    def to_json(self) -> str:
+        """Compact JSON of the set fields (how the sqlite store keeps it)."""
+        return json.dumps(
+            {k: v for k, v in asdict(self).items() if v is not None}, separators=(",", ":")
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> QueuePolicy:
+        """Read back ``to_json``; raises ``ValueError`` if it does not parse."""
+        data: Any = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("a queue policy must be a JSON object")
+        try:
+            return cls(**data)
+        except (TypeError, Invalid) as error:
+            raise ValueError(f"unreadable queue policy {text[:80]!r}: {error}") from None
+
+
+NO_POLICY = QueuePolicy()
+"""The policy of a queue nobody set one for."""
+
+__all__ = [
+    "DEATH_REASON",
+    "DEATH_REASONS",
+    "DELIVERY_COUNT",
+    "MAX_TTL",
+    "NO_POLICY",
+    "ORIGINAL_URI",
+    "REASON_DELIVERY_LIMIT",
+    "REASON_EXPIRED",
+    "REASON_REJECTED",
+    "QueuePolicy",
+]

@@ -1,0 +1,185 @@
+"""All queues of a broker, by URI: created on first use, dropped when idle, deleted
+and purged by operators, and swept on a timer.
+
+An unused queue costs nothing once it is idle: no handle, no message, no policy and a
+GUID history that has expired. It cannot be dropped sooner, because its history must
+outlive its handles for as long as the dedup window says a replay may still come.
+``sweep()`` (every ``SWEEP_INTERVAL`` seconds, from the broker) releases messages
+whose reject delay is over, dead-letters ready messages past their TTL and drops
+idle queues.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+from holdfast.broker.deadletter import Graveyard
+from holdfast.broker.dedup import (
+    DEFAULT_GRACE,
+    DEFAULT_WINDOW,
+    GuidHistory,
+    HistoryBudget,
+    default_max_guids,
+)
+from holdfast.broker.policy import NO_POLICY, QueuePolicy
+from holdfast.broker.queues import Queue
+from holdfast.broker.store import MessageKey, RecoveredState, Store, StoreBatch
+from holdfast.broker.updates import Updates
+from holdfast.proto import pb
+from holdfast.proto.validate import Invalid
+
+SWEEP_INTERVAL = 0.1
+"""Seconds between sweeps: the granularity of reject delays and TTLs."""
+
+IDLE_SCAN_INTERVAL = 5.0
+"""Seconds between looks for idle queues to drop (a look visits every queue)."""
+
+
+class QueueRegistry:
+    """All queues of the broker, by URI, created on first use."""
+
+    def __init__(
+        self,
+        store: Store,
+        dedup_window: float = DEFAULT_WINDOW,
+        dedup_max_guids: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        dedup_grace: float = DEFAULT_GRACE,
+    ) -> None:
+        self._queues: dict[str, Queue] = {}
+        self._dedup_window = dedup_window
+        self._dedup_grace = dedup_grace
+        self.budget = HistoryBudget(
+            default_max_guids() if dedup_max_guids is None else dedup_max_guids
+        )
+        """The GUIDs all queues' histories hold, against the broker's bound."""
+        self._clock = clock
+        self._store = store
+        self.updates = Updates(store)
+        self.graveyard = Graveyard(store, self.open, clock)
+        """Moves dead messages to dead-letter queues (``deadletter``)."""
+        self.dropped_idle = 0
+        """Idle queues dropped (metrics)."""
+        self.timed: set[Queue] = set()
+        """Queues with delayed messages or a TTL: the ones ``sweep()`` visits each time."""
+        self._next_idle_scan = clock() + IDLE_SCAN_INTERVAL
+
+    def __iter__(self) -> Iterator[Queue]:
+        return iter(list(self._queues.values()))
+
+    def __len__(self) -> int:
+        return len(self._queues)
+
+    def get(self, uri: str) -> Queue | None:
+        """The queue at ``uri`` if it exists."""
+        return self._queues.get(uri)
+
+    def open(self, uri: str) -> Queue:
+        """The queue at ``uri``, created empty if it does not exist yet."""
+        queue = self._queues.get(uri)
+        if queue is None:
+            history = GuidHistory(
+                self._dedup_window, self._dedup_grace, self.budget, self._clock, uri
+            )
+            queue = self._queues[uri] = Queue(
+                uri, history, self.updates, self.graveyard, self._clock, self.timed
+            )
+        return queue
+
+    def restore(self, state: RecoveredState) -> tuple[int, int]:
+        """Load what a store recovered: ready messages (in order), GUID history and
+        policies. Returns (messages, history entries kept)."""
+        messages = 0
+        for uri, ready in state.queues.items():
+            self.open(uri).enqueue(ready)
+            messages += len(ready)
+        kept = 0
+        for entry in state.history:
+            queue = self.open(entry.queue_uri)
+            queue.history.record(entry.guid, entry.digest, entry.accepted_at)
+            kept += entry.guid in queue.history
+        for uri, policy in state.policies.items():
+            queue = self.open(uri)
+            queue.policy = policy
+            if policy.ttl is not None:
+                self.timed.add(queue)
+        return messages, kept
+
+    def set_policy(self, uri: str, policy: QueuePolicy) -> StoreBatch:
+        """Set (or with ``NO_POLICY`` clear) the policy of ``uri``; returns the store
+        batch that makes it durable. Raises ``Invalid`` for a policy that cannot work."""
+        policy.check_for(uri)
+        queue = self.open(uri)
+        queue.policy = NO_POLICY if policy.empty else policy
+        if policy.ttl is not None:
+            self.timed.add(queue)
+        # New limits apply at once: what is past them now goes, and delivery resumes.
+        queue.expire(self._clock())
+        queue.deliver()
+        return StoreBatch(policies=[(uri, queue.policy)])
+
+    def purge(self, uri: str) -> tuple[int, StoreBatch]:
+        """Remove the ready and delayed messages of ``uri``; consumers keep what they
+        hold unconfirmed. Returns how many went and the store batch to write."""
+        queue = self._require(uri)
+        purged = queue.purge()
+        return len(purged), StoreBatch(removed=[MessageKey(uri, m.guid) for m in purged])
+
+    def delete(self, uri: str) -> tuple[int, StoreBatch]:
+        """Delete ``uri`` with its messages, history and policy. Refused with
+        ``QUEUE_IN_USE`` while any session has it open (or a PUT to it is in flight):
+        close the handles first. Returns how many messages went and the batch."""
+        queue = self._require(uri)
+        if queue.handles or queue.in_flight:
+            raise Invalid(
+                pb.STATUS_QUEUE_IN_USE,
+                f"{uri} has {queue.handles} open handles and {len(queue.in_flight)} PUTs "
+                "in flight; close them before deleting it",
+            )
+        del self._queues[uri]
+        self.timed.discard(queue)
+        count = len(queue.live)
+        queue.purge()
+        queue.live.clear()
+        queue.live_bytes = 0
+        queue.history.clear()
+        return count, StoreBatch(deleted=[uri])
+
+    def sweep(self) -> None:
+        """Release due delayed messages, expire ready ones past their TTL and, every
+        ``IDLE_SCAN_INTERVAL``, drop idle queues whose history has expired."""
+        now = self._clock()
+        for queue in list(self.timed):
+            if queue.delayed:
+                queue.release_due(now)
+            if queue.policy.ttl is not None:
+                if queue.ready:
+                    queue.expire(now)
+            elif not queue.delayed:
+                self.timed.discard(queue)
+        if now >= self._next_idle_scan:
+            self._next_idle_scan = now + IDLE_SCAN_INTERVAL
+            self.drop_idle(now)
+
+    def drop_idle(self, now: float) -> int:
+        """Drop every idle queue whose history has expired; returns how many."""
+        idle: list[str] = []
+        for uri, queue in self._queues.items():
+            if queue.idle:
+                queue.history.expire(now)
+                if not len(queue.history):
+                    idle.append(uri)
+        for uri in idle:
+            self.timed.discard(self._queues.pop(uri))
+        self.dropped_idle += len(idle)
+        return len(idle)
+
+    def _require(self, uri: str) -> Queue:
+        queue = self._queues.get(uri)
+        if queue is None:
+            raise Invalid(pb.STATUS_NOT_FOUND, f"no queue {uri} on this broker")
+        return queue
+
+
+__all__ = ["IDLE_SCAN_INTERVAL", "SWEEP_INTERVAL", "QueueRegistry"]

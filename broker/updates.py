@@ -1,0 +1,109 @@
+"""Confirmations and delivery counts on their way to the store.
+
+A PUSH leaves only once the store has made its new delivery count durable, so a
+redelivery after a crash, even a kill -9, always counts higher than every delivery
+before it. With the memory store that costs nothing (its writes are done at once);
+with SQLite a PUSH waits for the next group commit. ``Updates`` gathers the changes
+of one turn of the event loop into one store batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Iterable
+from typing import TYPE_CHECKING
+
+from holdfast.broker.store import (
+    Completed,
+    DeliveryUpdate,
+    MessageKey,
+    Store,
+    StoreBatch,
+    StoredMessage,
+    settle,
+)
+
+if TYPE_CHECKING:
+    from holdfast.broker.queues import Consumer
+
+log = logging.getLogger(__name__)
+
+PendingPush = tuple["Consumer", StoredMessage, int]
+"""A PUSH waiting for its delivery count to be durable: (consumer, message, count)."""
+
+
+class Updates:
+    """Confirmations and delivery-count changes, gathered during one turn of the event
+    loop and handed to the store as one batch at the end of it. The PUSHes carrying
+    the new counts leave once that batch is durable."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._batch = StoreBatch()
+        self._pushes: list[PendingPush] = []
+        self._scheduled = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def removed(self, queue_uri: str, guid: bytes) -> None:
+        """``guid`` was confirmed and left ``queue_uri``."""
+        self._batch.removed.append(MessageKey(queue_uri, guid))
+        self._schedule()
+
+    def delivered(self, updates: Iterable[DeliveryUpdate], pushes: list[PendingPush]) -> None:
+        """Messages were handed to consumers and their delivery counts changed; their
+        PUSHes leave once the counts are durable."""
+        self._batch.delivered.extend(updates)
+        self._pushes.extend(pushes)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Hand what was gathered to the store now, without waiting for it."""
+        self._scheduled = False
+        batch, self._batch = self._batch, StoreBatch()
+        pushes, self._pushes = self._pushes, []
+        if batch:
+            result = self._store.write(batch)
+            if isinstance(result, Completed):
+                _send(pushes)
+                return
+            task = asyncio.get_running_loop().create_task(self._settle(result, batch, pushes))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _settle(
+        self, result: Awaitable[None], batch: StoreBatch, pushes: list[PendingPush]
+    ) -> None:
+        try:
+            await settle(result)
+        except Exception:
+            # Not fatal: a confirmed message may come back after a restart, and a count
+            # not made durable may repeat after one (logged; delivery matters more).
+            log.exception(
+                "the store failed to record %d confirmations and %d delivery counts",
+                len(batch.removed),
+                len(batch.delivered),
+            )
+        _send(pushes)
+
+    async def drain(self) -> None:
+        """Flush and wait until every batch handed over has settled."""
+        self.flush()
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
+
+
+def _send(pushes: list[PendingPush]) -> None:
+    """PUSH what is still the consumer's under the same count (a consumer that left
+    meanwhile gave its messages back; their next delivery counts higher)."""
+    for consumer, message, count in pushes:
+        if consumer.unconfirmed.get(message.guid) is message and message.delivery_count == count:
+            consumer.sink.push(consumer.queue_id, message, count)
+
+
+__all__ = ["PendingPush", "Updates"]
