@@ -18,17 +18,14 @@ from typing import Any, TypeVar
 
 import grpc
 
-from holdfast.broker.policy import QueuePolicy
 from holdfast.broker.queues import Queue
 from holdfast.broker.registry import QueueRegistry
 from holdfast.broker.store import Store, StoreBatch
-from holdfast.proto import pb
+from holdfast.proto import ADMIN_SERVICE, pb
+from holdfast.proto.policy import QueuePolicy
 from holdfast.proto.validate import Invalid, parse_queue_uri
 
 log = logging.getLogger(__name__)
-
-ADMIN_SERVICE = "holdfast.v1.Admin"
-"""The gRPC service name of the admin calls."""
 
 MAX_PEEK = 1000
 """Most messages one ``Peek`` returns."""
@@ -192,4 +189,4 @@ def _guarded(
     return call
 
 
-__all__ = ["ADMIN_SERVICE", "MAX_PEEK", "AdminService"]
+__all__ = ["MAX_PEEK", "AdminService"]

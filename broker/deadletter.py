@@ -23,8 +23,8 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from holdfast.broker.policy import DEATH_REASON, DELIVERY_COUNT, ORIGINAL_URI
 from holdfast.broker.store import MessageKey, Store, StoreBatch, StoredMessage, settle
+from holdfast.proto.policy import DEATH_REASON, DELIVERY_COUNT, ORIGINAL_URI
 from holdfast.proto.validate import Invalid, parse_queue_uri
 
 if TYPE_CHECKING:

@@ -17,7 +17,17 @@ Metrics (counters get Prometheus's ``_total`` suffix):
 - ``holdfast_broker_dedup_hits_total{queue}``: replays ACKed without enqueuing;
 - ``holdfast_broker_queue_depth{queue}``: ready (undelivered) messages;
 - ``holdfast_broker_unconfirmed{queue}``: delivered, not yet confirmed messages;
-- ``holdfast_broker_sessions``: connected sessions.
+- ``holdfast_broker_sessions``: connected sessions;
+- ``holdfast_broker_redeliveries_total{queue}``: PUSHes of messages delivered before;
+- ``holdfast_broker_rejected_total{queue}``: messages consumers rejected;
+- ``holdfast_broker_dead_lettered_total{queue,reason}``: messages that left for the
+  dead-letter queue (or were dropped without one), by ``x-death-reason``;
+- ``holdfast_broker_expired_total{queue}``: ready messages past their TTL;
+- ``holdfast_broker_dead_letters_dropped_total{reason}``: dead messages dropped because
+  their queue had no dead-letter queue;
+- ``holdfast_broker_queue_bytes{queue}``: payload bytes of all its messages;
+- ``holdfast_broker_oldest_message_age_seconds{queue}``: how long its oldest message
+  has waited (0 when empty).
 """
 
 from __future__ import annotations
@@ -32,6 +42,18 @@ from holdfast.broker.registry import QueueRegistry
 from holdfast.proto import status_name
 
 
+def _oldest_age(queue: Queue, now: float | None) -> float:
+    """Seconds the queue's oldest message has waited; 0 when empty or when the event
+    loop changed the queue while this thread looked (the next scrape will see it)."""
+    if now is None:
+        return 0.0
+    try:
+        accepted_at = queue.oldest_accepted_at()
+    except RuntimeError:  # a deque or dict mutated during the look
+        return 0.0
+    return 0.0 if accepted_at is None else max(0.0, now - accepted_at)
+
+
 class BrokerCollector(Collector):
     """Reads the broker's counters and queues at scrape time."""
 
@@ -40,8 +62,10 @@ class BrokerCollector(Collector):
         queues: QueueRegistry,
         acks: dict[int, int],
         sessions: Callable[[], int],
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self._queues = queues
+        self._clock = clock
         self._acks = acks
         self._sessions = sessions
 
@@ -84,4 +108,56 @@ class BrokerCollector(Collector):
             acks.add_metric([status_name(status)], count)
         sessions = GaugeMetricFamily("holdfast_broker_sessions", "connected sessions")
         sessions.add_metric([], self._sessions())
-        return [messages_in, messages_out, acks, dedup, depth, unconfirmed, sessions]
+        return [
+            messages_in,
+            messages_out,
+            acks,
+            dedup,
+            depth,
+            unconfirmed,
+            sessions,
+            *self._policy_metrics(queues),
+        ]
+
+    def _policy_metrics(self, queues: list[Queue]) -> list[Metric]:
+        """What consumers' failures and queue policies did (issue #14's metrics)."""
+        redeliveries = CounterMetricFamily(
+            "holdfast_broker_redeliveries", "PUSHes of messages delivered before", labels=["queue"]
+        )
+        rejected = CounterMetricFamily(
+            "holdfast_broker_rejected", "messages consumers rejected", labels=["queue"]
+        )
+        dead = CounterMetricFamily(
+            "holdfast_broker_dead_lettered",
+            "messages dead-lettered (or dropped without a dead-letter queue), by reason",
+            labels=["queue", "reason"],
+        )
+        expired = CounterMetricFamily(
+            "holdfast_broker_expired", "ready messages past their TTL", labels=["queue"]
+        )
+        size = GaugeMetricFamily(
+            "holdfast_broker_queue_bytes", "payload bytes of all messages", labels=["queue"]
+        )
+        oldest = GaugeMetricFamily(
+            "holdfast_broker_oldest_message_age_seconds",
+            "how long the oldest message has waited",
+            labels=["queue"],
+        )
+        now = self._clock() if self._clock is not None else None
+        for queue in queues:
+            labels = [queue.uri]
+            redeliveries.add_metric(labels, queue.redelivered)
+            rejected.add_metric(labels, queue.rejected)
+            for reason, count in sorted(queue.dead.copy().items()):
+                dead.add_metric([queue.uri, reason], count)
+            expired.add_metric(labels, queue.dead["expired"])
+            size.add_metric(labels, queue.live_bytes)
+            oldest.add_metric(labels, _oldest_age(queue, now))
+        dropped = CounterMetricFamily(
+            "holdfast_broker_dead_letters_dropped",
+            "dead messages dropped: their queue had no dead-letter queue",
+            labels=["reason"],
+        )
+        for reason, count in sorted(self._queues.graveyard.dropped.copy().items()):
+            dropped.add_metric([reason], count)
+        return [redeliveries, rejected, dead, expired, size, oldest, dropped]

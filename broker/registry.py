@@ -22,11 +22,11 @@ from holdfast.broker.dedup import (
     HistoryBudget,
     default_max_guids,
 )
-from holdfast.broker.policy import NO_POLICY, QueuePolicy
 from holdfast.broker.queues import Queue
 from holdfast.broker.store import MessageKey, RecoveredState, Store, StoreBatch
 from holdfast.broker.updates import Updates
 from holdfast.proto import pb
+from holdfast.proto.policy import NO_POLICY, QueuePolicy
 from holdfast.proto.validate import Invalid
 
 SWEEP_INTERVAL = 0.1

@@ -109,7 +109,9 @@ class Broker:
             from holdfast.proto.metrics_http import MetricsServer
 
             self.metrics = MetricsServer(
-                BrokerCollector(self.queues, self.puts.acks, lambda: len(self._sessions))
+                BrokerCollector(
+                    self.queues, self.puts.acks, lambda: len(self._sessions), self.clock
+                )
             )
             try:
                 log.info("metrics on %s", self.metrics.start(self.config.metrics_port))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from holdfast.broker.policy import NO_POLICY
 from holdfast.broker.sqlite_schema import (
     CLEAR_POLICY,
     DELETE_MESSAGE,
@@ -21,6 +20,7 @@ from holdfast.broker.sqlite_schema import (
     encode_properties,
 )
 from holdfast.broker.store import StoreBatch
+from holdfast.proto.policy import NO_POLICY
 
 
 class Rows:

@@ -48,7 +48,6 @@ import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
-from holdfast.broker.policy import QueuePolicy
 from holdfast.broker.store import (
     NO_PROPERTIES,
     HistoryEntry,
@@ -56,6 +55,7 @@ from holdfast.broker.store import (
     StoredMessage,
     StoreError,
 )
+from holdfast.proto.policy import QueuePolicy
 
 SCHEMA_VERSION = 3
 """The layout this module reads and writes (``meta.schema_version``)."""

@@ -30,7 +30,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
 from holdfast.broker.dedup import DEFAULT_GRACE, DEFAULT_WINDOW
-from holdfast.broker.policy import QueuePolicy
+from holdfast.proto.policy import QueuePolicy
 
 NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})
 """The shared, read-only properties of a message that has none."""

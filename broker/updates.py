@@ -25,7 +25,7 @@ from holdfast.broker.store import (
 )
 
 if TYPE_CHECKING:
-    from holdfast.broker.queues import Consumer
+    from holdfast.broker.consumers import Consumer
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,8 @@ accepts. The SDK, the proxy and the broker share, from this package:
 - ``validate``: queue URI, open, PUT and property checks, bounded quoting;
 - ``stream`` and ``outbox``: one served session stream (broker and proxy);
 - ``serve``: binding a gRPC server of the contract, signals, ``HOST:PORT``;
-- ``metrics_http``: the Prometheus endpoint of the broker and the proxy.
+- ``metrics_http``: the Prometheus endpoint of the broker and the proxy;
+- ``policy``: queue policies (limits, TTL, dead letters) for the broker and the admin client.
 
 The contract's rules are described in ``docs/contract.md``.
 """
@@ -25,6 +26,8 @@ SESSION_METHOD = f"/{SERVICE_NAME}/Session"
 COMMIT_MARK = "CommitMark"
 COMMIT_MARK_METHOD = f"/{SERVICE_NAME}/{COMMIT_MARK}"
 """The unary call that reads and records commit marks (``holdfast.broker.marks``)."""
+ADMIN_SERVICE = "holdfast.v1.Admin"
+"""The gRPC service of the admin calls (the broker serves it; ``holdfast`` calls it)."""
 
 
 def status_name(status: int) -> str:
@@ -37,6 +40,7 @@ def status_name(status: int) -> str:
 
 
 __all__ = [
+    "ADMIN_SERVICE",
     "COMMIT_MARK",
     "COMMIT_MARK_METHOD",
     "PROTOCOL_VERSION",

@@ -424,6 +424,7 @@ class SessionEngine:
         self._outbound.add(frame, FRAME_SIZE)
 
     def _report_queue_unknown(self, queue: QueueRecord) -> None:
+        self._puts.busy.discard(queue.queue_id)
         for put in self._puts.of_queue(queue.queue_id):
             self._out.report(put, AckStatus.UNKNOWN)
 

@@ -17,7 +17,9 @@
     ├── ConfirmDroppedError                  CONFIRM not sent (link down or stale delivery);
     │                                        the broker will redeliver the message
     ├── RequestFailedError                   the broker refused an open/configure/close
-    │   └── CommitMarkConflictError          a version committed again with other content
+    │   ├── CommitMarkConflictError          a version committed again with other content
+    │   ├── QueueNotFoundError               an admin call named a queue the broker does not know
+    │   └── QueueInUseError                  delete refused: the queue has open handles
     ├── RequestTimeoutError (TimeoutError)   an open/configure did not complete in time
     ├── SessionClosedError                   the session was closed by the application
     ├── RpcError                             a request/reply call failed (holdfast.sdk.rpc)
@@ -124,6 +126,15 @@ class RequestFailedError(HoldfastError):
 class CommitMarkConflictError(RequestFailedError):
     """A commit mark was recorded again for the same version with another digest: the
     same batch was written twice with different content (``Session.commit_mark``)."""
+
+
+class QueueNotFoundError(RequestFailedError):
+    """An admin call (``holdfast.sdk.admin``) named a queue the broker does not hold."""
+
+
+class QueueInUseError(RequestFailedError):
+    """A queue delete was refused: sessions still have the queue open (or PUTs to it
+    are in flight). Nothing was deleted; close the handles and try again."""
 
 
 class RequestTimeoutError(HoldfastError, TimeoutError):

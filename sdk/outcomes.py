@@ -100,6 +100,7 @@ class Outcomes:
         queues = self._queues.by_id
         append = self.callbacks.append
         held = puts.held
+        busy = puts.busy
         for ack in batch.acks:
             guid = ack.guid
             wire = ack.status
@@ -117,6 +118,8 @@ class Outcomes:
             released += put[6]
             if held:
                 held.pop(guid, None)
+            if busy:
+                busy.discard(put[QUEUE_ID])
             if relay is not None:
                 relay((guid, wire))
                 continue

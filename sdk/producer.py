@@ -77,7 +77,7 @@ class Producer:
             self._link.state is not LinkState.DISCONNECTED
             and outbound.queued_bytes + outbound.transport_bytes >= outbound.high_watermark
         )
-        busy = queue_id is not None and bool(self._puts.held) and self._puts.holds_queue(queue_id)
+        busy = queue_id is not None and bool(self._puts.busy) and self._puts.holds_queue(queue_id)
         if not (over or busy):
             return 0.0
         remaining = HIGH_WATERMARK_WAIT - (now - waiting_since)

@@ -1,6 +1,7 @@
 """Rule 2's buffer: every posted PUT, by GUID in post order, until it is reported.
 
-Also the PUTs the broker pushed back (``STATUS_HISTORY_FULL``: not taken *yet*),
+Also the PUTs the broker pushed back (``STATUS_HISTORY_FULL`` or ``QUEUE_FULL``: not
+taken *yet*),
 which stay buffered and are retransmitted on a back-off timer, and the age rule:
 a PUT's age runs from its first post, on each hop's monotonic clock, and travels
 on the wire as ``Put.age_ms`` so that no hop restarts it (``holdfast.sdk.frames``
@@ -57,7 +58,16 @@ def retransmit_margin(window: float) -> float:
 class PutBuffer:
     """Pending PUTs in post order, their byte count, and the pushed-back ones."""
 
-    __slots__ = ("_held", "_pending", "_retry_at", "_retry_delay", "by_guid", "bytes", "held")
+    __slots__ = (
+        "_held",
+        "_pending",
+        "_retry_at",
+        "_retry_delay",
+        "busy",
+        "by_guid",
+        "bytes",
+        "held",
+    )
 
     def __init__(self) -> None:
         self._pending: dict[bytes, PendingPut] = {}
@@ -69,6 +79,10 @@ class PutBuffer:
         self._held: dict[bytes, int] = {}
         self.held = self._held
         """Pushed-back PUTs (GUID -> queue id), waiting for their retry."""
+        self.busy: set[int] = set()
+        """Queues the broker pushed back on, from the push-back until a PUT of theirs gets
+        an outcome (or the link drops): ``post()`` waits while its queue is here. Kept
+        apart from ``held``, which empties while a retry is on the wire."""
         self._retry_at: float | None = None
         self._retry_delay = RETRY_INITIAL
 
@@ -102,13 +116,14 @@ class PutBuffer:
         if put is None:
             return
         self._held[guid] = put[QUEUE_ID]
+        self.busy.add(put[QUEUE_ID])
         if self._retry_at is None:
             self._retry_at = now + self._retry_delay
             self._retry_delay = min(self._retry_delay * 2, RETRY_MAXIMUM)
 
     def holds_queue(self, queue_id: int) -> bool:
-        """True while some PUT of this queue waits for its retry."""
-        return queue_id in self._held.values()
+        """True while the broker pushes back on this queue's PUTs (``busy``)."""
+        return queue_id in self.busy
 
     @property
     def retry_at(self) -> float | None:
@@ -132,5 +147,6 @@ class PutBuffer:
     def release_holds(self) -> None:
         """The link dropped: held PUTs are retransmitted by the restore like any other."""
         self._held.clear()
+        self.busy.clear()
         self._retry_at = None
         self._retry_delay = RETRY_INITIAL

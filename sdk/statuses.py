@@ -3,7 +3,8 @@
 - an ACK's wire status -> ``AckStatus`` (``ack_status``), and back for the outcomes
   the SDK decides itself (``wire_status_of``);
 - a refused open/configure/close -> ``RequestFailedError`` (``request_error``), a
-  refused commit mark call -> its typed error (``commit_mark_error``);
+  refused commit mark call -> its typed error (``commit_mark_error``), a refused
+  admin call -> its typed error (``admin_error``);
 - a refused contract check (``holdfast.proto.validate.Invalid``) -> the SDK's typed
   ``InvalidArgumentError`` (``invalid_error``);
 - an SDK error -> the wire status a proxy relays it with (``relay_status``).
@@ -23,6 +24,8 @@ from holdfast.sdk.errors import (
     InvalidQueueUriError,
     NotWritableError,
     PayloadTooLargeError,
+    QueueInUseError,
+    QueueNotFoundError,
     RequestFailedError,
     RequestTimeoutError,
 )
@@ -94,6 +97,19 @@ def commit_mark_error(status: int, message: str) -> HoldfastError | None:
         return CommitMarkConflictError(status_name(status), message)
     if status == pb.STATUS_INVALID_ARGUMENT:
         return InvalidArgumentError(message)
+    return RequestFailedError(status_name(status), message)
+
+
+def admin_error(status: int, message: str) -> HoldfastError | None:
+    """The error a refused admin call raises (None for ``STATUS_OK``)."""
+    if status == pb.STATUS_OK:
+        return None
+    if status == pb.STATUS_INVALID_ARGUMENT:
+        return InvalidArgumentError(message)
+    if status == pb.STATUS_NOT_FOUND:
+        return QueueNotFoundError(status_name(status), message)
+    if status == pb.STATUS_QUEUE_IN_USE:
+        return QueueInUseError(status_name(status), message)
     return RequestFailedError(status_name(status), message)
 
 

@@ -1,7 +1,7 @@
 """Queue policies: what the broker does with a queue's messages beyond delivering them.
 
 A ``QueuePolicy`` is set per queue by an operator (``holdfast policy set``) and kept by
-the store (the sqlite store persists it; the memory store keeps it for the process's
+the broker's store (the sqlite store persists it; the memory store keeps it for the process's
 life). Every field is optional; ``None`` means no limit:
 
 - ``max_deliveries``: a message PUSHed this many times is not PUSHed again; it is

@@ -1,0 +1,4 @@
+"""The ``holdfast`` operator command: list, inspect, purge and delete queues, set their
+policies and replay dead letters, through a broker's admin service
+(``holdfast.sdk.admin``). ``cli`` parses and runs the commands; ``render`` prints
+their results as tables or JSON."""

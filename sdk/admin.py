@@ -1,0 +1,193 @@
+"""Operating a broker's queues from Python: what the ``holdfast`` command uses.
+
+::
+
+    from holdfast.sdk.admin import AdminClient, QueuePolicy
+
+    with AdminClient("127.0.0.1:7700") as admin:
+        admin.set_policy("hf://shop/orders", QueuePolicy(max_deliveries=5,
+                         dead_letter="hf://shop/orders.dlq"))
+        for queue in admin.queues():
+            print(queue.uri, queue.ready, queue.unconfirmed)
+
+The admin service runs on the broker (not the proxy): point it at a broker's
+``--listen`` address. Each call is unary; refusals raise typed errors mapped in
+``holdfast.sdk.statuses`` (``InvalidArgumentError``, ``QueueNotFoundError``,
+``QueueInUseError``, ``RequestFailedError``), and link failures are sorted at the
+transport boundary (``RetryableTransportError`` for a broker that cannot be reached,
+``TerminalTransportError`` for one that refuses the service).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from holdfast.proto import ADMIN_SERVICE, pb
+from holdfast.proto.policy import QueuePolicy
+from holdfast.proto.validate import Invalid, parse_queue_uri
+from holdfast.sdk.errors import TerminalTransportError
+from holdfast.sdk.statuses import admin_error, invalid_error
+from holdfast.sdk.transport import classify_rpc_error
+
+DEFAULT_TIMEOUT = 10.0
+"""Seconds an admin call may take, connecting included."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """A queue as the broker sees it now (``holdfast stats``)."""
+
+    uri: str
+    ready: int
+    """Messages waiting for delivery, including those waiting out a reject delay."""
+    unconfirmed: int
+    """Messages delivered and not yet confirmed."""
+    bytes: int
+    """Payload bytes of all its messages."""
+    consumers: int
+    handles: int
+    """Queue handles open on it, over all sessions."""
+    oldest_age: float
+    """Seconds the oldest message has waited (0 when empty)."""
+    accepted: int
+    redelivered: int
+    rejected: int
+    dead_lettered: int
+    """Messages moved to the dead-letter queue or dropped, all reasons."""
+    expired: int
+    policy: QueuePolicy
+
+    @classmethod
+    def from_wire(cls, stats: pb.QueueStats) -> QueueInfo:
+        """Read a ``holdfast.v1.QueueStats``."""
+        return cls(
+            stats.uri,
+            stats.ready,
+            stats.unconfirmed,
+            stats.bytes,
+            stats.consumers,
+            stats.handles,
+            stats.oldest_age_seconds,
+            stats.accepted,
+            stats.redelivered,
+            stats.rejected,
+            stats.dead_lettered,
+            stats.expired,
+            QueuePolicy.from_wire(stats.policy),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PeekedMessage:
+    """A ready message seen without taking it (``holdfast peek``)."""
+
+    guid: bytes
+    payload: bytes
+    properties: Mapping[str, str]
+    delivery_count: int
+    age: float
+    """Seconds since the broker accepted it."""
+
+
+class AdminClient:
+    """Calls a broker's admin service at ``address`` (``HOST:PORT``)."""
+
+    def __init__(self, address: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.address = address
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(address)
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the channel."""
+        self._channel.close()
+
+    def queues(self) -> list[QueueInfo]:
+        """Every queue the broker holds, sorted by URI."""
+        reply = self._call("ListQueues", pb.ListQueuesRequest(), pb.ListQueuesReply)
+        return [QueueInfo.from_wire(stats) for stats in reply.queues]
+
+    def stats(self, uri: str) -> QueueInfo:
+        """One queue's figures; ``QueueNotFoundError`` if the broker does not hold it."""
+        reply = self._call("QueueStats", pb.QueueRequest(uri=_uri(uri)), pb.QueueStatsReply)
+        return QueueInfo.from_wire(reply.stats)
+
+    def peek(self, uri: str, count: int = 10) -> list[PeekedMessage]:
+        """The first ``count`` ready messages (at most 1000), left in the queue."""
+        request = pb.PeekRequest(uri=_uri(uri), count=max(1, min(count, 1000)))
+        reply = self._call("Peek", request, pb.PeekReply)
+        return [
+            PeekedMessage(m.guid, m.payload, dict(m.properties), m.delivery_count, m.age_seconds)
+            for m in reply.messages
+        ]
+
+    def purge(self, uri: str) -> int:
+        """Remove the ready messages (consumers keep what they hold); returns how many."""
+        reply = self._call("Purge", pb.QueueRequest(uri=_uri(uri)), pb.CountReply)
+        return int(reply.count)
+
+    def delete(self, uri: str) -> int:
+        """Delete an unused queue with its messages, dedup history and policy; returns
+        how many messages went. ``QueueInUseError`` while sessions have it open."""
+        reply = self._call("Delete", pb.QueueRequest(uri=_uri(uri)), pb.CountReply)
+        return int(reply.count)
+
+    def set_policy(self, uri: str, policy: QueuePolicy) -> QueuePolicy:
+        """Replace the queue's policy (``QueuePolicy()`` clears it); returns it as set."""
+        request = pb.SetPolicyRequest(uri=_uri(uri), policy=policy.to_wire())
+        reply = self._call("SetPolicy", request, pb.PolicyReply)
+        return QueuePolicy.from_wire(reply.policy)
+
+    def policy(self, uri: str) -> QueuePolicy:
+        """The queue's policy (all ``None`` when none is set)."""
+        reply = self._call("GetPolicy", pb.QueueRequest(uri=_uri(uri)), pb.PolicyReply)
+        return QueuePolicy.from_wire(reply.policy)
+
+    def replay_dead_letters(self, uri: str) -> tuple[int, str]:
+        """Move every ready message of the dead-letter queue ``uri`` back to its
+        ``x-original-uri``, once each; returns how many and the broker's note on
+        messages it left in place (empty if none)."""
+        reply = self._call("ReplayDeadLetters", pb.QueueRequest(uri=_uri(uri)), pb.CountReply)
+        return int(reply.count), reply.message
+
+    def _call(self, method: str, request: Any, reply_type: Any) -> Any:
+        call = self._channel.unary_unary(
+            f"/{ADMIN_SERVICE}/{method}",
+            request_serializer=type(request).SerializeToString,
+            response_deserializer=reply_type.FromString,
+        )
+        try:
+            reply = call(request, timeout=self.timeout, wait_for_ready=False)
+        except grpc.RpcError as error:
+            code = error.code() if isinstance(error, grpc.Call) else None
+            if code is grpc.StatusCode.UNIMPLEMENTED:
+                raise TerminalTransportError(
+                    f"{self.address} does not serve the admin service "
+                    "(is it a proxy? point --address at a broker)"
+                ) from None
+            raise classify_rpc_error(error) from None
+        problem = admin_error(reply.status, reply.message)
+        if problem is not None:
+            raise problem
+        return reply
+
+
+def _uri(uri: str) -> str:
+    """Check a URI before sending it: bad input fails here, typed, without a call."""
+    try:
+        parse_queue_uri(uri)
+    except Invalid as error:
+        raise invalid_error(error) from None
+    return uri
+
+
+__all__ = ["AdminClient", "PeekedMessage", "QueueInfo", "QueuePolicy"]

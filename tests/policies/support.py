@@ -1,0 +1,70 @@
+"""Helpers of the policy tests: sessions that reconnect fast, and collecting consumers."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+
+from holdfast.sdk import Message, QueueOptions, Session
+from holdfast.sdk.admin import AdminClient
+from holdfast.sdk.errors import QueueNotFoundError
+from holdfast.sdk.options import ReconnectOptions, SessionOptions
+from tests.support.waiting import wait_until
+
+FAST = SessionOptions(reconnect=ReconnectOptions(initial=0.01, maximum=0.1))
+QUICK_RETRY = QueueOptions(retry_delay=0.01, retry_delay_max=0.05)
+"""A handler that raises is retried after 10-50 ms, so delivery limits are reached fast."""
+
+
+class Collector:
+    """An ``on_message`` that keeps every message and confirms it (unless told not to)."""
+
+    def __init__(self, confirm: bool = True) -> None:
+        self.messages: list[Message] = []
+        self._confirm = confirm
+        self._lock = threading.Lock()
+
+    def __call__(self, message: Message) -> None:
+        with self._lock:
+            self.messages.append(message)
+        if self._confirm:
+            message.confirm()
+
+    def guids(self) -> list[uuid.UUID]:
+        """GUIDs received, in order."""
+        with self._lock:
+            return [m.guid for m in self.messages]
+
+    def wait_for(self, count: int, timeout: float = 15.0) -> list[Message]:
+        """Wait until ``count`` messages arrived; return them."""
+        wait_until(lambda: len(self.messages) >= count, timeout, f"{count} messages")
+        with self._lock:
+            return list(self.messages)
+
+
+def post_all(session: Session, uri: str, payloads: list[bytes]) -> list[uuid.UUID]:
+    """Post ``payloads`` to ``uri`` and wait until each is ACKed."""
+    queue = session.open_queue(uri, write=True)
+    guids = [queue.post(p) for p in payloads]
+    assert session.flush(timeout=15)
+    queue.close()
+    return guids
+
+
+def always_raises(seen: list[Message]) -> Callable[[Message], None]:
+    """A handler that records each delivery and fails it."""
+
+    def handle(message: Message) -> None:
+        seen.append(message)
+        raise RuntimeError("poison")
+
+    return handle
+
+
+def ready(admin: AdminClient, uri: str) -> int:
+    """Ready messages of ``uri`` (0 while the broker does not know it yet)."""
+    try:
+        return admin.stats(uri).ready
+    except QueueNotFoundError:
+        return 0
