@@ -13,6 +13,15 @@ the write fails the message goes back to the front of its source queue.
 
 A dead-letter queue's own depth limit does not refuse a move (the message would
 have nowhere to go); its TTL and delivery limit apply to what it holds as usual.
+
+A message that carries ``x-dead-letter-notify`` (a queue URI; request/reply sets it
+to the caller's reply queue) also sends a *notice* there in the same batch: an empty
+message under ``dead_letter_notice_guid(guid)`` with ``x-death-reason``,
+``x-original-uri``, ``x-delivery-count`` and ``x-dead-guid`` (osrdyne's dead-letter
+responder, done by the broker so that it works when no worker is alive).
+
+Copies are built with the dead message's digest so that replays of the original PUT
+keep being recognised; notices have none (nobody PUTs them).
 """
 
 from __future__ import annotations
@@ -24,7 +33,15 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from holdfast.broker.store import MessageKey, Store, StoreBatch, StoredMessage, settle
-from holdfast.proto.policy import DEATH_REASON, DELIVERY_COUNT, ORIGINAL_URI
+from holdfast.proto.policy import (
+    DEAD_GUID,
+    DEAD_LETTER_NOTIFY,
+    DEATH_REASON,
+    DELIVERY_COUNT,
+    ORIGINAL_URI,
+    PICKUP_TTL,
+    dead_letter_notice_guid,
+)
 from holdfast.proto.validate import Invalid, parse_queue_uri
 
 if TYPE_CHECKING:
@@ -32,6 +49,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+_SPENT = frozenset((PICKUP_TTL, DEAD_LETTER_NOTIFY))
 DEATH_PROPERTIES = (DEATH_REASON, ORIGINAL_URI, DELIVERY_COUNT)
 """The properties a move to a dead-letter queue adds (and a replay removes)."""
 
@@ -52,43 +70,58 @@ class Graveyard:
         """Dead messages moved to a dead-letter queue, by reason."""
 
     def bury(self, queue: Queue, dead: list[tuple[StoredMessage, str]]) -> None:
-        """Move ``dead`` out of ``queue`` (see the module docstring)."""
+        """Move ``dead`` out of ``queue`` (see the module docstring), and send the notice
+        of each that asks for one (``x-dead-letter-notify``)."""
         target_uri = queue.policy.dead_letter
         batch = StoreBatch(removed=[MessageKey(queue.uri, m.guid) for m, _ in dead])
-        if target_uri is None:
-            for message, reason in dead:
-                queue.forget(message)
+        now = self._clock()
+        copies: list[StoredMessage] = []
+        for message, reason in dead:
+            death = {
+                DEATH_REASON: reason,
+                ORIGINAL_URI: queue.uri,
+                DELIVERY_COUNT: str(message.delivery_count),
+            }
+            if target_uri is not None:
+                # The per-message rules did their job: a dead letter must not expire from
+                # the dead-letter queue, nor notify again.
+                properties = {
+                    k: v for k, v in message.properties.items() if k not in _SPENT
+                } | death
+                copies.append(
+                    StoredMessage(
+                        target_uri,
+                        message.guid,
+                        message.payload,
+                        properties,
+                        now,
+                        0,
+                        message.digest,
+                    )
+                )
+                self.moved[reason] += 1
+            else:
                 self.dropped[reason] += 1
+            notify = message.properties.get(DEAD_LETTER_NOTIFY) if message.properties else None
+            if notify is not None:
+                death[DEAD_GUID] = message.guid.hex()
+                copies.append(
+                    StoredMessage(notify, dead_letter_notice_guid(message.guid), b"", death, now)
+                )
+        if target_uri is None:
             log.warning(
                 "%s: dropped %d dead messages (%s): the queue has no dead-letter queue",
                 queue.uri,
                 len(dead),
                 ", ".join(sorted({reason for _, reason in dead})),
             )
+        if not copies:
+            for message, _ in dead:
+                queue.forget(message)
             self._write_quietly(batch)
             return
-        now = self._clock()
-        copies = [
-            StoredMessage(
-                target_uri,
-                message.guid,
-                message.payload,
-                {
-                    **message.properties,
-                    DEATH_REASON: reason,
-                    ORIGINAL_URI: queue.uri,
-                    DELIVERY_COUNT: str(message.delivery_count),
-                },
-                now,
-                0,
-                message.digest,
-            )
-            for message, reason in dead
-        ]
         batch.messages = copies
-        self._move(queue, [m for m, _ in dead], target_uri, copies, batch)
-        for _, reason in dead:
-            self.moved[reason] += 1
+        self._move(queue, [m for m, _ in dead], copies, batch)
 
     def replay(self, dead_letters: Queue) -> tuple[list[StoredMessage], list[str]]:
         """Take every ready message of a dead-letter queue and start moving each back to
@@ -119,13 +152,13 @@ class Graveyard:
                 origin, message.guid, message.payload, properties, now, 0, message.digest
             )
             by_target.setdefault(origin, []).append((message, copy))
-        for origin, pairs in by_target.items():
+        for pairs in by_target.values():
             originals = [m for m, _ in pairs]
             batch = StoreBatch(
                 messages=[c for _, c in pairs],
                 removed=[MessageKey(dead_letters.uri, m.guid) for m in originals],
             )
-            self._move(dead_letters, originals, origin, [c for _, c in pairs], batch)
+            self._move(dead_letters, originals, [c for _, c in pairs], batch)
         return moving, problems
 
     async def wait(self) -> None:
@@ -137,7 +170,6 @@ class Graveyard:
         self,
         source: Queue,
         originals: list[StoredMessage],
-        target_uri: str,
         copies: list[StoredMessage],
         batch: StoreBatch,
     ) -> None:
@@ -151,7 +183,7 @@ class Graveyard:
             self._undo(source, originals)
             return
         task = asyncio.get_running_loop().create_task(
-            self._finish(result, source, originals, target_uri, copies)
+            self._finish(result, source, originals, copies)
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -161,26 +193,28 @@ class Graveyard:
         result: Awaitable[None],
         source: Queue,
         originals: list[StoredMessage],
-        target_uri: str,
         copies: list[StoredMessage],
     ) -> None:
         try:
             await settle(result)
         except Exception:
             log.exception(
-                "%s: moving %d messages to %s failed; they stay in %s",
+                "%s: moving %d messages out failed; they stay in %s",
                 source.uri,
                 len(originals),
-                target_uri,
                 source.uri,
             )
             self._undo(source, originals)
             return
-        target = self._open(target_uri)
+        targets: dict[str, Queue] = {}
         for copy in copies:
+            target = targets.get(copy.queue_uri)
+            if target is None:
+                target = targets[copy.queue_uri] = self._open(copy.queue_uri)
             if copy.guid not in target.live:
                 target.add(copy)
-        target.deliver()
+        for target in targets.values():
+            target.deliver()
 
     @staticmethod
     def _undo(source: Queue, originals: list[StoredMessage]) -> None:

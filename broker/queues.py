@@ -34,6 +34,7 @@ from holdfast.broker.store import DeliveryUpdate, StoredMessage
 from holdfast.broker.updates import PendingPush, Updates
 from holdfast.proto.policy import (
     NO_POLICY,
+    PICKUP_TTL,
     REASON_DELIVERY_LIMIT,
     REASON_EXPIRED,
     REASON_REJECTED,
@@ -71,6 +72,9 @@ class Queue:
         self.ready: deque[StoredMessage] = deque()
         self.delayed: list[tuple[float, int, StoredMessage]] = []
         """Messages rejected with a delay: a heap of (due time, order, message)."""
+        self.pickups: list[tuple[float, int, StoredMessage]] = []
+        """Messages with a pickup TTL (``x-ttl-ms``): a heap of (deadline, order,
+        message); one delivered before its deadline is skipped when it comes due."""
         self.history = history
         self.in_flight: dict[bytes, tuple[asyncio.Future[bool], int]] = {}
         """GUIDs accepted but still being written to the store -> (the future that says
@@ -130,6 +134,11 @@ class Queue:
         self.live[message.guid] = message
         self.live_bytes += len(message.payload)
         self.ready.append(message)
+        if message.properties and PICKUP_TTL in message.properties:
+            deadline = message.accepted_at + int(message.properties[PICKUP_TTL]) / 1000
+            heapq.heappush(self.pickups, (deadline, next(_sequence), message))
+            if self._timed is not None:
+                self._timed.add(self)
 
     def enqueue(self, messages: Iterable[StoredMessage]) -> None:
         """Append newly accepted (already durable) messages; call ``deliver()`` after."""
@@ -238,6 +247,25 @@ class Queue:
             self._bury(dead)
         return len(dead)
 
+    def expire_pickups(self, now: float) -> int:
+        """Dead-letter the messages whose pickup TTL passed before their first delivery;
+        returns how many. Rare (a request nobody picked up), so a removal from the
+        middle of the ready deque is affordable."""
+        pickups = self.pickups
+        dead: list[tuple[StoredMessage, str]] = []
+        while pickups and pickups[0][0] <= now:
+            message = heapq.heappop(pickups)[2]
+            if message.delivery_count or self.live.get(message.guid) is not message:
+                continue  # picked up in time, or gone
+            try:
+                self.ready.remove(message)
+            except ValueError:
+                continue  # delayed after a reject: it was picked up
+            dead.append((message, REASON_EXPIRED))
+        if dead:
+            self._bury(dead)
+        return len(dead)
+
     def purge(self) -> list[StoredMessage]:
         """Remove every ready and delayed message (not those consumers hold); returns
         them for the caller to record in the store."""
@@ -245,6 +273,7 @@ class Queue:
         purged.extend(entry[2] for entry in self.delayed)
         self.ready.clear()
         self.delayed.clear()
+        self.pickups.clear()
         for message in purged:
             self.forget(message)
         return purged

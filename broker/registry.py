@@ -153,10 +153,12 @@ class QueueRegistry:
         for queue in list(self.timed):
             if queue.delayed:
                 queue.release_due(now)
+            if queue.pickups:
+                queue.expire_pickups(now)
             if queue.policy.ttl is not None:
                 if queue.ready:
                     queue.expire(now)
-            elif not queue.delayed:
+            elif not queue.delayed and not queue.pickups:
                 self.timed.discard(queue)
         if now >= self._next_idle_scan:
             self._next_idle_scan = now + IDLE_SCAN_INTERVAL

@@ -2,7 +2,10 @@
 
 A ``QueuePolicy`` is set per queue by an operator (``holdfast policy set``) and kept by
 the broker's store (the sqlite store persists it; the memory store keeps it for the process's
-life). Every field is optional; ``None`` means no limit:
+life). Every field is optional; ``None`` means no limit (two more rules are set per message,
+by properties the PUT carries: ``x-ttl-ms``, a *pickup* TTL that applies until the
+message's first delivery, and ``x-dead-letter-notify``, a queue told with a notice
+when the message is dead-lettered; request/reply sets both):
 
 - ``max_deliveries``: a message PUSHed this many times is not PUSHed again; it is
   dead-lettered with reason ``delivery-limit`` (a poison message stops looping);
@@ -18,12 +21,18 @@ life). Every field is optional; ``None`` means no limit:
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from holdfast.proto import pb
-from holdfast.proto.validate import Invalid, parse_queue_uri
+from holdfast.proto.validate import (
+    DEAD_LETTER_NOTIFY,
+    PICKUP_TTL,
+    Invalid,
+    parse_queue_uri,
+)
 
 REASON_DELIVERY_LIMIT = "delivery-limit"
 REASON_EXPIRED = "expired"
@@ -35,6 +44,21 @@ DEATH_REASON = "x-death-reason"
 ORIGINAL_URI = "x-original-uri"
 DELIVERY_COUNT = "x-delivery-count"
 """Properties a dead-lettered message carries (the first two are fixed names)."""
+
+DEAD_GUID = "x-dead-guid"
+"""On a dead-letter notice: the hex GUID of the message that died."""
+
+_NOTICE_NAMESPACE = b"holdfast-dead-letter-notice/1:"
+
+
+def dead_letter_notice_guid(guid: bytes) -> bytes:
+    """The GUID of the notice sent to a message's ``x-dead-letter-notify`` queue: a
+    UUIDv8 (RFC 9562) of a SHA-256, so the notice of one message is one GUID."""
+    digest = bytearray(hashlib.sha256(_NOTICE_NAMESPACE + guid).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x80
+    digest[8] = (digest[8] & 0x3F) | 0x80
+    return bytes(digest)
+
 
 MAX_TTL = 10 * 365 * 86400.0
 """The longest TTL accepted (ten years): anything longer is a mistake."""
@@ -122,14 +146,18 @@ NO_POLICY = QueuePolicy()
 """The policy of a queue nobody set one for."""
 
 __all__ = [
+    "DEAD_GUID",
+    "DEAD_LETTER_NOTIFY",
     "DEATH_REASON",
     "DEATH_REASONS",
     "DELIVERY_COUNT",
     "MAX_TTL",
     "NO_POLICY",
     "ORIGINAL_URI",
+    "PICKUP_TTL",
     "REASON_DELIVERY_LIMIT",
     "REASON_EXPIRED",
     "REASON_REJECTED",
     "QueuePolicy",
+    "dead_letter_notice_guid",
 ]

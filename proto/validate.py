@@ -95,12 +95,43 @@ def properties_size(properties: Mapping[str, str]) -> int:
     return sum(len(key.encode()) + len(value.encode()) for key, value in properties.items())
 
 
+PICKUP_TTL = "x-ttl-ms"
+"""Per-message property: milliseconds the message may wait for its *first* delivery;
+past them the broker dead-letters it (reason ``expired``). Request/reply sets it to a
+call's pickup timeout."""
+
+DEAD_LETTER_NOTIFY = "x-dead-letter-notify"
+"""Per-message property: a queue URI told when the message is dead-lettered (a notice
+under ``dead_letter_notice_guid``): the request/reply caller's reply queue, so a
+caller learns at once why its request will never be answered."""
+
+MAX_PICKUP_TTL_MS = 10 * 365 * 86400 * 1000
+
+
+def message_policy_problem(properties: Mapping[str, str]) -> str | None:
+    """Why the per-message policy properties (``PICKUP_TTL``, ``DEAD_LETTER_NOTIFY``)
+    are invalid, or ``None``."""
+    ttl = properties.get(PICKUP_TTL)
+    if ttl is not None and not (ttl.isdigit() and 0 < int(ttl) <= MAX_PICKUP_TTL_MS):
+        return f"{PICKUP_TTL} must be a whole number of milliseconds > 0, got {quote(ttl, 32)}"
+    notify = properties.get(DEAD_LETTER_NOTIFY)
+    if notify is not None:
+        try:
+            parse_queue_uri(notify)
+        except InvalidUri as error:
+            return f"{DEAD_LETTER_NOTIFY}: {error.message}"
+    return None
+
+
 def properties_problem(properties: Mapping[str, str], limits: Limits) -> str | None:
     """Why ``properties`` (already ``str -> str``, as decoded from the wire) break
-    ``limits``, or ``None`` if they do not."""
+    ``limits`` or carry an invalid per-message policy, or ``None`` if they do not."""
     if len(properties) > limits.max_properties:
         return _too_many(len(properties), limits)
-    return _too_big(properties_size(properties), limits)
+    problem = _too_big(properties_size(properties), limits)
+    if problem is None and (PICKUP_TTL in properties or DEAD_LETTER_NOTIFY in properties):
+        problem = message_policy_problem(properties)
+    return problem
 
 
 def _too_many(count: int, limits: Limits) -> str:
@@ -141,6 +172,8 @@ def check_properties(properties: object, limits: Limits) -> tuple[dict[str, str]
             f"properties must be valid Unicode: {quote(error.object)} has a lone surrogate",
         ) from None
     problem = _too_big(size, limits)
+    if problem is None and (PICKUP_TTL in copied or DEAD_LETTER_NOTIFY in copied):
+        problem = message_policy_problem(copied)
     if problem is not None:
         raise Invalid(pb.STATUS_INVALID_PROPERTIES, problem)
     return copied, size

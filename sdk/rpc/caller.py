@@ -7,8 +7,13 @@ what arrives on the reply queue is matched to them, and anything about a call
 that is over (a late duplicate, a heartbeat) is confirmed and dropped, so each
 call completes exactly once.
 
-A timer thread ends calls: at the pickup deadline if no worker has picked the
-request up (``DeadLetteredError``, reason ``expired``), at the call's timeout
+The broker ends a call first when it dead-letters the request: it was not picked
+up within its pickup TTL (sent a little under the pickup timeout,
+``_broker_pickup_ms``) or reached the service queue's delivery limit; its notice on
+the reply queue becomes ``DeadLetteredError`` with the broker's reason. A timer
+thread ends the rest: at the pickup deadline if no worker has picked the request up
+and no notice came (the broker unreachable: ``DeadLetteredError``, reason
+``expired``), at the call's timeout
 otherwise (``WorkerLostError`` if the worker stopped heartbeating, else
 ``RpcTimeoutError``), telling the worker to cancel. The futures are
 ``concurrent.futures.Future``; an asyncio front-end wraps them with
@@ -144,7 +149,7 @@ class Caller:
         try:
             target.post(
                 payload,
-                wire.request_properties(user, reply_to, expires, key),
+                wire.request_properties(user, reply_to, expires, key, _broker_pickup_ms(pickup)),
                 lambda ack: self._on_request_ack(call, ack),
                 guid=guid,
             )
@@ -223,6 +228,11 @@ class Caller:
                 self._finish(call, reply=reply)
             elif kind == wire.FAILURE:
                 self._finish(call, error=_remote_error(properties, message.payload))
+            elif kind is None and wire.DEATH_REASON in properties:  # the broker's notice
+                reason = properties[wire.DEATH_REASON][:64]
+                self._finish(
+                    call, error=DeadLetteredError(reason, wire.dead_letter_text(properties))
+                )
         # redelivered later; the call is over by then, so it is dropped
         with contextlib.suppress(HoldfastError):
             message.confirm()
@@ -347,6 +357,13 @@ class Caller:
             else:
                 self._wakeup.wait(max(0.0, nearest - time.monotonic()))
             self._wakeup.clear()
+
+
+def _broker_pickup_ms(pickup: float) -> int:
+    """The pickup TTL the broker enforces: a margin under the caller's own pickup
+    deadline (a quarter of it, at most 1 s), so the broker's notice, with its reason,
+    normally arrives before the caller's timer gives up on its own."""
+    return max(1, round((pickup - min(pickup / 4, 1.0)) * 1000))
 
 
 def _domain(uri: str) -> str:

@@ -27,7 +27,9 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from holdfast.proto.policy import DEAD_GUID, DELIVERY_COUNT
 from holdfast.proto.uri import parse_queue_uri
+from holdfast.proto.validate import DEAD_LETTER_NOTIFY, PICKUP_TTL
 from holdfast.sdk.errors import InvalidPropertiesError
 
 PREFIX = "x-rpc-"
@@ -55,6 +57,9 @@ DEAD_LETTER = "dead-letter"
 MAX_ERROR_TEXT = 1000
 """Characters of an error message carried in an error reply."""
 
+_CALL_POLICY = frozenset((PICKUP_TTL, DEAD_LETTER_NOTIFY))
+"""Per-message policy properties a call sets (the broker's pickup TTL and notice)."""
+
 _REPLY_NAMESPACE = b"holdfast-rpc-reply/1:"
 
 
@@ -71,10 +76,11 @@ def reply_guid(request_guid: uuid.UUID) -> uuid.UUID:
 
 
 def check_user_properties(properties: Mapping[str, str] | None) -> dict[str, str]:
-    """A copy of an application's properties; refuse reserved ``x-rpc-`` names."""
+    """A copy of an application's properties; refuse reserved ``x-rpc-`` names and the
+    per-message policy properties the call sets itself."""
     result = dict(properties or {})
     for name in result:
-        if isinstance(name, str) and name.startswith(PREFIX):
+        if isinstance(name, str) and (name.startswith(PREFIX) or name in _CALL_POLICY):
             raise InvalidPropertiesError(
                 f"property {name[:64]!r}: names starting with {PREFIX!r} are reserved"
             )
@@ -83,7 +89,9 @@ def check_user_properties(properties: Mapping[str, str] | None) -> dict[str, str
 
 def user_properties(properties: Mapping[str, str]) -> dict[str, str]:
     """The application's properties of a request or reply (reserved ones removed)."""
-    return {k: v for k, v in properties.items() if not k.startswith(PREFIX)}
+    return {
+        k: v for k, v in properties.items() if not k.startswith(PREFIX) and k not in _CALL_POLICY
+    }
 
 
 def wall_ms() -> int:
@@ -112,20 +120,35 @@ def parse_request(properties: Mapping[str, str]) -> RequestHeader:
 
 
 def parse_request_guid(properties: Mapping[str, str]) -> uuid.UUID | None:
-    """The request GUID a reply-queue or control message is about (None if unreadable)."""
+    """The request GUID a reply-queue or control message is about (None if unreadable):
+    ``x-rpc-request``, or ``x-dead-guid`` on the broker's dead-letter notice."""
     try:
-        return uuid.UUID(hex=properties.get(REQUEST, ""))
+        return uuid.UUID(hex=properties.get(REQUEST) or properties.get(DEAD_GUID, ""))
     except ValueError:
         return None
 
 
+def dead_letter_text(properties: Mapping[str, str]) -> str:
+    """What the broker's dead-letter notice says, for the caller's error."""
+    return (
+        f"the broker dead-lettered the request ({properties.get(DEATH_REASON, 'unknown')[:64]}) "
+        f"after {properties.get(DELIVERY_COUNT, '?')[:12]} deliveries"
+    )
+
+
 def request_properties(
-    user: dict[str, str], reply_to: str, expires_ms: int, key: str | None
+    user: dict[str, str], reply_to: str, expires_ms: int, key: str | None, pickup_ms: int = 0
 ) -> dict[str, str]:
-    """The properties of a request PUT."""
+    """The properties of a request PUT. With ``pickup_ms`` the broker itself
+    dead-letters the request if no worker takes it within that time, and tells the
+    caller's reply queue (``PICKUP_TTL``, ``DEAD_LETTER_NOTIFY``); it also tells it when
+    the service queue's delivery limit dead-letters the request."""
     properties = dict(user)
     properties[REPLY_TO] = reply_to
     properties[EXPIRES] = str(expires_ms)
+    properties[DEAD_LETTER_NOTIFY] = reply_to
+    if pickup_ms > 0:
+        properties[PICKUP_TTL] = str(pickup_ms)
     if key is not None:
         properties[KEY] = key
     return properties

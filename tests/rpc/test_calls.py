@@ -104,7 +104,8 @@ def test_pickup_timeout_is_a_typed_dead_letter_and_the_request_never_runs(
     with pytest.raises(DeadLetteredError) as caught:
         caller.request(uri, b"late", timeout=10, pickup_timeout=0.5)
     assert caught.value.reason == "expired"
-    assert 0.4 < time.monotonic() - started < 5
+    assert 0.3 < time.monotonic() - started < 5
+    assert "broker dead-lettered" in str(caught.value)  # the broker's notice, not the timer
     # A worker arriving afterwards finds the expired request and does not run it.
     runs: list[bytes] = []
 
