@@ -8,13 +8,15 @@
     holdfast purge URI
     holdfast delete URI
     holdfast policy set URI [--max-deliveries N] [--ttl SECONDS] [--dead-letter URI]
-                            [--max-messages N] [--max-bytes N]
+                            [--max-messages N] [--max-bytes N] [--redirect URI]
     holdfast policy show URI [--json]
     holdfast dlq replay URI
 
 ``--address`` is a broker's listen address (default ``$HOLDFAST_BROKER_ADDRESS`` or
 ``127.0.0.1:7700``): the admin service runs on brokers, not on proxies. ``policy
-set`` changes only the fields given (``0`` clears one) and keeps the others.
+set`` changes only the fields given (``0`` clears one) and keeps the others; its URI
+may be a template, ``hf://<domain>/<prefix>*``, the policy of every queue whose name
+starts with the prefix and has none of its own.
 
 Exit codes: 0 done; 2 bad usage or input (a bad URI, a policy out of range); 3 the
 broker cannot be reached or does not serve the admin service; 4 no such queue; 5 the
@@ -98,6 +100,7 @@ def parser() -> argparse.ArgumentParser:
     set_.add_argument("--dead-letter", help="the dead-letter queue's URI ('' clears it)")
     set_.add_argument("--max-messages", type=int, help="depth limit in messages")
     set_.add_argument("--max-bytes", type=int, help="depth limit in payload bytes")
+    set_.add_argument("--redirect", help="send PUTs to this queue instead ('' clears it)")
     dlq = commands.add_parser("dlq", help="dead-letter queues")
     dlq_commands = dlq.add_subparsers(dest="action", required=True, metavar="ACTION")
     dlq_commands.add_parser(
@@ -187,6 +190,7 @@ def _policy_set(admin: AdminClient, args: argparse.Namespace) -> str:
         "dead_letter": args.dead_letter,
         "max_messages": args.max_messages,
         "max_bytes": args.max_bytes,
+        "redirect": args.redirect,
     }
     fields = {
         "max_deliveries": current.max_deliveries,
@@ -194,6 +198,7 @@ def _policy_set(admin: AdminClient, args: argparse.Namespace) -> str:
         "dead_letter": current.dead_letter,
         "max_messages": current.max_messages,
         "max_bytes": current.max_bytes,
+        "redirect": current.redirect,
     }
     for name, value in changes.items():
         if value is not None:

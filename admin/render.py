@@ -43,6 +43,7 @@ def policy_dict(policy: QueuePolicy) -> dict[str, Any]:
         "dead_letter": policy.dead_letter,
         "max_messages": policy.max_messages,
         "max_bytes": policy.max_bytes,
+        "redirect": policy.redirect,
     }
 
 
@@ -59,6 +60,8 @@ def policy_text(policy: QueuePolicy) -> str:
         parts.append(f"max-messages={policy.max_messages}")
     if policy.max_bytes is not None:
         parts.append(f"max-bytes={policy.max_bytes}")
+    if policy.redirect is not None:
+        parts.append(f"redirect={policy.redirect}")
     return " ".join(parts) or "none"
 
 

@@ -22,7 +22,7 @@ from holdfast.broker.queues import Queue
 from holdfast.broker.registry import QueueRegistry
 from holdfast.broker.store import Store, StoreBatch
 from holdfast.proto import ADMIN_SERVICE, pb
-from holdfast.proto.policy import QueuePolicy
+from holdfast.proto.policy import QueuePolicy, check_policy_uri
 from holdfast.proto.validate import Invalid, parse_queue_uri
 
 log = logging.getLogger(__name__)
@@ -107,8 +107,9 @@ class AdminService:
         return pb.CountReply(status=pb.STATUS_OK, count=count)
 
     async def set_policy(self, request: pb.SetPolicyRequest, context: Any) -> pb.PolicyReply:
-        """Replace the queue's policy (creating the queue if it does not exist)."""
-        parse_queue_uri(request.uri)
+        """Replace the policy of a queue (creating it if it does not exist) or of a
+        template (``hf://<domain>/<prefix>*``)."""
+        check_policy_uri(request.uri)
         policy = QueuePolicy.from_wire(request.policy)
         batch = self._queues.set_policy(request.uri, policy)
         await self._write(batch)
@@ -116,9 +117,12 @@ class AdminService:
         return pb.PolicyReply(status=pb.STATUS_OK, policy=policy.to_wire())
 
     async def get_policy(self, request: pb.QueueRequest, context: Any) -> pb.PolicyReply:
-        """The queue's policy (all zero when none is set)."""
-        queue = self._find(request.uri)
-        return pb.PolicyReply(status=pb.STATUS_OK, policy=queue.policy.to_wire())
+        """The policy in force at a queue (its own or its template's) or a template."""
+        check_policy_uri(request.uri)
+        policy = self._queues.policy_of(request.uri)
+        if policy is None:
+            raise Invalid(pb.STATUS_NOT_FOUND, f"no queue or template {request.uri} on this broker")
+        return pb.PolicyReply(status=pb.STATUS_OK, policy=policy.to_wire())
 
     async def replay(self, request: pb.QueueRequest, context: Any) -> pb.CountReply:
         """Move every ready message of a dead-letter queue back to its original queue,

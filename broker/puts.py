@@ -18,7 +18,9 @@ Per PutBatch frame:
    ``max_bytes``) is ACKed QUEUE_FULL, and one while the broker-wide history bound
    is reached HISTORY_FULL: the SDK keeps either and retries later (GUIDs are never
    evicted early, and nothing is dropped);
-6. the new messages of the frame go to the store in one ``write()``; once it is
+6. a PUT to a queue whose policy redirects (``QueuePolicy.redirect``) is all of the
+   above against the target queue instead: one hop, deduplicated there;
+7. the new messages of the frame go to the store in one ``write()``; once it is
    durable they are enqueued, recorded in the history and ACKed OK.
 
 Every PUT gets exactly one ACK, also when one frame carries the same GUID twice.
@@ -108,6 +110,7 @@ class PutPipeline:
         last_id = -1
         handle: QueueHandle | None = None
         last_queue: Queue | None = None
+        target: Queue = None  # type: ignore[assignment]  # set with last_queue
         depth_limited = False
         max_age = self.max_age_ms
         budget = self._budget
@@ -128,9 +131,13 @@ class PutPipeline:
                 if status == _OK:
                     queue = handle.queue
                     if queue is not last_queue:
-                        queue.history.expire(now)
                         last_queue = queue
-                        depth_limited = queue.policy.limits_depth
+                        target = queue
+                        if queue.policy.redirect is not None:
+                            target = self._queues.open(queue.policy.redirect)
+                        target.history.expire(now)
+                        depth_limited = target.policy.limits_depth
+                    queue = target
                     digest = content_digest(payload, properties)
                     pending = queue.in_flight.get(guid)
                     if pending is not None:

@@ -88,6 +88,9 @@ class Queue:
         self.live_bytes = 0
         """Payload bytes of ``live``."""
         self.policy: QueuePolicy = NO_POLICY
+        """The policy in force: the queue's own, or its template's."""
+        self.own_policy = False
+        """Whether ``policy`` was set on this queue (not inherited from a template)."""
         self.handles = 0
         """Queue handles open on it, over all sessions."""
         self._consumers: list[Consumer] = []
@@ -125,9 +128,7 @@ class Queue:
     def idle(self) -> bool:
         """No handle, no message, no policy, no PUT in flight: nothing to keep but the
         history (``QueueRegistry`` drops the queue once that has expired too)."""
-        return not (self.handles or self.live or self.in_flight or self.delayed) and (
-            self.policy is NO_POLICY or self.policy.empty
-        )
+        return not (self.handles or self.live or self.in_flight or self.delayed or self.own_policy)
 
     def add(self, message: StoredMessage) -> None:
         """Append one newly accepted (already durable) message; ``deliver()`` after."""

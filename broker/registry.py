@@ -26,7 +26,7 @@ from holdfast.broker.queues import Queue
 from holdfast.broker.store import MessageKey, RecoveredState, Store, StoreBatch
 from holdfast.broker.updates import Updates
 from holdfast.proto import pb
-from holdfast.proto.policy import NO_POLICY, QueuePolicy
+from holdfast.proto.policy import NO_POLICY, QueuePolicy, is_template, template_matches
 from holdfast.proto.validate import Invalid
 
 SWEEP_INTERVAL = 0.1
@@ -61,6 +61,9 @@ class QueueRegistry:
         """Moves dead messages to dead-letter queues (``deadletter``)."""
         self.dropped_idle = 0
         """Idle queues dropped (metrics)."""
+        self.templates: dict[str, QueuePolicy] = {}
+        """Policy templates (``hf://<domain>/<prefix>*``): the policy of every queue they
+        cover that has none of its own."""
         self.timed: set[Queue] = set()
         """Queues with delayed messages or a TTL: the ones ``sweep()`` visits each time."""
         self._next_idle_scan = clock() + IDLE_SCAN_INTERVAL
@@ -85,7 +88,37 @@ class QueueRegistry:
             queue = self._queues[uri] = Queue(
                 uri, history, self.updates, self.graveyard, self._clock, self.timed
             )
+            if self.templates:
+                self._inherit(queue)
         return queue
+
+    def policy_of(self, uri: str) -> QueuePolicy | None:
+        """The policy in force at ``uri`` (a queue or a template), None if unknown."""
+        if is_template(uri):
+            return self.templates.get(uri)
+        queue = self._queues.get(uri)
+        return None if queue is None else queue.policy
+
+    def _template_for(self, uri: str) -> QueuePolicy:
+        """The policy of the longest template covering ``uri`` (``NO_POLICY`` if none)."""
+        best, found = -1, NO_POLICY
+        for template, policy in self.templates.items():
+            if len(template) > best and template_matches(template, uri):
+                best, found = len(template), policy
+        return found
+
+    def _inherit(self, queue: Queue) -> None:
+        """Give a queue without a policy of its own its template's."""
+        if not queue.own_policy:
+            queue.policy = self._template_for(queue.uri)
+            self._policy_changed(queue)
+
+    def _policy_changed(self, queue: Queue) -> None:
+        if queue.policy.ttl is not None:
+            self.timed.add(queue)
+        # New limits apply at once: what is past them now goes, and delivery resumes.
+        queue.expire(self._clock())
+        queue.deliver()
 
     def restore(self, state: RecoveredState) -> tuple[int, int]:
         """Load what a store recovered: ready messages (in order), GUID history and
@@ -100,24 +133,40 @@ class QueueRegistry:
             queue.history.record(entry.guid, entry.digest, entry.accepted_at)
             kept += entry.guid in queue.history
         for uri, policy in state.policies.items():
+            if is_template(uri):
+                self.templates[uri] = policy
+                continue
             queue = self.open(uri)
-            queue.policy = policy
+            queue.policy, queue.own_policy = policy, True
             if policy.ttl is not None:
                 self.timed.add(queue)
+        for queue in self._queues.values():
+            if not queue.own_policy:
+                queue.policy = self._template_for(queue.uri)
         return messages, kept
 
     def set_policy(self, uri: str, policy: QueuePolicy) -> StoreBatch:
-        """Set (or with ``NO_POLICY`` clear) the policy of ``uri``; returns the store
-        batch that makes it durable. Raises ``Invalid`` for a policy that cannot work."""
+        """Set (or with ``NO_POLICY`` clear) the policy of the queue or template ``uri``;
+        a queue whose own policy is cleared falls back to its template's. Returns the
+        store batch that makes it durable. Raises ``Invalid`` for a policy that cannot
+        work."""
         policy.check_for(uri)
+        if policy.empty:
+            policy = NO_POLICY
+        if is_template(uri):
+            if policy is NO_POLICY:
+                self.templates.pop(uri, None)
+            else:
+                self.templates[uri] = policy
+            for queue in self._queues.values():
+                if template_matches(uri, queue.uri):
+                    self._inherit(queue)
+            return StoreBatch(policies=[(uri, policy)])
         queue = self.open(uri)
-        queue.policy = NO_POLICY if policy.empty else policy
-        if policy.ttl is not None:
-            self.timed.add(queue)
-        # New limits apply at once: what is past them now goes, and delivery resumes.
-        queue.expire(self._clock())
-        queue.deliver()
-        return StoreBatch(policies=[(uri, queue.policy)])
+        queue.own_policy = policy is not NO_POLICY
+        queue.policy = policy if queue.own_policy else self._template_for(uri)
+        self._policy_changed(queue)
+        return StoreBatch(policies=[(uri, policy)])
 
     def purge(self, uri: str) -> tuple[int, StoreBatch]:
         """Remove the ready and delayed messages of ``uri``; consumers keep what they

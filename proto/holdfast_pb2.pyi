@@ -59,18 +59,20 @@ STATUS_QUEUE_IN_USE: Status
 STATUS_NOT_FOUND: Status
 
 class QueuePolicy(_message.Message):
-    __slots__ = ("max_deliveries", "ttl_ms", "dead_letter_uri", "max_messages", "max_bytes")
+    __slots__ = ("max_deliveries", "ttl_ms", "dead_letter_uri", "max_messages", "max_bytes", "redirect_uri")
     MAX_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
     TTL_MS_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTER_URI_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    REDIRECT_URI_FIELD_NUMBER: _ClassVar[int]
     max_deliveries: int
     ttl_ms: int
     dead_letter_uri: str
     max_messages: int
     max_bytes: int
-    def __init__(self, max_deliveries: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., dead_letter_uri: _Optional[str] = ..., max_messages: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+    redirect_uri: str
+    def __init__(self, max_deliveries: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., dead_letter_uri: _Optional[str] = ..., max_messages: _Optional[int] = ..., max_bytes: _Optional[int] = ..., redirect_uri: _Optional[str] = ...) -> None: ...
 
 class ListQueuesRequest(_message.Message):
     __slots__ = ()

@@ -14,6 +14,8 @@ when the message is dead-lettered; request/reply sets both):
 - ``dead_letter``: the queue dead-lettered messages move to, with the properties
   ``x-death-reason``, ``x-original-uri`` and ``x-delivery-count``; without it they are
   dropped and counted (``holdfast_dead_letters_dropped_total``);
+- ``redirect``: PUTs to the queue are enqueued to that queue instead (keyed worker
+  pools send requests for a key with no bound queue to their orphan queue);
 - ``max_messages`` / ``max_bytes``: the depth limit. A PUT past it is answered
   ``STATUS_QUEUE_FULL``: the SDK keeps the message and retries, and ``post()`` waits
   and then raises ``BrokerBusyError`` like at the high watermark. Nothing is dropped.
@@ -75,6 +77,8 @@ class QueuePolicy:
     """``hf://<domain>/<queue>``."""
     max_messages: int | None = None
     max_bytes: int | None = None
+    redirect: str | None = None
+    """PUTs to the queue go to this queue instead (one hop, deduplicated there)."""
 
     def __post_init__(self) -> None:
         for name in ("max_deliveries", "max_messages", "max_bytes"):
@@ -87,6 +91,8 @@ class QueuePolicy:
             raise Invalid(pb.STATUS_INVALID_ARGUMENT, f"ttl must be in (0, {MAX_TTL:.0f}] seconds")
         if self.dead_letter is not None:
             parse_queue_uri(self.dead_letter)
+        if self.redirect is not None:
+            parse_queue_uri(self.redirect)
 
     @property
     def empty(self) -> bool:
@@ -102,6 +108,10 @@ class QueuePolicy:
         """Refuse a policy that cannot work for the queue at ``uri``."""
         if self.dead_letter == uri:
             raise Invalid(pb.STATUS_INVALID_ARGUMENT, f"{uri} cannot be its own dead-letter queue")
+        if self.redirect is not None and (
+            self.redirect == uri or template_matches(uri, self.redirect)
+        ):
+            raise Invalid(pb.STATUS_INVALID_ARGUMENT, f"{uri} cannot redirect to itself")
 
     def to_wire(self) -> pb.QueuePolicy:
         """The policy as a ``holdfast.v1.QueuePolicy`` (0 / empty for unset fields)."""
@@ -111,6 +121,7 @@ class QueuePolicy:
             dead_letter_uri=self.dead_letter or "",
             max_messages=self.max_messages or 0,
             max_bytes=self.max_bytes or 0,
+            redirect_uri=self.redirect or "",
         )
 
     @classmethod
@@ -122,6 +133,7 @@ class QueuePolicy:
             dead_letter=wire.dead_letter_uri or None,
             max_messages=wire.max_messages or None,
             max_bytes=wire.max_bytes or None,
+            redirect=wire.redirect_uri or None,
         )
 
     def to_json(self) -> str:
@@ -142,6 +154,29 @@ class QueuePolicy:
             raise ValueError(f"unreadable queue policy {text[:80]!r}: {error}") from None
 
 
+TEMPLATE_MARK = "*"
+"""A URI ending in it names a policy template: ``hf://<domain>/<prefix>*``."""
+
+
+def is_template(uri: str) -> bool:
+    """Whether ``uri`` names a policy template rather than a queue."""
+    return uri.endswith(TEMPLATE_MARK)
+
+
+def check_policy_uri(uri: str) -> None:
+    """Refuse (``InvalidUri``) what is neither a queue URI nor a template URI (a queue
+    URI whose last character ``*`` stands for any rest of the queue name)."""
+    if isinstance(uri, str) and is_template(uri):
+        parse_queue_uri(uri[: -len(TEMPLATE_MARK)])
+    else:
+        parse_queue_uri(uri)
+
+
+def template_matches(template: str, uri: str) -> bool:
+    """Whether the template URI ``template`` covers the queue ``uri``."""
+    return is_template(template) and uri.startswith(template[: -len(TEMPLATE_MARK)])
+
+
 NO_POLICY = QueuePolicy()
 """The policy of a queue nobody set one for."""
 
@@ -158,6 +193,10 @@ __all__ = [
     "REASON_DELIVERY_LIMIT",
     "REASON_EXPIRED",
     "REASON_REJECTED",
+    "TEMPLATE_MARK",
     "QueuePolicy",
+    "check_policy_uri",
     "dead_letter_notice_guid",
+    "is_template",
+    "template_matches",
 ]

@@ -27,7 +27,7 @@ from typing import Any
 import grpc
 
 from holdfast.proto import ADMIN_SERVICE, pb
-from holdfast.proto.policy import QueuePolicy
+from holdfast.proto.policy import QueuePolicy, check_policy_uri
 from holdfast.proto.validate import Invalid, parse_queue_uri
 from holdfast.sdk.errors import TerminalTransportError
 from holdfast.sdk.statuses import admin_error, invalid_error
@@ -142,14 +142,18 @@ class AdminClient:
         return int(reply.count)
 
     def set_policy(self, uri: str, policy: QueuePolicy) -> QueuePolicy:
-        """Replace the queue's policy (``QueuePolicy()`` clears it); returns it as set."""
-        request = pb.SetPolicyRequest(uri=_uri(uri), policy=policy.to_wire())
+        """Replace the policy of a queue or of a template URI (``hf://<domain>/<prefix>*``:
+        every queue whose name starts with the prefix and has no policy of its own);
+        ``QueuePolicy()`` clears it. Returns the policy as set."""
+        request = pb.SetPolicyRequest(uri=_uri(uri, template=True), policy=policy.to_wire())
         reply = self._call("SetPolicy", request, pb.PolicyReply)
         return QueuePolicy.from_wire(reply.policy)
 
     def policy(self, uri: str) -> QueuePolicy:
-        """The queue's policy (all ``None`` when none is set)."""
-        reply = self._call("GetPolicy", pb.QueueRequest(uri=_uri(uri)), pb.PolicyReply)
+        """The policy in force at a queue (its own, or its template's; all ``None``
+        when there is none) or at a template URI (``hf://<domain>/<prefix>*``)."""
+        request = pb.QueueRequest(uri=_uri(uri, template=True))
+        reply = self._call("GetPolicy", request, pb.PolicyReply)
         return QueuePolicy.from_wire(reply.policy)
 
     def replay_dead_letters(self, uri: str) -> tuple[int, str]:
@@ -181,10 +185,10 @@ class AdminClient:
         return reply
 
 
-def _uri(uri: str) -> str:
+def _uri(uri: str, template: bool = False) -> str:
     """Check a URI before sending it: bad input fails here, typed, without a call."""
     try:
-        parse_queue_uri(uri)
+        check_policy_uri(uri) if template else parse_queue_uri(uri)
     except Invalid as error:
         raise invalid_error(error) from None
     return uri

@@ -71,6 +71,7 @@ def test_queues_stats_peek_and_policy_in_tables_and_json(shared: BrokerProcess) 
         "max_bytes": None,
         "max_deliveries": None,
         "max_messages": None,
+        "redirect": None,
         "ttl_seconds": 30.0,
     }
     assert holdfast(shared.address, "policy", "show", uri).stdout.strip() == (

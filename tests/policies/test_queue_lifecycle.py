@@ -11,7 +11,12 @@ import pytest
 from holdfast.proto.policy import QueuePolicy
 from holdfast.sdk import Ack, AckStatus, QueueOptions, Session
 from holdfast.sdk.admin import AdminClient
-from holdfast.sdk.errors import BrokerBusyError, QueueInUseError, QueueNotFoundError
+from holdfast.sdk.errors import (
+    BrokerBusyError,
+    InvalidArgumentError,
+    QueueInUseError,
+    QueueNotFoundError,
+)
 from tests.policies.support import FAST, Collector, post_all
 from tests.support.processes import BrokerProcess
 from tests.support.waiting import wait_until
@@ -109,10 +114,12 @@ def test_a_policy_survives_a_broker_restart_on_sqlite(tmp_path: Path) -> None:
     with BrokerProcess(["--store", f"sqlite:{tmp_path / 'b.db'}"]) as broker:
         with AdminClient(broker.address) as admin:
             admin.set_policy(URI, policy)
+            admin.set_policy("hf://shop/k-*", QueuePolicy(redirect="hf://shop/o"))
         broker.kill()
         broker.restart()
         with AdminClient(broker.address) as admin:
             assert admin.policy(URI) == policy
+            assert admin.policy("hf://shop/k-*") == QueuePolicy(redirect="hf://shop/o")
             admin.set_policy(URI, QueuePolicy())
         broker.restart()
         with AdminClient(broker.address) as admin, pytest.raises(QueueNotFoundError):
@@ -131,3 +138,32 @@ def test_bad_policies_are_refused_with_a_typed_error(admin: AdminClient) -> None
         admin.set_policy("hf://bad uri", QueuePolicy())
     with pytest.raises(QueueNotFoundError):
         admin.policy(URI)
+
+
+def test_a_template_redirects_puts_of_queues_without_a_policy_of_their_own(
+    broker: BrokerProcess, admin: AdminClient
+) -> None:
+    template, orphans = "hf://shop/pool.key-*", "hf://shop/pool.orphans"
+    admin.set_policy(template, QueuePolicy(redirect=orphans))
+    assert admin.policy(template) == QueuePolicy(redirect=orphans)
+    with Session(broker.address, options=FAST) as session:
+        keyed = session.open_queue("hf://shop/pool.key-a", write=True)
+        guid = keyed.post(b"first")
+        assert session.flush(timeout=10)
+        assert admin.stats(orphans).ready == 1  # redirected
+        keyed.post(b"first", guid=guid)  # a retransmit: deduplicated at the target
+        assert session.flush(timeout=10)
+        assert admin.stats(orphans).ready == 1
+        assert admin.policy("hf://shop/pool.key-a").redirect == orphans  # inherited
+        # A policy of its own binds the queue: its PUTs stay there.
+        admin.set_policy("hf://shop/pool.key-a", QueuePolicy(max_deliveries=5))
+        keyed.post(b"second")
+        assert session.flush(timeout=10)
+        assert admin.stats("hf://shop/pool.key-a").ready == 1
+        # Cleared again, it falls back to the template.
+        admin.set_policy("hf://shop/pool.key-a", QueuePolicy())
+        keyed.post(b"third")
+        assert session.flush(timeout=10)
+    assert [m.payload for m in admin.peek(orphans)] == [b"first", b"third"]
+    with pytest.raises(InvalidArgumentError, match="redirect to itself"):
+        admin.set_policy(template, QueuePolicy(redirect="hf://shop/pool.key-x"))
