@@ -41,8 +41,9 @@ class RequestReply:
         Raises an ``RpcError``: ``RpcTimeoutError`` (``WorkerLostError`` if its
         worker stopped heartbeating), ``DeadLetteredError`` (reason ``expired``:
         not picked up within ``pickup_timeout``, default ``timeout``),
-        ``RemoteHandlerError``, ``RpcCancelledError``. ``key`` is carried as the
-        ``x-rpc-key`` property, for keyed worker pools. See ``holdfast.sdk.rpc``.
+        ``RemoteHandlerError``, ``RpcCancelledError``. With ``key`` the request goes to
+        the key's queue of the keyed worker pool ``uri`` (``holdfast.sdk.pool``) and
+        carries the key as ``x-rpc-key``. See ``holdfast.sdk.rpc``.
         """
         return self._rpc().call(
             uri,

@@ -48,6 +48,7 @@ from holdfast.sdk.errors import (
 )
 from holdfast.sdk.guids import Uuid7Source
 from holdfast.sdk.options import QueueOptions
+from holdfast.sdk.poolnames import key_queue_uri
 from holdfast.sdk.queue import Queue
 from holdfast.sdk.rpc import wire
 from holdfast.sdk.rpc.values import Reply
@@ -134,6 +135,8 @@ class Caller:
             raise InvalidArgumentError("pickup_timeout must be in (0, timeout]")
         user = wire.check_user_properties(properties)
         domain = _domain(uri)
+        if key is not None:
+            uri = key_queue_uri(uri, key)  # a keyed worker pool: the key's own queue
         target = self._open(self._targets, uri, {"write": True})
         reply_to = self._reply_queue(domain).uri
         now = time.monotonic()

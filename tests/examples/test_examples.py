@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.processes import BrokerProcess, ProxyProcess
+from tests.support.waiting import wait_until
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -78,6 +79,32 @@ def test_rpc_worker_and_caller_through_the_proxy(broker: BrokerProcess) -> None:
     assert "gadget x1..x10: [10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0]" in out
     assert "gizmo: ValueError: unknown item 'gizmo'" in out
     assert "unserved: dead-lettered, reason expired" in out
+
+
+@pytest.mark.timeout(120)
+def test_pool_worker_and_caller(broker: BrokerProcess, tmp_path: Path) -> None:
+    """The README's keyed worker pool: holdfast-pool starting pool_worker.py per key."""
+    log = tmp_path / "pool.log"
+    with log.open("wb") as sink:
+        manager = subprocess.Popen(
+            [
+                sys.executable, "-m", "holdfast.pool", "--address", broker.address,
+                "--pool", "hf://infra/sim",
+                "--worker-command", f"{sys.executable} {EXAMPLES / 'pool_worker.py'}",
+            ],
+            stderr=sink,
+        )  # fmt: skip
+    try:
+        wait_until(lambda: b"managing pool" in log.read_bytes(), 30, "the pool manager")
+        out = run_example("pool_caller.py", "--address", broker.address)
+    finally:
+        manager.terminate()  # by PID; it stops the workers it started
+        assert manager.wait(60) == 0
+    assert out.splitlines() == [
+        "simulated a train for 42",
+        "simulated a train for 43",
+        "simulated a train for 42",
+    ]
 
 
 @pytest.mark.timeout(120)

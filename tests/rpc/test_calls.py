@@ -30,6 +30,7 @@ from holdfast.sdk import (
     Worker,
     WorkerOptions,
 )
+from holdfast.sdk.poolnames import key_queue_uri
 from holdfast.sdk.rpc import caller as caller_module
 from holdfast.sdk.rpc import wire
 from tests.support.processes import BrokerProcess
@@ -60,7 +61,8 @@ def test_reply_carries_payload_properties_and_request_guid(
         seen.append(request)
         return request.payload.upper(), {"len": str(len(request.payload))}
 
-    with Worker(worker_session, uri, handle):
+    # A keyed request goes to the key's queue of the pool ``uri`` (holdfast.sdk.pool).
+    with Worker(worker_session, key_queue_uri(uri, "tenant-7"), handle):
         reply = caller.request(uri, b"hello", properties={"a": "b"}, key="tenant-7", timeout=10)
     assert reply.payload == b"HELLO"
     assert reply.properties == {"len": "5"}

@@ -1,0 +1,105 @@
+"""``holdfast-pool``: run the manager of one keyed worker pool.
+
+::
+
+    holdfast-pool --address HOST:PORT --pool NAME --worker-command CMD
+                  [--driver subprocess|noop] [--unbind-delay S] [--stop-delay S]
+                  [--max-deliveries N] [--admin-address HOST:PORT]
+
+``NAME`` is the pool's URI, ``hf://<domain>/<pool>`` (``<domain>/<pool>`` works too).
+``CMD`` is split like a shell would split it (``shlex``) but never run by a shell;
+each worker gets ``WORKER_ID``, ``WORKER_KEY``, ``WORKER_POOL``,
+``WORKER_REQUESTS_QUEUE`` and ``HOLDFAST_ADDRESS`` in its environment. The admin
+calls (policies, queue stats) go to ``--admin-address``, by default ``--address``:
+point either at a broker. Every flag has a ``HOLDFAST_`` environment variable. Stops
+on SIGTERM/SIGINT, stopping the workers it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+from holdfast.pool.drivers import DRIVERS, NoopDriver, SubprocessDriver, WorkerGroupDriver
+from holdfast.pool.manager import PoolManager, PoolSettings
+from holdfast.proto.cli_support import add_common_flags, apply_environment, configure_logging
+from holdfast.proto.serve import split_host_port
+from holdfast.sdk.errors import HoldfastError
+
+log = logging.getLogger("holdfast.pool")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The ``holdfast-pool`` argument parser."""
+    args = argparse.ArgumentParser(
+        prog="holdfast-pool", description="Run the manager of a keyed worker pool."
+    )
+    args.add_argument("--address", required=True, help="the broker or proxy, HOST:PORT")
+    args.add_argument("--pool", required=True, help="the pool, hf://<domain>/<pool>")
+    args.add_argument("--worker-command", help="the worker program and its arguments")
+    args.add_argument(
+        "--driver", choices=DRIVERS, default="subprocess", help="(default: %(default)s)"
+    )
+    args.add_argument("--unbind-delay", type=float, default=30.0, help="seconds (default: 30)")
+    args.add_argument("--stop-delay", type=float, default=60.0, help="seconds (default: 60)")
+    args.add_argument("--max-deliveries", type=int, default=3, help="(default: 3)")
+    args.add_argument("--admin-address", help="the broker's HOST:PORT (default: --address)")
+    add_common_flags(args, "holdfast-pool")
+    apply_environment(args)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run a pool manager until SIGTERM/SIGINT; returns the exit code."""
+    args = parser().parse_args(argv)
+    configure_logging(args.log_level, args.log_format)
+    pool = args.pool if args.pool.startswith("hf://") else f"hf://{args.pool}"
+    try:
+        for flag, value in (("--address", args.address), ("--admin-address", args.admin_address)):
+            if value is not None:
+                try:
+                    split_host_port(value)
+                except ValueError as error:
+                    raise ValueError(f"{flag}: {error}") from None
+        settings = PoolSettings(
+            address=args.address,
+            admin_address=args.admin_address or args.address,
+            pool=pool,
+            unbind_delay=args.unbind_delay,
+            stop_delay=args.stop_delay,
+            max_deliveries=args.max_deliveries,
+        )
+        driver = _driver(args.driver, args.worker_command)
+    except (ValueError, HoldfastError) as error:
+        print(f"holdfast-pool: {str(error).splitlines()[0]}", file=sys.stderr)
+        return 2
+    manager = PoolManager(settings, driver)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        manager.start()
+    except HoldfastError as error:
+        print(f"holdfast-pool: cannot start: {str(error).splitlines()[0]}", file=sys.stderr)
+        manager.stop()
+        return 3
+    log.info("managing pool %s (driver %s)", settings.pool, args.driver)
+    stop.wait()
+    manager.stop()
+    return 0
+
+
+def _driver(name: str, command: str | None) -> WorkerGroupDriver:
+    if name == "noop":
+        return NoopDriver()
+    if not command:
+        raise ValueError("--worker-command is required with --driver subprocess")
+    return SubprocessDriver(shlex.split(command))
+
+
+__all__ = ["main", "parser"]

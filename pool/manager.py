@@ -1,0 +1,125 @@
+"""``PoolManager``: one keyed worker pool's manager, assembled from its parts."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from holdfast.pool.activity import ActivityReports
+from holdfast.pool.control import GroupLoop, QueueLoop
+from holdfast.pool.drivers import WorkerGroup, WorkerGroupDriver
+from holdfast.pool.leader import Leadership
+from holdfast.pool.orphans import Forwarder, OrphanProcessor
+from holdfast.pool.tracker import PoolTracker
+from holdfast.proto.policy import QueuePolicy
+from holdfast.sdk import events as ev
+from holdfast.sdk.admin import AdminClient
+from holdfast.sdk.events import log_event
+from holdfast.sdk.poolnames import KEY_HASH_CHARS, PoolNames
+from holdfast.sdk.queue import Queue
+from holdfast.sdk.session import Session
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSettings:
+    """How a pool manager runs (the ``holdfast-pool`` flags)."""
+
+    address: str
+    """The broker (or proxy) the manager and its workers connect to."""
+    admin_address: str
+    """The broker whose admin service sets the pool's policies."""
+    pool: str
+    """The pool URI, ``hf://<domain>/<pool>``."""
+    unbind_delay: float = 30.0
+    """Seconds without activity before a key's queue stops taking requests."""
+    stop_delay: float = 60.0
+    """Seconds after that before its worker group stops and its queue goes."""
+    max_deliveries: int = 3
+    """Deliveries after which a request (one that keeps crashing workers) goes to the
+    pool's poison queue, and its caller gets a dead-letter error."""
+    orphan_attempts: int = 20
+    """Tries to forward an orphan before it is dead-lettered to the poison queue."""
+
+    def __post_init__(self) -> None:
+        PoolNames.of(self.pool)
+        if self.unbind_delay <= 0 or self.stop_delay <= 0:
+            raise ValueError("--unbind-delay and --stop-delay must be > 0 seconds")
+        if self.max_deliveries < 1 or self.orphan_attempts < 1:
+            raise ValueError("--max-deliveries must be >= 1")
+
+
+class PoolManager:
+    """Runs a pool: ``start()``, then ``stop()`` (which stops its worker groups)."""
+
+    def __init__(self, settings: PoolSettings, driver: WorkerGroupDriver) -> None:
+        self.settings = settings
+        self.names = PoolNames.of(settings.pool)
+        self.driver = driver
+        self.tracker = PoolTracker(settings.unbind_delay, settings.stop_delay)
+        self.leadership = Leadership(self.names)
+        self._session = Session(settings.address, on_event=self._on_event)
+        self._admin = AdminClient(settings.admin_address)
+        self._forwarder = Forwarder(self._session)
+        active = lambda: self.leadership.active  # noqa: E731
+        self.orphans = OrphanProcessor(self.tracker, self.names, self._forwarder, active)
+        self.activity = ActivityReports(self.tracker)
+        self._loops = (
+            QueueLoop(
+                self.tracker,
+                active,
+                self._admin,
+                self.names,
+                settings.max_deliveries,
+                self._forwarder.release,
+            ),
+            GroupLoop(self.tracker, active, self._admin, self.names, driver, self.group_of),
+        )
+        self._consumers: list[Queue] = []
+
+    def group_of(self, key: str) -> WorkerGroup:
+        """The worker group of ``key``."""
+        queue = self.names.key_queue(key)
+        digest = queue.rsplit("key-", 1)[1][:KEY_HASH_CHARS]
+        return WorkerGroup(
+            self.names.uri, key, f"{self.names.pool}-{digest[:12]}", queue, self.settings.address
+        )
+
+    def start(self) -> None:
+        """Set the pool's policies, compete for leadership, consume orphans and
+        activity, run the control loops."""
+        names = self.names
+        self._admin.set_policy(names.key_template, QueuePolicy(redirect=names.orphans))
+        self._admin.set_policy(
+            names.orphans,
+            QueuePolicy(max_deliveries=self.settings.orphan_attempts, dead_letter=names.poison),
+        )
+        self.leadership.start(self._session)
+        for uri, handler in (
+            (names.orphans, self.orphans.on_message),
+            (names.activity, self.activity.on_message),
+        ):
+            self._consumers.append(self._session.open_queue(uri, read=True, on_message=handler))
+        for loop in self._loops:
+            loop.start()
+        log.info("pool %s: manager started", names.uri)
+
+    def stop(self) -> None:
+        """Stop the loops and the worker groups this manager started; give the token
+        back (the next manager adopts the keys as their workers report)."""
+        for loop in self._loops:
+            loop.stop()
+        self.leadership.stop()
+        self.orphans.close()
+        self._session.close(timeout=5)
+        self.driver.close()
+        self._admin.close()
+        log.info("pool %s: manager stopped", self.names.uri)
+
+    def _on_event(self, event: ev.SessionEvent) -> None:
+        self.leadership.on_event(event)
+        log_event(event)
+
+
+__all__ = ["PoolManager", "PoolSettings"]

@@ -1,0 +1,134 @@
+"""How a keyed worker pool's queues are named (``holdfast.sdk.pool`` has the rest).
+
+A pool is ``hf://<domain>/<pool>``. A request for key ``k`` goes to the key's own
+request queue, ``hf://<domain>/<pool>.key-<hash>``, where ``<hash>`` is 32 hex
+characters of the SHA-256 of the key: a key is data, never part of a path or a shell
+word, so any UTF-8 string of 1 to ``MAX_KEY_BYTES`` bytes (without NUL, which an
+environment variable cannot carry) is a key. Kept apart from ``pool`` so that the
+request/reply caller can route by key without importing the worker side.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from holdfast.proto.uri import parse_queue_uri
+from holdfast.proto.validate import Invalid
+from holdfast.sdk.errors import InvalidArgumentError
+from holdfast.sdk.statuses import invalid_error
+
+MAX_KEY_BYTES = 256
+"""The longest key, in UTF-8 bytes."""
+
+KEY_HASH_CHARS = 32
+"""Hex characters of the key's SHA-256 in its queue name."""
+
+ACTIVITY_EVENT = "x-pool-event"
+ACTIVITY_KEY = "x-pool-key"
+ACTIVITY_WORKER = "x-pool-worker"
+"""Properties of an activity report (``started`` or ``request-received``)."""
+
+STARTED = "started"
+REQUEST_RECEIVED = "request-received"
+
+ENVIRONMENT = ("WORKER_ID", "WORKER_KEY", "WORKER_POOL", "WORKER_REQUESTS_QUEUE")
+"""What a worker process of a pool finds in its environment."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolNames:
+    """The queues of one pool, ``hf://<domain>/<pool>``."""
+
+    domain: str
+    pool: str
+
+    @classmethod
+    def of(cls, uri: str) -> PoolNames:
+        """Parse a pool URI; ``InvalidArgumentError`` if it cannot name a pool."""
+        try:
+            parsed = parse_queue_uri(uri)
+        except Invalid as error:
+            raise invalid_error(error) from None
+        longest = 128 - len(".key-") - KEY_HASH_CHARS
+        if len(parsed.queue) > longest:
+            raise InvalidArgumentError(
+                f"pool name {parsed.queue[:40]!r}... is over {longest} characters: "
+                "its key queues' names would not fit"
+            )
+        return cls(parsed.domain, parsed.queue)
+
+    @property
+    def uri(self) -> str:
+        """``hf://<domain>/<pool>``."""
+        return f"hf://{self.domain}/{self.pool}"
+
+    def _queue(self, suffix: str) -> str:
+        return f"hf://{self.domain}/{self.pool}.{suffix}"
+
+    def key_queue(self, key: str) -> str:
+        """The request queue of ``key``."""
+        digest = hashlib.sha256(check_key(key).encode("utf-8")).hexdigest()
+        return self._queue(f"key-{digest[:KEY_HASH_CHARS]}")
+
+    @property
+    def key_template(self) -> str:
+        """The policy template covering every key queue of the pool."""
+        return self._queue("key-*")
+
+    @property
+    def orphans(self) -> str:
+        """Where the broker redirects requests for keys without a bound queue."""
+        return self._queue("orphans")
+
+    @property
+    def poison(self) -> str:
+        """Where requests that kept crashing workers end (the dead-letter queue)."""
+        return self._queue("poison")
+
+    @property
+    def activity(self) -> str:
+        """Where workers report ``started`` and ``request-received``."""
+        return self._queue("activity")
+
+    @property
+    def lock(self) -> str:
+        """The queue whose one token makes a manager the active one."""
+        return self._queue("manager")
+
+
+def check_key(key: object) -> str:
+    """Return ``key`` if it can be a pool key, else raise ``InvalidArgumentError``."""
+    if not isinstance(key, str):
+        raise InvalidArgumentError(f"a pool key must be a str, not {type(key).__name__}")
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidArgumentError(
+            "a pool key must be valid Unicode (no lone surrogates)"
+        ) from None
+    if not 1 <= size <= MAX_KEY_BYTES or "\0" in key:
+        raise InvalidArgumentError(
+            f"a pool key must be 1-{MAX_KEY_BYTES} UTF-8 bytes without NUL, got {size} bytes"
+        )
+    return key
+
+
+def key_queue_uri(pool_uri: str, key: str) -> str:
+    """The request queue of ``key`` in the pool ``pool_uri``."""
+    return PoolNames.of(pool_uri).key_queue(key)
+
+
+__all__ = [
+    "ACTIVITY_EVENT",
+    "ACTIVITY_KEY",
+    "ACTIVITY_WORKER",
+    "ENVIRONMENT",
+    "KEY_HASH_CHARS",
+    "MAX_KEY_BYTES",
+    "REQUEST_RECEIVED",
+    "STARTED",
+    "PoolNames",
+    "check_key",
+    "key_queue_uri",
+]
