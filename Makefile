@@ -52,7 +52,15 @@ $(JAVA_STAMP): $(CORE_STAMP)
 	fi
 	touch $(JAVA_STAMP)
 
-pytest: $(STAMP) $(JAVA_STAMP)
+# And redis-server (with redis-cli) for the Redis store's tests: Debian's package.
+REDIS_STAMP := $(VENV)/.redis-stamp
+$(REDIS_STAMP): $(CORE_STAMP)
+	if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then \
+		apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; \
+	fi
+	touch $(REDIS_STAMP)
+
+pytest: $(STAMP) $(JAVA_STAMP) $(REDIS_STAMP)
 	$(BIN)/pytest -q
 
 # The long randomized fault schedule (HOLDFAST_CHAOS_SECONDS, HOLDFAST_CHAOS_SEED).

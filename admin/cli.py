@@ -76,6 +76,10 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument(
         "--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per call (default: 10)"
     )
+    top.add_argument("--token", help="an admin token (default: $HOLDFAST_TOKEN)")
+    top.add_argument("--tls-ca", metavar="PATH", help="PEM CA of the broker's certificate")
+    top.add_argument("--tls-cert", metavar="PATH", help="PEM client certificate (mTLS)")
+    top.add_argument("--tls-key", metavar="PATH", help="PEM key of --tls-cert")
     json_flag = argparse.ArgumentParser(add_help=False)
     json_flag.add_argument("--json", action="store_true", help="print JSON for scripts")
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -118,7 +122,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"holdfast {args.command}: --address: {error}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        with AdminClient(args.address, timeout=args.timeout) as admin:
+        with AdminClient(
+            args.address,
+            timeout=args.timeout,
+            token=args.token,
+            tls_ca=args.tls_ca,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+        ) as admin:
             text = _COMMANDS[_key(args)](admin, args)
     except HoldfastError as error:
         code = next((c for kind, c in _EXIT_CODES if isinstance(error, kind)), EXIT_REFUSED)

@@ -22,6 +22,7 @@ from holdfast.broker.queues import Queue
 from holdfast.broker.registry import QueueRegistry
 from holdfast.broker.store import Store, StoreBatch
 from holdfast.proto import ADMIN_SERVICE, pb
+from holdfast.proto.guard import ServerGuard, unary_refusal
 from holdfast.proto.policy import QueuePolicy, check_policy_uri
 from holdfast.proto.validate import Invalid, parse_queue_uri
 
@@ -36,10 +37,17 @@ Reply = TypeVar("Reply")
 class AdminService:
     """Serves ``holdfast.v1.Admin`` from a broker's queues and store."""
 
-    def __init__(self, queues: QueueRegistry, store: Store, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        queues: QueueRegistry,
+        store: Store,
+        clock: Callable[[], float],
+        guard: ServerGuard | None = None,
+    ) -> None:
         self._queues = queues
         self._store = store
         self._clock = clock
+        self._guard = guard if guard is not None else ServerGuard()
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The gRPC handler of every admin method (for ``proto.serve.start_server``)."""
@@ -55,7 +63,7 @@ class AdminService:
         }
         handlers = {
             name: grpc.unary_unary_rpc_method_handler(
-                _guarded(method, reply),
+                _guarded(method, reply, self._guard),
                 request_deserializer=request.FromString,
                 response_serializer=reply.SerializeToString,
             )
@@ -178,12 +186,17 @@ class AdminService:
 
 
 def _guarded(
-    method: Callable[[Any, Any], Awaitable[Reply]], reply: type[Any]
+    method: Callable[[Any, Any], Awaitable[Reply]], reply: type[Any], guard: ServerGuard
 ) -> Callable[[Any, Any], Awaitable[Reply]]:
-    """Answer ``Invalid`` with its typed status in the reply (a bug still fails the call
-    with gRPC's UNKNOWN status, which the CLI reports as such)."""
+    """Refuse a caller without an admin token (with ``--auth-file``), and answer
+    ``Invalid`` with its typed status in the reply (a bug still fails the call with
+    gRPC's UNKNOWN status, which the CLI reports as such)."""
 
     async def call(request: Any, context: Any) -> Reply:
+        refusal = unary_refusal(guard, context, None, write=False, admin=True)
+        if refusal is not None:
+            refused: Reply = reply(status=refusal[0], message=refusal[1])
+            return refused
         try:
             return await method(request, context)
         except Invalid as error:

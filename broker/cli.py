@@ -29,6 +29,7 @@ from holdfast.proto.cli_support import (
     apply_environment,
     configure_logging,
 )
+from holdfast.proto.security import SecurityError, add_security_flags, security_from_args
 from holdfast.proto.serve import serve_until_signalled, split_host_port
 
 log = logging.getLogger("holdfast.broker")
@@ -72,6 +73,13 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(f"must be >= 0, got {text}")
+    return value
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
@@ -103,7 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--store",
         default=defaults.store,
         type=_argument(_store),
-        help="where queues are kept: memory, or sqlite:PATH for a durable file "
+        help="where queues are kept: memory, sqlite:PATH for a durable file, or "
+        "redis://HOST:PORT[/DB] (rediss://, redis+cluster://H:P[,H:P...]) shared by "
+        "several broker nodes "
         "(default: %(default)s)",
     )
     parser.add_argument(
@@ -154,6 +164,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve Prometheus metrics at http://127.0.0.1:PORT/metrics; 0 picks a free "
         "port (logged as 'metrics on HOST:PORT') (default: off)",
     )
+    parser.add_argument(
+        "--metrics-listen",
+        type=_argument(_address),
+        metavar="HOST:PORT",
+        help="serve /metrics, /healthz and /readyz on HOST:PORT (any host; wins over "
+        "--metrics-port) (default: off)",
+    )
+    parser.add_argument(
+        "--redis-min-replicas",
+        type=_argument(_non_negative_int),
+        default=defaults.redis_min_replicas,
+        metavar="N",
+        help="Redis store: an ACK waits for WAIT N replicas (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--redis-retry",
+        type=_argument(_positive_float),
+        default=defaults.redis_retry,
+        metavar="SECONDS",
+        help="Redis store: how long an outage is retried before PUTs fail with STORE_ERROR "
+        "(default: %(default)s)",
+    )
+    add_security_flags(parser)
     add_common_flags(parser, "holdfast-broker")
     apply_environment(parser)
     return parser
@@ -170,6 +203,10 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         dedup_max_guids=args.history_max_guids,
         max_payload_bytes=args.max_payload_bytes,
         metrics_port=args.metrics_port,
+        metrics_listen=args.metrics_listen,
+        redis_min_replicas=args.redis_min_replicas,
+        redis_retry=args.redis_retry,
+        security=security_from_args(args),
     )
 
 
@@ -198,6 +235,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level, args.log_format)
     try:
         config = config_from_args(args)
+        # Read the TLS and token files now: one error line before anything runs.
+        config.security.credentials()
+        config.security.guard()
+    except SecurityError as error:
+        log.error("%s", error)
+        return 2
     except ValueError as error:
         log.error("invalid configuration: %s", error)
         return 2

@@ -17,6 +17,7 @@ from holdfast.proto.limits import (
     MIB,
     Limits,
 )
+from holdfast.proto.security import ServerSecurity
 from holdfast.proto.serve import split_host_port
 
 
@@ -62,6 +63,15 @@ class BrokerConfig:
     metrics_port: int | None = None
     """Port of the Prometheus ``/metrics`` endpoint on 127.0.0.1; ``None`` (the
     default) serves none, 0 picks a free port (logged ``metrics on HOST:PORT``)."""
+    metrics_listen: str | None = None
+    """``HOST:PORT`` of the metrics, ``/healthz`` and ``/readyz`` endpoint on any host
+    (``--metrics-listen``); wins over ``metrics_port``."""
+    redis_min_replicas: int = 0
+    """Redis store: each PUT waits for ``WAIT N`` replicas; fewer in time: ACK UNKNOWN."""
+    redis_retry: float = 30.0
+    """Redis store: seconds an outage is retried before PUTs fail with STORE_ERROR."""
+    security: ServerSecurity = field(default_factory=ServerSecurity)
+    """TLS, tokens and per-session limits (``holdfast.proto.security``)."""
 
     def __post_init__(self) -> None:
         split_host_port(self.listen)
@@ -81,6 +91,20 @@ class BrokerConfig:
             self.metrics_port is None or 0 <= self.metrics_port <= 65535,
             "metrics_port must be 0-65535",
         )
+        if self.metrics_listen is not None:
+            split_host_port(self.metrics_listen)
+        _check(self.redis_min_replicas >= 0, "redis_min_replicas must be >= 0")
+        _check(self.redis_retry > 0, "redis_retry must be > 0 seconds")
+
+    @property
+    def metrics_address(self) -> tuple[str, int, str] | None:
+        """(host, port, flag) of the metrics endpoint, if one is asked for."""
+        if self.metrics_listen is not None:
+            host, port = split_host_port(self.metrics_listen)
+            return host, port, "--metrics-listen"
+        if self.metrics_port is not None:
+            return "127.0.0.1", self.metrics_port, "--metrics-port"
+        return None
 
     @property
     def limits(self) -> Limits:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from holdfast.broker.admin import AdminService
 from holdfast.broker.config import BrokerConfig
@@ -24,11 +24,14 @@ from holdfast.broker.marks import MarkBook, mark_file_for
 from holdfast.broker.puts import PutPipeline
 from holdfast.broker.registry import SWEEP_INTERVAL, QueueRegistry
 from holdfast.broker.session import Session
-from holdfast.broker.store import Store, open_store
+from holdfast.broker.store import Store, open_store, parse_store_spec
 from holdfast.proto import pb
+from holdfast.proto.auth import bearer_token
+from holdfast.proto.guard import unary_refusal
 from holdfast.proto.serve import split_host_port, start_server
 
 if TYPE_CHECKING:
+    from holdfast.broker.redis.backend import RedisBackend
     from holdfast.proto.metrics_http import MetricsServer
 
 log = logging.getLogger(__name__)
@@ -63,7 +66,15 @@ class Broker:
             config.dedup_grace,
         )
         self.puts = PutPipeline(self.store, self.queues, config.limits, self.clock)
-        self.admin = AdminService(self.queues, self.store, self.clock)
+        self.redis: RedisBackend | None = None
+        """With ``--store redis...``: the queues live in Redis, shared by broker nodes."""
+        if parse_store_spec(config.store).kind == "redis":
+            from holdfast.broker.redis.backend import RedisBackend
+
+            self.redis = RedisBackend(config, self.broker_id, self._data_lost)
+        self.guard = config.security.guard()
+        """Tokens and per-session limits (``holdfast.proto.guard``)."""
+        self.admin = AdminService(self.queues, self.store, self.clock, self.guard)
         """The ``holdfast.v1.Admin`` service the ``holdfast`` command speaks to."""
         self._sweeper: asyncio.Task[None] | None = None
         self.marks = MarkBook()
@@ -90,31 +101,40 @@ class Broker:
 
     async def start(self) -> str:
         """Recover the store's state, bind, serve; log and return ``HOST:PORT``.
-        Raises ``OSError`` if the address cannot be bound."""
+        Raises ``OSError`` if the address cannot be bound, ``StoreError`` if Redis cannot
+        be reached."""
         self.recover()
+        if self.redis is not None:
+            await self.redis.start()
         host, _ = split_host_port(self.config.listen)
         server, port = await start_server(
             self.config.listen,
             self.config.limits.max_frame_bytes,
             self._serve_session,
-            self.marks.handle,
-            services=[self.admin.handler()],
+            self._commit_mark,
+            services=[self.admin.handler()] if self.redis is None else [],
+            credentials=self.config.security.credentials(),
         )
         self.start_sweeping()
         self._server = server
         self.address = f"{host}:{port}"
-        if self.config.metrics_port is not None:
+        metrics = self.config.metrics_address
+        if metrics is not None:
             # Imported only when asked for: prometheus_client is not loaded otherwise.
             from holdfast.broker.metrics import BrokerCollector
             from holdfast.proto.metrics_http import MetricsServer
 
             self.metrics = MetricsServer(
                 BrokerCollector(
-                    self.queues, self.puts.acks, lambda: len(self._sessions), self.clock
-                )
+                    self.queues if self.redis is None else cast(QueueRegistry, self.redis.queues),
+                    self.puts.acks if self.redis is None else self.redis.puts.acks,
+                    lambda: len(self._sessions),
+                    self.clock,
+                ),
+                ready=lambda: self._server is not None and not self._stopping,
             )
             try:
-                log.info("metrics on %s", self.metrics.start(self.config.metrics_port))
+                log.info("metrics on %s", self.metrics.start(metrics[1], metrics[0], metrics[2]))
             except OSError:
                 await server.stop(0)
                 self._server = None
@@ -140,6 +160,19 @@ class Broker:
         messages, guids = self.queues.restore(state)
         if messages or guids:
             log.info("recovered %d messages and %d GUIDs of dedup history", messages, guids)
+
+    def _data_lost(self, message: str) -> None:
+        """Redis lost data: tell every connected session (an ERROR is logged too)."""
+        for session in list(self._sessions):
+            session.error(pb.STATUS_STORE_ERROR, message)
+
+    async def _commit_mark(self, request: pb.CommitMarkRequest, context: Any) -> pb.CommitMarkReply:
+        """``CommitMark``, for a token that may write (to record) or read the queue's
+        domain."""
+        refusal = unary_refusal(self.guard, context, request.queue_uri, request.record)
+        if refusal is not None:
+            return pb.CommitMarkReply(status=refusal[0], message=refusal[1])
+        return await self.marks.handle(request, context)
 
     def start_sweeping(self) -> None:
         """Start the timer that releases delayed messages, applies TTLs and drops idle
@@ -170,8 +203,15 @@ class Broker:
             )
             await context.write(pb.ServerFrame(error=error))
             return
+        redis = self.redis
         session = Session(
-            context, uuid.uuid4().hex, self.broker_id, self.config, self.queues, self.puts
+            context,
+            uuid.uuid4().hex,
+            self.broker_id,
+            self.config,
+            self.queues if redis is None else cast(QueueRegistry, redis.queues),
+            self.puts if redis is None else cast(PutPipeline, redis.puts),
+            self.guard.session(_token_of(context)),
         )
         self._sessions.add(session)
         try:
@@ -199,6 +239,8 @@ class Broker:
                 await self._server.stop(grace)
             await asyncio.wait_for(self.puts.drain(), timeout=max(grace, 1.0))
             await asyncio.wait_for(self.queues.graveyard.wait(), timeout=max(grace, 1.0))
+            if self.redis is not None:
+                await asyncio.wait_for(self.redis.stop(), timeout=max(grace, 5.0))
             await asyncio.wait_for(self.queues.updates.drain(), timeout=max(grace, 1.0))
         except TimeoutError:
             log.warning("stopping: the store did not finish in time")
@@ -211,3 +253,9 @@ class Broker:
             self.marks.close()
             self._stopped.set()
             log.info("stopped")
+
+
+def _token_of(context: Any) -> str | None:
+    """The bearer token in a stream's metadata (an in-memory context may have none)."""
+    metadata = getattr(context, "invocation_metadata", None)
+    return bearer_token(metadata() if metadata is not None else None)

@@ -18,6 +18,7 @@ from holdfast.broker.puts import PutPipeline
 from holdfast.broker.queues import Consumer, FlowLimits, Queue, QueueHandle
 from holdfast.broker.registry import QueueRegistry
 from holdfast.proto import pb
+from holdfast.proto.guard import SessionGuard
 from holdfast.proto.limits import hello_reply
 from holdfast.proto.stream import ContractStream
 from holdfast.proto.validate import Invalid, check_open, parse_queue_uri
@@ -37,9 +38,10 @@ class Session(ContractStream):
         config: BrokerConfig,
         queues: QueueRegistry,
         puts: PutPipeline,
+        guard: SessionGuard | None = None,
     ) -> None:
         super().__init__(
-            context, session_id, config.max_frame_bytes, config.session_read_bound_bytes
+            context, session_id, config.max_frame_bytes, config.session_read_bound_bytes, guard
         )
         self._broker_id = broker_id
         self._config = config
@@ -62,6 +64,16 @@ class Session(ContractStream):
         except Invalid as error:
             self.respond(request.request_id, error.status, error.message)
             return
+        refusal = self.guard.check_open(
+            parse_queue_uri(request.uri).domain,
+            request.read,
+            request.write,
+            self._queues.get(request.uri) is None,
+            self.session_id,
+        )
+        if refusal is not None:
+            self.respond(request.request_id, *refusal)
+            return
         queue_id = request.queue_id
         if queue_id in self._handles:
             self.respond(
@@ -79,6 +91,7 @@ class Session(ContractStream):
             queue_id, queue, request.read, request.write, consumer
         )
         queue.handles += 1
+        self.guard.open_queues += 1
         # The outbox writes no PUSH before this Response, so the client learns that the
         # handle is open before it receives messages on it.
         self.respond(request.request_id, pb.STATUS_OK, holds_pushes=consumer is not None)
@@ -166,15 +179,24 @@ class Session(ContractStream):
     def on_count_consumers(self, request: pb.CountConsumers) -> None:
         """Service discovery: the live consumers of a queue (0 for one never opened)."""
         try:
-            parse_queue_uri(request.uri)
+            domain = parse_queue_uri(request.uri).domain
         except Invalid as error:
             self.count_answer(request.request_id, 0, error.status, error.message)
+            return
+        refusal = self.guard.check_read(domain)
+        if refusal is not None:
+            self.count_answer(request.request_id, 0, *refusal)
+            return
+        shared = getattr(self._queues, "count_consumers", None)
+        if shared is not None:  # queues shared by broker nodes: every node's consumers
+            shared(request.uri, lambda count: self.count_answer(request.request_id, count))
             return
         queue = self._queues.get(request.uri)
         self.count_answer(request.request_id, 0 if queue is None else len(queue.consumers))
 
     def _detach(self, handle: QueueHandle) -> None:
         handle.queue.handles -= 1
+        self.guard.open_queues -= 1
         if handle.consumer is not None:
             # PUSHes not written yet go back to the queue with the rest.
             self.outbox.drop_pushes(handle.queue_id)
@@ -184,6 +206,7 @@ class Session(ContractStream):
         """Detach this session's consumers; their unconfirmed messages are redelivered."""
         handles = list(self._handles.values())
         self._handles.clear()
+        self.guard.open_queues = 0
         # Detach every consumer before redelivering, so that messages returned by one
         # handle of this session are not pushed to another handle of it that is going too.
         queues: dict[int, Queue] = {}

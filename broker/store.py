@@ -193,12 +193,18 @@ class StoreSpec:
     """A parsed ``--store`` value."""
 
     kind: str
-    """``memory`` or ``sqlite``."""
+    """``memory``, ``sqlite`` or ``redis``."""
     location: str = ""
     """Where a durable store keeps its data (empty for ``memory``)."""
 
 
-STORE_KINDS = ("memory", "sqlite:PATH")
+STORE_KINDS = (
+    "memory",
+    "sqlite:PATH",
+    "redis://HOST:PORT[/DB]",
+    "rediss://HOST:PORT[/DB]",
+    "redis+cluster://HOST:PORT[,HOST:PORT...]",
+)
 """The ``--store`` values this broker understands."""
 
 
@@ -206,6 +212,11 @@ def parse_store_spec(spec: str) -> StoreSpec:
     """Parse a ``--store`` value; raise ``ValueError`` naming the accepted forms."""
     if spec == "memory":
         return StoreSpec("memory")
+    if spec.startswith(("redis://", "rediss://", "redis+cluster://")):
+        from holdfast.broker.redis.client import parse_redis_spec
+
+        parse_redis_spec(spec)
+        return StoreSpec("redis", spec)
     scheme, _, location = spec.partition(":")
     if scheme == "sqlite":
         if not location:
@@ -229,7 +240,9 @@ def open_store(
     commits per
     ``sync`` (``full`` or ``normal``). Raises ``StoreError`` if it cannot be opened."""
     parsed = parse_store_spec(spec)
-    if parsed.kind == "memory":
+    if parsed.kind in ("memory", "redis"):
+        # A Redis-backed broker keeps its queues in Redis (holdfast.broker.redis), not
+        # through this interface: nothing is left for a Store to persist.
         return MemoryStore()
     if parsed.kind == "sqlite":
         # Imported here: sqlite_store builds on this module.

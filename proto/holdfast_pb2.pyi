@@ -32,6 +32,9 @@ class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STATUS_HISTORY_FULL: _ClassVar[Status]
     STATUS_QUEUE_FULL: _ClassVar[Status]
     STATUS_QUEUE_IN_USE: _ClassVar[Status]
+    STATUS_UNAUTHENTICATED: _ClassVar[Status]
+    STATUS_PERMISSION_DENIED: _ClassVar[Status]
+    STATUS_LIMIT_EXCEEDED: _ClassVar[Status]
     STATUS_NOT_FOUND: _ClassVar[Status]
 STATUS_UNSPECIFIED: Status
 STATUS_OK: Status
@@ -56,6 +59,9 @@ STATUS_CONFLICT: Status
 STATUS_HISTORY_FULL: Status
 STATUS_QUEUE_FULL: Status
 STATUS_QUEUE_IN_USE: Status
+STATUS_UNAUTHENTICATED: Status
+STATUS_PERMISSION_DENIED: Status
+STATUS_LIMIT_EXCEEDED: Status
 STATUS_NOT_FOUND: Status
 
 class QueuePolicy(_message.Message):

@@ -110,13 +110,15 @@ async def start_server(
     serve_commit_mark: Callable[[pb.CommitMarkRequest, Any], Awaitable[pb.CommitMarkReply]]
     | None = None,
     services: Sequence[grpc.GenericRpcHandler] = (),
+    credentials: grpc.ServerCredentials | None = None,
 ) -> tuple[Any, int]:
     """Bind a grpc.aio server of the contract on ``listen`` and start it; return it and
     the bound port. The session method takes raw bytes (no request deserializer), so
     that bytes which are not a ClientFrame get a typed Error instead of failing the
     stream. ``serve_commit_mark`` serves the unary ``CommitMark`` method (the broker
     keeps marks, the proxy relays them); ``services`` are further services (the
-    broker's admin service). Raises ``OSError`` if the address cannot be bound."""
+    broker's admin service). With ``credentials`` the listener speaks TLS only
+    (``holdfast.proto.security``). Raises ``OSError`` if the address cannot be bound."""
     _check_free(listen)
     server = grpc.aio.server(options=server_options(max_message_bytes))
     handler = grpc.stream_stream_rpc_method_handler(
@@ -133,7 +135,10 @@ async def start_server(
         (grpc.method_handlers_generic_handler(SERVICE_NAME, methods), *services)
     )
     try:
-        port = server.add_insecure_port(listen)
+        if credentials is None:
+            port = server.add_insecure_port(listen)
+        else:
+            port = server.add_secure_port(listen, credentials)
     except RuntimeError as error:
         raise OSError(f"cannot listen on {listen}: {error}") from error
     if not port:

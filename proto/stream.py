@@ -35,6 +35,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from holdfast.proto import PROTOCOL_VERSION, pb, status_name
+from holdfast.proto.guard import ServerGuard, SessionGuard, pause
 from holdfast.proto.outbox import Outbox
 
 log = logging.getLogger(__name__)
@@ -47,9 +48,16 @@ class ContractStream(ABC):
     """Serves one ``holdfast.v1.Broker/Session`` stream; subclasses handle the frames."""
 
     def __init__(
-        self, context: Any, session_id: str, max_frame_bytes: int, read_bound_bytes: int
+        self,
+        context: Any,
+        session_id: str,
+        max_frame_bytes: int,
+        read_bound_bytes: int,
+        guard: SessionGuard | None = None,
     ) -> None:
         self.session_id = session_id
+        self.guard = guard if guard is not None else ServerGuard().session(None)
+        """The session's token grant and limits (``holdfast.proto.guard``)."""
         self.peer: str = context.peer()
         self.client_id = ""
         self.client_name = ""
@@ -174,8 +182,17 @@ class ContractStream(ABC):
 
     async def _read_loop(self) -> None:
         read = self._context.read
+        guard = self.guard
         while not self._ending:
             await self.wait_before_read()
+            delay = guard.frame_delay()
+            if delay > 0:
+                if guard.should_tell():
+                    self.error(
+                        pb.STATUS_LIMIT_EXCEEDED,
+                        f"over {guard.limits.frames_per_second} frames a second: reading paused",
+                    )
+                await pause(delay)
             raw = await read()
             if raw is grpc.aio.EOF:
                 self._end_reason = (
@@ -232,6 +249,10 @@ class ContractStream(ABC):
     def _on_hello(self, hello: pb.Hello) -> None:
         if self._greeted:
             self.fatal(pb.STATUS_PROTOCOL_ERROR, "a second hello on the same stream")
+            return
+        refusal = self.guard.refusal()
+        if refusal is not None:
+            self.fatal(pb.STATUS_UNAUTHENTICATED, refusal)
             return
         if hello.protocol_version != PROTOCOL_VERSION:
             self.fatal(
@@ -300,9 +321,15 @@ class ContractStream(ABC):
         self.respond(request_id, pb.STATUS_UNKNOWN_QUEUE, f"queue_id {queue_id} is not open")
 
     def reject_confirms(self, rejected: dict[tuple[pb.Status, int], list[bytes]]) -> None:
-        """Answer refused CONFIRMs: one Error per (status, queue handle), naming the GUIDs."""
+        """Answer refused CONFIRMs: one Error per (status, queue handle), naming the GUIDs;
+        a session refused too many a second is ended (``SessionLimits``)."""
         for (status, queue_id), guids in rejected.items():
             self.error(status, CONFIRM_ERRORS[status], queue_id, guids)
+        if not self.guard.confirm_errors(sum(len(guids) for guids in rejected.values())):
+            self.fatal(
+                pb.STATUS_LIMIT_EXCEEDED,
+                "too many refused CONFIRMs a second: this client confirms what it does not hold",
+            )
 
     def fatal(self, status: pb.Status, message: str, reason: str | None = None) -> None:
         """Send a fatal Error and end the stream once it is written."""

@@ -13,8 +13,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from holdfast.proto.cli_support import (
     add_common_flags,
@@ -22,9 +24,11 @@ from holdfast.proto.cli_support import (
     configure_logging,
     name_flags,
 )
+from holdfast.proto.security import SecurityError, add_security_flags, security_from_args
 from holdfast.proto.serve import serve_until_signalled
 from holdfast.proxy.config import ProxyConfig
 from holdfast.proxy.server import Proxy
+from holdfast.sdk.credentials import channel_credentials
 from holdfast.sdk.errors import InvalidArgumentError
 from holdfast.sdk.options import ReconnectOptions, SessionOptions
 
@@ -75,6 +79,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve Prometheus metrics at http://127.0.0.1:PORT/metrics; 0 picks a free "
         "port (logged as 'metrics on HOST:PORT') (default: off)",
     )
+    parser.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="serve /metrics, /healthz and /readyz on HOST:PORT (any host; wins over "
+        "--metrics-port) (default: off)",
+    )
+    parser.add_argument(
+        "--upstream-ca", metavar="PATH", help="PEM CA of the brokers' certificates: TLS upstream"
+    )
+    parser.add_argument(
+        "--upstream-cert", metavar="PATH", help="PEM client certificate for brokers that need one"
+    )
+    parser.add_argument("--upstream-key", metavar="PATH", help="PEM key of --upstream-cert")
+    parser.add_argument(
+        "--upstream-token-file",
+        metavar="PATH",
+        help="file holding the proxy's own token for the brokers "
+        "(default: $HOLDFAST_UPSTREAM_TOKEN)",
+    )
+    add_security_flags(parser)
     add_common_flags(parser, "holdfast-proxy")
     apply_environment(parser)
     return parser
@@ -101,9 +125,30 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
             keepalive_timeout=args.keepalive_timeout,
             reconnect=reconnect,
             client_name="holdfast-proxy",
+            token=_upstream_token(args.upstream_token_file),
+            tls_ca=args.upstream_ca,
+            tls_cert=args.upstream_cert,
+            tls_key=args.upstream_key,
         ),
         metrics_port=args.metrics_port,
+        metrics_listen=args.metrics_listen,
+        security=security_from_args(args),
     )
+
+
+def _upstream_token(path: str | None) -> str | None:
+    """The proxy's own token: the first line of ``--upstream-token-file``, else
+    ``$HOLDFAST_UPSTREAM_TOKEN`` (never ``$HOLDFAST_TOKEN``: that is a client's)."""
+    if path is None:
+        return os.environ.get("HOLDFAST_UPSTREAM_TOKEN") or None
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise SecurityError(f"--upstream-token-file {path}: {error.strerror}") from None
+    token = text.strip().splitlines()[0].strip() if text.strip() else ""
+    if not token:
+        raise SecurityError(f"--upstream-token-file {path}: the file is empty")
+    return token
 
 
 async def serve(config: ProxyConfig) -> int:
@@ -125,6 +170,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level, args.log_format)
     try:
         config = config_from_args(args)
+        # Read the TLS and token files now: one error line before anything runs.
+        config.security.credentials()
+        config.security.guard()
+        channel_credentials(
+            config.upstream_options.tls_ca,
+            config.upstream_options.tls_cert,
+            config.upstream_options.tls_key,
+        )
+    except SecurityError as error:
+        log.error("%s", error)
+        return 2
     except (InvalidArgumentError, ValueError) as error:
         log.error("invalid configuration: %s", name_flags(str(error), FLAGS))
         return 2

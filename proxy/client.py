@@ -29,6 +29,7 @@ from operator import itemgetter
 from typing import Any
 
 from holdfast.proto import pb
+from holdfast.proto.guard import SessionGuard
 from holdfast.proto.limits import hello_reply
 from holdfast.proto.outbox import AckGroup, Delivery
 from holdfast.proto.stream import ContractStream
@@ -59,8 +60,11 @@ class ClientSession(ContractStream):
         upstream: Upstream,
         routes: Routes,
         counters: ProxyCounters | None = None,
+        guard: SessionGuard | None = None,
     ) -> None:
-        super().__init__(context, session_id, config.max_frame_bytes, config.read_bound_bytes)
+        super().__init__(
+            context, session_id, config.max_frame_bytes, config.read_bound_bytes, guard
+        )
         self._counters = counters if counters is not None else ProxyCounters()
         self._config = config
         self._upstream = upstream
@@ -106,6 +110,15 @@ class ClientSession(ContractStream):
             check_open(request.uri, request.read, request.write)
         except Invalid as error:
             self.respond(request.request_id, error.status, error.message)
+            return
+        self.guard.open_queues = len(self._handles)
+        # The broker sees the proxy's own token: the proxy checks its clients' (creating
+        # a queue is limited per token at the broker, for all of the proxy's clients).
+        refusal = self.guard.check_open(
+            parse_queue_uri(request.uri).domain, request.read, request.write, False, self.session_id
+        )
+        if refusal is not None:
+            self.respond(request.request_id, *refusal)
             return
         if request.queue_id in self._handles:
             self.respond(
@@ -201,9 +214,13 @@ class ClientSession(ContractStream):
         """Service discovery: relay the question upstream (client consumers are upstream
         consumers, one each), answer with the broker's count."""
         try:
-            parse_queue_uri(request.uri)
+            domain = parse_queue_uri(request.uri).domain
         except Invalid as error:
             self.count_answer(request.request_id, 0, error.status, error.message)
+            return
+        refusal = self.guard.check_read(domain)
+        if refusal is not None:
+            self.count_answer(request.request_id, 0, *refusal)
             return
         self._spawn(self._count_upstream(request))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from holdfast.proto.limits import DEFAULT_BATCH_BYTES, MAX_BATCH_BYTES, MIB
+from holdfast.proto.security import ServerSecurity
 from holdfast.proto.serve import split_host_port
 from holdfast.sdk.errors import InvalidArgumentError
 from holdfast.sdk.failover import parse_addresses
@@ -39,6 +40,11 @@ class ProxyConfig:
     metrics_port: int | None = None
     """Port of the Prometheus ``/metrics`` endpoint on 127.0.0.1; ``None`` (the
     default) serves none, 0 picks a free port (logged ``metrics on HOST:PORT``)."""
+    metrics_listen: str | None = None
+    """``HOST:PORT`` of the metrics, ``/healthz`` and ``/readyz`` endpoint (any host);
+    wins over ``metrics_port``."""
+    security: ServerSecurity = field(default_factory=ServerSecurity)
+    """TLS, tokens and limits of the proxy's own listener (its clients)."""
 
     def __post_init__(self) -> None:
         split_host_port(self.listen)
@@ -52,6 +58,18 @@ class ProxyConfig:
             raise InvalidArgumentError(f"max_frame_bytes must be 1-{MAX_BATCH_BYTES}")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise InvalidArgumentError("metrics_port must be 0-65535")
+        if self.metrics_listen is not None:
+            split_host_port(self.metrics_listen)
+
+    @property
+    def metrics_address(self) -> tuple[str, int, str] | None:
+        """(host, port, flag) of the metrics endpoint, if one is asked for."""
+        if self.metrics_listen is not None:
+            host, port = split_host_port(self.metrics_listen)
+            return host, port, "--metrics-listen"
+        if self.metrics_port is not None:
+            return "127.0.0.1", self.metrics_port, "--metrics-port"
+        return None
 
     @property
     def upstream_addresses(self) -> list[str]:

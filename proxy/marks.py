@@ -15,6 +15,9 @@ from typing import Any
 import grpc
 
 from holdfast.proto import COMMIT_MARK_METHOD, pb
+from holdfast.proto.guard import ServerGuard, unary_refusal
+from holdfast.sdk.credentials import channel_credentials, open_aio_channel, token_metadata
+from holdfast.sdk.options import SessionOptions
 
 log = logging.getLogger(__name__)
 
@@ -25,14 +28,25 @@ FORWARD_TIMEOUT = 10.0
 class MarkRelay:
     """Forwards ``CommitMark`` to the upstream brokers; one aio channel per broker."""
 
-    def __init__(self, addresses: Sequence[str]) -> None:
+    def __init__(
+        self,
+        addresses: Sequence[str],
+        options: SessionOptions | None = None,
+        guard: ServerGuard | None = None,
+    ) -> None:
+        upstream = options or SessionOptions()
+        self._credentials = channel_credentials(
+            upstream.tls_ca, upstream.tls_cert, upstream.tls_key
+        )
+        self._metadata = token_metadata(upstream.token)
+        self._guard = guard or ServerGuard()
         self._addresses = list(addresses)
         self._channels: dict[str, Any] = {}
 
     def _method(self, address: str) -> Any:
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.aio.insecure_channel(address)
+            channel = open_aio_channel(address, self._credentials)
             self._channels[address] = channel
         return channel.unary_unary(
             COMMIT_MARK_METHOD,
@@ -41,12 +55,16 @@ class MarkRelay:
         )
 
     async def handle(self, request: pb.CommitMarkRequest, context: Any) -> pb.CommitMarkReply:
-        """Serve one call by asking the upstream brokers in turn."""
+        """Serve one call by asking the upstream brokers in turn (with the proxy's own
+        token), for a client whose token may write (record) or read the queue's domain."""
+        refusal = unary_refusal(self._guard, context, request.queue_uri, request.record)
+        if refusal is not None:
+            return pb.CommitMarkReply(status=refusal[0], message=refusal[1])
         failures: list[str] = []
         for address in self._addresses:
             try:
                 reply: pb.CommitMarkReply = await self._method(address)(
-                    request, timeout=FORWARD_TIMEOUT
+                    request, timeout=FORWARD_TIMEOUT, metadata=self._metadata
                 )
             except grpc.RpcError as error:
                 failures.append(f"{address}: {error.code().name}")

@@ -15,6 +15,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from holdfast.proto import pb
+from holdfast.proto.auth import bearer_token
 from holdfast.proto.limits import FRAME_CEILING
 from holdfast.proto.serve import split_host_port, start_server
 from holdfast.proxy.client import ClientSession
@@ -52,7 +53,9 @@ class Proxy:
             on_event=self._on_event,
             transport=upstream_transport,
         )
-        self.marks = MarkRelay(config.upstream_addresses)
+        self.guard = config.security.guard()
+        """The proxy's clients' tokens and limits (its own ``--auth-file``)."""
+        self.marks = MarkRelay(config.upstream_addresses, config.upstream_options, self.guard)
         """Relays commit mark calls to the brokers (``holdfast.proxy.marks``)."""
         self._sessions: set[ClientSession] = set()
         self._server: Any = None
@@ -74,10 +77,15 @@ class Proxy:
         host, _ = split_host_port(self.config.listen)
         # Bound before the broker's limits are known: accept what any broker's may need.
         self._server, port = await start_server(
-            self.config.listen, FRAME_CEILING, self._serve_session, self.marks.handle
+            self.config.listen,
+            FRAME_CEILING,
+            self._serve_session,
+            self.marks.handle,
+            credentials=self.config.security.credentials(),
         )
         self.address = f"{host}:{port}"
-        if self.config.metrics_port is not None:
+        metrics = self.config.metrics_address
+        if metrics is not None:
             # Imported only when asked for: prometheus_client is not loaded otherwise.
             from holdfast.proto.metrics_http import MetricsServer
             from holdfast.proxy.metrics import ProxyCollector
@@ -88,10 +96,11 @@ class Proxy:
                     lambda: len(self._sessions),
                     lambda: self.upstream.engine.connected,
                     lambda: self.upstream.engine.pending_count,
-                )
+                ),
+                ready=lambda: not self._stopping and self.upstream.engine.connected,
             )
             try:
-                log.info("metrics on %s", self.metrics.start(self.config.metrics_port))
+                log.info("metrics on %s", self.metrics.start(metrics[1], metrics[0], metrics[2]))
             except OSError:
                 await self._server.stop(0)
                 self._server = None
@@ -106,8 +115,16 @@ class Proxy:
             )
             await context.write(pb.ServerFrame(error=error))
             return
+        metadata = getattr(context, "invocation_metadata", None)
+        guard = self.guard.session(bearer_token(metadata() if metadata is not None else None))
         session = ClientSession(
-            context, uuid.uuid4().hex, self.config, self.upstream, self.routes, self.counters
+            context,
+            uuid.uuid4().hex,
+            self.config,
+            self.upstream,
+            self.routes,
+            self.counters,
+            guard,
         )
         self._sessions.add(session)
         try:

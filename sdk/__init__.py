@@ -29,6 +29,7 @@ connector (``register(spark)``, then ``format("holdfast")``) and ``QueueSink`` f
 """
 
 from holdfast.sdk.errors import (
+    AuthenticationError,
     BandwidthLimitError,
     BrokerBusyError,
     BufferFullError,
@@ -40,9 +41,11 @@ from holdfast.sdk.errors import (
     InvalidArgumentError,
     InvalidPropertiesError,
     InvalidQueueUriError,
+    LimitExceededError,
     LocalProtocolError,
     NotWritableError,
     PayloadTooLargeError,
+    PermissionDeniedError,
     ProtocolError,
     ProtocolVersionError,
     QueueInUseError,
@@ -85,6 +88,7 @@ from holdfast.sdk.types import Ack, AckStatus, Message
 __all__ = [
     "Ack",
     "AckStatus",
+    "AuthenticationError",
     "BandwidthLimitError",
     "BrokerBusyError",
     "BufferFullError",
@@ -100,10 +104,12 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidPropertiesError",
     "InvalidQueueUriError",
+    "LimitExceededError",
     "LocalProtocolError",
     "Message",
     "NotWritableError",
     "PayloadTooLargeError",
+    "PermissionDeniedError",
     "ProtocolError",
     "ProtocolVersionError",
     "Queue",

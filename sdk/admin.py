@@ -20,6 +20,7 @@ transport boundary (``RetryableTransportError`` for a broker that cannot be reac
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,7 @@ import grpc
 from holdfast.proto import ADMIN_SERVICE, pb
 from holdfast.proto.policy import QueuePolicy, check_policy_uri
 from holdfast.proto.validate import Invalid, parse_queue_uri
+from holdfast.sdk.credentials import channel_credentials, open_channel, token_metadata
 from holdfast.sdk.errors import TerminalTransportError
 from holdfast.sdk.statuses import admin_error, invalid_error
 from holdfast.sdk.transport import classify_rpc_error
@@ -96,10 +98,21 @@ class PeekedMessage:
 class AdminClient:
     """Calls a broker's admin service at ``address`` (``HOST:PORT``)."""
 
-    def __init__(self, address: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self,
+        address: str,
+        timeout: float = DEFAULT_TIMEOUT,
+        *,
+        token: str | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+    ) -> None:
         self.address = address
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(address)
+        # An admin token (--auth-file "admin": true); default $HOLDFAST_TOKEN.
+        self._metadata = token_metadata(token or os.environ.get("HOLDFAST_TOKEN"))
+        self._channel = open_channel(address, channel_credentials(tls_ca, tls_cert, tls_key))
 
     def __enter__(self) -> AdminClient:
         return self
@@ -170,7 +183,9 @@ class AdminClient:
             response_deserializer=reply_type.FromString,
         )
         try:
-            reply = call(request, timeout=self.timeout, wait_for_ready=False)
+            reply = call(
+                request, timeout=self.timeout, wait_for_ready=False, metadata=self._metadata
+            )
         except grpc.RpcError as error:
             code = error.code() if isinstance(error, grpc.Call) else None
             if code is grpc.StatusCode.UNIMPLEMENTED:

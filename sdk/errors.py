@@ -19,7 +19,9 @@
     ├── RequestFailedError                   the broker refused an open/configure/close
     │   ├── CommitMarkConflictError          a version committed again with other content
     │   ├── QueueNotFoundError               an admin call named a queue the broker does not know
-    │   └── QueueInUseError                  delete refused: the queue has open handles
+    │   ├── QueueInUseError                  delete refused: the queue has open handles
+    │   ├── PermissionDeniedError            the token may not do this (this request only)
+    │   └── LimitExceededError               a per-session or per-token limit (this request)
     ├── RequestTimeoutError (TimeoutError)   an open/configure did not complete in time
     ├── SessionClosedError                   the session was closed by the application
     ├── RpcError                             a request/reply call failed (holdfast.sdk.rpc)
@@ -35,7 +37,8 @@
     └── TransportError                       what the gRPC link reported
         ├── RetryableTransportError          link trouble: the session reconnects by itself
         └── TerminalTransportError           reconnecting cannot help: the session fails
-            └── ProtocolVersionError         the broker speaks another protocol version
+            ├── ProtocolVersionError         the broker speaks another protocol version
+            └── AuthenticationError          no token, or one the server does not know
 
 gRPC status codes are sorted into retryable and terminal in one place,
 ``holdfast.sdk.transport.classify_rpc_error``; nothing else looks at them. Wire
@@ -137,6 +140,16 @@ class QueueInUseError(RequestFailedError):
     are in flight). Nothing was deleted; close the handles and try again."""
 
 
+class PermissionDeniedError(RequestFailedError):
+    """The server's ``--auth-file`` does not let this session's token do that (read or
+    write a domain, or use the admin service). Only this request was refused."""
+
+
+class LimitExceededError(RequestFailedError):
+    """A per-session or per-token limit of the server refused this request (open
+    queues, new queues per minute). The session goes on."""
+
+
 class RequestTimeoutError(HoldfastError, TimeoutError):
     """An open or configure did not complete within its timeout."""
 
@@ -174,6 +187,12 @@ class TerminalTransportError(TransportError):
 
 class ProtocolVersionError(TerminalTransportError):
     """The broker does not speak this SDK's protocol version."""
+
+
+class AuthenticationError(TerminalTransportError):
+    """The server requires a token (``--auth-file``) and this session sent none or one
+    it does not know: the session fails (reconnecting cannot help). Set
+    ``SessionOptions(token=...)`` or ``$HOLDFAST_TOKEN``."""
 
 
 class RpcError(HoldfastError):

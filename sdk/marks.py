@@ -20,7 +20,9 @@ from dataclasses import dataclass
 import grpc
 
 from holdfast.proto import COMMIT_MARK_METHOD, pb
+from holdfast.sdk.credentials import channel_credentials, open_channel, token_metadata
 from holdfast.sdk.errors import RequestTimeoutError, TerminalTransportError
+from holdfast.sdk.options import SessionOptions
 from holdfast.sdk.statuses import commit_mark_error
 from holdfast.sdk.transport import TERMINAL_CODES
 
@@ -44,11 +46,15 @@ def call_commit_mark(
     addresses: Sequence[str],
     request: pb.CommitMarkRequest,
     timeout: float,
+    options: SessionOptions | None = None,
 ) -> CommitMark | None:
     """Send ``request`` to the first address that answers, retrying until ``timeout``;
     return the mark the broker holds (None: no mark). Raises ``CommitMarkConflictError``,
     ``InvalidArgumentError``, ``RequestFailedError``, ``RequestTimeoutError``."""
     deadline = time.monotonic() + timeout
+    options = options or SessionOptions()
+    credentials = channel_credentials(options.tls_ca, options.tls_cert, options.tls_key)
+    metadata = token_metadata(options.token)
     last = "no address"
     while True:
         for address in addresses:
@@ -58,14 +64,16 @@ def call_commit_mark(
                     f"commit mark of {request.app_id[:100]!r}: no answer within {timeout} s "
                     f"(last: {last})"
                 )
-            with grpc.insecure_channel(address) as channel:
+            with open_channel(address, credentials) as channel:
                 method = channel.unary_unary(
                     COMMIT_MARK_METHOD,
                     request_serializer=pb.CommitMarkRequest.SerializeToString,
                     response_deserializer=pb.CommitMarkReply.FromString,
                 )
                 try:
-                    reply: pb.CommitMarkReply = method(request, timeout=min(remaining, 10.0))
+                    reply: pb.CommitMarkReply = method(
+                        request, timeout=min(remaining, 10.0), metadata=metadata
+                    )
                 except grpc.RpcError as error:
                     code = error.code() if isinstance(error, grpc.Call) else None
                     if code in TERMINAL_CODES:

@@ -112,8 +112,22 @@ class SessionOptions:
     """Seconds ``close()`` waits for outstanding ACKs before reporting them ``UNKNOWN``."""
     client_name: str = ""
     """Free text sent to the broker in Hello, for its logs."""
+    token: str | None = field(default_factory=lambda: os.environ.get("HOLDFAST_TOKEN") or None)
+    """Sent as ``authorization: Bearer <token>`` to servers started with ``--auth-file``
+    (default ``$HOLDFAST_TOKEN``). A missing or wrong one fails the session with
+    ``AuthenticationError``."""
+    tls_ca: str | None = None
+    """PEM file of the CA that signed the server's certificate: connect with TLS. With
+    none (and no ``tls_cert``) the link is plaintext."""
+    tls_cert: str | None = None
+    """PEM client certificate, for servers that require one (``--tls-client-ca``)."""
+    tls_key: str | None = None
+    """PEM private key of ``tls_cert``."""
 
     def __post_init__(self) -> None:
+        _require(
+            (self.tls_cert is None) == (self.tls_key is None), "tls_cert and tls_key go together"
+        )
         _require(self.connect_timeout > 0, "connect_timeout must be > 0")
         _require(self.keepalive_time > 0, "keepalive_time must be > 0")
         _require(self.keepalive_timeout > 0, "keepalive_timeout must be > 0")

@@ -20,12 +20,12 @@ from typing import Any
 from holdfast.proto import pb, status_name
 from holdfast.proto.validate import quote
 from holdfast.sdk import events as ev
-from holdfast.sdk.errors import HoldfastError, ProtocolVersionError, RemoteProtocolError
+from holdfast.sdk.errors import HoldfastError, RemoteProtocolError
 from holdfast.sdk.guids import uuid_from_bytes
 from holdfast.sdk.putbuffer import GUID, ON_ACK, QUEUE_ID, PendingPut, PutBuffer
 from holdfast.sdk.queue_table import QueueTable
 from holdfast.sdk.state import WRITABLE_STATES
-from holdfast.sdk.statuses import ack_status, wire_status_of
+from holdfast.sdk.statuses import ack_status, session_error, wire_status_of
 from holdfast.sdk.types import Ack, AckStatus, Message, Settler
 
 log = logging.getLogger("holdfast.sdk.engine")
@@ -39,7 +39,7 @@ _SUCCESS = AckStatus.SUCCESS
 _STATUS_OK = pb.STATUS_OK
 _HISTORY_FULL = pb.STATUS_HISTORY_FULL
 _QUEUE_FULL = pb.STATUS_QUEUE_FULL
-_PUSHED_BACK = frozenset((_HISTORY_FULL, _QUEUE_FULL))
+_PUSHED_BACK = frozenset((_HISTORY_FULL, _QUEUE_FULL, pb.STATUS_LIMIT_EXCEEDED))
 """ACK statuses that are no outcome: the broker did not take the PUT *yet*."""
 
 
@@ -160,11 +160,13 @@ class Outcomes:
 
     def error_frame(self, error: pb.Error) -> HoldfastError | None:
         """An Error frame: refused CONFIRMs reach the application as ``ConfirmRejected``;
-        a version mismatch is returned as the error the session fails with; the rest is
-        logged (the broker ends the stream after a fatal error; the shell sees it end)."""
+        a version mismatch or a refused token is returned as the error the session fails
+        with (``statuses.session_error``); the rest is logged (the broker ends the stream
+        after a fatal error; the shell sees it end)."""
         name = status_name(error.status)
-        if error.status == pb.STATUS_VERSION_MISMATCH:
-            return ProtocolVersionError(error.message or "protocol version mismatch")
+        failure = session_error(error.status, error.message)
+        if failure is not None:
+            return failure
         queue = self._queues.get(error.queue_id)
         if error.status == pb.STATUS_UNKNOWN_GUID and queue is not None:
             guids = tuple(uuid.UUID(bytes=g) for g in error.guids if len(g) == 16)

@@ -166,7 +166,7 @@ class Session(RequestReply):
             request.version = version
             request.digest = digest
             request.rows = rows
-        return call_commit_mark(self._addresses, request, timeout)
+        return call_commit_mark(self._addresses, request, timeout, self._options)
 
     def open_queue(
         self,

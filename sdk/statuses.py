@@ -17,13 +17,17 @@ from typing import cast
 from holdfast.proto import pb, status_name
 from holdfast.proto.validate import Invalid, InvalidUri
 from holdfast.sdk.errors import (
+    AuthenticationError,
     CommitMarkConflictError,
     HoldfastError,
     InvalidArgumentError,
     InvalidPropertiesError,
     InvalidQueueUriError,
+    LimitExceededError,
     NotWritableError,
     PayloadTooLargeError,
+    PermissionDeniedError,
+    ProtocolVersionError,
     QueueInUseError,
     QueueNotFoundError,
     RequestFailedError,
@@ -63,6 +67,11 @@ _INVALID_ERRORS: dict[int, type[InvalidArgumentError]] = {
     pb.STATUS_INVALID_PROPERTIES: InvalidPropertiesError,
 }
 
+_REQUEST_ERRORS: dict[int, type[RequestFailedError]] = {
+    pb.STATUS_PERMISSION_DENIED: PermissionDeniedError,
+    pb.STATUS_LIMIT_EXCEEDED: LimitExceededError,
+}
+
 _RELAYED: tuple[tuple[type[HoldfastError], pb.Status], ...] = (
     (PayloadTooLargeError, pb.STATUS_PAYLOAD_TOO_LARGE),
     (InvalidPropertiesError, pb.STATUS_INVALID_PROPERTIES),
@@ -86,7 +95,21 @@ def wire_status_of(status: AckStatus) -> pb.Status:
 
 def request_error(status: int, message: str) -> RequestFailedError:
     """The error a refused open, configure or close request fails with."""
-    return RequestFailedError(status_name(status), message)
+    kind = _REQUEST_ERRORS.get(status, RequestFailedError)
+    return kind(status_name(status), message)
+
+
+def session_error(status: int, message: str) -> HoldfastError | None:
+    """The error a session fails with for a server Error frame of ``status`` (None:
+    not a session-ending status): another protocol version, or a refused token."""
+    if status == pb.STATUS_VERSION_MISMATCH:
+        return ProtocolVersionError(message or "protocol version mismatch")
+    if status == pb.STATUS_UNAUTHENTICATED:
+        return AuthenticationError(
+            f"the server refused this session's token: {message[:200]} "
+            "(set SessionOptions(token=...) or $HOLDFAST_TOKEN)"
+        )
+    return None
 
 
 def commit_mark_error(status: int, message: str) -> HoldfastError | None:
@@ -97,7 +120,9 @@ def commit_mark_error(status: int, message: str) -> HoldfastError | None:
         return CommitMarkConflictError(status_name(status), message)
     if status == pb.STATUS_INVALID_ARGUMENT:
         return InvalidArgumentError(message)
-    return RequestFailedError(status_name(status), message)
+    if status == pb.STATUS_UNAUTHENTICATED:
+        return AuthenticationError(message)
+    return request_error(status, message)
 
 
 def admin_error(status: int, message: str) -> HoldfastError | None:
@@ -110,7 +135,9 @@ def admin_error(status: int, message: str) -> HoldfastError | None:
         return QueueNotFoundError(status_name(status), message)
     if status == pb.STATUS_QUEUE_IN_USE:
         return QueueInUseError(status_name(status), message)
-    return RequestFailedError(status_name(status), message)
+    if status == pb.STATUS_UNAUTHENTICATED:
+        return AuthenticationError(message)
+    return request_error(status, message)
 
 
 def invalid_error(error: Invalid) -> InvalidArgumentError:

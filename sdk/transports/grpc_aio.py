@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 
 from holdfast.proto import SESSION_METHOD
+from holdfast.sdk.credentials import channel_credentials, open_aio_channel, token_metadata
 from holdfast.sdk.errors import RetryableTransportError
 from holdfast.sdk.options import SessionOptions
 from holdfast.sdk.transport import channel_options, classify_rpc_error
@@ -20,10 +21,17 @@ from holdfast.sdk.transport import channel_options, classify_rpc_error
 class GrpcAioConnection:
     """A ``grpc.aio`` channel and the session stream on it."""
 
-    def __init__(self, address: str, options: SessionOptions) -> None:
-        self._channel = grpc.aio.insecure_channel(address, options=channel_options(options))
+    def __init__(
+        self,
+        address: str,
+        options: SessionOptions,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
+        self._channel = open_aio_channel(address, credentials, channel_options(options))
         # No (de)serializers: frames travel as bytes and the driver parses them.
-        self._call: Any = self._channel.stream_stream(SESSION_METHOD)()
+        self._call: Any = self._channel.stream_stream(SESSION_METHOD)(
+            metadata=token_metadata(options.token)
+        )
         self._closed = False
 
     async def send(self, frame: bytes) -> None:
@@ -59,7 +67,9 @@ class GrpcAioTransport:
 
     def __init__(self, options: SessionOptions) -> None:
         self._options = options
+        # Read once, when the session is made: a bad file fails there, typed.
+        self._credentials = channel_credentials(options.tls_ca, options.tls_cert, options.tls_key)
 
     async def connect(self, address: str) -> GrpcAioConnection:
         """Open a session stream to ``address``."""
-        return GrpcAioConnection(address, self._options)
+        return GrpcAioConnection(address, self._options, self._credentials)

@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 
 from holdfast.proto import SESSION_METHOD
+from holdfast.sdk.credentials import channel_credentials, open_channel, token_metadata
 from holdfast.sdk.errors import RetryableTransportError
 from holdfast.sdk.options import SessionOptions
 from holdfast.sdk.transport import channel_options, classify_rpc_error
@@ -21,8 +22,14 @@ from holdfast.sdk.transport import channel_options, classify_rpc_error
 class GrpcConnection:
     """A gRPC channel and the session stream on it."""
 
-    def __init__(self, address: str, options: SessionOptions) -> None:
-        self._channel = grpc.insecure_channel(address, options=channel_options(options))
+    def __init__(
+        self,
+        address: str,
+        options: SessionOptions,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
+        self._channel = open_channel(address, credentials, channel_options(options))
+        self._metadata = token_metadata(options.token)
         # No (de)serializers: frames travel as bytes and the driver parses them.
         self._method = self._channel.stream_stream(SESSION_METHOD)
         self._call: Any = None
@@ -34,7 +41,7 @@ class GrpcConnection:
         with self._lock:
             if self._closed:
                 raise RetryableTransportError("connection closed before it opened")
-            self._call = self._method(outbound)
+            self._call = self._method(outbound, metadata=self._metadata)
 
     def __iter__(self) -> Iterator[bytes]:
         """The server's frames until the stream ends; gRPC failures are sorted."""
@@ -60,9 +67,11 @@ class GrpcSyncTransport:
 
     def __init__(self, options: SessionOptions) -> None:
         self._options = options
+        # Read once, when the session is made: a bad file fails there, typed.
+        self._credentials = channel_credentials(options.tls_ca, options.tls_cert, options.tls_key)
 
     def connect(self, address: str, outbound: Iterator[bytes]) -> GrpcConnection:
         """Open a session stream to ``address``."""
-        connection = GrpcConnection(address, self._options)
+        connection = GrpcConnection(address, self._options, self._credentials)
         connection.start(outbound)
         return connection

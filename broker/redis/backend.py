@@ -1,0 +1,48 @@
+"""A broker node's Redis back-end: the client, the queues, the PUT path and the
+node's life, started and stopped together (``Broker`` uses it for ``--store
+redis...``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from holdfast.broker.config import BrokerConfig
+from holdfast.broker.redis.client import RedisClient, parse_redis_spec
+from holdfast.broker.redis.nodes import NodeLife
+from holdfast.broker.redis.queues import RedisPutPipeline, RedisRegistry
+
+
+def _now_ms() -> int:
+    # Wall clock: acceptance times are shared by nodes on different hosts.
+    return time.time_ns() // 1_000_000
+
+
+class RedisBackend:
+    """Everything a broker node needs to serve queues kept in Redis."""
+
+    def __init__(
+        self, config: BrokerConfig, node_id: str, on_data_loss: Callable[[str], None]
+    ) -> None:
+        spec = parse_redis_spec(config.store)
+        self.client = RedisClient(
+            spec, retry_window=config.redis_retry, min_replicas=config.redis_min_replicas
+        )
+        self.queues = RedisRegistry(self.client, node_id, _now_ms)
+        retention_ms = round((config.dedup_window + config.dedup_grace) * 1000)
+        self.puts = RedisPutPipeline(self.queues, config.limits, retention_ms)
+        self.life = NodeLife(self.client, self.queues, on_data_loss)
+
+    async def start(self) -> None:
+        """Reach Redis (``StoreError`` after the retry window), register the node."""
+        await self.life.start()
+
+    async def stop(self) -> None:
+        """Finish PUTs and confirms, give this node's deliveries back, disconnect."""
+        await self.puts.drain()
+        await self.queues.drain()
+        await self.life.stop()
+        await self.client.close()
+
+
+__all__ = ["RedisBackend"]

@@ -1,0 +1,174 @@
+"""redis-py for the store: connecting, the scripts, Redis outages and replicas.
+
+A Redis outage is retried with back-off for up to ``retry_window`` seconds (30 by
+default, ``--redis-retry``); past it the call raises ``StoreError`` and the PUTs it
+carried are ACKed STORE_ERROR. A script whose reply was lost with its connection may
+have run: retrying it is safe, because PUT is deduplicated by GUID and every other
+script is idempotent. Nothing is ACKed SUCCESS unless its script returned.
+
+With ``min_replicas`` each PUT waits for ``WAIT min_replicas``; a PUT that Redis took
+but too few replicas confirmed in time is ACKed UNKNOWN (it is in the primary, and
+may be lost by a failover), never SUCCESS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from holdfast.broker.redis import scripts
+from holdfast.broker.store import StoreError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_RETRY_WINDOW = 30.0
+"""Seconds a Redis outage is retried before calls fail with STORE_ERROR."""
+
+RETRY_INITIAL = 0.05
+RETRY_MAXIMUM = 1.0
+
+SCHEMES = ("redis", "rediss", "redis+cluster")
+
+
+@dataclass(frozen=True, slots=True)
+class RedisSpec:
+    """A parsed ``--store redis...`` value."""
+
+    scheme: str
+    nodes: tuple[tuple[str, int], ...]
+    db: int = 0
+
+    @property
+    def cluster(self) -> bool:
+        """Whether this is a Redis Cluster."""
+        return self.scheme == "redis+cluster"
+
+
+def parse_redis_spec(spec: str) -> RedisSpec:
+    """Parse ``redis://HOST:PORT[/DB]``, ``rediss://...`` or
+    ``redis+cluster://HOST:PORT[,HOST:PORT...]``; ``ValueError`` saying what is wrong."""
+    scheme, sep, rest = spec.partition("://")
+    if not sep or scheme not in SCHEMES:
+        raise ValueError(f"a Redis store is one of {', '.join(s + '://' for s in SCHEMES)}")
+    hosts, _, db_text = rest.partition("/")
+    nodes = []
+    for part in hosts.split(","):
+        parsed = urlsplit("//" + part)
+        try:
+            port = parsed.port
+        except ValueError:
+            port = None
+        if not parsed.hostname or port is None:
+            raise ValueError(f"{spec!r}: expected HOST:PORT, got {part!r}")
+        nodes.append((parsed.hostname, port))
+    if scheme != "redis+cluster" and len(nodes) != 1:
+        raise ValueError(f"{spec!r}: one HOST:PORT (several only with redis+cluster://)")
+    if db_text and (not db_text.isdigit() or scheme == "redis+cluster"):
+        raise ValueError(f"{spec!r}: the database is a number, and a cluster has only 0")
+    return RedisSpec(scheme, tuple(nodes), int(db_text or 0))
+
+
+class RedisClient:
+    """One connection pool to Redis (or a cluster), the scripts, and retries."""
+
+    def __init__(
+        self,
+        spec: RedisSpec,
+        retry_window: float = DEFAULT_RETRY_WINDOW,
+        min_replicas: int = 0,
+        replica_timeout: float = 1.0,
+    ) -> None:
+        self.spec = spec
+        self.retry_window = retry_window
+        self.min_replicas = min_replicas
+        self.replica_timeout = replica_timeout
+        host, port = spec.nodes[0]
+        common: dict[str, Any] = {"socket_timeout": 5.0, "socket_connect_timeout": 2.0}
+        self.redis: Any
+        if spec.cluster:
+            self.redis = RedisCluster(
+                startup_nodes=[ClusterNode(h, p) for h, p in spec.nodes], **common
+            )
+        else:
+            self.redis = aioredis.Redis(
+                host=host, port=port, db=spec.db, ssl=spec.scheme == "rediss", **common
+            )
+        self.put_script = self.redis.register_script(scripts.PUT)
+        self.claim_script = self.redis.register_script(scripts.CLAIM)
+        self.confirm_script = self.redis.register_script(scripts.CONFIRM)
+        self.requeue_script = self.redis.register_script(scripts.REQUEUE)
+        self.reclaim_script = self.redis.register_script(scripts.RECLAIM)
+        self.round_trips = 0
+        """Redis calls made (for the bench: round trips per message)."""
+
+    @property
+    def where(self) -> str:
+        """``HOST:PORT`` of the first node, for messages."""
+        host, port = self.spec.nodes[0]
+        return f"{host}:{port}"
+
+    async def call(self, what: str, make: Callable[[], Awaitable[T]]) -> T:
+        """Run ``make()`` against Redis, retrying an outage for ``retry_window`` seconds
+        with back-off; then ``StoreError``."""
+        deadline = time.monotonic() + self.retry_window
+        delay = RETRY_INITIAL
+        warned = False
+        while True:
+            self.round_trips += 1
+            try:
+                return await make()
+            except (RedisConnectionError, RedisTimeoutError, OSError) as error:
+                if time.monotonic() + delay > deadline:
+                    raise StoreError(
+                        f"redis store {self.where}: {what} failed for {self.retry_window:g} s: "
+                        f"{error}"
+                    ) from None
+                if not warned:
+                    log.warning("redis store %s unreachable (%s); retrying", self.where, error)
+                    warned = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAXIMUM)
+            except RedisError as error:
+                raise StoreError(f"redis store {self.where}: {what}: {error}") from None
+
+    async def script(self, what: str, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run a registered script with retries."""
+        return await self.call(what, lambda: script(keys=list(keys), args=list(args)))
+
+    async def put(self, keys: Sequence[str], args: Sequence[Any]) -> tuple[list[int], bool]:
+        """Run the PUT script; returns its statuses, and whether ``min_replicas``
+        replicas confirmed it (``WAIT`` on the same connection, in one pipeline)."""
+        if not self.min_replicas:
+            statuses = await self.script("PUT", self.put_script, keys, args)
+            return [int(s) for s in statuses], True
+        timeout_ms = round(self.replica_timeout * 1000)
+
+        async def put_and_wait() -> list[Any]:
+            pipe = self.redis.pipeline(transaction=False)
+            await self.put_script(keys=list(keys), args=list(args), client=pipe)
+            pipe.execute_command("WAIT", self.min_replicas, timeout_ms)
+            result: list[Any] = await pipe.execute()
+            return result
+
+        statuses, acked = await self.call("PUT", put_and_wait)
+        return [int(s) for s in statuses], int(acked) >= self.min_replicas
+
+    async def close(self) -> None:
+        """Close the connections."""
+        await self.redis.aclose()
+
+
+__all__ = ["DEFAULT_RETRY_WINDOW", "RedisClient", "RedisSpec", "parse_redis_spec"]

@@ -1,0 +1,74 @@
+"""The cluster form: ``redis+cluster://``, three primaries made with ``redis-cli
+--cluster create``, queues spread over them (each queue's keys in one slot)."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from holdfast.sdk import Session
+from tests.policies.support import Collector
+from tests.support.processes import BrokerProcess
+from tests.support.redis_server import REDIS_CLI, RedisServer
+from tests.support.sessions import FAST
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[list[RedisServer]]:
+    servers = [
+        RedisServer(
+            tmp_path / f"n{i}",
+            extra=("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"),
+        )
+        for i in range(3)
+    ]
+    try:
+        for server in servers:
+            server.start()
+        subprocess.run(
+            [REDIS_CLI, "--cluster", "create", *(s.address for s in servers),
+             "--cluster-replicas", "0", "--cluster-yes"],
+            capture_output=True, check=True, timeout=60,
+        )  # fmt: skip
+
+        def ready() -> bool:
+            return all("cluster_state:ok" in s.cli("CLUSTER", "INFO") for s in servers)
+
+        wait_until(ready, 30, "the cluster")
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def test_two_nodes_on_a_cluster_with_a_queue_on_each_primary(cluster: list[RedisServer]) -> None:
+    store = "redis+cluster://" + ",".join(s.address for s in cluster[:2])
+    uris = [f"hf://cluster/q{i}" for i in range(12)]
+    with (
+        BrokerProcess(["--store", store]) as a,
+        BrokerProcess(["--store", store]) as b,
+        Session(a.address, options=FAST) as producer,
+        Session(b.address, options=FAST) as consumer,
+    ):
+        posted: dict[str, list[uuid.UUID]] = {uri: [] for uri in uris}
+        queues = {uri: producer.open_queue(uri, write=True) for uri in uris}
+        for i in range(200):
+            for uri, queue in queues.items():
+                posted[uri].append(queue.post(b"%d" % i))
+        assert producer.flush(timeout=60)
+        got = {uri: Collector() for uri in uris}
+        for uri, collector in got.items():
+            consumer.open_queue(uri, read=True, on_message=collector)
+        for collector in got.values():
+            collector.wait_for(200, timeout=30)
+    assert all(int(s.cli("DBSIZE")) > 0 for s in cluster)  # every primary holds queues
+    for uri in uris:
+        assert Counter(got[uri].guids()) == Counter({g: 1 for g in posted[uri]})
