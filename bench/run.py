@@ -51,14 +51,28 @@ import memory
 import natsload
 import recovery
 import rpcload
+import scale
 import spark
-from harness import Table, millis, rate, verdict
+from harness import rate
+from report import (
+    LARGE,
+    PATHS,
+    SMALL,
+    issue_20_targets,
+    print_echo,
+    print_history,
+    print_loads,
+    print_memory,
+    print_nats,
+    print_recovery,
+    print_rpc,
+    print_scale,
+    print_targets,
+    summary,
+)
 
 T = TypeVar("T")
 
-SMALL = 100
-LARGE = 10 * 1024
-PATHS = ("SDK->broker", "SDK->proxy->broker")
 
 ECHO_SWEEP = (1, 10, 30, 100, 1000)
 """Messages per frame of the echo's context rows."""
@@ -157,23 +171,6 @@ def run_loads(args: argparse.Namespace, directory: str) -> dict[str, Any]:
     return {"produce": produced, "consume": consumed, "idle": idle}
 
 
-def summary(entry: dict[str, Any]) -> dict[str, Any]:
-    """The median-rate run of an entry, and the spread of its rates."""
-    runs = entry["runs"]
-    rates = [r["rate"] for r in runs]
-    chosen = sorted(runs, key=lambda r: r["rate"])[(len(runs) - 1) // 2]
-    return {**chosen, "min": min(rates), "max": max(rates), "median": harness.median(rates)}
-
-
-def cpu_cell(cpu: dict[str, float]) -> str:
-    """CPU microseconds per message as ``client/proxy/broker``."""
-    parts = [f"{cpu[name]:.1f}" if name in cpu else "-" for name in ("client", "proxy", "broker")]
-    return "/".join(parts)
-
-
-# ---------------------------------------------------------------------------- the sections
-
-
 def run_echo(args: argparse.Namespace, batches: dict[int, int]) -> list[dict[str, Any]]:
     """The raw gRPC echo for each size, with the batch size our SDK used."""
     results = []
@@ -244,245 +241,6 @@ def run_nats(args: argparse.Namespace) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- printing
 
 
-def print_loads(figures: dict[str, Any], echo_rates: dict[int, float]) -> None:
-    """The PUT->ACK, PUSH->CONFIRM and idle round-trip tables."""
-    table = Table(
-        "PUT->ACK, one producer: Session.post() -> on_ack",
-        [
-            "store",
-            "size",
-            "path",
-            "msg/s",
-            "min..max",
-            "p50 ms",
-            "p99 ms",
-            "PUTs/frame",
-            "CPU us/msg c/p/b",
-            "others",
-            "of echo",
-        ],
-    )
-    for entry in figures["produce"]:
-        s = summary(entry)
-        share = s["median"] / echo_rates[entry["size"]] if entry["size"] in echo_rates else math.nan
-        table.add(
-            entry["store"],
-            entry["size"],
-            entry["path"],
-            rate(s["median"]),
-            f"{rate(s['min'])}..{rate(s['max'])}",
-            millis(s["p50"]),
-            millis(s["p99"]),
-            f"{s['mean_batch']:.0f}",
-            cpu_cell(s["cpu_us"]),
-            f"{s['others_cores']:.2f}",
-            f"{share:.0%}",
-        )
-    table.notes = [
-        "msg/s: median of the runs, first post() to last on_ack; latency of the median run:",
-        "  post() is not paced, so p50/p99 include the time a PUT waits behind the others.",
-        "CPU us/msg: CPU time per message of the client (this process, SDK + bench loop),",
-        "  the proxy and the broker. With 2 cores, their sum bounds the rate at 2e6/sum.",
-        "others: cores' worth of CPU used by other processes of the machine meanwhile.",
-        "of echo: msg/s as a share of the raw gRPC echo with the same batch size (below).",
-    ]
-    harness.print_table(table)
-
-    table = Table(
-        "PUSH->CONFIRM, one consumer draining the queue its producer run filled",
-        ["store", "size", "path", "msg/s", "min..max", "CPU us/msg c/p/b", "others"],
-    )
-    for entry in figures["consume"]:
-        s = summary(entry)
-        table.add(
-            entry["store"],
-            entry["size"],
-            entry["path"],
-            rate(s["median"]),
-            f"{rate(s['min'])}..{rate(s['max'])}",
-            cpu_cell(s["cpu_us"]),
-            f"{s['others_cores']:.2f}",
-        )
-    table.notes = [
-        "Default QueueOptions (1000 unconfirmed messages); timed from open_queue() to the",
-        "last message confirmed, message.confirm() called in on_message.",
-    ]
-    harness.print_table(table)
-
-    table = Table(
-        "Idle round trip: one 100-byte PUT at a time, post() -> on_ack",
-        ["store", "path", "p50 ms", "p99 ms", "PUTs"],
-    )
-    for row in figures["idle"]:
-        table.add(row["store"], row["path"], millis(row["p50"]), millis(row["p99"]), row["count"])
-    harness.print_table(table)
-
-
-def print_echo(results: list[dict[str, Any]]) -> None:
-    """The raw ceiling table."""
-    table = Table(
-        "Raw ceiling: batched gRPC bidi-streaming echo on raw bytes (bench/echo.py)",
-        ["size", "messages", "per frame", "msg/s", "runs"],
-    )
-    for row in results:
-        table.add(
-            row["size"],
-            row["count"],
-            f"{row['batch']}{' (sweep)' if row.get('sweep') else ' (ours)'}",
-            rate(row["rate"]),
-            " ".join(rate(r) for r in row["rates"]),
-        )
-    table.notes = [
-        "Sync grpc client (requests pulled by gRPC's thread, replies read on the caller's),",
-        "grpc.aio server in its own process, no per-message Python work at all. 'ours' =",
-        "mean PUTs per frame of our SDK->broker memory-store runs (the ceiling and the",
-        "'of echo' ratios use it); 'sweep' rows show the rate by frame size for context.",
-    ]
-    harness.print_table(table)
-
-
-def print_recovery(results: list[dict[str, Any]]) -> None:
-    """The recovery table."""
-    table = Table(
-        "Recovery: producer at 5k msg/s (100 B), sqlite broker cut for ~1 s",
-        [
-            "path",
-            "cut",
-            "outage s",
-            "back->StateRestored s",
-            "back->1st ACK s",
-            "stall s",
-            "outage+0.3",
-            "posted",
-            "ACKed ok",
-            "dup ACKs",
-        ],
-    )
-    for row in results:
-        table.add(
-            row["path"],
-            row["cut"],
-            f"{row['outage']:.3f}",
-            "no reconnect" if math.isnan(row["restore"]) else f"{row['restore']:.3f}",
-            f"{row['first_ack']:.3f}",
-            f"{row['stall']:.3f}",
-            f"{row['budget']:.3f}",
-            row["posted"],
-            row["acked_ok"],
-            row["duplicate_acks"],
-            verdict=verdict(row["stall"] <= row["budget"]),
-        )
-    table.notes = [
-        "kill: SIGKILL, 1 s, restart on the same port and file; outage = SIGKILL -> the new",
-        "  broker's 'listening on' (includes its start and store recovery); restore = that",
-        "  -> StateRestored (the SDK's event direct; the proxy's logged one via the proxy);",
-        "  1st ACK: the retransmitted PUTs stored (fsync) and the first of them ACKed.",
-        "stop: SIGSTOP 1 s then SIGCONT; keepalive (1 s + 2 s) keeps the link: no reconnect.",
-        "stall: longest gap between consecutive ACKs; post() never blocked longer than "
-        + ", ".join(f"{r['longest_post'] * 1000:.0f} ms" for r in results)
-        + ".",
-    ]
-    harness.print_table(table)
-
-
-def print_memory(result: dict[str, Any]) -> None:
-    """The memory table."""
-    table = Table(
-        "SDK memory per buffered PUT (disconnected, 100-byte distinct payloads)",
-        ["PUTs", "RSS growth/PUT", "payload object", "SDK's own/PUT", "post() rate"],
-    )
-    per_put = result["bytes_per_put"]
-    table.add(
-        result["count"],
-        f"{per_put:.0f} B",
-        f"{result['payload_object_bytes']} B",
-        f"{per_put - result['payload_object_bytes']:.0f} B",
-        f"{rate(result['post_rate_disconnected'])}/s",
-    )
-    table.notes = [
-        "In a subprocess: open the queue on a broker, SIGKILL it, wait for the session to see",
-        "the loss, then post; RSS from /proc/self/statm before and after (after gc.collect()).",
-    ]
-    harness.print_table(table)
-
-
-def print_history(result: dict[str, Any]) -> None:
-    """The dedup history table."""
-    table = Table(
-        "Broker dedup history: memory per GUID held (1M GUIDs with digests)",
-        [
-            "bytes/GUID",
-            "default bound",
-            "its memory",
-            f"covers at {rate(result['rate'])}/s",
-            "full window + grace needs",
-        ],
-    )
-    table.add(
-        f"{result['bytes_per_guid']:.0f} B",
-        f"{result['default_max_guids'] / 1e6:.0f}M GUIDs",
-        f"{result['default_bound_bytes'] / 1e9:.1f} GB",
-        f"{result['default_covers_seconds']:.0f} s",
-        f"{result['guids_for_full_retention'] / 1e6:.0f}M GUIDs, "
-        f"{result['bytes_for_full_retention'] / 1e9:.1f} GB",
-    )
-    table.notes = [
-        "RSS growth per GUID recorded in one GuidHistory (fresh 16-byte bytes, 64-bit digest).",
-        "Past the bound new PUTs get HISTORY_FULL (producers retry); nothing is evicted early.",
-        "Target <= 64 B/GUID: " + ("PASS" if result["bytes_per_guid"] <= 64 else "MISS") + ".",
-    ]
-    harness.print_table(table)
-
-
-def print_nats(result: dict[str, Any], ours: dict[str, float]) -> None:
-    """The NATS comparison table (or the line saying why it was skipped)."""
-    if "skipped" in result:
-        print()
-        print(f"== NATS JetStream comparison skipped: {result['skipped']}")
-        return
-    table = Table(
-        "NATS JetStream, same load: 100-byte publish_async with Nats-Msg-Id, every PubAck awaited",
-        ["JetStream storage", "msg/s", "Holdfast SDK->broker", "Holdfast / NATS"],
-    )
-    for row in result["runs"]:
-        mine = ours["memory" if row["storage"] == "memory" else "sqlite"]
-        table.add(
-            row["storage"],
-            rate(row["rate"]),
-            f"{rate(mine)} ({'memory' if row['storage'] == 'memory' else 'sqlite full'})",
-            f"{mine / row['rate']:.2f}x",
-        )
-    table.notes = [
-        "nats-py client in this process against the local nats-server. JetStream's file store",
-        "does not fsync each message by default; Holdfast's sqlite here fsyncs every commit.",
-    ]
-    harness.print_table(table)
-
-
-def print_rpc(results: list[dict[str, Any]]) -> None:
-    """Request/reply beside the plain gRPC unary call."""
-    table = Table(
-        "Request/reply (100 B echo, worker process with 8 threads) vs plain gRPC unary",
-        ["path", "calls/s", "in flight", "p50 round trip ms", "p99 round trip ms"],
-    )
-    for row in results:
-        table.add(
-            row["name"], rate(row["rate"]), row["window"], millis(row["p50"]), millis(row["p99"])
-        )
-    harness.print_table(table)
-
-
-def print_targets(rows: list[tuple[str, str, bool]]) -> None:
-    """The targets, each with its figure and PASS or MISS."""
-    table = Table("Targets (figures, not tests)", ["target", "figure"])
-    for name, figure, ok in rows:
-        table.add(name, figure, verdict=verdict(ok))
-    harness.print_table(table)
-
-
-# ---------------------------------------------------------------------------- main
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -495,8 +253,46 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--spark-rows", type=int, default=100_000, help="rows per connector write (0: skip)"
     )
+    parser.add_argument(
+        "--scale-count", type=int, default=60_000, help="messages per growth-curve point (0: skip)"
+    )
+    parser.add_argument("--depth", type=int, default=1_000_000, help="messages held unconsumed")
+    parser.add_argument("--redis-count", type=int, default=100_000, help="Redis store messages")
     parser.add_argument("--json", default=str(harness.REPO / "bench-results.json"))
     return parser.parse_args(argv)
+
+
+def run_scale(args: argparse.Namespace, failures: list[str]) -> dict[str, Any]:
+    """Issue #20's curves and the Redis store (``bench/scale.py``)."""
+    scale_results: dict[str, Any] = {}
+    no_rows: list[dict[str, Any]] = []
+    no_result: dict[str, Any] = {}
+    if args.scale_count:
+        progress("sessions through one proxy: 1, 10, 100, 300")
+        scale_results["sessions"] = guarded(
+            "sessions", failures, lambda: scale.sessions_curve(args.scale_count), no_rows
+        )
+        progress("open queues: 1, 100, 10k")
+        scale_results["queues"] = guarded(
+            "queues", failures, lambda: scale.queues_curve(args.scale_count), no_rows
+        )
+        progress(f"queue depth: {args.depth} held")
+        scale_results["depth"] = guarded(
+            "depth",
+            failures,
+            lambda: scale.depth_and_memory(args.depth, args.scale_count),
+            no_result,
+        )
+        progress("payload sizes: 100 B, 10 KiB, 1 MiB")
+        scale_results["payloads"] = guarded(
+            "payloads", failures, lambda: scale.payload_curve(200 * 1024 * 1024), no_rows
+        )
+    if args.redis_count:
+        progress("Redis store: one node, two nodes")
+        scale_results["redis"] = guarded(
+            "redis", failures, lambda: scale.redis_figures(args.redis_count), no_result
+        )
+    return scale_results
 
 
 def guarded(name: str, failures: list[str], run: Callable[[], T], fallback: T) -> T:
@@ -563,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         lambda: [dataclasses.asdict(f) for f in rpcload.measure(args.rpc_count)],
         no_rows,
     )
+    results["scale"] = run_scale(args, failures)
     if args.spark_rows:
         progress("Spark connector (driver subprocesses)")
         results["spark"] = guarded(
@@ -625,6 +422,11 @@ def main(argv: list[str] | None = None) -> int:
                 row["stall"] <= row["budget"],
             )
         )
+    print_scale(results["scale"])
+    consume = {(e["store"], e["size"], e["path"]): summary(e)["median"] for e in figures["consume"]}
+    targets += issue_20_targets(
+        rates, consume, results["nats"], results["memory"], results["scale"]
+    )
     print_targets(targets)
     results["targets"] = [{"target": t, "figure": f, "pass": ok} for t, f, ok in targets]
     results["failures"] = failures

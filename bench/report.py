@@ -1,0 +1,381 @@
+"""The tables ``make bench`` prints (``run`` measures, this module prints)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import harness
+from harness import Table, millis, rate, verdict
+
+SMALL = 100
+LARGE = 10 * 1024
+PATHS = ("SDK->broker", "SDK->proxy->broker")
+
+
+def summary(entry: dict[str, Any]) -> dict[str, Any]:
+    """The median-rate run of an entry, and the spread of its rates."""
+    runs = entry["runs"]
+    rates = [r["rate"] for r in runs]
+    chosen = sorted(runs, key=lambda r: r["rate"])[(len(runs) - 1) // 2]
+    return {**chosen, "min": min(rates), "max": max(rates), "median": harness.median(rates)}
+
+
+def cpu_cell(cpu: dict[str, float]) -> str:
+    """CPU microseconds per message as ``client/proxy/broker``."""
+    parts = [f"{cpu[name]:.1f}" if name in cpu else "-" for name in ("client", "proxy", "broker")]
+    return "/".join(parts)
+
+
+# ---------------------------------------------------------------------------- the sections
+
+
+def print_loads(figures: dict[str, Any], echo_rates: dict[int, float]) -> None:
+    """The PUT->ACK, PUSH->CONFIRM and idle round-trip tables."""
+    table = Table(
+        "PUT->ACK, one producer: Session.post() -> on_ack",
+        [
+            "store",
+            "size",
+            "path",
+            "msg/s",
+            "min..max",
+            "p50 ms",
+            "p99 ms",
+            "PUTs/frame",
+            "CPU us/msg c/p/b",
+            "others",
+            "of echo",
+        ],
+    )
+    for entry in figures["produce"]:
+        s = summary(entry)
+        share = s["median"] / echo_rates[entry["size"]] if entry["size"] in echo_rates else math.nan
+        table.add(
+            entry["store"],
+            entry["size"],
+            entry["path"],
+            rate(s["median"]),
+            f"{rate(s['min'])}..{rate(s['max'])}",
+            millis(s["p50"]),
+            millis(s["p99"]),
+            f"{s['mean_batch']:.0f}",
+            cpu_cell(s["cpu_us"]),
+            f"{s['others_cores']:.2f}",
+            f"{share:.0%}",
+        )
+    table.notes = [
+        "msg/s: median of the runs, first post() to last on_ack; latency of the median run:",
+        "  post() is not paced, so p50/p99 include the time a PUT waits behind the others.",
+        "CPU us/msg: CPU time per message of the client (this process, SDK + bench loop),",
+        "  the proxy and the broker. With 2 cores, their sum bounds the rate at 2e6/sum.",
+        "others: cores' worth of CPU used by other processes of the machine meanwhile.",
+        "of echo: msg/s as a share of the raw gRPC echo with the same batch size (below).",
+    ]
+    harness.print_table(table)
+
+    table = Table(
+        "PUSH->CONFIRM, one consumer draining the queue its producer run filled",
+        ["store", "size", "path", "msg/s", "min..max", "CPU us/msg c/p/b", "others"],
+    )
+    for entry in figures["consume"]:
+        s = summary(entry)
+        table.add(
+            entry["store"],
+            entry["size"],
+            entry["path"],
+            rate(s["median"]),
+            f"{rate(s['min'])}..{rate(s['max'])}",
+            cpu_cell(s["cpu_us"]),
+            f"{s['others_cores']:.2f}",
+        )
+    table.notes = [
+        "Default QueueOptions (1000 unconfirmed messages); timed from open_queue() to the",
+        "last message confirmed, message.confirm() called in on_message.",
+    ]
+    harness.print_table(table)
+
+    table = Table(
+        "Idle round trip: one 100-byte PUT at a time, post() -> on_ack",
+        ["store", "path", "p50 ms", "p99 ms", "PUTs"],
+    )
+    for row in figures["idle"]:
+        table.add(row["store"], row["path"], millis(row["p50"]), millis(row["p99"]), row["count"])
+    harness.print_table(table)
+
+
+def print_echo(results: list[dict[str, Any]]) -> None:
+    """The raw ceiling table."""
+    table = Table(
+        "Raw ceiling: batched gRPC bidi-streaming echo on raw bytes (bench/echo.py)",
+        ["size", "messages", "per frame", "msg/s", "runs"],
+    )
+    for row in results:
+        table.add(
+            row["size"],
+            row["count"],
+            f"{row['batch']}{' (sweep)' if row.get('sweep') else ' (ours)'}",
+            rate(row["rate"]),
+            " ".join(rate(r) for r in row["rates"]),
+        )
+    table.notes = [
+        "Sync grpc client (requests pulled by gRPC's thread, replies read on the caller's),",
+        "grpc.aio server in its own process, no per-message Python work at all. 'ours' =",
+        "mean PUTs per frame of our SDK->broker memory-store runs (the ceiling and the",
+        "'of echo' ratios use it); 'sweep' rows show the rate by frame size for context.",
+    ]
+    harness.print_table(table)
+
+
+def print_recovery(results: list[dict[str, Any]]) -> None:
+    """The recovery table."""
+    table = Table(
+        "Recovery: producer at 5k msg/s (100 B), sqlite broker cut for ~1 s",
+        [
+            "path",
+            "cut",
+            "outage s",
+            "back->StateRestored s",
+            "back->1st ACK s",
+            "stall s",
+            "outage+0.3",
+            "posted",
+            "ACKed ok",
+            "dup ACKs",
+        ],
+    )
+    for row in results:
+        table.add(
+            row["path"],
+            row["cut"],
+            f"{row['outage']:.3f}",
+            "no reconnect" if math.isnan(row["restore"]) else f"{row['restore']:.3f}",
+            f"{row['first_ack']:.3f}",
+            f"{row['stall']:.3f}",
+            f"{row['budget']:.3f}",
+            row["posted"],
+            row["acked_ok"],
+            row["duplicate_acks"],
+            verdict=verdict(row["stall"] <= row["budget"]),
+        )
+    table.notes = [
+        "kill: SIGKILL, 1 s, restart on the same port and file; outage = SIGKILL -> the new",
+        "  broker's 'listening on' (includes its start and store recovery); restore = that",
+        "  -> StateRestored (the SDK's event direct; the proxy's logged one via the proxy);",
+        "  1st ACK: the retransmitted PUTs stored (fsync) and the first of them ACKed.",
+        "stop: SIGSTOP 1 s then SIGCONT; keepalive (1 s + 2 s) keeps the link: no reconnect.",
+        "stall: longest gap between consecutive ACKs; post() never blocked longer than "
+        + ", ".join(f"{r['longest_post'] * 1000:.0f} ms" for r in results)
+        + ".",
+    ]
+    harness.print_table(table)
+
+
+def print_memory(result: dict[str, Any]) -> None:
+    """The memory table."""
+    table = Table(
+        "SDK memory per buffered PUT (disconnected, 100-byte distinct payloads)",
+        ["PUTs", "RSS growth/PUT", "payload object", "SDK's own/PUT", "post() rate"],
+    )
+    per_put = result["bytes_per_put"]
+    table.add(
+        result["count"],
+        f"{per_put:.0f} B",
+        f"{result['payload_object_bytes']} B",
+        f"{per_put - result['payload_object_bytes']:.0f} B",
+        f"{rate(result['post_rate_disconnected'])}/s",
+    )
+    table.notes = [
+        "In a subprocess: open the queue on a broker, SIGKILL it, wait for the session to see",
+        "the loss, then post; RSS from /proc/self/statm before and after (after gc.collect()).",
+    ]
+    harness.print_table(table)
+
+
+def print_history(result: dict[str, Any]) -> None:
+    """The dedup history table."""
+    table = Table(
+        "Broker dedup history: memory per GUID held (1M GUIDs with digests)",
+        [
+            "bytes/GUID",
+            "default bound",
+            "its memory",
+            f"covers at {rate(result['rate'])}/s",
+            "full window + grace needs",
+        ],
+    )
+    table.add(
+        f"{result['bytes_per_guid']:.0f} B",
+        f"{result['default_max_guids'] / 1e6:.0f}M GUIDs",
+        f"{result['default_bound_bytes'] / 1e9:.1f} GB",
+        f"{result['default_covers_seconds']:.0f} s",
+        f"{result['guids_for_full_retention'] / 1e6:.0f}M GUIDs, "
+        f"{result['bytes_for_full_retention'] / 1e9:.1f} GB",
+    )
+    table.notes = [
+        "RSS growth per GUID recorded in one GuidHistory (fresh 16-byte bytes, 64-bit digest).",
+        "Past the bound new PUTs get HISTORY_FULL (producers retry); nothing is evicted early.",
+        "Target <= 64 B/GUID: " + ("PASS" if result["bytes_per_guid"] <= 64 else "MISS") + ".",
+    ]
+    harness.print_table(table)
+
+
+def print_nats(result: dict[str, Any], ours: dict[str, float]) -> None:
+    """The NATS comparison table (or the line saying why it was skipped)."""
+    if "skipped" in result:
+        print()
+        print(f"== NATS JetStream comparison skipped: {result['skipped']}")
+        return
+    table = Table(
+        "NATS JetStream, same load: 100-byte publish_async with Nats-Msg-Id, every PubAck awaited",
+        ["JetStream storage", "msg/s", "Holdfast SDK->broker", "Holdfast / NATS"],
+    )
+    for row in result["runs"]:
+        mine = ours["memory" if row["storage"] == "memory" else "sqlite"]
+        table.add(
+            row["storage"],
+            rate(row["rate"]),
+            f"{rate(mine)} ({'memory' if row['storage'] == 'memory' else 'sqlite full'})",
+            f"{mine / row['rate']:.2f}x",
+        )
+    table.notes = [
+        "nats-py client in this process against the local nats-server. JetStream's file store",
+        "does not fsync each message by default; Holdfast's sqlite here fsyncs every commit.",
+    ]
+    harness.print_table(table)
+
+
+def print_rpc(results: list[dict[str, Any]]) -> None:
+    """Request/reply beside the plain gRPC unary call."""
+    table = Table(
+        "Request/reply (100 B echo, worker process with 8 threads) vs plain gRPC unary",
+        ["path", "calls/s", "in flight", "p50 round trip ms", "p99 round trip ms"],
+    )
+    for row in results:
+        table.add(
+            row["name"], rate(row["rate"]), row["window"], millis(row["p50"]), millis(row["p99"])
+        )
+    harness.print_table(table)
+
+
+def print_targets(rows: list[tuple[str, str, bool]]) -> None:
+    """The targets, each with its figure and PASS or MISS."""
+    table = Table("Targets (figures, not tests)", ["target", "figure"])
+    for name, figure, ok in rows:
+        table.add(name, figure, verdict=verdict(ok))
+    harness.print_table(table)
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def print_scale(scale: dict[str, Any]) -> None:
+    """Issue #20's growth curves and the Redis store's figures."""
+    if scale.get("sessions"):
+        base = scale["sessions"][0]["rate"]
+        table = Table(
+            "Sessions through one proxy (asyncio sessions, 100 B, memory store)",
+            ["sessions", "PUT->ACK msg/s", "vs 1 session"],
+        )
+        for row in scale["sessions"]:
+            table.add(row["sessions"], rate(row["rate"]), f"{row['rate'] / base:.2f}x")
+        harness.print_table(table)
+    if scale.get("queues"):
+        base = scale["queues"][0]["rate"]
+        table = Table("Open queues (one session, round-robin)", ["queues", "msg/s", "vs 1 queue"])
+        for row in scale["queues"]:
+            table.add(row["queues"], rate(row["rate"]), f"{row['rate'] / base:.2f}x")
+        harness.print_table(table)
+    if scale.get("depth"):
+        row = scale["depth"]
+        table = Table(
+            "Queue depth (memory store, 100 B)",
+            ["held", "PUT->ACK msg/s", "broker bytes per queued message"],
+        )
+        table.add(0, rate(row["empty_rate"]), "")
+        table.add(row["depth"], rate(row["deep_rate"]), f"{row['bytes_per_message']:.0f} B")
+        harness.print_table(table)
+    if scale.get("payloads"):
+        table = Table("Payload size (SDK->broker, memory)", ["size", "msg/s", "MB/s"])
+        for row in scale["payloads"]:
+            table.add(f"{row['size']} B", rate(row["rate"]), f"{row['mb_s']:.1f}")
+        harness.print_table(table)
+    if scale.get("redis"):
+        row = scale["redis"]
+        table = Table(
+            "Redis store (AOF everysec, 100 B, SDK->broker)",
+            ["nodes", "PUT->ACK msg/s", "Redis commands per message (inside the scripts)"],
+        )
+        table.add(1, rate(row["one_node"]), f"{row['commands_per_message']:.3f}")
+        table.add(2, rate(row["two_nodes"]), "")
+        table.notes = [
+            "A PUT frame is one script call (one round trip) for all its messages; the",
+            "commands are what the scripts run inside Redis per message.",
+        ]
+        harness.print_table(table)
+
+
+def issue_20_targets(
+    rates: dict[tuple[str, int, str], float],
+    consume: dict[tuple[str, int, str], float],
+    nats: dict[str, Any],
+    memory: dict[str, Any],
+    scale: dict[str, Any],
+) -> list[tuple[str, str, bool]]:
+    """Issue #20's targets as (target, figure, met) rows, ratios from this run."""
+    direct = rates[("memory", SMALL, PATHS[0])]
+    proxied = rates[("memory", SMALL, PATHS[1])]
+    rows: list[tuple[str, str, bool]] = []
+    jetstream = next(
+        (r["rate"] for r in nats.get("runs", []) if r.get("storage") == "memory"), math.nan
+    )
+    rows.append(
+        (
+            "PUT->ACK via the sidecar >= 3x JetStream publish_async with dedup",
+            f"{rate(proxied)}/s = {proxied / jetstream:.2f}x {rate(jetstream)}/s"
+            if jetstream == jetstream
+            else f"{rate(proxied)}/s (JetStream not measured: {nats.get('skipped', '?')})",
+            proxied >= 3 * jetstream,
+        )
+    )
+    rows.append(("SDK->broker PUT->ACK >= 150k msg/s", f"{rate(direct)}/s", direct >= 150_000))
+    sqlite = rates[("sqlite", SMALL, PATHS[0])]
+    rows.append(("sqlite --sync full, direct >= 70k msg/s", f"{rate(sqlite)}/s", sqlite >= 70_000))
+    push_direct = consume[("memory", SMALL, PATHS[0])]
+    push_proxy = consume[("memory", SMALL, PATHS[1])]
+    rows.append(
+        (
+            "PUSH->CONFIRM via the proxy >= 80% of direct",
+            f"{rate(push_proxy)}/s = {push_proxy / push_direct:.0%} of {rate(push_direct)}/s",
+            push_proxy >= 0.8 * push_direct,
+        )
+    )
+    if memory:
+        per_put = memory["bytes_per_put"]
+        rows.append(("SDK <= 200 B per buffered 100-B PUT", f"{per_put:.0f} B", per_put <= 200))
+    depth = scale.get("depth")
+    if depth:
+        held = depth["bytes_per_message"]
+        rows.append(("broker <= 250 B per queued 100-B message", f"{held:.0f} B", held <= 250))
+    for name, key in (("sessions", "sessions"), ("open queues", "queues")):
+        curve = scale.get(key) or []
+        if curve:
+            worst = min(row["rate"] for row in curve) / curve[0]["rate"]
+            points = ", ".join(str(row[key]) for row in curve)
+            rows.append(
+                (
+                    f"{name}: throughput within 20% of one across {points}",
+                    f"worst {worst:.2f}x",
+                    worst >= 0.8,
+                )
+            )
+    redis = scale.get("redis")
+    if redis:
+        rows.append(
+            (
+                "Redis store, one node >= 50% of sqlite",
+                f"{rate(redis['one_node'])}/s = {redis['one_node'] / sqlite:.0%}",
+                redis["one_node"] >= 0.5 * sqlite,
+            )
+        )
+    return rows

@@ -1,0 +1,188 @@
+"""Issue #20's growth curves and the Redis store's figures, for ``make bench``.
+
+- sessions through one proxy (1, 10, 100, 300 asyncio sessions in one process, each
+  posting its share and flushing): total PUT->ACK msg/s and its ratio to one session;
+- open queues (1, 100, 10k on one session, posting round-robin over them);
+- queue depth: PUT->ACK with 0 and with ``depth`` unconsumed messages held, and the
+  broker's resident memory per queued 100-B message (``/proc/PID/statm``);
+- payload size (100 B, 10 KiB, 1 MiB): msg/s and MB/s;
+- the Redis store: PUT->ACK for one node, for two nodes on one Redis (a producer on
+  each, one queue), and Redis commands per message (``INFO stats``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import harness
+import loads
+
+from holdfast.sdk import Session
+from holdfast.sdk import aio as hf_aio
+from tests.support.processes import BrokerProcess
+from tests.support.redis_server import RedisServer
+
+SESSIONS = (1, 10, 100, 300)
+QUEUES = (1, 100, 10_000)
+PAYLOADS = (100, 10 * 1024, 1024 * 1024)
+
+
+def _rss(pid: int) -> int:
+    """Resident bytes of process ``pid``."""
+    with open(f"/proc/{pid}/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+async def _sessions_run(address: str, sessions: int, total: int, size: int) -> float:
+    """Open every session and queue first, then time posting and flushing only."""
+    payload = os.urandom(size)
+    per = max(1, total // sessions)
+    opened = [hf_aio.Session(address) for _ in range(sessions)]
+    try:
+        for session in opened:
+            await session.__aenter__()
+        queues = await asyncio.gather(
+            *(
+                session.open_queue(f"hf://scale/s{sessions}-{index}", write=True)
+                for index, session in enumerate(opened)
+            )
+        )
+
+        async def post(session: hf_aio.Session, queue: Any) -> None:
+            for _ in range(per):
+                await queue.post(payload)
+            assert await session.flush(120)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(post(s, q) for s, q in zip(opened, queues, strict=True)))
+        return per * sessions / (time.perf_counter() - started)
+    finally:
+        for session in opened:
+            await session.close()
+
+
+def sessions_curve(total: int) -> list[dict[str, Any]]:
+    """PUT->ACK msg/s through one proxy for each session count."""
+    rows = []
+    with (
+        harness.running_broker(harness.memory_store()) as broker,
+        harness.running_proxy(broker.address) as proxy,
+    ):
+        for count in SESSIONS:
+            rate = asyncio.run(_sessions_run(proxy.address, count, total, 100))
+            rows.append({"sessions": count, "rate": rate})
+    return rows
+
+
+def queues_curve(total: int) -> list[dict[str, Any]]:
+    """PUT->ACK msg/s of one session posting round-robin over N open queues."""
+    rows = []
+    payload = os.urandom(100)
+    # 10k queues on one session is past the default per-session limits: raised here.
+    limits = ("--max-open-queues", "20000", "--new-queues-per-minute", "100000")
+    store = harness.Store("memory", (*harness.memory_store().args, *limits))
+    with harness.running_broker(store) as broker:
+        for count in QUEUES:
+            with Session(broker.address) as session:
+                queues = [
+                    session.open_queue(f"hf://scale/q{count}-{i}", write=True) for i in range(count)
+                ]
+                started = time.perf_counter()
+                for i in range(total):
+                    queues[i % count].post(payload)
+                assert session.flush(180)
+                rows.append({"queues": count, "rate": total / (time.perf_counter() - started)})
+    return rows
+
+
+def depth_and_memory(depth: int, probe: int) -> dict[str, Any]:
+    """PUT->ACK with an empty queue and with ``depth`` messages held; broker bytes per
+    queued 100-B message."""
+    with harness.running_broker(harness.memory_store()) as broker:
+        empty = loads.produce(broker.address, "hf://scale/probe0", probe, 100, loads.CpuMeter({}))
+        before = _rss(broker.pid)
+        filled = loads.produce(broker.address, "hf://scale/deep", depth, 100, loads.CpuMeter({}))
+        after = _rss(broker.pid)
+        deep = loads.produce(broker.address, "hf://scale/deep", probe, 100, loads.CpuMeter({}))
+    return {
+        "depth": depth,
+        "empty_rate": empty.rate,
+        "fill_rate": filled.rate,
+        "deep_rate": deep.rate,
+        "bytes_per_message": (after - before) / depth,
+    }
+
+
+def payload_curve(bytes_per_size: int) -> list[dict[str, Any]]:
+    """PUT->ACK msg/s and MB/s per payload size (about ``bytes_per_size`` bytes each)."""
+    rows = []
+    with harness.running_broker(harness.memory_store()) as broker:
+        for size in PAYLOADS:
+            count = max(50, min(100_000, bytes_per_size // size))
+            result = loads.produce(
+                broker.address, f"hf://scale/p{size}", count, size, loads.CpuMeter({})
+            )
+            rows.append(
+                {
+                    "size": size,
+                    "count": count,
+                    "rate": result.rate,
+                    "mb_s": result.rate * size / 1e6,
+                }
+            )
+    return rows
+
+
+def _commands(server: RedisServer) -> int:
+    for line in server.cli("INFO", "stats").splitlines():
+        if line.startswith("total_commands_processed:"):
+            return int(line.split(":")[1])
+    return 0
+
+
+def redis_figures(count: int) -> dict[str, Any]:
+    """The Redis store: one node, two nodes on one Redis, commands per message."""
+    with tempfile.TemporaryDirectory() as directory:
+        redis = RedisServer(Path(directory), extra=("--appendfsync", "everysec")).start()
+        try:
+            store = ("--store", redis.url)
+            with BrokerProcess(list(store)) as a, BrokerProcess(list(store)) as b:
+                before = _commands(redis)
+                one = loads.produce(a.address, "hf://scale/redis1", count, 100, loads.CpuMeter({}))
+                per_message = (_commands(redis) - before) / count
+                rates: list[float] = []
+
+                def produce(address: str, index: int) -> None:
+                    result = loads.produce(
+                        address, "hf://scale/redis2", count // 2, 100, loads.CpuMeter({})
+                    )
+                    rates.append(result.rate)
+
+                threads = [
+                    threading.Thread(target=produce, args=(node.address, i))
+                    for i, node in enumerate((a, b))
+                ]
+                started = time.perf_counter()
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+                two = (count // 2) * 2 / (time.perf_counter() - started)
+        finally:
+            redis.stop()
+    return {"one_node": one.rate, "two_nodes": two, "commands_per_message": per_message}
+
+
+__all__ = [
+    "depth_and_memory",
+    "payload_curve",
+    "queues_curve",
+    "redis_figures",
+    "sessions_curve",
+]
