@@ -18,7 +18,7 @@ from holdfast.proto.limits import (
     Limits,
 )
 from holdfast.proto.security import ServerSecurity
-from holdfast.proto.serve import split_host_port
+from holdfast.proto.serve import metrics_endpoint, split_host_port
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +99,7 @@ class BrokerConfig:
     @property
     def metrics_address(self) -> tuple[str, int, str] | None:
         """(host, port, flag) of the metrics endpoint, if one is asked for."""
-        if self.metrics_listen is not None:
-            host, port = split_host_port(self.metrics_listen)
-            return host, port, "--metrics-listen"
-        if self.metrics_port is not None:
-            return "127.0.0.1", self.metrics_port, "--metrics-port"
-        return None
+        return metrics_endpoint(self.metrics_listen, self.metrics_port)
 
     @property
     def limits(self) -> Limits:

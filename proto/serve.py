@@ -53,6 +53,17 @@ def split_host_port(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def metrics_endpoint(listen: str | None, port: int | None) -> tuple[str, int, str] | None:
+    """Where a server's metrics endpoint listens, and the flag that said so:
+    ``--metrics-listen HOST:PORT`` (any host) wins over ``--metrics-port`` (127.0.0.1)."""
+    if listen is not None:
+        host, bound = split_host_port(listen)
+        return host, bound, "--metrics-listen"
+    if port is not None:
+        return "127.0.0.1", port, "--metrics-port"
+    return None
+
+
 async def serve_until_signalled(stop: Callable[[], Awaitable[None]]) -> None:
     """Wait for SIGTERM or SIGINT, then ``await stop()`` (a graceful stop).
 

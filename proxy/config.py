@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from holdfast.proto.limits import DEFAULT_BATCH_BYTES, MAX_BATCH_BYTES, MIB
 from holdfast.proto.security import ServerSecurity
-from holdfast.proto.serve import split_host_port
+from holdfast.proto.serve import metrics_endpoint, split_host_port
 from holdfast.sdk.errors import InvalidArgumentError
 from holdfast.sdk.failover import parse_addresses
 from holdfast.sdk.options import SessionOptions
@@ -64,12 +64,7 @@ class ProxyConfig:
     @property
     def metrics_address(self) -> tuple[str, int, str] | None:
         """(host, port, flag) of the metrics endpoint, if one is asked for."""
-        if self.metrics_listen is not None:
-            host, port = split_host_port(self.metrics_listen)
-            return host, port, "--metrics-listen"
-        if self.metrics_port is not None:
-            return "127.0.0.1", self.metrics_port, "--metrics-port"
-        return None
+        return metrics_endpoint(self.metrics_listen, self.metrics_port)
 
     @property
     def upstream_addresses(self) -> list[str]:
