@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from holdfast.broker.redis import scripts
@@ -145,8 +145,17 @@ class RedisClient:
                 raise StoreError(f"redis store {self.where}: {what}: {error}") from None
 
     async def script(self, what: str, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """Run a registered script with retries."""
-        return await self.call(what, lambda: script(keys=list(keys), args=list(args)))
+        """Run a registered script with retries. A Redis that restarted has forgotten the
+        scripts (NOSCRIPT): they are loaded again and the call repeated."""
+
+        async def run() -> Any:
+            try:
+                return await script(keys=list(keys), args=list(args))
+            except NoScriptError:
+                await self.redis.script_load(script.script)
+                return await script(keys=list(keys), args=list(args))
+
+        return await self.call(what, run)
 
     async def put(self, keys: Sequence[str], args: Sequence[Any]) -> tuple[list[int], bool]:
         """Run the PUT script; returns its statuses, and whether ``min_replicas``
@@ -157,6 +166,8 @@ class RedisClient:
         timeout_ms = round(self.replica_timeout * 1000)
 
         async def put_and_wait() -> list[Any]:
+            # A pipeline does not reload forgotten scripts by itself: load first.
+            await self.redis.script_load(self.put_script.script)
             pipe = self.redis.pipeline(transaction=False)
             await self.put_script(keys=list(keys), args=list(args), client=pipe)
             pipe.execute_command("WAIT", self.min_replicas, timeout_ms)

@@ -133,7 +133,14 @@ def test_a_redis_restart_with_aof_loses_and_duplicates_nothing(tmp_path: Path) -
         assert session.flush(timeout=60)
         got = Collector()
         session.open_queue(URI, read=True, on_message=got)
-        got.wait_for(len(guids), timeout=30)
+        try:
+            got.wait_for(len(guids), timeout=30)
+        except AssertionError:
+            keys = "hf:{" + URI + "}:"
+            raise AssertionError(
+                f"got {len(got.messages)}; ready {redis.cli('LLEN', keys + 'ready')}, "
+                f"bodies {redis.cli('HLEN', keys + 'body')}; broker log:\n{broker.output[-1500:]}"
+            ) from None
         assert "LOST DATA" not in broker.output
     acks.exactly_one_success(guids)
     assert Counter(got.guids()) == Counter({g: 1 for g in guids})
