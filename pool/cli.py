@@ -49,6 +49,8 @@ def parser() -> argparse.ArgumentParser:
     args.add_argument("--stop-delay", type=float, default=60.0, help="seconds (default: 60)")
     args.add_argument("--max-deliveries", type=int, default=3, help="(default: 3)")
     args.add_argument("--admin-address", help="the broker's HOST:PORT (default: --address)")
+    args.add_argument("--token", help="an admin token for the pool's policies ($HOLDFAST_TOKEN)")
+    args.add_argument("--tls-ca", metavar="PATH", help="PEM CA of the broker: TLS (workers too)")
     add_common_flags(args, "holdfast-pool")
     apply_environment(args)
     return args
@@ -73,6 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             unbind_delay=args.unbind_delay,
             stop_delay=args.stop_delay,
             max_deliveries=args.max_deliveries,
+            token=args.token,
+            tls_ca=args.tls_ca,
         )
         driver = _driver(args.driver, args.worker_command)
     except (ValueError, HoldfastError) as error:

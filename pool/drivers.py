@@ -47,10 +47,14 @@ class WorkerGroup:
     requests_queue: str
     address: str
     """Where workers connect (``HOLDFAST_ADDRESS``)."""
+    tls_ca: str | None = None
+    """The CA workers trust for TLS (``HOLDFAST_TLS_CA``), if any."""
 
     def environment(self) -> dict[str, str]:
         """What a worker of this group finds in its environment."""
+        tls = {"HOLDFAST_TLS_CA": self.tls_ca} if self.tls_ca else {}
         return {
+            **tls,
             "WORKER_ID": self.worker_id,
             "WORKER_KEY": self.key,
             "WORKER_POOL": self.pool,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 
 from holdfast.pool.activity import ActivityReports
@@ -15,6 +16,7 @@ from holdfast.proto.policy import QueuePolicy
 from holdfast.sdk import events as ev
 from holdfast.sdk.admin import AdminClient
 from holdfast.sdk.events import log_event
+from holdfast.sdk.options import SessionOptions
 from holdfast.sdk.poolnames import KEY_HASH_CHARS, PoolNames
 from holdfast.sdk.queue import Queue
 from holdfast.sdk.session import Session
@@ -41,6 +43,11 @@ class PoolSettings:
     pool's poison queue, and its caller gets a dead-letter error."""
     orphan_attempts: int = 20
     """Tries to forward an orphan before it is dead-lettered to the poison queue."""
+    token: str | None = None
+    """The manager's token (default ``$HOLDFAST_TOKEN``); it needs ``admin`` for the
+    pool's policies. Workers get ``$HOLDFAST_TOKEN`` from the manager's environment."""
+    tls_ca: str | None = None
+    """PEM CA of the broker's certificate: TLS; workers get it as ``HOLDFAST_TLS_CA``."""
 
     def __post_init__(self) -> None:
         PoolNames.of(self.pool)
@@ -59,8 +66,17 @@ class PoolManager:
         self.driver = driver
         self.tracker = PoolTracker(settings.unbind_delay, settings.stop_delay)
         self.leadership = Leadership(self.names)
-        self._session = Session(settings.address, on_event=self._on_event)
-        self._admin = AdminClient(settings.admin_address)
+        self._session = Session(
+            settings.address,
+            on_event=self._on_event,
+            options=SessionOptions(
+                token=settings.token or os.environ.get("HOLDFAST_TOKEN") or None,
+                tls_ca=settings.tls_ca,
+            ),
+        )
+        self._admin = AdminClient(
+            settings.admin_address, token=settings.token, tls_ca=settings.tls_ca
+        )
         self._forwarder = Forwarder(self._session)
         active = lambda: self.leadership.active  # noqa: E731
         self.orphans = OrphanProcessor(self.tracker, self.names, self._forwarder, active)
@@ -83,7 +99,12 @@ class PoolManager:
         queue = self.names.key_queue(key)
         digest = queue.rsplit("key-", 1)[1][:KEY_HASH_CHARS]
         return WorkerGroup(
-            self.names.uri, key, f"{self.names.pool}-{digest[:12]}", queue, self.settings.address
+            self.names.uri,
+            key,
+            f"{self.names.pool}-{digest[:12]}",
+            queue,
+            self.settings.address,
+            self.settings.tls_ca,
         )
 
     def start(self) -> None:

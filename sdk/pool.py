@@ -34,6 +34,7 @@ import threading
 from collections.abc import Callable, Mapping
 
 from holdfast.sdk.errors import HoldfastError, InvalidArgumentError
+from holdfast.sdk.options import SessionOptions
 from holdfast.sdk.poolnames import (
     ACTIVITY_EVENT,
     ACTIVITY_KEY,
@@ -74,7 +75,10 @@ def serve(
     names = PoolNames.of(env["WORKER_POOL"])
     key, worker_id, queue = env["WORKER_KEY"], env["WORKER_ID"], env["WORKER_REQUESTS_QUEUE"]
     stop = stop or _stop_on_signals()
-    with Session(env.get("HOLDFAST_ADDRESS") or None) as session:
+    link = SessionOptions(
+        token=env.get("HOLDFAST_TOKEN") or None, tls_ca=env.get("HOLDFAST_TLS_CA") or None
+    )
+    with Session(env.get("HOLDFAST_ADDRESS") or None, options=link) as session:
         activity = session.open_queue(names.activity, write=True)
 
         def report(event: str) -> None:
