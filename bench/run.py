@@ -262,39 +262,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def run_scale(args: argparse.Namespace, failures: list[str]) -> dict[str, Any]:
-    """Issue #20's curves and the Redis store (``bench/scale.py``)."""
-    scale_results: dict[str, Any] = {}
-    no_rows: list[dict[str, Any]] = []
-    no_result: dict[str, Any] = {}
-    if args.scale_count:
-        progress("sessions through one proxy: 1, 10, 100, 300")
-        scale_results["sessions"] = guarded(
-            "sessions", failures, lambda: scale.sessions_curve(args.scale_count), no_rows
-        )
-        progress("open queues: 1, 100, 10k")
-        scale_results["queues"] = guarded(
-            "queues", failures, lambda: scale.queues_curve(args.scale_count), no_rows
-        )
-        progress(f"queue depth: {args.depth} held")
-        scale_results["depth"] = guarded(
-            "depth",
-            failures,
-            lambda: scale.depth_and_memory(args.depth, args.scale_count),
-            no_result,
-        )
-        progress("payload sizes: 100 B, 10 KiB, 1 MiB")
-        scale_results["payloads"] = guarded(
-            "payloads", failures, lambda: scale.payload_curve(200 * 1024 * 1024), no_rows
-        )
-    if args.redis_count:
-        progress("Redis store: one node, two nodes")
-        scale_results["redis"] = guarded(
-            "redis", failures, lambda: scale.redis_figures(args.redis_count), no_result
-        )
-    return scale_results
-
-
 def guarded(name: str, failures: list[str], run: Callable[[], T], fallback: T) -> T:
     """Run one section; if it fails, say so on stderr, note it, and go on with the rest."""
     try:
@@ -359,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         lambda: [dataclasses.asdict(f) for f in rpcload.measure(args.rpc_count)],
         no_rows,
     )
-    results["scale"] = run_scale(args, failures)
+    results["scale"] = scale.run_all(args, failures, guarded, progress)
     if args.spark_rows:
         progress("Spark connector (driver subprocesses)")
         results["spark"] = guarded(

@@ -12,11 +12,13 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -179,10 +181,50 @@ def redis_figures(count: int) -> dict[str, Any]:
     return {"one_node": one.rate, "two_nodes": two, "commands_per_message": per_message}
 
 
+def run_all(
+    args: argparse.Namespace,
+    failures: list[str],
+    guarded: Callable[..., Any],
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    """Issue #20's curves and the Redis store, each section guarded (a failure is noted
+    in ``failures`` and the rest goes on)."""
+    scale_results: dict[str, Any] = {}
+    no_rows: list[dict[str, Any]] = []
+    no_result: dict[str, Any] = {}
+    if args.scale_count:
+        progress("sessions through one proxy: 1, 10, 100, 300")
+        scale_results["sessions"] = guarded(
+            "sessions", failures, lambda: sessions_curve(args.scale_count), no_rows
+        )
+        progress("open queues: 1, 100, 10k")
+        scale_results["queues"] = guarded(
+            "queues", failures, lambda: queues_curve(args.scale_count), no_rows
+        )
+        progress(f"queue depth: {args.depth} held")
+        scale_results["depth"] = guarded(
+            "depth",
+            failures,
+            lambda: depth_and_memory(args.depth, args.scale_count),
+            no_result,
+        )
+        progress("payload sizes: 100 B, 10 KiB, 1 MiB")
+        scale_results["payloads"] = guarded(
+            "payloads", failures, lambda: payload_curve(200 * 1024 * 1024), no_rows
+        )
+    if args.redis_count:
+        progress("Redis store: one node, two nodes")
+        scale_results["redis"] = guarded(
+            "redis", failures, lambda: redis_figures(args.redis_count), no_result
+        )
+    return scale_results
+
+
 __all__ = [
     "depth_and_memory",
     "payload_curve",
     "queues_curve",
     "redis_figures",
+    "run_all",
     "sessions_curve",
 ]

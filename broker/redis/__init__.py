@@ -12,7 +12,7 @@ a consumer on node B gets what a producer posted on node A. The parts:
 - ``client``: redis-py (with hiredis), the retry of Redis outages (up to
   ``--redis-retry`` seconds, then STORE_ERROR) and ``WAIT`` for replicas;
 - ``queues``: the queues as the broker's sessions see them (the same calls as the
-  in-memory ones) and the PUT path;
+  in-memory ones); ``puts``: the PUT path;
 - ``nodes``: node heartbeats, the reclaiming of dead nodes' deliveries, wake-ups
   (pub/sub plus polling) and the data-loss check.
 """

@@ -10,7 +10,8 @@ from collections.abc import Callable
 from holdfast.broker.config import BrokerConfig
 from holdfast.broker.redis.client import RedisClient, parse_redis_spec
 from holdfast.broker.redis.nodes import NodeLife
-from holdfast.broker.redis.queues import RedisPutPipeline, RedisRegistry
+from holdfast.broker.redis.puts import RedisPutPipeline
+from holdfast.broker.redis.queues import RedisRegistry
 
 
 def _now_ms() -> int:

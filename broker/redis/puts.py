@@ -1,0 +1,136 @@
+"""The PUT path of the Redis store: validate each PUT, then one PUT script per queue
+per frame (dedup and enqueue, atomic in Redis), then the ACKs in PUT order.
+
+A PUT is ACKed SUCCESS only once its script returned (and, with
+``--redis-min-replicas``, once ``WAIT`` confirmed it; else UNKNOWN); until then it
+counts as STORE_ERROR, so nothing that goes wrong can ACK it SUCCESS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any, cast
+
+from holdfast.broker.dedup import content_digest
+from holdfast.broker.redis.keys import QueueKeys
+from holdfast.broker.redis.queues import RedisRegistry
+from holdfast.broker.store import StoreError
+from holdfast.proto import pb
+from holdfast.proto.limits import Limits
+from holdfast.proto.outbox import AckGroup, Outbox
+from holdfast.proto.validate import put_status
+
+log = logging.getLogger(__name__)
+
+_OK = pb.STATUS_OK
+
+
+class RedisPutPipeline:
+    """PutBatch frames into Redis: one PUT script per queue per frame, then ACKs."""
+
+    def __init__(self, registry: RedisRegistry, limits: Limits, retention_ms: int) -> None:
+        self._registry = registry
+        self.limits = limits
+        self._retention_ms = retention_ms
+        self._max_age_ms = round(limits.dedup_window * 1000)
+        self.acks: Counter[int] = Counter()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def on_put_batch(
+        self, puts: Iterable[pb.Put], handles: Mapping[int, Any], outbox: Outbox
+    ) -> None:
+        """Validate, then store each queue's PUTs with one script; ACK in PUT order."""
+        group = AckGroup()
+        acks = group.acks
+        by_queue: dict[str, list[tuple[int, pb.Put]]] = {}
+        for put in puts:
+            handle = handles.get(put.queue_id)
+            if handle is None:
+                status = pb.STATUS_UNKNOWN_QUEUE
+            elif not handle.write:
+                status = pb.STATUS_NOT_WRITABLE
+            else:
+                status = put_status(put.guid, put.payload, put.properties, self.limits)
+                if status == _OK:
+                    by_queue.setdefault(handle.queue.uri, []).append((len(acks), put))
+            acks.append((put.queue_id, put.guid, status))
+        outbox.add_acks(group)
+        if not by_queue:
+            self.acks.update(status for _, _, status in acks)
+            outbox.acks_ready(group)
+            return
+        task = asyncio.get_running_loop().create_task(self._store(by_queue, group, outbox))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _store(
+        self, by_queue: dict[str, list[tuple[int, pb.Put]]], group: AckGroup, outbox: Outbox
+    ) -> None:
+        acks = group.acks
+        registry = self._registry
+        # Until Redis says otherwise, these PUTs are not stored: whatever goes wrong
+        # below, none of them is ACKed SUCCESS.
+        for items in by_queue.values():
+            for index, put in items:
+                acks[index] = (put.queue_id, put.guid, pb.STATUS_STORE_ERROR)
+        try:
+            for uri, items in by_queue.items():
+                statuses = await self._put(uri, [put for _, put in items])
+                queue = registry.get(uri)
+                for (index, put), status in zip(items, statuses, strict=True):
+                    acks[index] = (put.queue_id, put.guid, status)
+                    if queue is not None and status == _OK:
+                        queue.accepted += 1
+                registry.wake(uri)
+        finally:
+            self.acks.update(status for _, _, status in acks)
+            outbox.acks_ready(group)
+
+    async def _put(self, uri: str, puts: list[pb.Put]) -> list[pb.Status]:
+        keys = QueueKeys(uri)
+        args: list[Any] = [
+            keys.prefix + "g:",
+            self._retention_ms,
+            self._max_age_ms,
+            self._registry.now_ms(),
+        ]
+        for put in puts:
+            properties = dict(put.properties)
+            args += [
+                put.guid,
+                str(content_digest(put.payload, put.properties)),
+                put.age_ms,
+                json.dumps(properties, separators=(",", ":")) if properties else "{}",
+                put.payload,
+            ]
+        try:
+            raw, replicated = await self._registry.client.put(
+                [keys.ready, keys.body, keys.meta], args
+            )
+        except StoreError as error:
+            log.error("%s: %d PUTs not stored: %s", uri, len(puts), error)
+            return [pb.STATUS_STORE_ERROR] * len(puts)
+        statuses: list[pb.Status] = []
+        for code in raw:
+            if code in (1, 2):
+                statuses.append(_OK if replicated else pb.STATUS_UNKNOWN)
+            else:
+                statuses.append(cast(pb.Status, code))  # CONFLICT or TOO_OLD
+        return statuses
+
+    async def drain(self) -> None:
+        """Wait until every PUT batch in progress has finished."""
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
+
+    @property
+    def in_progress(self) -> int:
+        """PUT batches waiting for Redis."""
+        return len(self._tasks)
+
+
+__all__ = ["RedisPutPipeline"]
