@@ -1,7 +1,8 @@
 """The broker's ``holdfast.v1.Admin`` service: what the ``holdfast`` command asks.
 
-Each call runs on the broker's event loop like the sessions do, so it sees and
-changes the queues atomically between awaits. Changes that must be durable (a
+The service checks the caller and the URI and answers; the store's queues do the
+work (``AdminBackend``). Each call runs on the broker's event loop like the sessions
+do, so it sees and changes the queues atomically between awaits. Changes that must be durable (a
 policy, a purge, a delete, a replay) are written to the store and awaited before
 the reply says OK: an operator who saw OK can restart the broker and find them.
 Every refusal is a typed status with one line of explanation (``Invalid``):
@@ -14,13 +15,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 
-from holdfast.broker.queues import Queue
-from holdfast.broker.registry import QueueRegistry
-from holdfast.broker.store import Store, StoreBatch
 from holdfast.proto import ADMIN_SERVICE, pb
 from holdfast.proto.guard import ServerGuard, unary_refusal
 from holdfast.proto.policy import QueuePolicy, check_policy_uri
@@ -34,19 +32,50 @@ MAX_PEEK = 1000
 Reply = TypeVar("Reply")
 
 
-class AdminService:
-    """Serves ``holdfast.v1.Admin`` from a broker's queues and store."""
+class AdminBackend(Protocol):
+    """What the admin service asks of a store's queues (``admin_local.LocalAdmin`` for
+    the memory and sqlite stores, ``redis.admin.RedisAdmin`` for Redis). Each method
+    raises ``Invalid`` with a typed status for what it refuses."""
 
-    def __init__(
-        self,
-        queues: QueueRegistry,
-        store: Store,
-        clock: Callable[[], float],
-        guard: ServerGuard | None = None,
-    ) -> None:
-        self._queues = queues
-        self._store = store
-        self._clock = clock
+    async def list_queues(self) -> list[pb.QueueStats]:
+        """Every queue, sorted by URI."""
+        ...
+
+    async def stats(self, uri: str) -> pb.QueueStats:
+        """One queue's depth, consumers, counters and policy."""
+        ...
+
+    async def peek(self, uri: str, count: int) -> list[pb.PeekedMessage]:
+        """The first ``count`` ready messages, in delivery order, left in place."""
+        ...
+
+    async def purge(self, uri: str) -> int:
+        """Remove the ready (and delayed) messages, durably; returns how many."""
+        ...
+
+    async def delete(self, uri: str) -> int:
+        """Delete an unused queue with its messages and policy; returns how many went."""
+        ...
+
+    async def set_policy(self, uri: str, policy: QueuePolicy) -> None:
+        """Replace the policy of a queue or template, durably."""
+        ...
+
+    async def get_policy(self, uri: str) -> QueuePolicy:
+        """The policy in force at a queue or template."""
+        ...
+
+    async def replay(self, uri: str) -> tuple[int, list[str]]:
+        """Move a dead-letter queue's messages back; returns how many and the problems
+        of those left in place."""
+        ...
+
+
+class AdminService:
+    """Serves ``holdfast.v1.Admin`` from a store's queues (``AdminBackend``)."""
+
+    def __init__(self, backend: AdminBackend, guard: ServerGuard | None = None) -> None:
+        self._backend = backend
         self._guard = guard if guard is not None else ServerGuard()
 
     def handler(self) -> grpc.GenericRpcHandler:
@@ -73,44 +102,33 @@ class AdminService:
 
     async def list_queues(self, request: pb.ListQueuesRequest, context: Any) -> pb.ListQueuesReply:
         """Every queue the broker holds now, sorted by URI."""
-        queues = sorted(self._queues, key=lambda queue: queue.uri)
-        return pb.ListQueuesReply(status=pb.STATUS_OK, queues=[self._stats(q) for q in queues])
+        queues = await self._backend.list_queues()
+        return pb.ListQueuesReply(status=pb.STATUS_OK, queues=queues)
 
     async def queue_stats(self, request: pb.QueueRequest, context: Any) -> pb.QueueStatsReply:
         """One queue's depth, consumers, counters and policy."""
-        return pb.QueueStatsReply(status=pb.STATUS_OK, stats=self._stats(self._find(request.uri)))
+        parse_queue_uri(request.uri)
+        stats = await self._backend.stats(request.uri)
+        return pb.QueueStatsReply(status=pb.STATUS_OK, stats=stats)
 
     async def peek(self, request: pb.PeekRequest, context: Any) -> pb.PeekReply:
         """The first ``count`` ready messages, in delivery order, left in place."""
-        queue = self._find(request.uri)
+        parse_queue_uri(request.uri)
         count = min(request.count or 10, MAX_PEEK)
-        now = self._clock()
-        reply = pb.PeekReply(status=pb.STATUS_OK)
-        for index, message in enumerate(queue.ready):
-            if index >= count:
-                break
-            reply.messages.add(
-                guid=message.guid,
-                payload=message.payload,
-                properties=message.properties,
-                delivery_count=message.delivery_count,
-                age_seconds=max(0.0, now - message.accepted_at),
-            )
-        return reply
+        messages = await self._backend.peek(request.uri, count)
+        return pb.PeekReply(status=pb.STATUS_OK, messages=messages)
 
     async def purge(self, request: pb.QueueRequest, context: Any) -> pb.CountReply:
         """Remove the ready (and delayed) messages; consumers keep their unconfirmed ones."""
         parse_queue_uri(request.uri)
-        count, batch = self._queues.purge(request.uri)
-        await self._write(batch)
+        count = await self._backend.purge(request.uri)
         log.info("admin: purged %d messages of %s", count, request.uri)
         return pb.CountReply(status=pb.STATUS_OK, count=count)
 
     async def delete(self, request: pb.QueueRequest, context: Any) -> pb.CountReply:
         """Delete an unused queue with its messages, history and policy."""
         parse_queue_uri(request.uri)
-        count, batch = self._queues.delete(request.uri)
-        await self._write(batch)
+        count = await self._backend.delete(request.uri)
         log.info("admin: deleted %s with %d messages", request.uri, count)
         return pb.CountReply(status=pb.STATUS_OK, count=count)
 
@@ -119,70 +137,26 @@ class AdminService:
         template (``hf://<domain>/<prefix>*``)."""
         check_policy_uri(request.uri)
         policy = QueuePolicy.from_wire(request.policy)
-        batch = self._queues.set_policy(request.uri, policy)
-        await self._write(batch)
+        await self._backend.set_policy(request.uri, policy)
         log.info("admin: policy of %s is now %s", request.uri, policy)
         return pb.PolicyReply(status=pb.STATUS_OK, policy=policy.to_wire())
 
     async def get_policy(self, request: pb.QueueRequest, context: Any) -> pb.PolicyReply:
         """The policy in force at a queue (its own or its template's) or a template."""
         check_policy_uri(request.uri)
-        policy = self._queues.policy_of(request.uri)
-        if policy is None:
-            raise Invalid(pb.STATUS_NOT_FOUND, f"no queue or template {request.uri} on this broker")
+        policy = await self._backend.get_policy(request.uri)
         return pb.PolicyReply(status=pb.STATUS_OK, policy=policy.to_wire())
 
     async def replay(self, request: pb.QueueRequest, context: Any) -> pb.CountReply:
         """Move every ready message of a dead-letter queue back to its original queue,
-        once each (the removal and the copy commit together)."""
-        queue = self._find(request.uri)
-        moving, problems = self._queues.graveyard.replay(queue)
-        await self._queues.graveyard.wait()
-        # A move the store refused put its messages back (logged): not counted.
-        moved = [message for message in moving if message.guid not in queue.live]
-        if len(moved) < len(moving):
-            raise Invalid(
-                pb.STATUS_STORE_ERROR,
-                f"the store failed to move {len(moving) - len(moved)} of {len(moving)} "
-                "messages; they stay in the dead-letter queue (see the broker's log)",
-            )
+        once each."""
+        parse_queue_uri(request.uri)
+        count, problems = await self._backend.replay(request.uri)
         text = ""
         if problems:
             text = f"{len(problems)} messages left in place: " + "; ".join(list(problems)[:5])
-        log.info("admin: replayed %d dead letters of %s", len(moving), request.uri)
-        return pb.CountReply(status=pb.STATUS_OK, count=len(moving), message=text)
-
-    def _find(self, uri: str) -> Queue:
-        parse_queue_uri(uri)
-        queue = self._queues.get(uri)
-        if queue is None:
-            raise Invalid(pb.STATUS_NOT_FOUND, f"no queue {uri} on this broker")
-        return queue
-
-    async def _write(self, batch: StoreBatch) -> None:
-        try:
-            await self._store.write(batch)
-        except Exception as error:
-            log.exception("admin: the store failed to record a change")
-            raise Invalid(pb.STATUS_STORE_ERROR, f"the store failed: {error}") from error
-
-    def _stats(self, queue: Queue) -> pb.QueueStats:
-        oldest = queue.oldest_accepted_at()
-        return pb.QueueStats(
-            uri=queue.uri,
-            ready=len(queue.ready) + len(queue.delayed),
-            unconfirmed=queue.unconfirmed,
-            bytes=queue.live_bytes,
-            consumers=len(queue.consumers),
-            handles=queue.handles,
-            oldest_age_seconds=0.0 if oldest is None else max(0.0, self._clock() - oldest),
-            accepted=queue.accepted,
-            redelivered=queue.redelivered,
-            rejected=queue.rejected,
-            dead_lettered=sum(queue.dead.values()),
-            expired=queue.dead["expired"],
-            policy=queue.policy.to_wire(),
-        )
+        log.info("admin: replayed %d dead letters of %s", count, request.uri)
+        return pb.CountReply(status=pb.STATUS_OK, count=count, message=text)
 
 
 def _guarded(
@@ -206,4 +180,4 @@ def _guarded(
     return call
 
 
-__all__ = ["MAX_PEEK", "AdminService"]
+__all__ = ["MAX_PEEK", "AdminBackend", "AdminService"]

@@ -77,37 +77,11 @@ class Graveyard:
         now = self._clock()
         copies: list[StoredMessage] = []
         for message, reason in dead:
-            death = {
-                DEATH_REASON: reason,
-                ORIGINAL_URI: queue.uri,
-                DELIVERY_COUNT: str(message.delivery_count),
-            }
+            copies.extend(dead_copies(message, reason, queue.uri, target_uri, now))
             if target_uri is not None:
-                # The per-message rules did their job: a dead letter must not expire from
-                # the dead-letter queue, nor notify again.
-                properties = {
-                    k: v for k, v in message.properties.items() if k not in _SPENT
-                } | death
-                copies.append(
-                    StoredMessage(
-                        target_uri,
-                        message.guid,
-                        message.payload,
-                        properties,
-                        now,
-                        0,
-                        message.digest,
-                    )
-                )
                 self.moved[reason] += 1
             else:
                 self.dropped[reason] += 1
-            notify = message.properties.get(DEAD_LETTER_NOTIFY) if message.properties else None
-            if notify is not None:
-                death[DEAD_GUID] = message.guid.hex()
-                copies.append(
-                    StoredMessage(notify, dead_letter_notice_guid(message.guid), b"", death, now)
-                )
         if target_uri is None:
             log.warning(
                 "%s: dropped %d dead messages (%s): the queue has no dead-letter queue",
@@ -133,24 +107,18 @@ class Graveyard:
         stay: list[StoredMessage] = []
         problems: list[str] = []
         for message in taken:
-            origin = message.properties.get(ORIGINAL_URI)
-            try:
-                parse_queue_uri(origin)
-            except Invalid:
+            if replayable(message):
+                moving.append(message)
+            else:
                 stay.append(message)
                 problems.append(f"{message.guid.hex()}: no valid {ORIGINAL_URI}")
-                continue
-            moving.append(message)
         if stay:
             dead_letters.requeue_front(stay)
         now = self._clock()
         by_target: dict[str, list[tuple[StoredMessage, StoredMessage]]] = {}
         for message in moving:
-            origin = message.properties[ORIGINAL_URI]
-            properties = {k: v for k, v in message.properties.items() if k not in DEATH_PROPERTIES}
-            copy = StoredMessage(
-                origin, message.guid, message.payload, properties, now, 0, message.digest
-            )
+            copy = replay_copy(message, now)
+            origin = copy.queue_uri
             by_target.setdefault(origin, []).append((message, copy))
         for pairs in by_target.values():
             originals = [m for m, _ in pairs]
@@ -243,4 +211,56 @@ class Graveyard:
             log.exception("the store failed to record dropped dead messages")
 
 
-__all__ = ["DEATH_PROPERTIES", "Graveyard"]
+def dead_copies(
+    message: StoredMessage, reason: str, source_uri: str, target_uri: str | None, now: float
+) -> list[StoredMessage]:
+    """What burying ``message`` creates: its copy in ``target_uri`` (none without a
+    dead-letter queue) and the notice its ``x-dead-letter-notify`` asks for (if any).
+    Shared by every store's graveyard, so dead letters look the same everywhere."""
+    death = {
+        DEATH_REASON: reason,
+        ORIGINAL_URI: source_uri,
+        DELIVERY_COUNT: str(message.delivery_count),
+    }
+    copies: list[StoredMessage] = []
+    if target_uri is not None:
+        # The per-message rules did their job: a dead letter must not expire from the
+        # dead-letter queue, nor notify again.
+        properties = {k: v for k, v in message.properties.items() if k not in _SPENT} | death
+        copies.append(
+            StoredMessage(
+                target_uri, message.guid, message.payload, properties, now, 0, message.digest
+            )
+        )
+    notify = message.properties.get(DEAD_LETTER_NOTIFY) if message.properties else None
+    if notify is not None:
+        death[DEAD_GUID] = message.guid.hex()
+        copies.append(StoredMessage(notify, dead_letter_notice_guid(message.guid), b"", death, now))
+    return copies
+
+
+def replayable(message: StoredMessage) -> bool:
+    """Whether a dead letter names a valid queue to go back to."""
+    try:
+        parse_queue_uri(message.properties.get(ORIGINAL_URI))
+    except Invalid:
+        return False
+    return True
+
+
+def replay_copy(message: StoredMessage, now: float) -> StoredMessage:
+    """A dead letter as it goes back to its ``x-original-uri`` (check ``replayable``
+    first): same GUID and digest, delivery count reset, death properties removed."""
+    properties = {k: v for k, v in message.properties.items() if k not in DEATH_PROPERTIES}
+    return StoredMessage(
+        message.properties[ORIGINAL_URI],
+        message.guid,
+        message.payload,
+        properties,
+        now,
+        0,
+        message.digest,
+    )
+
+
+__all__ = ["DEATH_PROPERTIES", "Graveyard", "dead_copies", "replay_copy", "replayable"]

@@ -17,7 +17,8 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any, cast
 
-from holdfast.broker.admin import AdminService
+from holdfast.broker.admin import AdminBackend, AdminService
+from holdfast.broker.admin_local import LocalAdmin
 from holdfast.broker.config import BrokerConfig
 from holdfast.broker.dedup import BrokerClock
 from holdfast.broker.marks import MarkBook, mark_file_for
@@ -74,7 +75,14 @@ class Broker:
             self.redis = RedisBackend(config, self.broker_id, self._data_lost)
         self.guard = config.security.guard()
         """Tokens and per-session limits (``holdfast.proto.guard``)."""
-        self.admin = AdminService(self.queues, self.store, self.clock, self.guard)
+        backend: AdminBackend
+        if self.redis is not None:
+            from holdfast.broker.redis.admin import RedisAdmin
+
+            backend = RedisAdmin(self.redis.queues)
+        else:
+            backend = LocalAdmin(self.queues, self.store, self.clock)
+        self.admin = AdminService(backend, self.guard)
         """The ``holdfast.v1.Admin`` service the ``holdfast`` command speaks to."""
         self._sweeper: asyncio.Task[None] | None = None
         self.marks = MarkBook()
@@ -112,7 +120,7 @@ class Broker:
             self.config.limits.max_frame_bytes,
             self._serve_session,
             self._commit_mark,
-            services=[self.admin.handler()] if self.redis is None else [],
+            services=[self.admin.handler()],
             credentials=self.config.security.credentials(),
         )
         self.start_sweeping()

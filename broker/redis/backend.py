@@ -11,7 +11,7 @@ from holdfast.broker.config import BrokerConfig
 from holdfast.broker.redis.client import RedisClient, parse_redis_spec
 from holdfast.broker.redis.nodes import NodeLife
 from holdfast.broker.redis.puts import RedisPutPipeline
-from holdfast.broker.redis.queues import RedisRegistry
+from holdfast.broker.redis.registry import RedisRegistry
 
 
 def _now_ms() -> int:
@@ -29,8 +29,8 @@ class RedisBackend:
         self.client = RedisClient(
             spec, retry_window=config.redis_retry, min_replicas=config.redis_min_replicas
         )
-        self.queues = RedisRegistry(self.client, node_id, _now_ms)
         retention_ms = round((config.dedup_window + config.dedup_grace) * 1000)
+        self.queues = RedisRegistry(self.client, node_id, _now_ms, retention_ms)
         self.puts = RedisPutPipeline(self.queues, config.limits, retention_ms)
         self.life = NodeLife(self.client, self.queues, on_data_loss)
 

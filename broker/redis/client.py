@@ -27,7 +27,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from holdfast.broker.redis import scripts
+from holdfast.broker.redis import policy_scripts, scripts
 from holdfast.broker.store import StoreError
 
 log = logging.getLogger(__name__)
@@ -106,11 +106,12 @@ class RedisClient:
             self.redis = aioredis.Redis(
                 host=host, port=port, db=spec.db, ssl=spec.scheme == "rediss", **common
             )
-        self.put_script = self.redis.register_script(scripts.PUT)
-        self.claim_script = self.redis.register_script(scripts.CLAIM)
-        self.confirm_script = self.redis.register_script(scripts.CONFIRM)
-        self.requeue_script = self.redis.register_script(scripts.REQUEUE)
-        self.reclaim_script = self.redis.register_script(scripts.RECLAIM)
+        self._scripts = {
+            name: self.redis.register_script(getattr(module, name))
+            for module in (scripts, policy_scripts)
+            for name in module.__all__
+        }
+        self.put_script = self._scripts["PUT"]
         self.round_trips = 0
         """Redis calls made (for the bench: round trips per message)."""
 
@@ -156,6 +157,10 @@ class RedisClient:
                 return await script(keys=list(keys), args=list(args))
 
         return await self.call(what, run)
+
+    async def run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run the script ``name`` of ``scripts`` or ``policy_scripts`` (``script``)."""
+        return await self.script(name, self._scripts[name], keys, args)
 
     async def put(self, keys: Sequence[str], args: Sequence[Any]) -> tuple[list[int], bool]:
         """Run the PUT script; returns its statuses, and whether ``min_replicas``

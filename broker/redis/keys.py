@@ -11,6 +11,14 @@ Per queue (all with the hash tag ``{<uri>}``: one cluster slot per queue)::
     hf:{uri}:g:<guid>     string the GUID's content digest, for the dedup window
                                  (expires after window + grace)
     hf:{uri}:consumers    hash   node -> consumers attached on that node
+    hf:{uri}:handles      hash   node -> queue handles open on that node
+    hf:{uri}:delayed      zset   GUIDs rejected with a delay (score: due time, ms)
+    hf:{uri}:pickup       zset   GUIDs with a pickup TTL, never delivered yet (score:
+                                 deadline, ms)
+    hf:{uri}:bytes        string payload bytes of the queue's messages (depth limits)
+    hf:{uri}:stats        hash   counters: accepted, redelivered, rejected, dead:<reason>
+    hf:{uri}:mv:<id>      string a dead-letter or replay move already done (expires
+                                 after window + grace): makes a repeated move a no-op
 
 Global::
 
@@ -19,9 +27,13 @@ Global::
     hf:node:<id>:queues   set    queues a node holds deliveries of
     hf:generation         string a random id set once: gone means Redis lost data
     hf:wake               pub/sub channel: "a queue has new messages" (its URI)
+    hf:queues             set    every queue URI a node opened, PUT to or gave a policy
+    hf:policies           hash   queue URI or template -> policy JSON
+    hf:changed            pub/sub channel: "policies changed" or "forget <uri>"
 
-Messages are queue content and never expire; everything else does, or is removed by
-the reaper with its node.
+Messages, their counts and bytes, queue counters, the queue list and policies are
+queue content (an operator's ``holdfast delete`` removes them) and never expire;
+everything else does, or is removed by the reaper with its node.
 """
 
 from __future__ import annotations
@@ -29,12 +41,28 @@ from __future__ import annotations
 NODES = "hf:nodes"
 GENERATION = "hf:generation"
 WAKE = "hf:wake"
+QUEUES = "hf:queues"
+POLICIES = "hf:policies"
+CHANGED = "hf:changed"
 
 
 class QueueKeys:
     """The keys of one queue."""
 
-    __slots__ = ("body", "consumers", "count", "meta", "prefix", "ready", "uri")
+    __slots__ = (
+        "body",
+        "bytes",
+        "consumers",
+        "count",
+        "delayed",
+        "handles",
+        "meta",
+        "pickup",
+        "prefix",
+        "ready",
+        "stats",
+        "uri",
+    )
 
     def __init__(self, uri: str) -> None:
         self.uri = uri
@@ -44,6 +72,21 @@ class QueueKeys:
         self.meta = self.prefix + "meta"
         self.count = self.prefix + "count"
         self.consumers = self.prefix + "consumers"
+        self.handles = self.prefix + "handles"
+        self.delayed = self.prefix + "delayed"
+        self.pickup = self.prefix + "pickup"
+        self.bytes = self.prefix + "bytes"
+        self.stats = self.prefix + "stats"
+
+    @property
+    def message_keys(self) -> tuple[str, str, str, str]:
+        """ready, body, meta, count: the keys most scripts start with."""
+        return (self.ready, self.body, self.meta, self.count)
+
+    @property
+    def moves(self) -> str:
+        """The prefix of this queue's move markers."""
+        return self.prefix + "mv:"
 
     def out(self, node: str) -> str:
         """The deliveries of ``node`` not yet confirmed."""
@@ -60,4 +103,14 @@ def node_queues(node: str) -> str:
     return "hf:node:" + node + ":queues"
 
 
-__all__ = ["GENERATION", "NODES", "WAKE", "QueueKeys", "node_key", "node_queues"]
+__all__ = [
+    "CHANGED",
+    "GENERATION",
+    "NODES",
+    "POLICIES",
+    "QUEUES",
+    "WAKE",
+    "QueueKeys",
+    "node_key",
+    "node_queues",
+]

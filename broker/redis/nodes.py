@@ -11,7 +11,9 @@ message once (the script empties the dead node's set as it moves it).
 
 Wake-ups use pub/sub (``hf:wake``, a queue URI per message), but pub/sub loses
 messages when a subscriber is disconnected, so every queue with consumers is also
-polled every ``POLL`` seconds.
+polled every ``POLL`` seconds. Policy changes and deleted queues are announced on
+``hf:changed``; the heartbeat re-reads the policies too. The timed rules (reject
+delays, TTLs) run in ``sweep``.
 
 Data loss: at start a node sets ``hf:generation`` (a random id) unless it exists,
 and every heartbeat checks it. A generation that vanished or changed means Redis lost
@@ -33,8 +35,17 @@ from collections.abc import Callable
 from typing import Any
 
 from holdfast.broker.redis.client import RedisClient
-from holdfast.broker.redis.keys import GENERATION, NODES, WAKE, QueueKeys, node_key, node_queues
-from holdfast.broker.redis.queues import RedisRegistry
+from holdfast.broker.redis.keys import (
+    CHANGED,
+    GENERATION,
+    NODES,
+    WAKE,
+    QueueKeys,
+    node_key,
+    node_queues,
+)
+from holdfast.broker.redis.registry import RedisRegistry
+from holdfast.broker.redis.sweep import FAST, Sweeper
 from holdfast.broker.store import StoreError
 
 log = logging.getLogger(__name__)
@@ -47,6 +58,9 @@ MISSES = 3
 
 POLL = 0.2
 """Seconds between polls of the queues this node has consumers on."""
+
+FORGET = "forget "
+"""``hf:changed`` message prefix: the queue after it was deleted."""
 
 
 class NodeLife:
@@ -77,10 +91,12 @@ class NodeLife:
         await self.client.call("SET generation", lambda: redis.set(GENERATION, fresh, nx=True))
         self._generation = await self.client.call("GET generation", lambda: redis.get(GENERATION))
         await self._beat()
+        await self.registry.policies.refresh()
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._heartbeats(), name="redis heartbeat"),
             loop.create_task(self._poll(), name="redis poll"),
+            loop.create_task(self._sweeps(), name="redis sweep"),
         ]
         if not self.client.spec.cluster:  # cluster pub/sub is not in redis-py's asyncio API
             self._tasks.append(loop.create_task(self._listen(), name="redis wake-ups"))
@@ -113,6 +129,7 @@ class NodeLife:
                 await self._check_generation()
                 await self._reap()
                 await self._count_consumers()
+                await self.registry.policies.refresh()
             except StoreError as error:
                 log.warning("redis heartbeat: %s", error)
             except Exception:
@@ -160,10 +177,9 @@ class NodeLife:
             uri = raw.decode() if isinstance(raw, bytes) else str(raw)
             keys = QueueKeys(uri)
             moved += int(
-                await self.client.script(
+                await self.client.run(
                     "RECLAIM",
-                    self.client.reclaim_script,
-                    [keys.ready, keys.out(node), keys.consumers],
+                    [keys.ready, keys.out(node), keys.consumers, keys.handles],
                     [node],
                 )
             )
@@ -192,16 +208,37 @@ class NodeLife:
                 if queue.consumers:
                     queue.deliver()
 
+    async def _sweeps(self) -> None:
+        sweeper = Sweeper(self.registry)
+        while True:
+            await asyncio.sleep(FAST)
+            try:
+                await sweeper.sweep()
+            except Exception:
+                log.exception("redis sweep failed")
+
+    async def _changed(self, what: str) -> None:
+        if what.startswith(FORGET):
+            self.registry.forget(what[len(FORGET) :])
+        else:
+            await self.registry.policies.refresh()
+
     async def _listen(self) -> None:
         while True:
             pubsub: Any = None
             try:
                 pubsub = self.client.redis.pubsub()
-                await pubsub.subscribe(WAKE)
+                await pubsub.subscribe(WAKE, CHANGED)
                 async for message in pubsub.listen():
-                    if message.get("type") == "message":
-                        data = message["data"]
-                        self.registry.on_wake(data.decode() if isinstance(data, bytes) else data)
+                    if message.get("type") != "message":
+                        continue
+                    data = message["data"]
+                    text = data.decode() if isinstance(data, bytes) else str(data)
+                    channel = message["channel"]
+                    if channel in (WAKE, WAKE.encode()):
+                        self.registry.on_wake(text)
+                    else:
+                        await self._changed(text)
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # a lost subscription: polling covers the gap

@@ -1,5 +1,6 @@
 """The PUT path of the Redis store: validate each PUT, then one PUT script per queue
-per frame (dedup and enqueue, atomic in Redis), then the ACKs in PUT order.
+per frame (dedup, depth limits and enqueue, atomic in Redis), then the ACKs in PUT
+order. A queue whose policy redirects has its PUTs stored in the target instead.
 
 A PUT is ACKed SUCCESS only once its script returned (and, with
 ``--redis-min-replicas``, once ``WAIT`` confirmed it; else UNKNOWN); until then it
@@ -17,11 +18,12 @@ from typing import Any, cast
 
 from holdfast.broker.dedup import content_digest
 from holdfast.broker.redis.keys import QueueKeys
-from holdfast.broker.redis.queues import RedisRegistry
+from holdfast.broker.redis.registry import RedisRegistry
 from holdfast.broker.store import StoreError
 from holdfast.proto import pb
 from holdfast.proto.limits import Limits
 from holdfast.proto.outbox import AckGroup, Outbox
+from holdfast.proto.policy import PICKUP_TTL
 from holdfast.proto.validate import put_status
 
 log = logging.getLogger(__name__)
@@ -79,37 +81,50 @@ class RedisPutPipeline:
                 acks[index] = (put.queue_id, put.guid, pb.STATUS_STORE_ERROR)
         try:
             for uri, items in by_queue.items():
-                statuses = await self._put(uri, [put for _, put in items])
+                redirect = registry.policies.effective(uri).redirect
+                statuses = await self._put(redirect or uri, [put for _, put in items])
                 queue = registry.get(uri)
                 for (index, put), status in zip(items, statuses, strict=True):
                     acks[index] = (put.queue_id, put.guid, status)
                     if queue is not None and status == _OK:
                         queue.accepted += 1
-                registry.wake(uri)
+                registry.wake(redirect or uri)
         finally:
             self.acks.update(status for _, _, status in acks)
             outbox.acks_ready(group)
 
     async def _put(self, uri: str, puts: list[pb.Put]) -> list[pb.Status]:
+        registry = self._registry
         keys = QueueKeys(uri)
+        policy = registry.policies.effective(uri)
+        now = registry.now_ms()
         args: list[Any] = [
             keys.prefix + "g:",
             self._retention_ms,
             self._max_age_ms,
-            self._registry.now_ms(),
+            now,
+            policy.max_messages or 0,
+            policy.max_bytes or 0,
         ]
+        latest_pickup = 0
         for put in puts:
             properties = dict(put.properties)
+            pickup = 0
+            if PICKUP_TTL in properties:
+                pickup = now + int(properties[PICKUP_TTL])  # validated by put_status
+                latest_pickup = max(latest_pickup, pickup)
             args += [
                 put.guid,
                 str(content_digest(put.payload, put.properties)),
                 put.age_ms,
                 json.dumps(properties, separators=(",", ":")) if properties else "{}",
                 put.payload,
+                pickup,
             ]
         try:
-            raw, replicated = await self._registry.client.put(
-                [keys.ready, keys.body, keys.meta], args
+            await registry.list_queue(uri)
+            raw, replicated = await registry.client.put(
+                [keys.ready, keys.body, keys.meta, keys.bytes, keys.stats, keys.pickup], args
             )
         except StoreError as error:
             log.error("%s: %d PUTs not stored: %s", uri, len(puts), error)
@@ -119,7 +134,9 @@ class RedisPutPipeline:
             if code in (1, 2):
                 statuses.append(_OK if replicated else pb.STATUS_UNKNOWN)
             else:
-                statuses.append(cast(pb.Status, code))  # CONFLICT or TOO_OLD
+                statuses.append(cast(pb.Status, code))  # CONFLICT, TOO_OLD, QUEUE_FULL
+        if latest_pickup:
+            registry.timed[uri] = max(registry.timed.get(uri, 0), latest_pickup)
         return statuses
 
     async def drain(self) -> None:

@@ -10,37 +10,36 @@ delivered to its own consumers (``Consumer.unconfirmed``, as in memory):
   counting the delivery) and PUSHes them round-robin to its consumers. Nodes claim
   only for consumers with room, so flow limits hold across nodes and work spreads
   over every node's consumers;
+- the policy applies where a message changes hands, as in memory: ``CLAIM`` hands
+  back, uncounted, a message past its delivery limit, the queue's TTL or its pickup
+  deadline, and the node buries it (``graveyard``); so is one rejected without
+  requeue;
 - a CONFIRM is taken off the consumer at once and written to Redis in one batch per
   turn of the loop (retried through an outage); a REJECT with requeue, or a consumer
-  that leaves, puts its messages back at the head (``REQUEUE``);
+  that leaves, puts its messages back at the head (``REQUEUE``), after its delay if
+  it has one (``DELAY``; the sweep releases it);
 - when a node dies its deliveries are reclaimed by the survivors (``nodes``).
-
-Not on the Redis store yet: queue policies (delivery limits, TTL, dead letters, depth
-limits), a delayed reject (it is requeued at once) and the admin service.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from holdfast.broker.consumers import Consumer
-from holdfast.broker.redis.client import RedisClient
-from holdfast.broker.redis.keys import WAKE, QueueKeys, node_queues
+from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.store import NO_PROPERTIES, StoredMessage, StoreError
-from holdfast.proto import pb
-from holdfast.proto.policy import NO_POLICY, QueuePolicy
+from holdfast.proto.policy import REASON_REJECTED, QueuePolicy
+
+if TYPE_CHECKING:
+    from holdfast.broker.redis.registry import RedisRegistry
 
 log = logging.getLogger(__name__)
 
 CLAIM_BATCH = 256
 """Most messages one claim takes."""
-
-_OK = pb.STATUS_OK
 
 
 class RedisQueue:
@@ -53,15 +52,30 @@ class RedisQueue:
         self._consumers: list[Consumer] = []
         self._next = 0
         self._claiming = False
-        self.handles = 0
-        self.policy: QueuePolicy = NO_POLICY
+        self._handles = 0
         self.remote_consumers = 0
         """Consumers attached on the other nodes (refreshed by the heartbeat)."""
-        # Counters of the metrics collector (the in-memory queue's names).
+        # Counters of the metrics collector (the in-memory queue's names), this node's.
         self.accepted = self.pushed = self.redelivered = self.dedup_hits = self.rejected = 0
         self.dead: Counter[str] = Counter()
         self.ready: tuple[()] = ()
         self.live_bytes = 0
+
+    @property
+    def policy(self) -> QueuePolicy:
+        """The policy in force (the node's copy of ``hf:policies``)."""
+        return self._registry.policies.effective(self.uri)
+
+    @property
+    def handles(self) -> int:
+        """Queue handles open on this node; every node publishes its count, so that a
+        delete anywhere is refused while any node has the queue open."""
+        return self._handles
+
+    @handles.setter
+    def handles(self, value: int) -> None:
+        self._handles = value
+        self._registry.handles_changed(self)
 
     @property
     def consumers(self) -> tuple[Consumer, ...]:
@@ -111,16 +125,20 @@ class RedisQueue:
         return True
 
     def reject(self, consumer: Consumer, guid: bytes, requeue: bool, delay: float) -> bool:
-        """Give ``guid`` back: to the head with ``requeue`` (at once: delays are not kept
-        on the Redis store), else dropped and counted (no dead-letter queues here)."""
-        if consumer.take(guid) is None:
+        """Give ``guid`` back: to the head with ``requeue`` (after ``delay`` seconds),
+        else to the graveyard as ``rejected``."""
+        message = consumer.take(guid)
+        if message is None:
             return False
         self.rejected += 1
-        if requeue:
-            self._registry.spawn(self._requeue([guid]))
+        self._registry.count(self.uri, "rejected")
+        if not requeue:
+            self.dead[REASON_REJECTED] += 1
+            self._registry.graveyard.bury(self.uri, [(message, REASON_REJECTED)])
+        elif delay > 0:
+            self._registry.spawn(self._delay(guid, delay))
         else:
-            self.dead["rejected"] += 1
-            self._registry.confirmed(self, guid)
+            self._registry.spawn(self._requeue([guid]))
         return True
 
     def deliver(self) -> None:
@@ -138,25 +156,40 @@ class RedisQueue:
 
     async def _claim(self, n: int) -> None:
         keys = self.keys
-        node = self._registry.node_id
+        registry = self._registry
+        node = registry.node_id
+        policy = self.policy
+        now = registry.now_ms()
+        cutoff = now - round(policy.ttl * 1000) if policy.ttl is not None else 0
         try:
-            await self._registry.remember_queue(self.uri)
-            raw = await self._registry.client.script(
+            await registry.remember_queue(self.uri)
+            raw = await registry.client.run(
                 "CLAIM",
-                self._registry.client.claim_script,
-                [keys.ready, keys.body, keys.meta, keys.count, keys.out(node)],
-                [n, self._registry.now_ms()],
+                [*keys.message_keys, keys.out(node), keys.pickup, keys.stats],
+                [n, now, policy.max_deliveries or 0, cutoff],
             )
         except StoreError as error:
             log.warning("%s: claiming failed: %s", self.uri, error)
             raw = []
         finally:
             self._claiming = False
-        messages = [_message(self.uri, *raw[i : i + 4]) for i in range(0, len(raw), 4)]
+        messages: list[StoredMessage] = []
+        dead: list[tuple[StoredMessage, str]] = []
+        for i in range(0, len(raw), 5):
+            message = parse_message(self.uri, *raw[i : i + 4])
+            reason = raw[i + 4]
+            if reason:
+                dead.append((message, reason.decode() if isinstance(reason, bytes) else reason))
+            else:
+                messages.append(message)
+        if dead:
+            for _, reason in dead:
+                self.dead[reason] += 1
+            registry.graveyard.bury(self.uri, dead)
         leftover = self._hand_out(messages)
         if leftover:
             await self._requeue([m.guid for m in leftover])
-        if len(messages) == n:
+        if len(raw) == 5 * n:
             self.deliver()  # there may be more
 
     def _hand_out(self, messages: list[StoredMessage]) -> list[StoredMessage]:
@@ -178,21 +211,25 @@ class RedisQueue:
         return leftover
 
     async def _requeue(self, guids: list[bytes]) -> None:
-        keys = self.keys
+        await self._registry.requeue(self.uri, guids)
+
+    async def _delay(self, guid: bytes, delay: float) -> None:
+        registry = self._registry
+        due = registry.now_ms() + round(delay * 1000)
         try:
-            await self._registry.client.script(
-                "REQUEUE",
-                self._registry.client.requeue_script,
-                [keys.ready, keys.out(self._registry.node_id)],
-                guids,
+            await registry.client.run(
+                "DELAY", [self.keys.out(registry.node_id), self.keys.delayed], [due, guid]
             )
         except StoreError as error:
-            # Still in this node's deliveries: reclaimed if the node dies, else later.
-            log.error("%s: could not requeue %d messages: %s", self.uri, len(guids), error)
-        self._registry.wake(self.uri)
+            # Still this node's delivery: reclaimed if the node dies, requeued below.
+            log.error("%s: could not delay a rejected message: %s", self.uri, error)
+            await self._requeue([guid])
+            return
+        registry.timed[self.uri] = max(registry.timed.get(self.uri, 0), due)
 
 
-def _message(uri: str, guid: bytes, payload: bytes, meta: bytes, count: int) -> StoredMessage:
+def parse_message(uri: str, guid: bytes, payload: bytes, meta: bytes, count: int) -> StoredMessage:
+    """A message as a script returned it (``<digest>|<accepted_ms>|<properties>``)."""
     digest, accepted, properties = meta.split(b"|", 2)
     return StoredMessage(
         uri,
@@ -205,139 +242,11 @@ def _message(uri: str, guid: bytes, payload: bytes, meta: bytes, count: int) -> 
     )
 
 
-class RedisRegistry:
-    """This node's view of the queues, and the background work they need."""
-
-    def __init__(self, client: RedisClient, node_id: str, now_ms: Callable[[], int]) -> None:
-        self.client = client
-        self.node_id = node_id
-        self.now_ms = now_ms
-        self._queues: dict[str, RedisQueue] = {}
-        self._confirms: dict[str, list[bytes]] = {}
-        self._flush_scheduled = False
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._remembered: set[str] = set()
-        self.budget = None
-        self.graveyard = _NoGraveyard()
-        self.dropped_idle = 0
-
-    def __iter__(self) -> Iterator[RedisQueue]:
-        return iter(list(self._queues.values()))
-
-    def __len__(self) -> int:
-        return len(self._queues)
-
-    def get(self, uri: str) -> RedisQueue | None:
-        """The queue at ``uri`` if this node has it open."""
-        return self._queues.get(uri)
-
-    def open(self, uri: str) -> RedisQueue:
-        """The queue at ``uri`` (queues exist in Redis as soon as they hold a message)."""
-        queue = self._queues.get(uri)
-        if queue is None:
-            queue = self._queues[uri] = RedisQueue(uri, self)
-        return queue
-
-    def spawn(self, work: Any) -> None:
-        """Run ``work`` on the loop, keeping a reference until it is done."""
-        task = asyncio.get_running_loop().create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and (error := task.exception()) is not None:
-            log.error("redis store background work failed", exc_info=error)
-
-    async def drain(self) -> None:
-        """Write pending confirms and wait for background work."""
-        self._flush()
-        while self._tasks:
-            await asyncio.wait(list(self._tasks))
-
-    def confirmed(self, queue: RedisQueue, guid: bytes) -> None:
-        """Queue a confirm for the next batch."""
-        self._confirms.setdefault(queue.uri, []).append(guid)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        confirms, self._confirms = self._confirms, {}
-        for uri, guids in confirms.items():
-            self.spawn(self._confirm(uri, guids))
-
-    async def _confirm(self, uri: str, guids: list[bytes]) -> None:
-        keys = QueueKeys(uri)
-        try:
-            await self.client.script(
-                "CONFIRM",
-                self.client.confirm_script,
-                [keys.body, keys.meta, keys.count, keys.out(self.node_id)],
-                guids,
-            )
-        except StoreError as error:
-            # Not lost: the messages stay this node's deliveries, redelivered if it dies.
-            log.error("%s: %d confirms not recorded: %s", uri, len(guids), error)
-        queue = self._queues.get(uri)
-        if queue is not None:
-            queue.deliver()
-
-    async def remember_queue(self, uri: str) -> None:
-        """Note that this node holds deliveries of ``uri`` (for the reaper)."""
-        if uri not in self._remembered:
-            await self.client.call(
-                "SADD", lambda: self.client.redis.sadd(node_queues(self.node_id), uri)
-            )
-            self._remembered.add(uri)
-
-    def consumers_changed(self, queue: RedisQueue) -> None:
-        """Publish this node's consumer count of ``queue`` (service discovery)."""
-        count = len(queue.consumers)
-        redis = self.client.redis
-        if count:
-            self.spawn(
-                self.client.call(
-                    "HSET", lambda: redis.hset(queue.keys.consumers, self.node_id, count)
-                )
-            )
-        else:
-            self.spawn(
-                self.client.call("HDEL", lambda: redis.hdel(queue.keys.consumers, self.node_id))
-            )
-
-    def count_consumers(self, uri: str, answer: Callable[[int], None]) -> None:
-        """Answer with the consumers of ``uri`` on every live node (service discovery)."""
-
-        async def count() -> None:
-            key = QueueKeys(uri).consumers
-            try:
-                counts = await self.client.call("HVALS", lambda: self.client.redis.hvals(key))
-                total = sum(int(value) for value in counts)
-            except StoreError as error:
-                log.warning("%s: counting consumers: %s", uri, error)
-                queue = self._queues.get(uri)
-                total = 0 if queue is None else len(queue.consumers)
-            answer(total)
-
-        self.spawn(count())
-
-    def wake(self, uri: str) -> None:
-        """Tell every node that ``uri`` has messages (pub/sub; they also poll)."""
-        self.spawn(self.client.call("PUBLISH", lambda: self.client.redis.publish(WAKE, uri)))
-
-    def on_wake(self, uri: str) -> None:
-        """Another node (or this one) says ``uri`` has messages."""
-        queue = self._queues.get(uri)
-        if queue is not None:
-            queue.deliver()
+def message_meta(message: StoredMessage) -> str:
+    """The meta a script keeps for ``message`` (see ``parse_message``)."""
+    properties = dict(message.properties)
+    text = json.dumps(properties, separators=(",", ":")) if properties else "{}"
+    return f"{message.digest}|{round(message.accepted_at * 1000)}|{text}"
 
 
-class _NoGraveyard:
-    """The metrics collector reads dropped dead letters; none are kept here."""
-
-    dropped: Counter[str] = Counter()
-
-
-__all__ = ["RedisQueue", "RedisRegistry"]
+__all__ = ["CLAIM_BATCH", "RedisQueue", "message_meta", "parse_message"]

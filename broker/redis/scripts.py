@@ -1,21 +1,29 @@
-"""The Lua scripts of the Redis store: each step of a queue is one atomic script.
+"""The Lua scripts of a queue's life on the Redis store: PUT, CLAIM, CONFIRM, REQUEUE
+and RECLAIM (policies, moves and the admin's scripts are in ``policy_scripts``).
 
 Every script touches the keys of one queue only (one hash tag), so it runs on the
 one cluster node that holds the queue. Statuses returned by ``PUT`` are the wire
-statuses' numbers.
+statuses' numbers. A message's meta is ``<digest>|<accepted_ms>|<properties JSON>``.
 """
 
 from __future__ import annotations
 
 PUT = """
--- KEYS: ready, body, meta. ARGV: history key prefix, retention ms, max age ms, now ms,
--- then per PUT: guid, digest, age ms, properties JSON, payload.
--- Returns a status per PUT: 1 OK new, 2 OK replay, 19 CONFLICT, 18 TOO_OLD.
+-- KEYS: ready, body, meta, bytes, stats, pickup.
+-- ARGV: history key prefix, retention ms, max age ms, now ms, max messages (0: no
+-- limit), max bytes (0: no limit), then per PUT: guid, digest, age ms, properties
+-- JSON, payload, pickup deadline ms (0: none).
+-- Returns a status per PUT: 1 OK new, 2 OK replay, 19 CONFLICT, 18 TOO_OLD,
+-- 21 QUEUE_FULL.
 local prefix, retention, max_age, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local out = {}
-local i = 5
+local max_n, max_b = tonumber(ARGV[5]), tonumber(ARGV[6])
+local n, b = 0, 0
+if max_n > 0 then n = redis.call('HLEN', KEYS[2]) end
+if max_b > 0 then b = tonumber(redis.call('GET', KEYS[4]) or '0') end
+local out, added = {}, 0
+local i = 7
 while i <= #ARGV do
-  local guid, digest, age = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  local guid, digest, age, payload = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 4]
   local known = redis.call('HGET', KEYS[3], guid)
   if known then
     local d = string.sub(known, 1, string.find(known, '|', 1, true) - 1)
@@ -26,48 +34,83 @@ while i <= #ARGV do
       if h == digest then table.insert(out, 2) else table.insert(out, 19) end
     elseif age > max_age then
       table.insert(out, 18)
+    elseif (max_n > 0 and n + 1 > max_n) or (max_b > 0 and b + #payload > max_b) then
+      table.insert(out, 21)
     else
-      redis.call('HSET', KEYS[2], guid, ARGV[i + 4])
+      redis.call('HSET', KEYS[2], guid, payload)
       redis.call('HSET', KEYS[3], guid, digest .. '|' .. now .. '|' .. ARGV[i + 3])
       redis.call('RPUSH', KEYS[1], guid)
       redis.call('SET', prefix .. guid, digest, 'PX', retention)
+      redis.call('INCRBY', KEYS[4], #payload)
+      if ARGV[i + 5] ~= '0' then redis.call('ZADD', KEYS[6], ARGV[i + 5], guid) end
+      n, b, added = n + 1, b + #payload, added + 1
       table.insert(out, 1)
     end
   end
-  i = i + 5
+  i = i + 6
 end
+if added > 0 then redis.call('HINCRBY', KEYS[5], 'accepted', added) end
 return out
 """
 
 CLAIM = """
--- KEYS: ready, body, meta, count, out(node). ARGV: n, now ms.
--- Moves up to n ready messages to the node's deliveries, counting the delivery.
--- Returns guid, payload, meta, count for each.
-local out = {}
+-- KEYS: ready, body, meta, count, out(node), pickup, stats.
+-- ARGV: n, now ms, max deliveries (0: no limit), TTL cutoff ms (0: no TTL).
+-- Moves up to n ready messages to the node's deliveries. One that may still be
+-- delivered has its delivery counted; one past its delivery limit, the queue's TTL
+-- or its pickup deadline is not (the node buries it). Returns guid, payload, meta,
+-- count and the reason it is dead ('' if it is not) for each.
+local now, max_d, cutoff = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local out, redelivered = {}, 0
 for _ = 1, tonumber(ARGV[1]) do
   local guid = redis.call('LPOP', KEYS[1])
   if not guid then break end
   local body = redis.call('HGET', KEYS[2], guid)
   if body then
-    local count = redis.call('HINCRBY', KEYS[4], guid, 1)
-    redis.call('ZADD', KEYS[5], ARGV[2], guid)
+    local meta = redis.call('HGET', KEYS[3], guid)
+    local count = tonumber(redis.call('HGET', KEYS[4], guid) or '0')
+    local reason = ''
+    if max_d > 0 and count >= max_d then
+      reason = 'delivery-limit'
+    else
+      local p1 = string.find(meta, '|', 1, true)
+      local accepted = tonumber(string.sub(meta, p1 + 1, string.find(meta, '|', p1 + 1, true) - 1))
+      if cutoff > 0 and accepted <= cutoff then
+        reason = 'expired'
+      elseif count == 0 then
+        local deadline = redis.call('ZSCORE', KEYS[6], guid)
+        if deadline and tonumber(deadline) <= now then reason = 'expired' end
+      end
+    end
+    if reason == '' then
+      count = redis.call('HINCRBY', KEYS[4], guid, 1)
+      if count > 1 then redelivered = redelivered + 1 end
+    end
+    redis.call('ZREM', KEYS[6], guid)
+    redis.call('ZADD', KEYS[5], now, guid)
     table.insert(out, guid)
     table.insert(out, body)
-    table.insert(out, redis.call('HGET', KEYS[3], guid))
+    table.insert(out, meta)
     table.insert(out, count)
+    table.insert(out, reason)
   end
 end
+if redelivered > 0 then redis.call('HINCRBY', KEYS[7], 'redelivered', redelivered) end
 return out
 """
 
 CONFIRM = """
--- KEYS: body, meta, count, out(node). ARGV: guids. Returns how many were confirmed.
+-- KEYS: body, meta, count, out(node), bytes, pickup. ARGV: guids.
+-- Removes each message the node delivered; returns how many.
 local n = 0
 for _, guid in ipairs(ARGV) do
   if redis.call('ZREM', KEYS[4], guid) == 1 then
+    local size = redis.call('HSTRLEN', KEYS[1], guid)
     redis.call('HDEL', KEYS[1], guid)
     redis.call('HDEL', KEYS[2], guid)
     redis.call('HDEL', KEYS[3], guid)
+    redis.call('ZREM', KEYS[6], guid)
+    if size > 0 then redis.call('DECRBY', KEYS[5], size) end
     n = n + 1
   end
 end
@@ -87,7 +130,7 @@ return n
 """
 
 RECLAIM = """
--- KEYS: ready, out(dead node), consumers. ARGV: dead node id.
+-- KEYS: ready, out(dead node), consumers, handles. ARGV: dead node id.
 -- A dead node's deliveries go back to the head of the queue, oldest first.
 local guids = redis.call('ZRANGE', KEYS[2], 0, -1)
 for i = #guids, 1, -1 do
@@ -95,6 +138,7 @@ for i = #guids, 1, -1 do
 end
 redis.call('DEL', KEYS[2])
 redis.call('HDEL', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
 return #guids
 """
 

@@ -1,23 +1,31 @@
 """Fixtures for queue policies and dead letters: a real broker process per test, on
-the memory or the sqlite store, and an admin client for it."""
+the memory, the sqlite or the Redis store (a ``redis-server`` of the test's own), and
+an admin client for it."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
 from holdfast.sdk.admin import AdminClient
 from tests.support.processes import BrokerProcess
+from tests.support.redis_server import RedisServer
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "redis"])
 def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerProcess]:
-    """A broker on each store (the sqlite one in a file of this test's)."""
-    store = "memory" if request.param == "memory" else f"sqlite:{tmp_path / 'broker.db'}"
-    with BrokerProcess(["--store", store]) as process:
-        yield process
+    """A broker on each store (sqlite in a file of this test's; Redis started here)."""
+    with ExitStack() as stack:
+        if request.param == "memory":
+            store = "memory"
+        elif request.param == "sqlite":
+            store = f"sqlite:{tmp_path / 'broker.db'}"
+        else:
+            store = stack.enter_context(RedisServer(tmp_path / "redis", aof=False)).url
+        yield stack.enter_context(BrokerProcess(["--store", store]))
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
-"""Delivery limits, TTL, reject and dead-letter queues, on the memory and sqlite stores
-(issue #14): each rule ends where the policy says, with the reason on the message."""
+"""Delivery limits, TTL, reject and dead-letter queues, on the memory, sqlite and Redis
+stores (issues #14, #13): each rule ends where the policy says, with the reason on the
+message."""
 
 from __future__ import annotations
 

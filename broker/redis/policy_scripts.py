@@ -1,0 +1,194 @@
+"""The Lua scripts of queue policies, dead-letter moves and the admin service on the
+Redis store. Like ``scripts``, each touches one queue's keys only (one hash tag).
+
+A move between two queues (to a dead-letter queue, or a replay back) is two
+scripts, because the queues may live on different cluster nodes: ``ADD`` in the
+target, then ``CONFIRM`` in the source. Until the second ran the message is still
+one of the moving node's deliveries, so a node dying in between gets it back to the
+source and buried again; ``ADD`` sets a marker per move (``hf:{target}:mv:<id>``)
+so that the repeat adds nothing: the message ends in exactly one queue.
+"""
+
+from __future__ import annotations
+
+DELAY = """
+-- KEYS: out(node), delayed. ARGV: due ms, guids. Rejected with a delay: held back.
+local n = 0
+for i = 2, #ARGV do
+  if redis.call('ZREM', KEYS[1], ARGV[i]) == 1 then
+    redis.call('ZADD', KEYS[2], ARGV[1], ARGV[i])
+    n = n + 1
+  end
+end
+return n
+"""
+
+RELEASE = """
+-- KEYS: delayed, ready. ARGV: now ms. Due delayed messages go to the head, the
+-- earliest due first.
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+for i = #due, 1, -1 do
+  redis.call('ZREM', KEYS[1], due[i])
+  redis.call('LPUSH', KEYS[2], due[i])
+end
+return #due
+"""
+
+EXPIRE = """
+-- KEYS: ready, body, meta, count, out(node), pickup.
+-- ARGV: now ms, TTL cutoff ms (0: no TTL), most messages.
+-- Takes ready messages accepted at or before the cutoff (from the head: the ready
+-- list is in acceptance order) and never-delivered ones past their pickup deadline
+-- into the node's deliveries, for the node to bury. Returns guid, payload, meta,
+-- count for each.
+local now, cutoff, most = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local out = {}
+local function take(guid)
+  redis.call('ZREM', KEYS[6], guid)
+  redis.call('ZADD', KEYS[5], now, guid)
+  table.insert(out, guid)
+  table.insert(out, redis.call('HGET', KEYS[2], guid))
+  table.insert(out, redis.call('HGET', KEYS[3], guid))
+  table.insert(out, tonumber(redis.call('HGET', KEYS[4], guid) or '0'))
+end
+while cutoff > 0 and #out < most * 4 do
+  local guid = redis.call('LINDEX', KEYS[1], 0)
+  if not guid then break end
+  local meta = redis.call('HGET', KEYS[3], guid)
+  if meta then
+    local p1 = string.find(meta, '|', 1, true)
+    local accepted = tonumber(string.sub(meta, p1 + 1, string.find(meta, '|', p1 + 1, true) - 1))
+    if accepted > cutoff then break end
+    redis.call('LPOP', KEYS[1])
+    take(guid)
+  else
+    redis.call('LPOP', KEYS[1])
+  end
+end
+local due = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, most)
+for _, guid in ipairs(due) do
+  redis.call('ZREM', KEYS[6], guid)
+  local count = tonumber(redis.call('HGET', KEYS[4], guid) or '0')
+  if count == 0 and redis.call('LREM', KEYS[1], 1, guid) == 1 then take(guid) end
+end
+return out
+"""
+
+ADD = """
+-- KEYS: ready, body, meta, count, bytes. ARGV: marker prefix, marker TTL ms, then per
+-- message: guid, move id, meta, payload. Appends each message whose move has not
+-- been done before and whose GUID the queue does not hold; returns how many.
+local prefix, ttl, added = ARGV[1], ARGV[2], 0
+local i = 3
+while i <= #ARGV do
+  local guid, payload = ARGV[i], ARGV[i + 3]
+  if redis.call('SET', prefix .. ARGV[i + 1], 1, 'NX', 'PX', ttl) then
+    if redis.call('HEXISTS', KEYS[2], guid) == 0 then
+      redis.call('HSET', KEYS[2], guid, payload)
+      redis.call('HSET', KEYS[3], guid, ARGV[i + 2])
+      redis.call('HDEL', KEYS[4], guid)
+      redis.call('RPUSH', KEYS[1], guid)
+      redis.call('INCRBY', KEYS[5], #payload)
+      added = added + 1
+    end
+  end
+  i = i + 4
+end
+return added
+"""
+
+TAKE = """
+-- KEYS: ready, delayed, body, meta, count, out(node). ARGV: now ms.
+-- Every ready and delayed message into the node's deliveries (a replay moves them
+-- out). Returns guid, payload, meta, count for each.
+local guids = redis.call('LRANGE', KEYS[1], 0, -1)
+for _, guid in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do table.insert(guids, guid) end
+redis.call('DEL', KEYS[1], KEYS[2])
+local out = {}
+for _, guid in ipairs(guids) do
+  local body = redis.call('HGET', KEYS[3], guid)
+  if body then
+    redis.call('ZADD', KEYS[6], ARGV[1], guid)
+    table.insert(out, guid)
+    table.insert(out, body)
+    table.insert(out, redis.call('HGET', KEYS[4], guid))
+    table.insert(out, tonumber(redis.call('HGET', KEYS[5], guid) or '0'))
+  end
+end
+return out
+"""
+
+PURGE = """
+-- KEYS: ready, delayed, body, meta, count, pickup, bytes. Removes every ready and
+-- delayed message (consumers keep what they hold); returns how many.
+local guids = redis.call('LRANGE', KEYS[1], 0, -1)
+for _, guid in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do table.insert(guids, guid) end
+local n = 0
+for _, guid in ipairs(guids) do
+  local size = redis.call('HSTRLEN', KEYS[3], guid)
+  if redis.call('HDEL', KEYS[3], guid) == 1 then
+    n = n + 1
+    if size > 0 then redis.call('DECRBY', KEYS[7], size) end
+  end
+  redis.call('HDEL', KEYS[4], guid)
+  redis.call('HDEL', KEYS[5], guid)
+  redis.call('ZREM', KEYS[6], guid)
+end
+redis.call('DEL', KEYS[1], KEYS[2])
+return n
+"""
+
+DELETE = """
+-- KEYS: handles, body, then every other key of the queue (ready, delayed, meta, ...,
+-- each node's deliveries). Refused (returns minus the open handles) while any node
+-- has the queue open; else deletes it and returns how many messages went.
+local handles = 0
+for _, v in ipairs(redis.call('HVALS', KEYS[1])) do handles = handles + tonumber(v) end
+if handles > 0 then return -handles end
+local n = redis.call('HLEN', KEYS[2])
+for _, key in ipairs(KEYS) do redis.call('DEL', key) end
+return n
+"""
+
+STATS = """
+-- KEYS: ready, delayed, body, bytes, consumers, handles, stats, meta.
+-- Returns ready, delayed, messages, bytes, consumers, handles, the accepted ms of the
+-- head (-1 if empty), then the counters as field, value pairs.
+local function sum(key)
+  local total = 0
+  for _, v in ipairs(redis.call('HVALS', key)) do total = total + tonumber(v) end
+  return total
+end
+local head, accepted = redis.call('LINDEX', KEYS[1], 0), -1
+if head then
+  local meta = redis.call('HGET', KEYS[8], head)
+  if meta then
+    local p1 = string.find(meta, '|', 1, true)
+    accepted = tonumber(string.sub(meta, p1 + 1, string.find(meta, '|', p1 + 1, true) - 1))
+  end
+end
+local out = {
+  redis.call('LLEN', KEYS[1]), redis.call('ZCARD', KEYS[2]), redis.call('HLEN', KEYS[3]),
+  tonumber(redis.call('GET', KEYS[4]) or '0'), sum(KEYS[5]), sum(KEYS[6]), accepted,
+}
+for _, v in ipairs(redis.call('HGETALL', KEYS[7])) do table.insert(out, v) end
+return out
+"""
+
+PEEK = """
+-- KEYS: ready, body, meta, count. ARGV: most. The first ready messages, left in
+-- place: guid, payload, meta, count for each.
+local out = {}
+for _, guid in ipairs(redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)) do
+  local body = redis.call('HGET', KEYS[2], guid)
+  if body then
+    table.insert(out, guid)
+    table.insert(out, body)
+    table.insert(out, redis.call('HGET', KEYS[3], guid))
+    table.insert(out, tonumber(redis.call('HGET', KEYS[4], guid) or '0'))
+  end
+end
+return out
+"""
+
+__all__ = ["ADD", "DELAY", "DELETE", "EXPIRE", "PEEK", "PURGE", "RELEASE", "STATS", "TAKE"]

@@ -1,0 +1,198 @@
+"""This node's view of the queues on the Redis store, and the background work they
+need: batched confirms, requeues, the queue list, consumer and handle counts and
+wake-ups (the session code sees the same interface as ``broker.registry``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from holdfast.broker.redis.client import RedisClient
+from holdfast.broker.redis.graveyard import RedisGraveyard
+from holdfast.broker.redis.keys import QUEUES, WAKE, QueueKeys, node_queues
+from holdfast.broker.redis.policies import PolicyBook
+from holdfast.broker.redis.queues import RedisQueue
+from holdfast.broker.store import StoreError
+
+log = logging.getLogger(__name__)
+
+
+class RedisRegistry:
+    """This node's view of the queues, and the background work they need."""
+
+    def __init__(
+        self,
+        client: RedisClient,
+        node_id: str,
+        now_ms: Callable[[], int],
+        retention_ms: int = 600_000,
+    ) -> None:
+        self.client = client
+        self.node_id = node_id
+        self.now_ms = now_ms
+        self.policies = PolicyBook(client)
+        """Every queue's policy (``policies``)."""
+        self.graveyard = RedisGraveyard(self, retention_ms)
+        """Moves dead messages to dead-letter queues, and back (``graveyard``)."""
+        self.timed: dict[str, int] = {}
+        """Queues this node delayed a reject or PUT a pickup TTL in -> the latest due
+        time it knows of (ms): the sweep visits them often until then."""
+        self._queues: dict[str, RedisQueue] = {}
+        self._confirms: dict[str, list[bytes]] = {}
+        self._flush_scheduled = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._remembered: set[str] = set()
+        self._listed: set[str] = set()
+        self.budget = None
+        self.dropped_idle = 0
+
+    def __iter__(self) -> Iterator[RedisQueue]:
+        return iter(list(self._queues.values()))
+
+    def __len__(self) -> int:
+        return len(self._queues)
+
+    def get(self, uri: str) -> RedisQueue | None:
+        """The queue at ``uri`` if this node has it open."""
+        return self._queues.get(uri)
+
+    def open(self, uri: str) -> RedisQueue:
+        """The queue at ``uri``, listed in ``hf:queues`` (queues are created on use)."""
+        queue = self._queues.get(uri)
+        if queue is None:
+            queue = self._queues[uri] = RedisQueue(uri, self)
+            self.spawn(self.list_queue(uri))
+        return queue
+
+    def forget(self, uri: str) -> None:
+        """Another node (or this one) deleted ``uri``: drop what this node cached."""
+        self._listed.discard(uri)
+        self.timed.pop(uri, None)
+        queue = self._queues.get(uri)
+        if queue is not None and not queue.handles and not queue.consumers:
+            del self._queues[uri]
+
+    async def list_queue(self, uri: str) -> None:
+        """Add ``uri`` to ``hf:queues`` once (``StoreError`` if Redis is out too long)."""
+        if uri not in self._listed:
+            await self.client.call("SADD queues", lambda: self.client.redis.sadd(QUEUES, uri))
+            self._listed.add(uri)
+
+    def spawn(self, work: Any) -> None:
+        """Run ``work`` on the loop, keeping a reference until it is done."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.error("redis store background work failed", exc_info=error)
+
+    async def drain(self) -> None:
+        """Write pending confirms and wait for background work."""
+        self._flush()
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
+
+    def confirmed(self, queue: RedisQueue, guid: bytes) -> None:
+        """Queue a confirm for the next batch."""
+        self._confirms.setdefault(queue.uri, []).append(guid)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        confirms, self._confirms = self._confirms, {}
+        for uri, guids in confirms.items():
+            self.spawn(self._confirm(uri, guids))
+
+    async def _confirm(self, uri: str, guids: list[bytes]) -> None:
+        try:
+            await self.remove(uri, guids)
+        except StoreError as error:
+            # Not lost: the messages stay this node's deliveries, redelivered if it dies.
+            log.error("%s: %d confirms not recorded: %s", uri, len(guids), error)
+        queue = self._queues.get(uri)
+        if queue is not None:
+            queue.deliver()
+
+    async def remove(self, uri: str, guids: list[bytes]) -> None:
+        """Remove messages this node delivered (confirmed, or moved elsewhere)."""
+        keys = QueueKeys(uri)
+        await self.client.run(
+            "CONFIRM",
+            [keys.body, keys.meta, keys.count, keys.out(self.node_id), keys.bytes, keys.pickup],
+            guids,
+        )
+
+    async def requeue(self, uri: str, guids: list[bytes]) -> None:
+        """Put messages this node delivered back at the head of ``uri``, in order."""
+        keys = QueueKeys(uri)
+        try:
+            await self.client.run("REQUEUE", [keys.ready, keys.out(self.node_id)], guids)
+        except StoreError as error:
+            # Still in this node's deliveries: reclaimed if the node dies, else later.
+            log.error("%s: could not requeue %d messages: %s", uri, len(guids), error)
+        self.wake(uri)
+
+    def count(self, uri: str, counter: str, n: int = 1) -> None:
+        """Add ``n`` to a counter of ``uri`` kept in Redis (the admin's statistics)."""
+        key = QueueKeys(uri).stats
+        self.spawn(self.client.call("HINCRBY", lambda: self.client.redis.hincrby(key, counter, n)))
+
+    async def remember_queue(self, uri: str) -> None:
+        """Note that this node holds deliveries of ``uri`` (for the reaper)."""
+        if uri not in self._remembered:
+            await self.client.call(
+                "SADD", lambda: self.client.redis.sadd(node_queues(self.node_id), uri)
+            )
+            self._remembered.add(uri)
+
+    def consumers_changed(self, queue: RedisQueue) -> None:
+        """Publish this node's consumer count of ``queue`` (service discovery)."""
+        self._publish_count(queue.keys.consumers, len(queue.consumers))
+
+    def handles_changed(self, queue: RedisQueue) -> None:
+        """Publish this node's handle count of ``queue`` (deletes are refused while any
+        node has it open)."""
+        self._publish_count(queue.keys.handles, queue.handles)
+
+    def _publish_count(self, key: str, count: int) -> None:
+        redis = self.client.redis
+        if count:
+            self.spawn(self.client.call("HSET", lambda: redis.hset(key, self.node_id, count)))
+        else:
+            self.spawn(self.client.call("HDEL", lambda: redis.hdel(key, self.node_id)))
+
+    def count_consumers(self, uri: str, answer: Callable[[int], None]) -> None:
+        """Answer with the consumers of ``uri`` on every live node (service discovery)."""
+
+        async def count() -> None:
+            key = QueueKeys(uri).consumers
+            try:
+                counts = await self.client.call("HVALS", lambda: self.client.redis.hvals(key))
+                total = sum(int(value) for value in counts)
+            except StoreError as error:
+                log.warning("%s: counting consumers: %s", uri, error)
+                queue = self._queues.get(uri)
+                total = 0 if queue is None else len(queue.consumers)
+            answer(total)
+
+        self.spawn(count())
+
+    def wake(self, uri: str) -> None:
+        """Tell every node that ``uri`` has messages (pub/sub; they also poll)."""
+        self.spawn(self.client.call("PUBLISH", lambda: self.client.redis.publish(WAKE, uri)))
+
+    def on_wake(self, uri: str) -> None:
+        """Another node (or this one) says ``uri`` has messages."""
+        queue = self._queues.get(uri)
+        if queue is not None:
+            queue.deliver()
+
+
+__all__ = ["RedisRegistry"]

@@ -1,0 +1,88 @@
+"""The timed rules of the Redis store: reject delays that are over, the queue TTL and
+pickup deadlines (``x-ttl-ms``).
+
+Every node sweeps, and the scripts are atomic, so two nodes sweeping one queue move
+each message once. Often (every ``FAST`` seconds) a node visits the queues whose
+policy sets a TTL and those where it delayed a reject or PUT a pickup deadline
+itself; every ``FULL`` seconds it visits every queue it has open, which releases what
+a node that died had delayed. A queue no live node has opened since is swept when
+one does; until then nothing delivers from it either.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from holdfast.broker.redis.keys import QueueKeys
+from holdfast.broker.redis.queues import parse_message
+from holdfast.broker.store import StoreError
+from holdfast.proto.policy import REASON_EXPIRED
+
+if TYPE_CHECKING:
+    from holdfast.broker.redis.registry import RedisRegistry
+
+log = logging.getLogger(__name__)
+
+FAST = 0.1
+"""Seconds between sweeps of the queues with timed work: the granularity of reject
+delays and TTLs, as on the other stores."""
+
+FULL = 1.0
+"""Seconds between sweeps of every queue this node has open."""
+
+EXPIRE_BATCH = 256
+"""Most messages one sweep of one queue expires (the next sweep takes more)."""
+
+
+class Sweeper:
+    """Runs the timed rules for one node's registry."""
+
+    def __init__(self, registry: RedisRegistry) -> None:
+        self._registry = registry
+        self._last_full = 0
+
+    async def sweep(self) -> None:
+        """One pass (``StoreError`` from a queue is logged, and the pass goes on)."""
+        registry = self._registry
+        now = registry.now_ms()
+        uris = set(registry.policies.with_ttl())
+        uris.update(q.uri for q in registry if q.policy.ttl is not None)
+        for uri, until in list(registry.timed.items()):
+            uris.add(uri)
+            if until + FULL * 1000 < now:
+                del registry.timed[uri]
+        if now - self._last_full >= FULL * 1000:
+            self._last_full = now
+            uris.update(q.uri for q in registry)
+        for uri in sorted(uris):
+            try:
+                await self._sweep(uri, now)
+            except StoreError as error:
+                log.warning("%s: sweeping failed: %s", uri, error)
+
+    async def _sweep(self, uri: str, now: int) -> None:
+        registry = self._registry
+        client = registry.client
+        keys = QueueKeys(uri)
+        if await client.run("RELEASE", [keys.delayed, keys.ready], [now]):
+            registry.wake(uri)
+        ttl = registry.policies.effective(uri).ttl
+        cutoff = now - round(ttl * 1000) if ttl is not None else 0
+        await registry.remember_queue(uri)
+        raw = await client.run(
+            "EXPIRE",
+            [keys.ready, keys.body, keys.meta, keys.count, keys.out(registry.node_id), keys.pickup],
+            [now, cutoff, EXPIRE_BATCH],
+        )
+        if raw:
+            dead = [
+                (parse_message(uri, *raw[i : i + 4]), REASON_EXPIRED) for i in range(0, len(raw), 4)
+            ]
+            queue = registry.get(uri)
+            if queue is not None:
+                queue.dead[REASON_EXPIRED] += len(dead)
+            registry.graveyard.bury(uri, dead)
+
+
+__all__ = ["EXPIRE_BATCH", "FAST", "FULL", "Sweeper"]
