@@ -190,8 +190,8 @@ class AdminClient:
             code = error.code() if isinstance(error, grpc.Call) else None
             if code is grpc.StatusCode.UNIMPLEMENTED:
                 raise TerminalTransportError(
-                    f"{self.address} does not serve the admin service (a proxy, or a broker "
-                    "on the Redis store, which has none yet): point --address at a broker"
+                    f"{self.address} does not serve the admin service (is it a proxy?): "
+                    "point --address at a broker"
                 ) from None
             raise classify_rpc_error(error) from None
         problem = admin_error(reply.status, reply.message)

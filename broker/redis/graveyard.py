@@ -1,12 +1,13 @@
 """Dead letters on the Redis store: burying messages and replaying them.
 
 The same rules as ``broker.deadletter`` (the copies are built by its ``dead_copies``
-and ``replay_copy``, so dead letters look the same on every store). A move is two
-scripts (``policy_scripts``): ``ADD`` into each target queue, guarded by a marker
-per move, then ``CONFIRM`` out of the source. Until the second ran, the message is
-one of this node's deliveries: if the node dies it is reclaimed into its source and
-buried again, and the marker makes that second ``ADD`` a no-op. If Redis fails
-meanwhile, the messages go back to the head of their source (logged).
+and ``replay_copy``, so dead letters look the same on every store). A move is three
+scripts (``policy_scripts``): the message *leaves* its source (no longer delivered,
+and no longer this node's: it survives the node), ``ADD`` puts the copies in their
+targets, guarded by a marker per move, and ``GONE`` removes the source's copy. A
+move that did not finish (the node died, Redis failed) is finished by whichever
+node sweeps the queue after ``STALE`` seconds, or at once by the node that reaps a
+dead one; finishing it twice adds nothing twice.
 """
 
 from __future__ import annotations
@@ -26,8 +27,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Move = tuple[StoredMessage, str]
-"""A copy to add to its queue, and the id of the move that makes it."""
+REPLAY = "replay"
+"""The reason of a move out of a dead-letter queue back to the original queue."""
+
+STALE = 5.0
+"""Seconds after which any node finishes a move that its node did not."""
+
+Leaving = tuple[StoredMessage, str, str | None]
+"""A message on its way out: (message, reason, dead-letter queue or None)."""
 
 
 class RedisGraveyard:
@@ -48,67 +55,99 @@ class RedisGraveyard:
 
     async def _bury(self, uri: str, dead: list[tuple[StoredMessage, str]]) -> None:
         registry = self._registry
+        keys = QueueKeys(uri)
         target = registry.policies.effective(uri).dead_letter
-        now = registry.now_ms() / 1000
-        moves: list[Move] = []
+        args: list[object] = [registry.now_ms()]
         for message, reason in dead:
-            for copy in dead_copies(message, reason, uri, target, now):
-                moves.append((copy, _move_id(copy, uri, message)))
-        guids = [message.guid for message, _ in dead]
+            args += [message.guid, f"{reason}|{target or ''}"]
         try:
-            await self._add(moves)
-            await registry.remove(uri, guids)
+            await registry.client.run("LEAVE", [keys.out(registry.node_id), keys.leaving], args)
         except StoreError as error:
-            log.error("%s: moving %d dead messages failed; they stay: %s", uri, len(dead), error)
-            await registry.requeue(uri, guids)
+            log.error("%s: %d dead messages stay for now: %s", uri, len(dead), error)
+            await registry.requeue(uri, [message.guid for message, _ in dead])
             return
-        reasons = Counter(reason for _, reason in dead)
-        for reason, n in reasons.items():
-            (self.moved if target is not None else self.dropped)[reason] += n
-            registry.count(uri, "dead:" + reason, n)
-        if target is None:
-            log.warning(
-                "%s: dropped %d dead messages (%s): the queue has no dead-letter queue",
-                uri,
-                len(dead),
-                ", ".join(sorted(reasons)),
-            )
+        await self._finish(uri, [(message, reason, target) for message, reason in dead])
+
+    async def finish_stale(self, uri: str, age: float = STALE) -> int:
+        """Finish the moves out of ``uri`` begun ``age`` seconds ago or more (by this
+        node or one that died); returns how many. ``StoreError`` if Redis fails."""
+        registry = self._registry
+        keys = QueueKeys(uri)
+        since = registry.now_ms() - round(age * 1000)
+        raw = await registry.client.run(
+            "LEAVING", [keys.leaving, keys.body, keys.meta, keys.count], [since]
+        )
+        items: list[Leaving] = []
+        for i in range(0, len(raw), 5):
+            reason, _, target = _text(raw[i + 4]).partition("|")
+            items.append((parse_message(uri, *raw[i : i + 4]), reason, target or None))
+        if items:
+            log.warning("%s: finishing %d moves another node began", uri, len(items))
+            await self._finish(uri, items)
+        return len(items)
 
     async def replay(self, uri: str) -> tuple[int, list[str]]:
         """Move every ready (and delayed) message of the dead-letter queue ``uri`` back
         to its ``x-original-uri``. Returns how many moved and the problems of those
-        left in place; raises ``StoreError`` if Redis failed (what did not move stays
-        in the dead-letter queue)."""
+        left in place; raises ``StoreError`` if Redis failed (moves begun are finished
+        by a later sweep, the rest stays in the dead-letter queue)."""
         registry = self._registry
         keys = QueueKeys(uri)
-        node = registry.node_id
-        await registry.remember_queue(uri)
         raw = await registry.client.run(
             "TAKE",
-            [keys.ready, keys.delayed, keys.body, keys.meta, keys.count, keys.out(node)],
+            [keys.ready, keys.delayed, keys.body, keys.meta, keys.count, keys.leaving],
             [registry.now_ms()],
         )
         taken = [parse_message(uri, *raw[i : i + 4]) for i in range(0, len(raw), 4)]
         moving = [message for message in taken if replayable(message)]
         stay = [message for message in taken if not replayable(message)]
-        problems = [f"{m.guid.hex()}: no valid {ORIGINAL_URI}" for m in stay]
         if stay:
-            await registry.requeue(uri, [message.guid for message in stay])
-        if not moving:
-            return 0, problems
+            await registry.client.run(
+                "STAY", [keys.leaving, keys.ready], [message.guid for message in stay]
+            )
+        if moving and not await self._finish(uri, [(m, REPLAY, None) for m in moving]):
+            raise StoreError(f"{len(moving)} replays of {uri} were begun and not finished")
+        return len(moving), [f"{m.guid.hex()}: no valid {ORIGINAL_URI}" for m in stay]
+
+    async def _finish(self, uri: str, items: list[Leaving]) -> bool:
+        """ADD the copies of messages leaving ``uri``, then remove them from it. Says
+        whether that worked (if not, a later sweep finishes the moves)."""
+        registry = self._registry
+        keys = QueueKeys(uri)
         now = registry.now_ms() / 1000
-        moves = [(copy, _move_id(copy, uri, m)) for m in moving for copy in [replay_copy(m, now)]]
+        moves: list[tuple[StoredMessage, str]] = []
+        for message, reason, target in items:
+            if reason == REPLAY:
+                copies = [replay_copy(message, now)]
+            else:
+                copies = dead_copies(message, reason, uri, target, now)
+            moves += [(copy, _move_id(copy, uri, message)) for copy in copies]
         try:
             await self._add(moves)
-            await registry.remove(uri, [message.guid for message in moving])
-        except StoreError:
-            await registry.requeue(uri, [message.guid for message in moving])
-            raise
-        return len(moving), problems
+            await registry.client.run(
+                "GONE",
+                [keys.body, keys.meta, keys.count, keys.leaving, keys.bytes, keys.pickup],
+                [message.guid for message, _, _ in items],
+            )
+        except StoreError as error:
+            log.error("%s: %d moves out wait for a later sweep: %s", uri, len(items), error)
+            return False
+        dead = Counter((reason, target) for _, reason, target in items if reason != REPLAY)
+        for (reason, target), n in dead.items():
+            (self.moved if target is not None else self.dropped)[reason] += n
+            registry.count(uri, "dead:" + reason, n)
+            if target is None:
+                log.warning(
+                    "%s: dropped %d dead messages (%s): the queue has no dead-letter queue",
+                    uri,
+                    n,
+                    reason,
+                )
+        return True
 
-    async def _add(self, moves: list[Move]) -> None:
+    async def _add(self, moves: list[tuple[StoredMessage, str]]) -> None:
         registry = self._registry
-        by_target: dict[str, list[Move]] = {}
+        by_target: dict[str, list[tuple[StoredMessage, str]]] = {}
         for move in moves:
             by_target.setdefault(move[0].queue_uri, []).append(move)
         for target, items in by_target.items():
@@ -129,4 +168,8 @@ def _move_id(copy: StoredMessage, source: str, original: StoredMessage) -> str:
     return f"{copy.guid.hex()}:{round(original.accepted_at * 1000)}:{source}"
 
 
-__all__ = ["RedisGraveyard"]
+def _text(raw: object) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+__all__ = ["REPLAY", "STALE", "RedisGraveyard"]

@@ -17,6 +17,8 @@ Per queue (all with the hash tag ``{<uri>}``: one cluster slot per queue)::
                                  deadline, ms)
     hf:{uri}:bytes        string payload bytes of the queue's messages (depth limits)
     hf:{uri}:stats        hash   counters: accepted, redelivered, rejected, dead:<reason>
+    hf:{uri}:leaving      hash   GUID -> "<since ms>|<reason>|<target>": moving out (to a
+                                 dead-letter queue, or replayed), not gone yet
     hf:{uri}:mv:<id>      string a dead-letter or replay move already done (expires
                                  after window + grace): makes a repeated move a no-op
 
@@ -56,6 +58,7 @@ class QueueKeys:
         "count",
         "delayed",
         "handles",
+        "leaving",
         "meta",
         "pickup",
         "prefix",
@@ -77,6 +80,7 @@ class QueueKeys:
         self.pickup = self.prefix + "pickup"
         self.bytes = self.prefix + "bytes"
         self.stats = self.prefix + "stats"
+        self.leaving = self.prefix + "leaving"
 
     @property
     def message_keys(self) -> tuple[str, str, str, str]:

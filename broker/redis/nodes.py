@@ -183,6 +183,8 @@ class NodeLife:
                     [node],
                 )
             )
+            # Its moves to dead-letter queues, unfinished, are finished now.
+            await self.registry.graveyard.finish_stale(uri, age=0)
             self.registry.wake(uri)
         await self.client.call("forget node", lambda: redis.delete(node_queues(node)))
         await self.client.call("forget node", lambda: redis.hdel(NODES, node))

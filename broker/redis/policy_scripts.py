@@ -1,12 +1,14 @@
 """The Lua scripts of queue policies, dead-letter moves and the admin service on the
 Redis store. Like ``scripts``, each touches one queue's keys only (one hash tag).
 
-A move between two queues (to a dead-letter queue, or a replay back) is two
-scripts, because the queues may live on different cluster nodes: ``ADD`` in the
-target, then ``CONFIRM`` in the source. Until the second ran the message is still
-one of the moving node's deliveries, so a node dying in between gets it back to the
-source and buried again; ``ADD`` sets a marker per move (``hf:{target}:mv:<id>``)
-so that the repeat adds nothing: the message ends in exactly one queue.
+A move between two queues (to a dead-letter queue, or a replay back) is three
+scripts, because the queues may live on different cluster nodes: ``LEAVE`` (or
+``TAKE``) marks the message as leaving its source (``hf:{source}:leaving``: no longer
+delivered, not yet gone), ``ADD`` puts the copy in the target, ``GONE`` removes the
+source. A move interrupted after the first step (the node died, Redis failed) is
+finished by any node later (``LEAVING`` lists it); ``ADD`` sets a marker per move
+(``hf:{target}:mv:<id>``) so that finishing it twice adds one copy: the message
+ends in exactly one queue.
 """
 
 from __future__ import annotations
@@ -97,10 +99,78 @@ end
 return added
 """
 
+LEAVE = """
+-- KEYS: out(node), leaving. ARGV: now ms, then per message: guid, "<reason>|<target>".
+-- The node's deliveries that are to move: leaving. Returns how many.
+local n = 0
+for i = 2, #ARGV, 2 do
+  if redis.call('ZREM', KEYS[1], ARGV[i]) == 1 then
+    redis.call('HSET', KEYS[2], ARGV[i], ARGV[1] .. '|' .. ARGV[i + 1])
+    n = n + 1
+  end
+end
+return n
+"""
+
+LEAVING = """
+-- KEYS: leaving, body, meta, count. ARGV: since ms.
+-- Moves begun at or before ``since`` and not finished: guid, payload, meta, count and
+-- "<reason>|<target>" for each.
+local out = {}
+local entries = redis.call('HGETALL', KEYS[1])
+for i = 1, #entries, 2 do
+  local guid, value = entries[i], entries[i + 1]
+  local bar = string.find(value, '|', 1, true)
+  if tonumber(string.sub(value, 1, bar - 1)) <= tonumber(ARGV[1]) then
+    local body = redis.call('HGET', KEYS[2], guid)
+    if body then
+      table.insert(out, guid)
+      table.insert(out, body)
+      table.insert(out, redis.call('HGET', KEYS[3], guid))
+      table.insert(out, tonumber(redis.call('HGET', KEYS[4], guid) or '0'))
+      table.insert(out, string.sub(value, bar + 1))
+    else
+      redis.call('HDEL', KEYS[1], guid)
+    end
+  end
+end
+return out
+"""
+
+GONE = """
+-- KEYS: body, meta, count, leaving, bytes, pickup. ARGV: guids.
+-- Moves finished: the source's copy goes. Returns how many.
+local n = 0
+for _, guid in ipairs(ARGV) do
+  if redis.call('HDEL', KEYS[4], guid) == 1 then
+    local size = redis.call('HSTRLEN', KEYS[1], guid)
+    redis.call('HDEL', KEYS[1], guid)
+    redis.call('HDEL', KEYS[2], guid)
+    redis.call('HDEL', KEYS[3], guid)
+    redis.call('ZREM', KEYS[6], guid)
+    if size > 0 then redis.call('DECRBY', KEYS[5], size) end
+    n = n + 1
+  end
+end
+return n
+"""
+
+STAY = """
+-- KEYS: leaving, ready. ARGV: guids. Moves not to be made: back to the head, in order.
+local n = 0
+for i = #ARGV, 1, -1 do
+  if redis.call('HDEL', KEYS[1], ARGV[i]) == 1 then
+    redis.call('LPUSH', KEYS[2], ARGV[i])
+    n = n + 1
+  end
+end
+return n
+"""
+
 TAKE = """
--- KEYS: ready, delayed, body, meta, count, out(node). ARGV: now ms.
--- Every ready and delayed message into the node's deliveries (a replay moves them
--- out). Returns guid, payload, meta, count for each.
+-- KEYS: ready, delayed, body, meta, count, leaving. ARGV: now ms.
+-- Every ready and delayed message of a dead-letter queue leaves (a replay).
+-- Returns guid, payload, meta, count for each.
 local guids = redis.call('LRANGE', KEYS[1], 0, -1)
 for _, guid in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do table.insert(guids, guid) end
 redis.call('DEL', KEYS[1], KEYS[2])
@@ -108,7 +178,7 @@ local out = {}
 for _, guid in ipairs(guids) do
   local body = redis.call('HGET', KEYS[3], guid)
   if body then
-    redis.call('ZADD', KEYS[6], ARGV[1], guid)
+    redis.call('HSET', KEYS[6], guid, ARGV[1] .. '|replay|')
     table.insert(out, guid)
     table.insert(out, body)
     table.insert(out, redis.call('HGET', KEYS[4], guid))
@@ -191,4 +261,18 @@ end
 return out
 """
 
-__all__ = ["ADD", "DELAY", "DELETE", "EXPIRE", "PEEK", "PURGE", "RELEASE", "STATS", "TAKE"]
+__all__ = [
+    "ADD",
+    "DELAY",
+    "DELETE",
+    "EXPIRE",
+    "GONE",
+    "LEAVE",
+    "LEAVING",
+    "PEEK",
+    "PURGE",
+    "RELEASE",
+    "STATS",
+    "STAY",
+    "TAKE",
+]

@@ -5,8 +5,9 @@ Every node sweeps, and the scripts are atomic, so two nodes sweeping one queue m
 each message once. Often (every ``FAST`` seconds) a node visits the queues whose
 policy sets a TTL and those where it delayed a reject or PUT a pickup deadline
 itself; every ``FULL`` seconds it visits every queue it has open, which releases what
-a node that died had delayed. A queue no live node has opened since is swept when
-one does; until then nothing delivers from it either.
+a node that died had delayed and finishes the dead-letter moves left unfinished. A
+queue no live node has opened since is swept when one does; until then nothing
+delivers from it either.
 """
 
 from __future__ import annotations
@@ -52,12 +53,15 @@ class Sweeper:
             uris.add(uri)
             if until + FULL * 1000 < now:
                 del registry.timed[uri]
-        if now - self._last_full >= FULL * 1000:
+        full = now - self._last_full >= FULL * 1000
+        if full:
             self._last_full = now
             uris.update(q.uri for q in registry)
         for uri in sorted(uris):
             try:
                 await self._sweep(uri, now)
+                if full:
+                    await registry.graveyard.finish_stale(uri)
             except StoreError as error:
                 log.warning("%s: sweeping failed: %s", uri, error)
 

@@ -1,0 +1,160 @@
+"""Queue policies on broker nodes sharing one Redis (issues #13 and #14): a policy set
+through one node binds every node, counters and the admin service cover every node,
+depth limits hold across nodes, and neither a dead-letter move nor a reject delay is
+lost or doubled when the node doing it is killed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from holdfast.proto.policy import QueuePolicy
+from holdfast.sdk import Message, QueueOptions, Session
+from holdfast.sdk.admin import AdminClient
+from holdfast.sdk.errors import HoldfastError
+from tests.policies.support import QUICK_RETRY, Collector, always_raises, post_all, ready
+from tests.redis.test_nodes import Acks
+from tests.support.processes import BrokerProcess
+from tests.support.redis_server import RedisServer
+from tests.support.sessions import FAST
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+URI = "hf://shared/orders"
+DLQ = "hf://shared/orders.dlq"
+
+
+def test_a_policy_set_through_one_node_binds_the_others(tmp_path: Path) -> None:
+    with (
+        RedisServer(tmp_path / "redis", aof=False) as redis,
+        BrokerProcess(["--store", redis.url]) as a,
+        BrokerProcess(["--store", redis.url]) as b,
+        AdminClient(a.address) as admin_a,
+        AdminClient(b.address) as admin_b,
+    ):
+        admin_a.set_policy(URI, QueuePolicy(max_deliveries=3, dead_letter=DLQ))
+        seen: list[Message] = []
+        dead = Collector()
+        with Session(a.address, options=FAST) as on_a, Session(b.address, options=FAST) as on_b:
+            (guid,) = post_all(on_a, URI, [b"poison"])
+            on_b.open_queue(URI, read=True, on_message=always_raises(seen), options=QUICK_RETRY)
+            on_a.open_queue(DLQ, read=True, on_message=dead)
+            (letter,) = dead.wait_for(1)
+        stats = admin_b.stats(URI)  # counted by node B, read through node A's Redis
+        cli = subprocess.run(
+            [sys.executable, "-m", "holdfast.admin", "--address", a.address, "policy", "show", URI],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert [m.delivery_count for m in seen] == [1, 2, 3]
+    assert (letter.guid, letter.properties["x-death-reason"]) == (guid, "delivery-limit")
+    assert (stats.ready, stats.unconfirmed, stats.rejected, stats.dead_lettered) == (0, 0, 3, 1)
+    assert stats.accepted == 1
+    assert cli.returncode == 0 and DLQ in cli.stdout
+
+
+def test_a_depth_limit_holds_across_nodes(tmp_path: Path) -> None:
+    with (
+        RedisServer(tmp_path / "redis", aof=False) as redis,
+        BrokerProcess(["--store", redis.url]) as a,
+        BrokerProcess(["--store", redis.url]) as b,
+        AdminClient(b.address) as admin,
+    ):
+        admin.set_policy(URI, QueuePolicy(max_messages=50))
+        acks = Acks()
+        with Session(a.address, options=FAST) as on_a, Session(b.address, options=FAST) as on_b:
+            guids = [on_a.open_queue(URI, write=True, on_ack=acks).post(b"a") for _ in range(40)]
+            guids += [on_b.open_queue(URI, write=True, on_ack=acks).post(b"b") for _ in range(40)]
+            wait_until(lambda: len(acks.statuses) == 50, 15, "50 ACKs")
+            assert admin.stats(URI).ready == 50  # the other 30 are held by the SDKs
+            got = Collector()
+            on_b.open_queue(URI, read=True, on_message=got)
+            assert on_a.flush(timeout=30) and on_b.flush(timeout=30)
+            got.wait_for(80)
+    acks.exactly_one_success(guids)
+    assert Counter(got.guids()) == Counter({g: 1 for g in guids})
+
+
+def test_a_node_killed_while_moving_dead_letters_loses_and_doubles_nothing(
+    tmp_path: Path,
+) -> None:
+    count = 3000
+    with (
+        RedisServer(tmp_path / "redis") as redis,
+        BrokerProcess(["--store", redis.url]) as a,
+        BrokerProcess(["--store", redis.url]) as b,
+        AdminClient(b.address) as admin,
+    ):
+        admin.set_policy(URI, QueuePolicy(dead_letter=DLQ))
+        rejected = threading.Event()
+        done = 0
+
+        def reject(message: Message) -> None:
+            nonlocal done
+            try:
+                message.reject(requeue=False)
+            except HoldfastError:
+                return  # node A is gone: its deliveries come back through node B
+            done += 1
+            if done == count // 3:
+                rejected.set()
+
+        with Session(b.address, options=FAST) as producer:
+            guids = post_all(producer, URI, [b"m%d" % i for i in range(count)])
+        victim = Session(a.address, options=FAST)
+        victim.open_queue(
+            URI, read=True, on_message=reject, options=QueueOptions(max_unconfirmed_messages=50)
+        )
+        assert rejected.wait(30)
+        a.kill()  # SIGKILL while REJECTs and their moves are on their way
+        victim.close(timeout=1)
+        # Node B reclaims node A's deliveries within 4 s.
+        try:
+            wait_until(lambda: admin.stats(URI).ready + ready(admin, DLQ) == count, 15, "all back")
+        except AssertionError:
+            raise AssertionError((admin.stats(URI), admin.stats(DLQ))) from None
+        seen: Counter[uuid.UUID] = Counter()
+        with Session(b.address, options=FAST) as session:
+            collectors = {uri: Collector() for uri in (URI, DLQ)}
+            for uri, collector in collectors.items():
+                session.open_queue(uri, read=True, on_message=collector)
+            wait_until(
+                lambda: sum(len(c.messages) for c in collectors.values()) >= count,
+                30,
+                "every message from one queue or the other",
+            )
+            for collector in collectors.values():
+                seen.update(collector.guids())
+        assert 0 < len(collectors[DLQ].messages) < count
+    assert seen == Counter({guid: 1 for guid in guids})
+
+
+def test_a_reject_delay_outlives_the_node_that_took_it(tmp_path: Path) -> None:
+    with (
+        RedisServer(tmp_path / "redis", aof=False) as redis,
+        BrokerProcess(["--store", redis.url]) as a,
+        BrokerProcess(["--store", redis.url]) as b,
+        AdminClient(b.address) as admin,
+    ):
+        got = Collector(confirm=False)
+        with Session(b.address, options=FAST) as producer:
+            (guid,) = post_all(producer, URI, [b"later"])
+        holder = Session(a.address, options=FAST)
+        holder.open_queue(URI, read=True, on_message=got)
+        got.wait_for(1)[0].reject(requeue=True, delay=2.0)
+        wait_until(lambda: admin.stats(URI).unconfirmed == 0, 5, "the delay recorded")
+        a.kill()
+        holder.close(timeout=1)
+        again = Collector()
+        with Session(b.address, options=FAST) as survivor:
+            survivor.open_queue(URI, read=True, on_message=again)
+            (message,) = again.wait_for(1, timeout=10)
+    assert (message.guid, message.delivery_count) == (guid, 2)
