@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from holdfast.proto.policy import QueuePolicy
 from holdfast.sdk import Session
+from holdfast.sdk.admin import AdminClient
 from tests.policies.support import Collector
 from tests.support.processes import BrokerProcess
 from tests.support.redis_server import REDIS_CLI, RedisServer
@@ -72,3 +74,34 @@ def test_two_nodes_on_a_cluster_with_a_queue_on_each_primary(cluster: list[Redis
     assert all(int(s.cli("DBSIZE")) > 0 for s in cluster)  # every primary holds queues
     for uri in uris:
         assert Counter(got[uri].guids()) == Counter({g: 1 for g in posted[uri]})
+
+
+def test_dead_letters_move_between_primaries(cluster: list[RedisServer]) -> None:
+    store = "redis+cluster://" + cluster[0].address
+    sources = [f"hf://cluster/s{i}" for i in range(6)]
+    dlq = "hf://cluster/dead"
+    with (
+        BrokerProcess(["--store", store]) as a,
+        BrokerProcess(["--store", store]) as b,
+        AdminClient(a.address) as admin,
+        AdminClient(b.address) as admin_b,
+        Session(a.address, options=FAST) as session,
+    ):
+        # Through the node that delivers: on a cluster the others learn of a policy at
+        # their next heartbeat (there is no pub/sub announcement).
+        for uri in sources:
+            admin.set_policy(uri, QueuePolicy(max_deliveries=1, dead_letter=dlq))
+        posted = [session.open_queue(uri, write=True).post(b"x") for uri in sources]
+        assert session.flush(timeout=30)
+        rejecting = Collector(confirm=False)
+        for uri in sources:
+            session.open_queue(uri, read=True, on_message=rejecting)
+        for message in rejecting.wait_for(len(sources)):
+            message.reject(requeue=True)  # its one delivery is spent: dead on return
+        dead = Collector()
+        session.open_queue(dlq, read=True, on_message=dead)
+        dead.wait_for(len(sources))
+        stats = [admin_b.stats(uri) for uri in sources]
+    assert Counter(dead.guids()) == Counter({g: 1 for g in posted})
+    assert {m.properties["x-original-uri"] for m in dead.messages} == set(sources)
+    assert [(s.ready, s.dead_lettered) for s in stats] == [(0, 1)] * len(sources)
