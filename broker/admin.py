@@ -19,6 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 import grpc
 
+from holdfast.broker.store import StoredMessage
 from holdfast.proto import ADMIN_SERVICE, pb
 from holdfast.proto.guard import ServerGuard, unary_refusal
 from holdfast.proto.policy import QueuePolicy, check_policy_uri
@@ -159,6 +160,17 @@ class AdminService:
         return pb.CountReply(status=pb.STATUS_OK, count=count, message=text)
 
 
+def peeked(message: StoredMessage, now: float) -> pb.PeekedMessage:
+    """How ``Peek`` shows a message (``now`` on the clock of its ``accepted_at``)."""
+    return pb.PeekedMessage(
+        guid=message.guid,
+        payload=message.payload,
+        properties=message.properties,
+        delivery_count=message.delivery_count,
+        age_seconds=max(0.0, now - message.accepted_at),
+    )
+
+
 def _guarded(
     method: Callable[[Any, Any], Awaitable[Reply]], reply: type[Any], guard: ServerGuard
 ) -> Callable[[Any, Any], Awaitable[Reply]]:
@@ -180,4 +192,4 @@ def _guarded(
     return call
 
 
-__all__ = ["MAX_PEEK", "AdminBackend", "AdminService"]
+__all__ = ["MAX_PEEK", "AdminBackend", "AdminService", "peeked"]

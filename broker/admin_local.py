@@ -4,9 +4,11 @@ reply says OK (an operator who saw OK can restart the broker and find it)."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable
 
+from holdfast.broker.admin import peeked
 from holdfast.broker.queues import Queue
 from holdfast.broker.registry import QueueRegistry
 from holdfast.broker.store import Store, StoreBatch
@@ -35,22 +37,8 @@ class LocalAdmin:
 
     async def peek(self, uri: str, count: int) -> list[pb.PeekedMessage]:
         """The first ``count`` ready messages, in delivery order, left in place."""
-        queue = self._find(uri)
         now = self._clock()
-        peeked: list[pb.PeekedMessage] = []
-        for message in queue.ready:
-            if len(peeked) >= count:
-                break
-            peeked.append(
-                pb.PeekedMessage(
-                    guid=message.guid,
-                    payload=message.payload,
-                    properties=message.properties,
-                    delivery_count=message.delivery_count,
-                    age_seconds=max(0.0, now - message.accepted_at),
-                )
-            )
-        return peeked
+        return [peeked(m, now) for m in itertools.islice(self._find(uri).ready, count)]
 
     async def purge(self, uri: str) -> int:
         """Remove the ready and delayed messages; consumers keep their unconfirmed ones."""

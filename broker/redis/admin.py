@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from holdfast.broker.admin import peeked
 from holdfast.broker.redis.keys import NODES, QUEUES, QueueKeys
 from holdfast.broker.redis.nodes import FORGET
 from holdfast.broker.redis.queues import parse_message
@@ -55,19 +56,7 @@ class RedisAdmin:
         keys = QueueKeys(uri)
         raw = await self._run("PEEK", [keys.ready, keys.body, keys.meta, keys.count], [count])
         now = self._registry.now_ms() / 1000
-        peeked: list[pb.PeekedMessage] = []
-        for i in range(0, len(raw), 4):
-            message = parse_message(uri, *raw[i : i + 4])
-            peeked.append(
-                pb.PeekedMessage(
-                    guid=message.guid,
-                    payload=message.payload,
-                    properties=message.properties,
-                    delivery_count=message.delivery_count,
-                    age_seconds=max(0.0, now - message.accepted_at),
-                )
-            )
-        return peeked
+        return [peeked(parse_message(uri, *raw[i : i + 4]), now) for i in range(0, len(raw), 4)]
 
     async def purge(self, uri: str) -> int:
         """Remove the ready and delayed messages; consumers keep their unconfirmed ones."""

@@ -13,6 +13,8 @@ ends in exactly one queue.
 
 from __future__ import annotations
 
+from holdfast.broker.redis.scripts import ACCEPTED, DROP, EMIT
+
 DELAY = """
 -- KEYS: out(node), delayed. ARGV: due ms, guids. Rejected with a delay: held back.
 local n = 0
@@ -36,7 +38,10 @@ end
 return #due
 """
 
-EXPIRE = """
+EXPIRE = (
+    ACCEPTED
+    + EMIT
+    + """
 -- KEYS: ready, body, meta, count, out(node), pickup.
 -- ARGV: now ms, TTL cutoff ms (0: no TTL), most messages.
 -- Takes ready messages accepted at or before the cutoff (from the head: the ready
@@ -48,19 +53,14 @@ local out = {}
 local function take(guid)
   redis.call('ZREM', KEYS[6], guid)
   redis.call('ZADD', KEYS[5], now, guid)
-  table.insert(out, guid)
-  table.insert(out, redis.call('HGET', KEYS[2], guid))
-  table.insert(out, redis.call('HGET', KEYS[3], guid))
-  table.insert(out, tonumber(redis.call('HGET', KEYS[4], guid) or '0'))
+  emit(out, guid, redis.call('HGET', KEYS[2], guid), KEYS[3], KEYS[4])
 end
 while cutoff > 0 and #out < most * 4 do
   local guid = redis.call('LINDEX', KEYS[1], 0)
   if not guid then break end
   local meta = redis.call('HGET', KEYS[3], guid)
   if meta then
-    local p1 = string.find(meta, '|', 1, true)
-    local accepted = tonumber(string.sub(meta, p1 + 1, string.find(meta, '|', p1 + 1, true) - 1))
-    if accepted > cutoff then break end
+    if accepted(meta) > cutoff then break end
     redis.call('LPOP', KEYS[1])
     take(guid)
   else
@@ -75,6 +75,7 @@ for _, guid in ipairs(due) do
 end
 return out
 """
+)
 
 ADD = """
 -- KEYS: ready, body, meta, count, bytes. ARGV: marker prefix, marker TTL ms, then per
@@ -112,7 +113,9 @@ end
 return n
 """
 
-LEAVING = """
+LEAVING = (
+    EMIT
+    + """
 -- KEYS: leaving, body, meta, count. ARGV: since ms.
 -- Moves begun at or before ``since`` and not finished: guid, payload, meta, count and
 -- "<reason>|<target>" for each.
@@ -124,10 +127,7 @@ for i = 1, #entries, 2 do
   if tonumber(string.sub(value, 1, bar - 1)) <= tonumber(ARGV[1]) then
     local body = redis.call('HGET', KEYS[2], guid)
     if body then
-      table.insert(out, guid)
-      table.insert(out, body)
-      table.insert(out, redis.call('HGET', KEYS[3], guid))
-      table.insert(out, tonumber(redis.call('HGET', KEYS[4], guid) or '0'))
+      emit(out, guid, body, KEYS[3], KEYS[4])
       table.insert(out, string.sub(value, bar + 1))
     else
       redis.call('HDEL', KEYS[1], guid)
@@ -136,24 +136,23 @@ for i = 1, #entries, 2 do
 end
 return out
 """
+)
 
-GONE = """
+GONE = (
+    DROP
+    + """
 -- KEYS: body, meta, count, leaving, bytes, pickup. ARGV: guids.
 -- Moves finished: the source's copy goes. Returns how many.
 local n = 0
 for _, guid in ipairs(ARGV) do
   if redis.call('HDEL', KEYS[4], guid) == 1 then
-    local size = redis.call('HSTRLEN', KEYS[1], guid)
-    redis.call('HDEL', KEYS[1], guid)
-    redis.call('HDEL', KEYS[2], guid)
-    redis.call('HDEL', KEYS[3], guid)
-    redis.call('ZREM', KEYS[6], guid)
-    if size > 0 then redis.call('DECRBY', KEYS[5], size) end
+    drop(guid)
     n = n + 1
   end
 end
 return n
 """
+)
 
 STAY = """
 -- KEYS: leaving, ready. ARGV: guids. Moves not to be made: back to the head, in order.
@@ -167,7 +166,9 @@ end
 return n
 """
 
-TAKE = """
+TAKE = (
+    EMIT
+    + """
 -- KEYS: ready, delayed, body, meta, count, leaving. ARGV: now ms.
 -- Every ready and delayed message of a dead-letter queue leaves (a replay).
 -- Returns guid, payload, meta, count for each.
@@ -179,14 +180,12 @@ for _, guid in ipairs(guids) do
   local body = redis.call('HGET', KEYS[3], guid)
   if body then
     redis.call('HSET', KEYS[6], guid, ARGV[1] .. '|replay|')
-    table.insert(out, guid)
-    table.insert(out, body)
-    table.insert(out, redis.call('HGET', KEYS[4], guid))
-    table.insert(out, tonumber(redis.call('HGET', KEYS[5], guid) or '0'))
+    emit(out, guid, body, KEYS[4], KEYS[5])
   end
 end
 return out
 """
+)
 
 PURGE = """
 -- KEYS: ready, delayed, body, meta, count, pickup, bytes. Removes every ready and
@@ -220,7 +219,9 @@ for _, key in ipairs(KEYS) do redis.call('DEL', key) end
 return n
 """
 
-STATS = """
+STATS = (
+    ACCEPTED
+    + """
 -- KEYS: ready, delayed, body, bytes, consumers, handles, stats, meta.
 -- Returns ready, delayed, messages, bytes, consumers, handles, the accepted ms of the
 -- head (-1 if empty), then the counters as field, value pairs.
@@ -229,37 +230,33 @@ local function sum(key)
   for _, v in ipairs(redis.call('HVALS', key)) do total = total + tonumber(v) end
   return total
 end
-local head, accepted = redis.call('LINDEX', KEYS[1], 0), -1
+local head, head_ms = redis.call('LINDEX', KEYS[1], 0), -1
 if head then
   local meta = redis.call('HGET', KEYS[8], head)
-  if meta then
-    local p1 = string.find(meta, '|', 1, true)
-    accepted = tonumber(string.sub(meta, p1 + 1, string.find(meta, '|', p1 + 1, true) - 1))
-  end
+  if meta then head_ms = accepted(meta) end
 end
 local out = {
   redis.call('LLEN', KEYS[1]), redis.call('ZCARD', KEYS[2]), redis.call('HLEN', KEYS[3]),
-  tonumber(redis.call('GET', KEYS[4]) or '0'), sum(KEYS[5]), sum(KEYS[6]), accepted,
+  tonumber(redis.call('GET', KEYS[4]) or '0'), sum(KEYS[5]), sum(KEYS[6]), head_ms,
 }
 for _, v in ipairs(redis.call('HGETALL', KEYS[7])) do table.insert(out, v) end
 return out
 """
+)
 
-PEEK = """
+PEEK = (
+    EMIT
+    + """
 -- KEYS: ready, body, meta, count. ARGV: most. The first ready messages, left in
 -- place: guid, payload, meta, count for each.
 local out = {}
 for _, guid in ipairs(redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)) do
   local body = redis.call('HGET', KEYS[2], guid)
-  if body then
-    table.insert(out, guid)
-    table.insert(out, body)
-    table.insert(out, redis.call('HGET', KEYS[3], guid))
-    table.insert(out, tonumber(redis.call('HGET', KEYS[4], guid) or '0'))
-  end
+  if body then emit(out, guid, body, KEYS[3], KEYS[4]) end
 end
 return out
 """
+)
 
 __all__ = [
     "ADD",

@@ -8,6 +8,36 @@ statuses' numbers. A message's meta is ``<digest>|<accepted_ms>|<properties JSON
 
 from __future__ import annotations
 
+ACCEPTED = """
+local function accepted(meta)
+  local p1 = string.find(meta, '|', 1, true)
+  return tonumber(string.sub(meta, p1 + 1, string.find(meta, '|', p1 + 1, true) - 1))
+end
+"""
+"""Lua: the acceptance time (ms) in a message's meta."""
+
+EMIT = """
+local function emit(out, guid, body, meta_key, count_key)
+  table.insert(out, guid)
+  table.insert(out, body)
+  table.insert(out, redis.call('HGET', meta_key, guid))
+  table.insert(out, tonumber(redis.call('HGET', count_key, guid) or '0'))
+end
+"""
+"""Lua: append guid, payload, meta and delivery count to a reply."""
+
+DROP = """
+local function drop(guid)
+  local size = redis.call('HSTRLEN', KEYS[1], guid)
+  redis.call('HDEL', KEYS[1], guid)
+  redis.call('HDEL', KEYS[2], guid)
+  redis.call('HDEL', KEYS[3], guid)
+  redis.call('ZREM', KEYS[6], guid)
+  if size > 0 then redis.call('DECRBY', KEYS[5], size) end
+end
+"""
+"""Lua: remove a message for good (KEYS: body, meta, count, -, bytes, pickup)."""
+
 PUT = """
 -- KEYS: ready, body, meta, bytes, stats, pickup.
 -- ARGV: history key prefix, retention ms, max age ms, now ms, max messages (0: no
@@ -53,7 +83,9 @@ if added > 0 then redis.call('HINCRBY', KEYS[5], 'accepted', added) end
 return out
 """
 
-CLAIM = """
+CLAIM = (
+    ACCEPTED
+    + """
 -- KEYS: ready, body, meta, count, out(node), pickup, stats.
 -- ARGV: n, now ms, max deliveries (0: no limit), TTL cutoff ms (0: no TTL).
 -- Moves up to n ready messages to the node's deliveries. One that may still be
@@ -73,9 +105,7 @@ for _ = 1, tonumber(ARGV[1]) do
     if max_d > 0 and count >= max_d then
       reason = 'delivery-limit'
     else
-      local p1 = string.find(meta, '|', 1, true)
-      local accepted = tonumber(string.sub(meta, p1 + 1, string.find(meta, '|', p1 + 1, true) - 1))
-      if cutoff > 0 and accepted <= cutoff then
+      if cutoff > 0 and accepted(meta) <= cutoff then
         reason = 'expired'
       elseif count == 0 then
         local deadline = redis.call('ZSCORE', KEYS[6], guid)
@@ -98,24 +128,23 @@ end
 if redelivered > 0 then redis.call('HINCRBY', KEYS[7], 'redelivered', redelivered) end
 return out
 """
+)
 
-CONFIRM = """
+CONFIRM = (
+    DROP
+    + """
 -- KEYS: body, meta, count, out(node), bytes, pickup. ARGV: guids.
 -- Removes each message the node delivered; returns how many.
 local n = 0
 for _, guid in ipairs(ARGV) do
   if redis.call('ZREM', KEYS[4], guid) == 1 then
-    local size = redis.call('HSTRLEN', KEYS[1], guid)
-    redis.call('HDEL', KEYS[1], guid)
-    redis.call('HDEL', KEYS[2], guid)
-    redis.call('HDEL', KEYS[3], guid)
-    redis.call('ZREM', KEYS[6], guid)
-    if size > 0 then redis.call('DECRBY', KEYS[5], size) end
+    drop(guid)
     n = n + 1
   end
 end
 return n
 """
+)
 
 REQUEUE = """
 -- KEYS: ready, out(node). ARGV: guids in delivery order. Back to the head, in order.
@@ -143,3 +172,4 @@ return #guids
 """
 
 __all__ = ["CLAIM", "CONFIRM", "PUT", "RECLAIM", "REQUEUE"]
+"""The scripts (``ACCEPTED``, ``EMIT`` and ``DROP`` are pieces of them)."""
