@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from holdfast.sdk import Message, QueueOptions, Session
 from holdfast.sdk.admin import AdminClient
-from holdfast.sdk.errors import QueueNotFoundError
+from holdfast.sdk.errors import HoldfastError, QueueNotFoundError
 from holdfast.sdk.options import ReconnectOptions, SessionOptions
 from tests.support.waiting import wait_until
 
@@ -60,6 +60,26 @@ def always_raises(seen: list[Message]) -> Callable[[Message], None]:
         raise RuntimeError("poison")
 
     return handle
+
+
+class DeadLetterer:
+    """An ``on_message`` that rejects every message without requeue (to the dead-letter
+    queue) and sets ``reached`` once it has done so ``after`` times. A REJECT refused
+    because the broker is gone is left alone: the broker redelivers that message."""
+
+    def __init__(self, after: int) -> None:
+        self.reached = threading.Event()
+        self._after = after
+        self._done = 0
+
+    def __call__(self, message: Message) -> None:
+        try:
+            message.reject(requeue=False)
+        except HoldfastError:
+            return
+        self._done += 1
+        if self._done == self._after:
+            self.reached.set()
 
 
 def ready(admin: AdminClient, uri: str) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -10,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from holdfast.proto.policy import QueuePolicy
-from holdfast.sdk import Message, QueueOptions, Session
+from holdfast.sdk import QueueOptions, Session
 from holdfast.sdk.admin import AdminClient
-from holdfast.sdk.errors import HoldfastError
-from tests.policies.support import FAST, Collector, post_all, ready
+from tests.policies.support import FAST, Collector, DeadLetterer, post_all, ready
 from tests.support.processes import BrokerProcess, ProxyProcess
 from tests.support.waiting import wait_until
 
@@ -27,19 +25,7 @@ def test_nothing_is_lost_or_duplicated_when_the_broker_dies_mid_move(tmp_path: P
     with BrokerProcess(["--store", f"sqlite:{tmp_path / 'b.db'}"]) as broker:
         with AdminClient(broker.address) as admin:
             admin.set_policy(URI, QueuePolicy(dead_letter=DLQ))
-        rejected = threading.Event()
-        count = 0
-
-        def reject(message: Message) -> None:
-            nonlocal count
-            try:
-                message.reject(requeue=False)
-            except HoldfastError:
-                return  # the broker is gone: it redelivers the message after its restart
-            count += 1
-            if count == COUNT // 3:
-                rejected.set()
-
+        reject = DeadLetterer(after=COUNT // 3)  # then the broker is killed
         with Session(broker.address, options=FAST) as session:
             guids = post_all(session, URI, [b"m%d" % i for i in range(COUNT)])
             session.open_queue(
@@ -48,7 +34,7 @@ def test_nothing_is_lost_or_duplicated_when_the_broker_dies_mid_move(tmp_path: P
                 on_message=reject,
                 options=QueueOptions(max_unconfirmed_messages=50),
             )
-            assert rejected.wait(30)
+            assert reject.reached.wait(30)
             broker.kill()  # SIGKILL while REJECTs and their moves are on their way
         broker.restart()
         with AdminClient(broker.address) as admin:

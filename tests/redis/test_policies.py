@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -17,8 +16,14 @@ import pytest
 from holdfast.proto.policy import QueuePolicy
 from holdfast.sdk import Message, QueueOptions, Session
 from holdfast.sdk.admin import AdminClient
-from holdfast.sdk.errors import HoldfastError
-from tests.policies.support import QUICK_RETRY, Collector, always_raises, post_all, ready
+from tests.policies.support import (
+    QUICK_RETRY,
+    Collector,
+    DeadLetterer,
+    always_raises,
+    post_all,
+    ready,
+)
 from tests.redis.test_nodes import Acks
 from tests.support.processes import BrokerProcess
 from tests.support.redis_server import RedisServer
@@ -94,26 +99,14 @@ def test_a_node_killed_while_moving_dead_letters_loses_and_doubles_nothing(
         AdminClient(b.address) as admin,
     ):
         admin.set_policy(URI, QueuePolicy(dead_letter=DLQ))
-        rejected = threading.Event()
-        done = 0
-
-        def reject(message: Message) -> None:
-            nonlocal done
-            try:
-                message.reject(requeue=False)
-            except HoldfastError:
-                return  # node A is gone: its deliveries come back through node B
-            done += 1
-            if done == count // 3:
-                rejected.set()
-
+        reject = DeadLetterer(after=count // 3)  # then node A is killed
         with Session(b.address, options=FAST) as producer:
             guids = post_all(producer, URI, [b"m%d" % i for i in range(count)])
         victim = Session(a.address, options=FAST)
         victim.open_queue(
             URI, read=True, on_message=reject, options=QueueOptions(max_unconfirmed_messages=50)
         )
-        assert rejected.wait(30)
+        assert reject.reached.wait(30)
         a.kill()  # SIGKILL while REJECTs and their moves are on their way
         victim.close(timeout=1)
         # Node B reclaims node A's deliveries within 4 s.
