@@ -128,7 +128,7 @@ class NodeLife:
                 await self._beat()
                 await self._check_generation()
                 await self._reap()
-                await self._count_consumers()
+                await self._refresh_queues()
                 await self.registry.policies.refresh()
             except StoreError as error:
                 log.warning("redis heartbeat: %s", error)
@@ -191,12 +191,20 @@ class NodeLife:
         self.reclaimed += moved
         return moved
 
-    async def _count_consumers(self) -> None:
+    async def _refresh_queues(self) -> None:
+        """Read each open queue's consumers on other nodes, depth and bytes (service
+        discovery and the metrics)."""
         redis = self.client.redis
         for queue in self.registry:
             counts: dict[Any, Any] = await self.client.call(
                 "consumers", functools.partial(redis.hgetall, queue.keys.consumers)
             )
+            keys = queue.keys
+            ready, delayed, size = await self.client.call(
+                "depth", functools.partial(_depth, redis, keys.ready, keys.delayed, keys.bytes)
+            )
+            queue.ready.count = int(ready) + int(delayed)
+            queue.live_bytes = int(size or 0)
             queue.remote_consumers = sum(
                 int(v)
                 for k, v in counts.items()
@@ -250,6 +258,16 @@ class NodeLife:
                 if pubsub is not None:
                     with contextlib.suppress(Exception):
                         await pubsub.aclose()
+
+
+async def _depth(redis: Any, ready: str, delayed: str, size: str) -> list[Any]:
+    """LLEN, ZCARD and the byte count of one queue, in one round trip."""
+    pipe = redis.pipeline(transaction=False)
+    pipe.llen(ready)
+    pipe.zcard(delayed)
+    pipe.get(size)
+    result: list[Any] = await pipe.execute()
+    return result
 
 
 __all__ = ["HEARTBEAT", "MISSES", "POLL", "NodeLife"]

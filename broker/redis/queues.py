@@ -58,8 +58,10 @@ class RedisQueue:
         # Counters of the metrics collector (the in-memory queue's names), this node's.
         self.accepted = self.pushed = self.redelivered = self.dedup_hits = self.rejected = 0
         self.dead: Counter[str] = Counter()
-        self.ready: tuple[()] = ()
+        self.ready = RemoteDepth()
+        """Ready messages in Redis, as of the last heartbeat (for the metrics)."""
         self.live_bytes = 0
+        """Payload bytes of the queue in Redis, as of the last heartbeat."""
 
     @property
     def policy(self) -> QueuePolicy:
@@ -228,6 +230,19 @@ class RedisQueue:
         registry.timed[self.uri] = max(registry.timed.get(self.uri, 0), due)
 
 
+class RemoteDepth:
+    """The length of a queue's ready list in Redis as this node last read it: what the
+    metrics collector takes ``len()`` of (the messages themselves are not here)."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __len__(self) -> int:
+        return self.count
+
+
 def parse_message(uri: str, guid: bytes, payload: bytes, meta: bytes, count: int) -> StoredMessage:
     """A message as a script returned it (``<digest>|<accepted_ms>|<properties>``)."""
     digest, accepted, properties = meta.split(b"|", 2)
@@ -249,4 +264,4 @@ def message_meta(message: StoredMessage) -> str:
     return f"{message.digest}|{round(message.accepted_at * 1000)}|{text}"
 
 
-__all__ = ["CLAIM_BATCH", "RedisQueue", "message_meta", "parse_message"]
+__all__ = ["CLAIM_BATCH", "RedisQueue", "RemoteDepth", "message_meta", "parse_message"]

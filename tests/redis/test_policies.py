@@ -25,6 +25,7 @@ from tests.policies.support import (
     ready,
 )
 from tests.redis.test_nodes import Acks
+from tests.support.metrics import metrics_address, scrape, value
 from tests.support.processes import BrokerProcess
 from tests.support.redis_server import RedisServer
 from tests.support.sessions import FAST
@@ -151,3 +152,26 @@ def test_a_reject_delay_outlives_the_node_that_took_it(tmp_path: Path) -> None:
             survivor.open_queue(URI, read=True, on_message=again)
             (message,) = again.wait_for(1, timeout=10)
     assert (message.guid, message.delivery_count) == (guid, 2)
+
+
+def test_every_node_reports_the_depth_kept_in_redis(tmp_path: Path) -> None:
+    with (
+        RedisServer(tmp_path / "redis", aof=False) as redis,
+        BrokerProcess(["--store", redis.url, "--metrics-port", "0"]) as a,
+        BrokerProcess(["--store", redis.url, "--metrics-port", "0"]) as b,
+        Session(a.address, options=FAST) as producer,
+        Session(b.address, options=FAST) as reader,
+    ):
+        post_all(producer, URI, [b"x" * 10] * 7)
+        producer.open_queue(URI, write=True)  # each node has the queue open; neither
+        reader.open_queue(URI, write=True)  # consumes
+
+        def depths() -> list[float | None]:
+            return [
+                value(scrape(metrics_address(node)), "holdfast_broker_queue_depth", queue=URI)
+                for node in (a, b)
+            ]
+
+        wait_until(lambda: depths() == [7, 7], 10, "both nodes reporting 7 ready")
+        size = value(scrape(metrics_address(b)), "holdfast_broker_queue_bytes", queue=URI)
+    assert size == 70
