@@ -39,6 +39,14 @@ _ACK_OVERHEAD = 8
 _PUSH_OVERHEAD = 32
 """Approximate wire bytes of one PUSH besides its GUID, payload and properties."""
 
+MAX_PUSHES_PER_FRAME = 256
+"""Most PUSHes in one PushBatch. A consumer's whole window (1000 messages by default)
+in one frame is handled as one block: nothing is confirmed, so nothing is refilled,
+until the last message of the block was dispatched. Frames of 256 keep several in
+flight per window, so the consumer confirms the first while the rest arrive: PUSH ->
+CONFIRM went from 107-108k to 155-162k msg/s direct and from 52-55k to 81-85k through
+the proxy (100-byte messages, default window, 3 runs each on the 2-core machine)."""
+
 
 class Pushable(Protocol):
     """What a PUSH is made of (the broker's stored messages are pushable as they are)."""
@@ -281,7 +289,7 @@ class Outbox:
         size = 0
         taken = 0
         for queue_id, message, delivery_count in pushes:
-            if taken and size >= limit:
+            if taken and (size >= limit or taken >= MAX_PUSHES_PER_FRAME):
                 break
             properties = message.properties
             if properties:

@@ -7,7 +7,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from holdfast.proto import pb
-from holdfast.proto.outbox import AckGroup, Delivery, Outbox
+from holdfast.proto.outbox import MAX_PUSHES_PER_FRAME, AckGroup, Delivery, Outbox
 
 
 def run(coroutine: Coroutine[Any, Any, None]) -> None:
@@ -100,6 +100,20 @@ def test_outbox_splits_push_batches_at_the_frame_size() -> None:
             sizes.append(len(frame.pushes.pushes))
         assert sizes == [2, 2, 1]
         assert outbox.push_bytes == 0
+
+    run(scenario())
+
+
+def test_a_consumers_window_leaves_in_several_push_frames() -> None:
+    # So the consumer confirms the head of its window while the rest is on its way.
+    async def scenario() -> None:
+        outbox = Outbox(max_frame_bytes=1 << 20, read_bound_bytes=1 << 30)
+        for i in range(1000):
+            outbox.push(3, message(i.to_bytes(2, "big"), size=100), 1)
+        sizes = []
+        while (frame := outbox.take()) is not None:
+            sizes.append(len(frame.pushes.pushes))
+        assert sizes == [MAX_PUSHES_PER_FRAME] * 3 + [1000 - 3 * MAX_PUSHES_PER_FRAME]
 
     run(scenario())
 
