@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from holdfast.broker.config import BrokerConfig
+from holdfast.broker.config import BrokerConfig, RedisTls
 from holdfast.broker.server import Broker
 from holdfast.broker.sqlite_store import SYNC_MODES
 from holdfast.broker.store import Store, StoreError, open_store, parse_store_spec
@@ -186,6 +186,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="Redis store: how long an outage is retried before PUTs fail with STORE_ERROR "
         "(default: %(default)s)",
     )
+    parser.add_argument(
+        "--redis-ca", metavar="PATH", help="Redis store over TLS (rediss://): PEM CA of Redis"
+    )
+    parser.add_argument(
+        "--redis-cert", metavar="PATH", help="Redis store over TLS: PEM client certificate"
+    )
+    parser.add_argument(
+        "--redis-key", metavar="PATH", help="Redis store over TLS: PEM key of --redis-cert"
+    )
     add_security_flags(parser)
     add_common_flags(parser, "holdfast-broker")
     apply_environment(parser)
@@ -206,6 +215,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         metrics_listen=args.metrics_listen,
         redis_min_replicas=args.redis_min_replicas,
         redis_retry=args.redis_retry,
+        redis_tls=RedisTls(args.redis_ca, args.redis_cert, args.redis_key),
         security=security_from_args(args),
     )
 

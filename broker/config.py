@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from holdfast.broker.dedup import DEFAULT_GRACE, default_max_guids
@@ -19,6 +20,36 @@ from holdfast.proto.limits import (
 )
 from holdfast.proto.security import ServerSecurity
 from holdfast.proto.serve import metrics_endpoint, split_host_port
+
+
+@dataclass(frozen=True, slots=True)
+class RedisTls:
+    """How a broker reaches a Redis that speaks TLS (``rediss://``): without a CA the
+    system's CAs are trusted; a client certificate is needed when Redis asks for one
+    (its default, ``tls-auth-clients yes``)."""
+
+    ca: str | None = None
+    """PEM CA that signed the Redis server's certificate (``--redis-ca``)."""
+    cert: str | None = None
+    """PEM client certificate (``--redis-cert``)."""
+    key: str | None = None
+    """PEM key of the client certificate (``--redis-key``)."""
+
+    def __post_init__(self) -> None:
+        _check(
+            (self.cert is None) == (self.key is None), "--redis-cert and --redis-key go together"
+        )
+        for flag, path in (
+            ("--redis-ca", self.ca),
+            ("--redis-cert", self.cert),
+            ("--redis-key", self.key),
+        ):
+            _check(path is None or os.path.isfile(path), f"{flag} {path}: no such file")
+
+    @property
+    def configured(self) -> bool:
+        """Whether any of the three is set."""
+        return self.ca is not None or self.cert is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +101,8 @@ class BrokerConfig:
     """Redis store: each PUT waits for ``WAIT N`` replicas; fewer in time: ACK UNKNOWN."""
     redis_retry: float = 30.0
     """Redis store: seconds an outage is retried before PUTs fail with STORE_ERROR."""
+    redis_tls: RedisTls = field(default_factory=lambda: RedisTls())
+    """Redis store over TLS (``rediss://``): the CA and client certificate."""
     security: ServerSecurity = field(default_factory=ServerSecurity)
     """TLS, tokens and per-session limits (``holdfast.proto.security``)."""
 
@@ -95,6 +128,10 @@ class BrokerConfig:
             split_host_port(self.metrics_listen)
         _check(self.redis_min_replicas >= 0, "redis_min_replicas must be >= 0")
         _check(self.redis_retry > 0, "redis_retry must be > 0 seconds")
+        _check(
+            not self.redis_tls.configured or self.store.startswith("rediss://"),
+            "--redis-ca, --redis-cert and --redis-key need a rediss:// store",
+        )
 
     @property
     def metrics_address(self) -> tuple[str, int, str] | None:

@@ -27,7 +27,10 @@ class RedisBackend:
     ) -> None:
         spec = parse_redis_spec(config.store)
         self.client = RedisClient(
-            spec, retry_window=config.redis_retry, min_replicas=config.redis_min_replicas
+            spec,
+            retry_window=config.redis_retry,
+            min_replicas=config.redis_min_replicas,
+            tls=config.redis_tls,
         )
         retention_ms = round((config.dedup_window + config.dedup_grace) * 1000)
         self.queues = RedisRegistry(self.client, node_id, _now_ms, retention_ms)

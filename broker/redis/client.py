@@ -27,6 +27,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from holdfast.broker.config import RedisTls
 from holdfast.broker.redis import policy_scripts, scripts
 from holdfast.broker.store import StoreError
 
@@ -90,6 +91,7 @@ class RedisClient:
         retry_window: float = DEFAULT_RETRY_WINDOW,
         min_replicas: int = 0,
         replica_timeout: float = 1.0,
+        tls: RedisTls | None = None,
     ) -> None:
         self.spec = spec
         self.retry_window = retry_window
@@ -97,15 +99,16 @@ class RedisClient:
         self.replica_timeout = replica_timeout
         host, port = spec.nodes[0]
         common: dict[str, Any] = {"socket_timeout": 5.0, "socket_connect_timeout": 2.0}
+        if spec.scheme == "rediss":
+            tls = tls if tls is not None else RedisTls()
+            common.update(ssl=True, ssl_ca_certs=tls.ca, ssl_certfile=tls.cert, ssl_keyfile=tls.key)
         self.redis: Any
         if spec.cluster:
             self.redis = RedisCluster(
                 startup_nodes=[ClusterNode(h, p) for h, p in spec.nodes], **common
             )
         else:
-            self.redis = aioredis.Redis(
-                host=host, port=port, db=spec.db, ssl=spec.scheme == "rediss", **common
-            )
+            self.redis = aioredis.Redis(host=host, port=port, db=spec.db, **common)
         self._scripts = {
             name: self.redis.register_script(getattr(module, name))
             for module in (scripts, policy_scripts)

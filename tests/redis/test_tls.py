@@ -1,0 +1,72 @@
+"""The Redis store over TLS (``rediss://``): a ``redis-server`` of the test's own with a
+TLS port and client certificates required (its default), certificates made with
+``trustme``."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import trustme
+
+from holdfast.sdk import Session
+from tests.policies.support import Collector, post_all
+from tests.support.processes import BrokerProcess
+from tests.support.redis_server import RedisServer, free_port
+from tests.support.sessions import FAST
+
+pytestmark = pytest.mark.timeout(120)
+
+URI = "hf://tls/orders"
+
+
+def _pem(blob: trustme.Blob, path: Path) -> str:
+    blob.write_to_path(str(path))
+    return str(path)
+
+
+def test_a_broker_reaches_redis_over_tls_with_a_client_certificate(tmp_path: Path) -> None:
+    ca, stranger = trustme.CA(), trustme.CA()
+    server, client = ca.issue_cert("127.0.0.1"), ca.issue_cert("holdfast-broker")
+    ca_file = _pem(ca.cert_pem, tmp_path / "ca.pem")
+    tls_port = free_port()
+    tls = (
+        "--tls-port", str(tls_port),
+        "--tls-cert-file", _pem(server.cert_chain_pems[0], tmp_path / "server.pem"),
+        "--tls-key-file", _pem(server.private_key_pem, tmp_path / "server.key"),
+        "--tls-ca-cert-file", ca_file,
+    )  # fmt: skip
+    client_flags = [
+        "--redis-ca", ca_file,
+        "--redis-cert", _pem(client.cert_chain_pems[0], tmp_path / "client.pem"),
+        "--redis-key", _pem(client.private_key_pem, tmp_path / "client.key"),
+    ]  # fmt: skip
+    store = f"rediss://127.0.0.1:{tls_port}"
+    with RedisServer(tmp_path / "redis", aof=False, extra=tls) as redis:
+        with BrokerProcess(["--store", store, *client_flags]) as broker:
+            got = Collector()
+            with Session(broker.address, options=FAST) as session:
+                guids: list[uuid.UUID] = post_all(session, URI, [b"m%d" % i for i in range(500)])
+                session.open_queue(URI, read=True, on_message=got)
+                got.wait_for(500)
+        assert Counter(got.guids()) == Counter({g: 1 for g in guids})
+        assert int(redis.cli("HLEN", "hf:{" + URI + "}:body")) == 0
+        # A Redis certificate of another CA is refused: the broker does not start.
+        stranger_ca = _pem(stranger.cert_pem, tmp_path / "stranger.pem")
+        wrong_flags = ["--redis-retry", "1", "--redis-ca", stranger_ca, *client_flags[2:]]
+        wrong = BrokerProcess(["--store", store, *wrong_flags])
+        with pytest.raises(RuntimeError):
+            wrong.start()
+        wrong.close()
+        assert "certificate verify failed" in wrong.output
+
+
+def test_tls_flags_need_a_rediss_store(tmp_path: Path) -> None:
+    ca_file = _pem(trustme.CA().cert_pem, tmp_path / "ca.pem")
+    broker = BrokerProcess(["--store", "redis://127.0.0.1:1", "--redis-ca", ca_file])
+    with pytest.raises(RuntimeError):
+        broker.start()
+    broker.close()
+    assert "need a rediss:// store" in broker.output
