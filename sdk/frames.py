@@ -15,6 +15,14 @@ from holdfast.proto import pb
 from holdfast.sdk.outbound import CONFIRM_SIZE, FRAME_SIZE, ConfirmItem, OutboundItem, RejectItem
 from holdfast.sdk.putbuffer import GUID, PAYLOAD, POSTED_AT, PROPERTIES, QUEUE_ID, SIZE
 
+MAX_PUTS_PER_FRAME = 1024
+"""Most PUTs in one PutBatch. After a reconnect the whole backlog is retransmitted at
+once; in 1 MiB frames (about 6000 100-byte PUTs after a 1 s outage at 5k msg/s) the
+broker stores and ACKs it as one block, so the first ACK came 0.10-0.18 s after the
+restore; in frames of 1024 it comes after 0.06-0.14 s (4 runs of
+``bench/recovery.py``). Steady PUT->ACK throughput was the same within run-to-run
+noise (112-129k direct, 88-91k through the proxy)."""
+
 
 def encode(
     items: Iterable[OutboundItem], max_batch_bytes: int, now: float
@@ -27,14 +35,15 @@ def encode(
     frames: list[tuple[pb.ClientFrame, int]] = []
     puts: pb.PutBatch | None = None
     put_bytes = 0
+    put_count = 0
     confirms: pb.ConfirmBatch | None = None
     confirm_bytes = 0
 
     def flush_puts() -> None:
-        nonlocal puts, put_bytes
+        nonlocal puts, put_bytes, put_count
         if puts is not None:
             frames.append((pb.ClientFrame(puts=puts), put_bytes))
-            puts, put_bytes = None, 0
+            puts, put_bytes, put_count = None, 0, 0
 
     def flush_confirms() -> None:
         nonlocal confirms, confirm_bytes
@@ -45,7 +54,9 @@ def encode(
     for item in items:
         if isinstance(item, tuple):  # a PendingPut (see its note on why it is a tuple)
             size = item[SIZE]
-            if puts is not None and put_bytes + size > max_batch_bytes:
+            if puts is not None and (
+                put_bytes + size > max_batch_bytes or put_count >= MAX_PUTS_PER_FRAME
+            ):
                 flush_puts()
             if puts is None:
                 puts = pb.PutBatch()
@@ -65,6 +76,7 @@ def encode(
                     queue_id=item[QUEUE_ID], guid=item[GUID], payload=item[PAYLOAD], age_ms=age_ms
                 )
             put_bytes += size
+            put_count += 1
         elif isinstance(item, ConfirmItem):
             if confirms is not None and confirm_bytes + CONFIRM_SIZE > max_batch_bytes:
                 flush_confirms()

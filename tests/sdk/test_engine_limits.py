@@ -25,7 +25,8 @@ from holdfast.sdk.events import (
     SessionClosed,
     SessionFailed,
 )
-from holdfast.sdk.frames import encode
+from holdfast.sdk.frames import MAX_PUTS_PER_FRAME, encode
+from holdfast.sdk.outbound import OutboundItem
 from holdfast.sdk.types import AckStatus
 
 from .fakes import Harness, put_guids, puts_in, reader, reconnect, writer
@@ -276,3 +277,18 @@ def test_close_fails_requests_still_waiting(h: Harness) -> None:
     h.run_callbacks()
     (error,) = h.outcomes(request_id)
     assert isinstance(error, SessionClosedError)
+
+
+def test_a_backlog_is_sent_in_put_frames_of_at_most_max_puts_per_frame() -> None:
+    # After a reconnect the broker can ACK the head of a retransmitted backlog while the
+    # rest is still on its way.
+    backlog: list[OutboundItem] = [
+        (bytes([i % 256, i // 256]) * 8, 1, b"x" * 100, {}, None, 0.0, 100 + PUT_OVERHEAD)
+        for i in range(2500)
+    ]
+    frames = encode(backlog, 1024 * 1024, 1.0)
+    assert [len(frame.puts.puts) for frame, _ in frames] == [
+        MAX_PUTS_PER_FRAME,
+        MAX_PUTS_PER_FRAME,
+        2500 - 2 * MAX_PUTS_PER_FRAME,
+    ]
