@@ -4,10 +4,10 @@ pickup deadlines (``x-ttl-ms``).
 Every node sweeps, and the scripts are atomic, so two nodes sweeping one queue move
 each message once. Often (every ``FAST`` seconds) a node visits the queues whose
 policy sets a TTL and those where it delayed a reject or PUT a pickup deadline
-itself; every ``FULL`` seconds it visits every queue it has open, which releases what
-a node that died had delayed and finishes the dead-letter moves left unfinished. A
-queue no live node has opened since is swept when one does; until then nothing
-delivers from it either.
+itself; every ``FULL`` seconds it visits the queues it has open (up to ``FULL_BATCH``
+of them, in turn), which releases what a node that died had delayed and finishes
+the dead-letter moves left unfinished. A queue no live node has opened since is swept
+when one does; until then nothing delivers from it either.
 """
 
 from __future__ import annotations
@@ -30,7 +30,13 @@ FAST = 0.1
 delays and TTLs, as on the other stores."""
 
 FULL = 1.0
-"""Seconds between sweeps of every queue this node has open."""
+"""Seconds between the passes over the queues this node has open."""
+
+FULL_BATCH = 500
+"""Most open queues one such pass visits; the next goes on from there. A node with
+many open queues (keyed worker pools open thousands) visits each every
+``FULL * N / FULL_BATCH`` seconds instead of making three Redis calls per queue
+every second."""
 
 EXPIRE_BATCH = 256
 """Most messages one sweep of one queue expires (the next sweep takes more)."""
@@ -42,6 +48,7 @@ class Sweeper:
     def __init__(self, registry: RedisRegistry) -> None:
         self._registry = registry
         self._last_full = 0
+        self._cursor = 0
 
     async def sweep(self) -> None:
         """One pass (``StoreError`` from a queue is logged, and the pass goes on)."""
@@ -53,17 +60,30 @@ class Sweeper:
             uris.add(uri)
             if until + FULL * 1000 < now:
                 del registry.timed[uri]
-        full = now - self._last_full >= FULL * 1000
-        if full:
+        visited: set[str] = set()
+        if now - self._last_full >= FULL * 1000:
             self._last_full = now
-            uris.update(q.uri for q in registry)
+            visited = self._next_slice()
+            uris.update(visited)
         for uri in sorted(uris):
             try:
                 await self._sweep(uri, now)
-                if full:
+                if uri in visited:
                     await registry.graveyard.finish_stale(uri)
             except StoreError as error:
                 log.warning("%s: sweeping failed: %s", uri, error)
+
+    def _next_slice(self) -> set[str]:
+        """The next ``FULL_BATCH`` open queues, in turn."""
+        everything = sorted(q.uri for q in self._registry)
+        if len(everything) <= FULL_BATCH:
+            self._cursor = 0
+            return set(everything)
+        start = self._cursor % len(everything)
+        chosen = everything[start : start + FULL_BATCH]
+        chosen += everything[: FULL_BATCH - len(chosen)]
+        self._cursor = start + FULL_BATCH
+        return set(chosen)
 
     async def _sweep(self, uri: str, now: int) -> None:
         registry = self._registry
@@ -89,4 +109,4 @@ class Sweeper:
             registry.graveyard.bury(uri, dead)
 
 
-__all__ = ["EXPIRE_BATCH", "FAST", "FULL", "Sweeper"]
+__all__ = ["EXPIRE_BATCH", "FAST", "FULL", "FULL_BATCH", "Sweeper"]
