@@ -78,6 +78,7 @@ class RedisQueue:
     def handles(self, value: int) -> None:
         self._handles = value
         self._registry.handles_changed(self)
+        self._registry.release(self)
 
     @property
     def consumers(self) -> tuple[Consumer, ...]:
@@ -117,6 +118,7 @@ class RedisQueue:
         self._registry.consumers_changed(self)
         if returned:
             self._registry.spawn(self._requeue(returned))
+        self._registry.release(self)
         return len(returned)
 
     def confirm(self, consumer: Consumer, guid: bytes) -> bool:

@@ -66,6 +66,14 @@ class RedisRegistry:
             self.spawn(self.list_queue(uri))
         return queue
 
+    def release(self, queue: RedisQueue) -> None:
+        """Drop ``queue`` from this node's view once no session here has it open: its
+        messages are Redis's, and a node that kept every queue it ever served (an RPC
+        reply queue per caller) would refresh all of them at every heartbeat."""
+        if self._queues.get(queue.uri) is queue and not queue.handles and not queue.consumers:
+            del self._queues[queue.uri]
+            self.dropped_idle += 1
+
     def forget(self, uri: str) -> None:
         """Another node (or this one) deleted ``uri``: drop what this node cached."""
         self._listed.discard(uri)

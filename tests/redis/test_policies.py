@@ -175,3 +175,22 @@ def test_every_node_reports_the_depth_kept_in_redis(tmp_path: Path) -> None:
         wait_until(lambda: depths() == [7, 7], 10, "both nodes reporting 7 ready")
         size = value(scrape(metrics_address(b)), "holdfast_broker_queue_bytes", queue=URI)
     assert size == 70
+
+
+def test_a_node_lets_go_of_queues_no_session_has_open(tmp_path: Path) -> None:
+    uris = [f"hf://shared/reply-{i}" for i in range(20)]
+    with (
+        RedisServer(tmp_path / "redis", aof=False) as redis,
+        BrokerProcess(["--store", redis.url, "--metrics-port", "0"]) as node,
+        AdminClient(node.address) as admin,
+        Session(node.address, options=FAST) as session,
+    ):
+        for uri in uris:
+            post_all(session, uri, [b"answer"])  # opens, posts, closes
+
+        def served() -> set[str]:
+            samples = scrape(metrics_address(node))
+            return {dict(labels)["queue"] for name, labels in samples if "queue_depth" in name}
+
+        wait_until(lambda: not served() & set(uris), 10, "the closed queues let go")
+        assert [admin.stats(uri).ready for uri in uris] == [1] * len(uris)  # kept in Redis
