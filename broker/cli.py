@@ -112,8 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.store,
         type=_argument(_store),
         help="where queues are kept: memory, sqlite:PATH for a durable file, or "
-        "redis://HOST:PORT[/DB] (rediss://, redis+cluster://H:P[,H:P...]) shared by "
-        "several broker nodes "
+        "redis://HOST:PORT[/DB] (rediss://, redis+cluster://H:P[,H:P...], "
+        "redis+sentinel://H:P[,H:P...]/SERVICE[/DB]) shared by several broker nodes "
         "(default: %(default)s)",
     )
     parser.add_argument(

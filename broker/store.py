@@ -212,7 +212,7 @@ def parse_store_spec(spec: str) -> StoreSpec:
     """Parse a ``--store`` value; raise ``ValueError`` naming the accepted forms."""
     if spec == "memory":
         return StoreSpec("memory")
-    if spec.startswith(("redis://", "rediss://", "redis+cluster://")):
+    if spec.startswith(("redis://", "rediss://", "redis+cluster://", "redis+sentinel://")):
         from holdfast.broker.redis.client import parse_redis_spec
 
         parse_redis_spec(spec)

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.sentinel import Sentinel
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -41,7 +42,7 @@ DEFAULT_RETRY_WINDOW = 30.0
 RETRY_INITIAL = 0.05
 RETRY_MAXIMUM = 1.0
 
-SCHEMES = ("redis", "rediss", "redis+cluster")
+SCHEMES = ("redis", "rediss", "redis+cluster", "redis+sentinel")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,8 @@ class RedisSpec:
     scheme: str
     nodes: tuple[tuple[str, int], ...]
     db: int = 0
+    service: str = ""
+    """With ``redis+sentinel://``: the name the Sentinels monitor the primary under."""
 
     @property
     def cluster(self) -> bool:
@@ -59,12 +62,19 @@ class RedisSpec:
 
 
 def parse_redis_spec(spec: str) -> RedisSpec:
-    """Parse ``redis://HOST:PORT[/DB]``, ``rediss://...`` or
-    ``redis+cluster://HOST:PORT[,HOST:PORT...]``; ``ValueError`` saying what is wrong."""
+    """Parse ``redis://HOST:PORT[/DB]``, ``rediss://...``,
+    ``redis+cluster://HOST:PORT[,HOST:PORT...]`` or
+    ``redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB]`` (Sentinels' addresses);
+    ``ValueError`` saying what is wrong."""
     scheme, sep, rest = spec.partition("://")
     if not sep or scheme not in SCHEMES:
         raise ValueError(f"a Redis store is one of {', '.join(s + '://' for s in SCHEMES)}")
     hosts, _, db_text = rest.partition("/")
+    service = ""
+    if scheme == "redis+sentinel":
+        service, _, db_text = db_text.partition("/")
+        if not service:
+            raise ValueError(f"{spec!r}: name the monitored primary: .../SERVICE[/DB]")
     nodes = []
     for part in hosts.split(","):
         parsed = urlsplit("//" + part)
@@ -75,11 +85,11 @@ def parse_redis_spec(spec: str) -> RedisSpec:
         if not parsed.hostname or port is None:
             raise ValueError(f"{spec!r}: expected HOST:PORT, got {part!r}")
         nodes.append((parsed.hostname, port))
-    if scheme != "redis+cluster" and len(nodes) != 1:
-        raise ValueError(f"{spec!r}: one HOST:PORT (several only with redis+cluster://)")
+    if scheme in ("redis", "rediss") and len(nodes) != 1:
+        raise ValueError(f"{spec!r}: one HOST:PORT (several with redis+cluster or +sentinel)")
     if db_text and (not db_text.isdigit() or scheme == "redis+cluster"):
         raise ValueError(f"{spec!r}: the database is a number, and a cluster has only 0")
-    return RedisSpec(scheme, tuple(nodes), int(db_text or 0))
+    return RedisSpec(scheme, tuple(nodes), int(db_text or 0), service)
 
 
 class RedisClient:
@@ -107,6 +117,12 @@ class RedisClient:
             self.redis = RedisCluster(
                 startup_nodes=[ClusterNode(h, p) for h, p in spec.nodes], **common
             )
+        elif spec.scheme == "redis+sentinel":
+            # The pool asks the Sentinels for the primary on every new connection, so
+            # after a failover the retries of ``call`` reach the promoted replica.
+            # redis-py's Sentinel constructor has no annotations.
+            sentinels = Sentinel(list(spec.nodes), socket_timeout=2.0)  # type: ignore[no-untyped-call]
+            self.redis = sentinels.master_for(spec.service, db=spec.db, **common)
         else:
             self.redis = aioredis.Redis(host=host, port=port, db=spec.db, **common)
         self._scripts = {

@@ -1,0 +1,90 @@
+"""``redis+sentinel://``: the broker asks Sentinel for the primary, so a failover that
+Sentinel runs (the primary ``kill -9``ed, its replica promoted) is followed by the
+same broker process without an operator. ACKed PUTs (``--redis-min-replicas 1``)
+are all there after it, once each."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from holdfast.sdk import AckStatus, Session
+from tests.policies.support import Collector
+from tests.redis.test_nodes import URI, Acks
+from tests.support.processes import BrokerProcess
+from tests.support.redis_server import REDIS_CLI, REDIS_SERVER, RedisServer, free_port
+from tests.support.sessions import FAST
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+SERVICE = "holdfast"
+
+
+def _sentinel(directory: Path, primary_port: int) -> tuple[subprocess.Popen[bytes], int]:
+    """Start one Sentinel watching the primary (quorum 1, down after 1 s)."""
+    port = free_port()
+    config = directory / "sentinel.conf"
+    config.write_text(
+        f"port {port}\nbind 127.0.0.1\ndir {directory}\n"
+        f"sentinel monitor {SERVICE} 127.0.0.1 {primary_port} 1\n"
+        f"sentinel down-after-milliseconds {SERVICE} 1000\n"
+        f"sentinel failover-timeout {SERVICE} 5000\n"
+    )
+    process = subprocess.Popen(
+        [REDIS_SERVER, str(config), "--sentinel"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    return process, port
+
+
+def _primary_port(sentinel_port: int) -> int:
+    done = subprocess.run(
+        [REDIS_CLI, "-p", str(sentinel_port), "SENTINEL", "get-master-addr-by-name", SERVICE],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
+    lines = done.stdout.split()
+    return int(lines[1]) if len(lines) == 2 else 0
+
+
+def test_a_sentinel_failover_is_followed_and_loses_nothing_acked(tmp_path: Path) -> None:
+    primary = RedisServer(tmp_path / "primary").start()
+    replica = RedisServer(
+        tmp_path / "replica", extra=("--replicaof", "127.0.0.1", str(primary.port))
+    ).start()
+    (tmp_path / "sentinel").mkdir()
+    sentinel, sentinel_port = _sentinel(tmp_path / "sentinel", primary.port)
+    try:
+        wait_until(lambda: "state=online" in primary.cli("INFO", "replication"), 15, "replica")
+        wait_until(lambda: _primary_port(sentinel_port) == primary.port, 15, "the Sentinel")
+        store = f"redis+sentinel://127.0.0.1:{sentinel_port}/{SERVICE}"
+        acks = Acks()
+        got = Collector()
+        with (
+            BrokerProcess(["--store", store, "--redis-min-replicas", "1"]) as broker,
+            Session(broker.address, options=FAST) as session,
+        ):
+            queue = session.open_queue(URI, write=True, on_ack=acks)
+            guids = [queue.post(b"m%d" % i) for i in range(2000)]
+            assert session.flush(timeout=30)
+            primary.kill()
+            wait_until(lambda: _primary_port(sentinel_port) == replica.port, 30, "the failover")
+            session.open_queue(URI, read=True, on_message=got)  # the same broker process
+            got.wait_for(len(guids), timeout=30)
+            assert "LOST DATA" not in broker.output
+    finally:
+        os.kill(sentinel.pid, signal.SIGKILL)
+        sentinel.wait(10)
+        replica.stop()
+        primary.stop()
+    assert [acks.statuses.get(g) for g in guids] == [[AckStatus.SUCCESS]] * len(guids)
+    assert Counter(got.guids()) == Counter({g: 1 for g in guids})

@@ -1,0 +1,48 @@
+"""Pieces of the Redis store on their own: a sweep pass over open queues is bounded;
+store addresses parse."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+import pytest
+
+from holdfast.broker.redis.client import RedisSpec, parse_redis_spec
+from holdfast.broker.redis.registry import RedisRegistry
+from holdfast.broker.redis.sweep import FULL_BATCH, Sweeper
+
+
+@dataclass
+class _Queue:
+    uri: str
+
+
+def test_passes_over_many_open_queues_visit_each_in_turn_and_a_bounded_number_at_once() -> None:
+    queues = [_Queue(f"hf://many/q{i:05d}") for i in range(FULL_BATCH * 2 + 100)]
+    registry = cast(RedisRegistry, cast(Any, queues))  # iterating it is all a slice needs
+    sweeper = Sweeper(registry)
+    slices = [sweeper._next_slice() for _ in range(3)]
+    assert all(len(chosen) == FULL_BATCH for chosen in slices)
+    assert set().union(*slices) == {q.uri for q in queues}  # 3 passes cover all 1100
+    few = Sweeper(cast(RedisRegistry, cast(Any, queues[:10])))
+    assert few._next_slice() == {q.uri for q in queues[:10]}
+
+
+def test_redis_store_addresses_parse_or_say_what_is_wrong() -> None:
+    sentinel = parse_redis_spec("redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/orders/2")
+    assert (sentinel.nodes, sentinel.service, sentinel.db) == (
+        (("10.0.0.1", 26379), ("10.0.0.2", 26379)),
+        "orders",
+        2,
+    )
+    assert parse_redis_spec("rediss://h:6380/1") == RedisSpec("rediss", (("h", 6380),), 1)
+    for bad, why in (
+        ("redis+sentinel://h:26379", "name the monitored primary"),
+        ("redis://a:1,b:2", "one HOST:PORT"),
+        ("redis+cluster://a:1/3", "a cluster has only 0"),
+        ("redis://h", "expected HOST:PORT"),
+        ("mongodb://h:1", "a Redis store is one of"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            parse_redis_spec(bad)
