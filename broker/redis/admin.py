@@ -15,8 +15,7 @@ import logging
 from typing import Any
 
 from holdfast.broker.admin import peeked
-from holdfast.broker.redis.keys import NODES, QUEUES, QueueKeys
-from holdfast.broker.redis.nodes import FORGET
+from holdfast.broker.redis.keys import FORGET, NODES, QUEUES, QueueKeys
 from holdfast.broker.redis.queues import parse_message
 from holdfast.broker.redis.registry import RedisRegistry
 from holdfast.broker.store import StoreError
@@ -102,6 +101,7 @@ class RedisAdmin:
     async def get_policy(self, uri: str) -> QueuePolicy:
         """The policy in force at a queue (its own or its template's) or a template."""
         policies = self._registry.policies
+        # Redis's answer, not this node's copy (which may lag another node's change).
         await self._guard(policies.refresh())
         if is_template(uri):
             policy = policies.templates.get(uri)

@@ -3,8 +3,13 @@
 A Redis outage is retried with back-off for up to ``retry_window`` seconds (30 by
 default, ``--redis-retry``); past it the call raises ``StoreError`` and the PUTs it
 carried are ACKed STORE_ERROR. A script whose reply was lost with its connection may
-have run: retrying it is safe, because PUT is deduplicated by GUID and every other
-script is idempotent. Nothing is ACKed SUCCESS unless its script returned.
+have run, and is retried: PUT is deduplicated by GUID, moves are guarded by their
+markers, confirms, requeues and delays act only on what is still where they expect
+it. A claim (or an expiry) whose reply was lost leaves its messages among this node's
+deliveries unseen by any consumer: they come back when the node stops or dies (its
+deliveries are reclaimed), not sooner. Nothing is ACKed SUCCESS unless its script
+returned. With ``redis+sentinel://`` each new connection asks the Sentinels for the
+primary, so the retries reach a promoted replica after a failover.
 
 With ``min_replicas`` each PUT waits for ``WAIT min_replicas``; a PUT that Redis took
 but too few replicas confirmed in time is ACKed UNKNOWN (it is in the primary, and

@@ -46,6 +46,10 @@ WAKE = "hf:wake"
 QUEUES = "hf:queues"
 POLICIES = "hf:policies"
 CHANGED = "hf:changed"
+POLICIES_CHANGED = "policies"
+"""``hf:changed`` message: a node changed a policy (the others re-read them)."""
+FORGET = "forget "
+"""``hf:changed`` message prefix: the queue after it was deleted (the others drop it)."""
 
 
 class QueueKeys:
@@ -109,9 +113,11 @@ def node_queues(node: str) -> str:
 
 __all__ = [
     "CHANGED",
+    "FORGET",
     "GENERATION",
     "NODES",
     "POLICIES",
+    "POLICIES_CHANGED",
     "QUEUES",
     "WAKE",
     "QueueKeys",

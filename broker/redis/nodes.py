@@ -37,6 +37,7 @@ from typing import Any
 from holdfast.broker.redis.client import RedisClient
 from holdfast.broker.redis.keys import (
     CHANGED,
+    FORGET,
     GENERATION,
     NODES,
     WAKE,
@@ -58,9 +59,6 @@ MISSES = 3
 
 POLL = 0.2
 """Seconds between polls of the queues this node has consumers on."""
-
-FORGET = "forget "
-"""``hf:changed`` message prefix: the queue after it was deleted."""
 
 
 class NodeLife:

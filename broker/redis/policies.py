@@ -14,13 +14,10 @@ from __future__ import annotations
 import logging
 
 from holdfast.broker.redis.client import RedisClient
-from holdfast.broker.redis.keys import CHANGED, POLICIES
+from holdfast.broker.redis.keys import CHANGED, POLICIES, POLICIES_CHANGED
 from holdfast.proto.policy import NO_POLICY, QueuePolicy, is_template, template_matches
 
 log = logging.getLogger(__name__)
-
-POLICIES_CHANGED = "policies"
-"""What a node publishes on ``hf:changed`` after it changed a policy."""
 
 
 class PolicyBook:
@@ -93,4 +90,4 @@ class PolicyBook:
         await self._client.call("PUBLISH changed", lambda: redis.publish(CHANGED, what))
 
 
-__all__ = ["POLICIES_CHANGED", "PolicyBook"]
+__all__ = ["PolicyBook"]

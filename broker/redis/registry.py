@@ -79,8 +79,8 @@ class RedisRegistry:
         self._listed.discard(uri)
         self.timed.pop(uri, None)
         queue = self._queues.get(uri)
-        if queue is not None and not queue.handles and not queue.consumers:
-            del self._queues[uri]
+        if queue is not None:
+            self.release(queue)
 
     async def list_queue(self, uri: str) -> None:
         """Add ``uri`` to ``hf:queues`` once (``StoreError`` if Redis is out too long)."""

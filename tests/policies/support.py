@@ -82,6 +82,21 @@ class DeadLetterer:
             self.reached.set()
 
 
+def drain(address: str, uris: tuple[str, ...], count: int) -> dict[str, Collector]:
+    """Consume ``uris`` through ``address`` until ``count`` messages arrived from them in
+    all; the collectors by URI (a message moved between them is in one only)."""
+    collectors = {uri: Collector() for uri in uris}
+    with Session(address, options=FAST) as session:
+        for uri, collector in collectors.items():
+            session.open_queue(uri, read=True, on_message=collector)
+        wait_until(
+            lambda: sum(len(c.messages) for c in collectors.values()) >= count,
+            30,
+            "every message from one queue or another",
+        )
+    return collectors
+
+
 def ready(admin: AdminClient, uri: str) -> int:
     """Ready messages of ``uri`` (0 while the broker does not know it yet)."""
     try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -11,9 +10,8 @@ import pytest
 from holdfast.proto.policy import QueuePolicy
 from holdfast.sdk import QueueOptions, Session
 from holdfast.sdk.admin import AdminClient
-from tests.policies.support import FAST, Collector, DeadLetterer, post_all, ready
+from tests.policies.support import FAST, Collector, DeadLetterer, drain, post_all, ready
 from tests.support.processes import BrokerProcess, ProxyProcess
-from tests.support.waiting import wait_until
 
 URI = "hf://shop/orders"
 DLQ = "hf://shop/orders.dlq"
@@ -41,18 +39,8 @@ def test_nothing_is_lost_or_duplicated_when_the_broker_dies_mid_move(tmp_path: P
             in_queue, in_dlq = admin.stats(URI), ready(admin, DLQ)
             assert 0 < in_dlq < COUNT
             assert in_queue.ready + in_dlq == COUNT
-        seen: Counter[uuid.UUID] = Counter()
-        with Session(broker.address, options=FAST) as session:
-            collectors = {uri: Collector() for uri in (URI, DLQ)}
-            for uri, collector in collectors.items():
-                session.open_queue(uri, read=True, on_message=collector)
-            wait_until(
-                lambda: sum(len(c.messages) for c in collectors.values()) >= COUNT,
-                30,
-                "every message from one queue or the other",
-            )
-            for collector in collectors.values():
-                seen.update(collector.guids())
+        collectors = drain(broker.address, (URI, DLQ), COUNT)
+    seen = Counter(guid for c in collectors.values() for guid in c.guids())
     assert seen == Counter({guid: 1 for guid in guids})
 
 

@@ -1,14 +1,15 @@
 """Queue policies on broker nodes sharing one Redis (issues #13 and #14): a policy set
 through one node binds every node, counters and the admin service cover every node,
 depth limits hold across nodes, and neither a dead-letter move nor a reject delay is
-lost or doubled when the node doing it is killed."""
+lost or doubled when the node doing it is killed; a delete waits for every node's
+handles."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,11 +17,13 @@ import pytest
 from holdfast.proto.policy import QueuePolicy
 from holdfast.sdk import Message, QueueOptions, Session
 from holdfast.sdk.admin import AdminClient
+from holdfast.sdk.errors import QueueInUseError, QueueNotFoundError
 from tests.policies.support import (
     QUICK_RETRY,
     Collector,
     DeadLetterer,
     always_raises,
+    drain,
     post_all,
     ready,
 )
@@ -37,11 +40,22 @@ URI = "hf://shared/orders"
 DLQ = "hf://shared/orders.dlq"
 
 
-def test_a_policy_set_through_one_node_binds_the_others(tmp_path: Path) -> None:
+@pytest.fixture
+def nodes(tmp_path: Path) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
+    """Two broker nodes on one Redis of this test's (metrics on a free port each)."""
     with (
         RedisServer(tmp_path / "redis", aof=False) as redis,
-        BrokerProcess(["--store", redis.url]) as a,
-        BrokerProcess(["--store", redis.url]) as b,
+        BrokerProcess(["--store", redis.url, "--metrics-port", "0"]) as a,
+        BrokerProcess(["--store", redis.url, "--metrics-port", "0"]) as b,
+    ):
+        yield a, b
+
+
+def test_a_policy_set_through_one_node_binds_the_others(
+    nodes: tuple[BrokerProcess, BrokerProcess],
+) -> None:
+    a, b = nodes
+    with (
         AdminClient(a.address) as admin_a,
         AdminClient(b.address) as admin_b,
     ):
@@ -67,13 +81,9 @@ def test_a_policy_set_through_one_node_binds_the_others(tmp_path: Path) -> None:
     assert cli.returncode == 0 and DLQ in cli.stdout
 
 
-def test_a_depth_limit_holds_across_nodes(tmp_path: Path) -> None:
-    with (
-        RedisServer(tmp_path / "redis", aof=False) as redis,
-        BrokerProcess(["--store", redis.url]) as a,
-        BrokerProcess(["--store", redis.url]) as b,
-        AdminClient(b.address) as admin,
-    ):
+def test_a_depth_limit_holds_across_nodes(nodes: tuple[BrokerProcess, BrokerProcess]) -> None:
+    a, b = nodes
+    with AdminClient(b.address) as admin:
         admin.set_policy(URI, QueuePolicy(max_messages=50))
         acks = Acks()
         with Session(a.address, options=FAST) as on_a, Session(b.address, options=FAST) as on_b:
@@ -90,15 +100,11 @@ def test_a_depth_limit_holds_across_nodes(tmp_path: Path) -> None:
 
 
 def test_a_node_killed_while_moving_dead_letters_loses_and_doubles_nothing(
-    tmp_path: Path,
+    nodes: tuple[BrokerProcess, BrokerProcess],
 ) -> None:
     count = 3000
-    with (
-        RedisServer(tmp_path / "redis") as redis,
-        BrokerProcess(["--store", redis.url]) as a,
-        BrokerProcess(["--store", redis.url]) as b,
-        AdminClient(b.address) as admin,
-    ):
+    a, b = nodes
+    with AdminClient(b.address) as admin:
         admin.set_policy(URI, QueuePolicy(dead_letter=DLQ))
         reject = DeadLetterer(after=count // 3)  # then node A is killed
         with Session(b.address, options=FAST) as producer:
@@ -115,29 +121,17 @@ def test_a_node_killed_while_moving_dead_letters_loses_and_doubles_nothing(
             wait_until(lambda: admin.stats(URI).ready + ready(admin, DLQ) == count, 15, "all back")
         except AssertionError:
             raise AssertionError((admin.stats(URI), admin.stats(DLQ))) from None
-        seen: Counter[uuid.UUID] = Counter()
-        with Session(b.address, options=FAST) as session:
-            collectors = {uri: Collector() for uri in (URI, DLQ)}
-            for uri, collector in collectors.items():
-                session.open_queue(uri, read=True, on_message=collector)
-            wait_until(
-                lambda: sum(len(c.messages) for c in collectors.values()) >= count,
-                30,
-                "every message from one queue or the other",
-            )
-            for collector in collectors.values():
-                seen.update(collector.guids())
-        assert 0 < len(collectors[DLQ].messages) < count
+        collectors = drain(b.address, (URI, DLQ), count)
+    assert 0 < len(collectors[DLQ].messages) < count
+    seen = Counter(guid for c in collectors.values() for guid in c.guids())
     assert seen == Counter({guid: 1 for guid in guids})
 
 
-def test_a_reject_delay_outlives_the_node_that_took_it(tmp_path: Path) -> None:
-    with (
-        RedisServer(tmp_path / "redis", aof=False) as redis,
-        BrokerProcess(["--store", redis.url]) as a,
-        BrokerProcess(["--store", redis.url]) as b,
-        AdminClient(b.address) as admin,
-    ):
+def test_a_reject_delay_outlives_the_node_that_took_it(
+    nodes: tuple[BrokerProcess, BrokerProcess],
+) -> None:
+    a, b = nodes
+    with AdminClient(b.address) as admin:
         got = Collector(confirm=False)
         with Session(b.address, options=FAST) as producer:
             (guid,) = post_all(producer, URI, [b"later"])
@@ -154,11 +148,11 @@ def test_a_reject_delay_outlives_the_node_that_took_it(tmp_path: Path) -> None:
     assert (message.guid, message.delivery_count) == (guid, 2)
 
 
-def test_every_node_reports_the_depth_kept_in_redis(tmp_path: Path) -> None:
+def test_every_node_reports_the_depth_kept_in_redis(
+    nodes: tuple[BrokerProcess, BrokerProcess],
+) -> None:
+    a, b = nodes
     with (
-        RedisServer(tmp_path / "redis", aof=False) as redis,
-        BrokerProcess(["--store", redis.url, "--metrics-port", "0"]) as a,
-        BrokerProcess(["--store", redis.url, "--metrics-port", "0"]) as b,
         Session(a.address, options=FAST) as producer,
         Session(b.address, options=FAST) as reader,
     ):
@@ -177,11 +171,12 @@ def test_every_node_reports_the_depth_kept_in_redis(tmp_path: Path) -> None:
     assert size == 70
 
 
-def test_a_node_lets_go_of_queues_no_session_has_open(tmp_path: Path) -> None:
+def test_a_node_lets_go_of_queues_no_session_has_open(
+    nodes: tuple[BrokerProcess, BrokerProcess],
+) -> None:
     uris = [f"hf://shared/reply-{i}" for i in range(20)]
+    node = nodes[0]
     with (
-        RedisServer(tmp_path / "redis", aof=False) as redis,
-        BrokerProcess(["--store", redis.url, "--metrics-port", "0"]) as node,
         AdminClient(node.address) as admin,
         Session(node.address, options=FAST) as session,
     ):
@@ -194,3 +189,21 @@ def test_a_node_lets_go_of_queues_no_session_has_open(tmp_path: Path) -> None:
 
         wait_until(lambda: not served() & set(uris), 10, "the closed queues let go")
         assert [admin.stats(uri).ready for uri in uris] == [1] * len(uris)  # kept in Redis
+
+
+def test_a_delete_through_one_node_is_refused_while_another_has_the_queue_open(
+    nodes: tuple[BrokerProcess, BrokerProcess],
+) -> None:
+    a, b = nodes
+    with AdminClient(a.address) as admin, Session(b.address, options=FAST) as session:
+        post_all(session, URI, [b"m"])
+        handle = session.open_queue(URI, write=True)
+        wait_until(lambda: admin.stats(URI).handles == 1, 5, "node B's handle published")
+        with pytest.raises(QueueInUseError, match="1 open handles"):
+            admin.delete(URI)
+        assert admin.stats(URI).ready == 1  # nothing happened
+        handle.close()
+        wait_until(lambda: admin.stats(URI).handles == 0, 5, "the handle gone")
+        assert admin.delete(URI) == 1
+        with pytest.raises(QueueNotFoundError):
+            admin.stats(URI)
