@@ -22,6 +22,7 @@ flow limits at the broker and the proxy knows whose PUSH is whose:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import deque
 from collections.abc import Iterable
@@ -31,7 +32,7 @@ from typing import Any
 from holdfast.proto import pb
 from holdfast.proto.guard import SessionGuard
 from holdfast.proto.limits import hello_reply
-from holdfast.proto.outbox import AckGroup, Delivery
+from holdfast.proto.outbox import AckGroup
 from holdfast.proto.stream import ContractStream
 from holdfast.proto.validate import GUID_BYTES, Invalid, check_open, parse_queue_uri
 from holdfast.proxy.config import ProxyConfig
@@ -40,8 +41,9 @@ from holdfast.proxy.upstream import Upstream
 from holdfast.sdk.engine import QueueRecord
 from holdfast.sdk.errors import ConfirmDroppedError, HoldfastError, QueueStateError
 from holdfast.sdk.options import QueueOptions
+from holdfast.sdk.outcomes import WirePush
 from holdfast.sdk.statuses import relay_status
-from holdfast.sdk.types import Message, Rejection
+from holdfast.sdk.types import Rejection
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +148,7 @@ class ClientSession(ContractStream):
                 read=request.read,
                 write=request.write,
                 options=options,
-                on_message=(lambda m: self._on_push(handle, m)) if request.read else None,
+                on_message=functools.partial(self._on_push, handle) if request.read else None,
                 timeout=self._config.request_timeout,
             )
         except HoldfastError as error:
@@ -161,8 +163,8 @@ class ClientSession(ContractStream):
         handle.upstream = record
         self.respond(request.request_id, pb.STATUS_OK, holds_pushes=handle.read)
         early, handle.early = handle.early, []
-        for message in early:
-            self._on_push(handle, message)
+        for delivery in early:
+            self._on_push(handle, delivery)
 
     def on_configure(self, request: pb.ConfigureQueue) -> None:
         """Reconfigure the client's handle upstream."""
@@ -293,16 +295,23 @@ class ClientSession(ContractStream):
             group.ready = True
             self.outbox.add_acks(group)
 
-    def _on_push(self, handle: ClientHandle, message: Message) -> None:
+    def _on_push(self, handle: ClientHandle, delivery: WirePush) -> None:
         if self._handles.get(handle.queue_id) is not handle or self.ending:
             return  # the upstream handle is closing; the broker redelivers it
         if handle.upstream is None:
-            handle.early.append(message)
+            handle.early.append(delivery)
             return
-        guid = message.guid.bytes
-        handle.delivered.setdefault(guid, deque()).append(message)
-        delivery = Delivery(guid, message.payload, message.properties)
-        self.outbox.push(handle.queue_id, delivery, message.delivery_count)
+        push, generation = delivery
+        delivered = handle.delivered
+        guid = push.guid
+        deliveries = delivered.get(guid)
+        if deliveries is None:
+            delivered[guid] = deque((generation,))
+        else:
+            deliveries.append(generation)
+        # The broker's Push is pushable as it is: only queue_id and delivery_count
+        # are written anew, by the outbox.
+        self.outbox.push(handle.queue_id, push, push.delivery_count)
 
     def on_confirms(self, batch: pb.ConfirmBatch) -> None:
         """CONFIRM upstream what this client was delivered on the current upstream link."""
@@ -345,13 +354,15 @@ class ClientSession(ContractStream):
         message outstanding with this client, never removed nor redelivered.
         """
         deliveries = handle.delivered.get(guid)
-        if not deliveries:
+        if not deliveries or handle.upstream is None:
             return pb.STATUS_UNKNOWN_GUID
         status: pb.Status | None = pb.STATUS_UNKNOWN_GUID  # all stale: taken back already
         done = 1
-        for index, message in enumerate(deliveries):
+        confirm = self._upstream.confirm_wire
+        queue_id = handle.upstream.queue_id
+        for index, generation in enumerate(deliveries):
             try:
-                self._upstream.confirm(message, reject)
+                confirm(queue_id, guid, generation, reject)
             except ConfirmDroppedError:
                 continue
             except HoldfastError:

@@ -13,8 +13,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from holdfast.sdk.engine import QueueRecord, WireAck
-from holdfast.sdk.types import Message
+from holdfast.sdk.engine import QueueRecord, WireAck, WirePush
 
 if TYPE_CHECKING:
     from holdfast.proxy.client import ClientSession
@@ -42,11 +41,12 @@ class ClientHandle:
     write: bool
     upstream: QueueRecord | None = None
     """None until the upstream open completes."""
-    early: list[Message] = field(default_factory=list)
+    early: list[WirePush] = field(default_factory=list)
     """PUSHes that arrived before the client was told the handle is open: a client
     drops PUSHes for a handle it does not know to be open, so they wait here."""
-    delivered: dict[bytes, deque[Message]] = field(default_factory=dict)
-    """Deliveries PUSHed to this client and not yet confirmed, by GUID, oldest first.
+    delivered: dict[bytes, deque[int]] = field(default_factory=dict)
+    """Deliveries PUSHed to this client and not yet confirmed, by GUID, oldest first:
+    the upstream connection generation each was delivered on.
     A CONFIRM carries only the GUID, so it is matched to the oldest delivery: after an
     upstream reconnect the client may hold the stale one and its redelivery."""
 

@@ -6,7 +6,9 @@ window) comes from ``holdfast.sdk.engine``; connections, failover, the Hello
 deadline, error containment and awaitable requests from
 ``holdfast.sdk.driver.aio_session`` (shared with the public asyncio API). This
 module only adapts them to the proxy's routing: PUT outcomes reach ``on_acks``
-as (GUID, wire status) pairs, relayed to clients as they are.
+as (GUID, wire status) pairs, and PUSHes each handle's ``on_message`` as
+``WirePush`` es (the broker's ``pb.Push`` and its connection generation), relayed
+to clients as they are: no ``Message`` is made for a PUSH that only passes through.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class Upstream(AsyncEngineSession):
             client_id=f"proxy-{uuid.uuid4()}",
             transport=transport,
             on_wire_acks=on_acks,
+            wire_pushes=True,
         )
 
     @property

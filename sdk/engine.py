@@ -57,7 +57,7 @@ from holdfast.sdk.outbound import (
     OutboundItem,
     RejectItem,
 )
-from holdfast.sdk.outcomes import Callback, Outcomes, WireAck
+from holdfast.sdk.outcomes import Callback, Outcomes, WireAck, WirePush
 from holdfast.sdk.producer import HIGH_WATERMARK_WAIT, Producer
 from holdfast.sdk.putbuffer import PUT_OVERHEAD, SIZE, PutBuffer
 from holdfast.sdk.queue_table import QueueRecord, QueueTable
@@ -74,6 +74,8 @@ class SessionEngine:
     outcomes are not ``Ack`` callbacks: ``take_wire_acks()`` hands them over as
     ``(GUID bytes, wire status)`` pairs, in the order they were decided, and no
     ``on_ack`` is called. Same rules, without a ``UUID`` and an ``Ack`` per message.
+    With ``wire_pushes`` a queue's ``on_message`` gets each PUSH as a ``WirePush``
+    (the ``pb.Push`` and its connection generation), settled by ``confirm_wire``.
     """
 
     def __init__(
@@ -86,6 +88,7 @@ class SessionEngine:
         high_watermark_bytes: int = 64 * 1024 * 1024,
         max_disconnected_buffer_bytes: int | None = None,
         wire_acks: bool = False,
+        wire_pushes: bool = False,
     ) -> None:
         self.client_id = client_id
         self._client_name = client_name
@@ -104,7 +107,9 @@ class SessionEngine:
 
         self._puts = PutBuffer()
         self._queues = QueueTable(self._queue_frame, self._report_queue_unknown)
-        self._out = Outcomes(self._puts, self._queues, on_event, wire_acks=wire_acks)
+        self._out = Outcomes(
+            self._puts, self._queues, on_event, wire_acks=wire_acks, wire_pushes=wire_pushes
+        )
         self._outbound = Outbound(high_watermark_bytes)
         self._producer = Producer(
             self._link,
@@ -289,7 +294,7 @@ class SessionEngine:
         read: bool,
         write: bool,
         options: QueueOptions,
-        on_message: Callable[[Message], Any] | None,
+        on_message: Callable[[Message], Any] | Callable[[WirePush], Any] | None,
         on_ack: Callable[[Ack], Any] | None,
     ) -> tuple[QueueRecord, int]:
         """Start opening a queue; return its record and the request id to wait on."""
@@ -334,22 +339,36 @@ class SessionEngine:
     def confirm(self, message: Message, reject: Rejection | None = None) -> None:
         """Queue a CONFIRM (or with ``reject`` a REJECT); rule 5: never buffered across
         a connection loss."""
+        self.confirm_wire(
+            message._queue_id, message.guid.bytes, message._generation, reject, message.queue_uri
+        )
+
+    def confirm_wire(
+        self,
+        queue_id: int,
+        guid: bytes,
+        generation: int,
+        reject: Rejection | None = None,
+        queue_uri: str = "",
+    ) -> None:
+        """``confirm()`` of a ``WirePush``: its queue, GUID and connection generation."""
         self._check_usable()
-        if not self.connected or message._generation != self.generation:
+        if not self.connected or generation != self.generation:
             why = "the link is down" if not self.connected else "it was delivered earlier"
             raise ConfirmDroppedError(
-                f"{'CONFIRM' if reject is None else 'REJECT'} of {message.guid} dropped: {why}"
+                f"{'CONFIRM' if reject is None else 'REJECT'} of {uuid.UUID(bytes=guid)} "
+                f"dropped: {why}"
                 + ("" if not self.connected else " (on an earlier connection)")
                 + "; the broker will redeliver the message"
             )
-        queue = self._queues.get(message._queue_id)
+        queue = self._queues.get(queue_id)
         if queue is None or queue.state not in WRITABLE_STATES:
-            raise QueueNotOpenError(f"queue {message.queue_uri} is not open")
+            raise QueueNotOpenError(f"queue {queue_uri or queue_id} is not open")
         if reject is None:
-            item: ConfirmItem | RejectItem = ConfirmItem(queue.queue_id, message.guid.bytes)
+            item: ConfirmItem | RejectItem = ConfirmItem(queue.queue_id, guid)
         else:
             delay_ms = round(reject.delay * 1000)
-            item = RejectItem(queue.queue_id, message.guid.bytes, reject.requeue, delay_ms)
+            item = RejectItem(queue.queue_id, guid, reject.requeue, delay_ms)
         self._outbound.add(item, CONFIRM_SIZE)
 
     def emit(self, event: ev.SessionEvent) -> None:
@@ -445,4 +464,4 @@ class SessionEngine:
 
 # Re-exported: the shells, the proxy and the tests import these from here.
 __all__ = ["HIGH_WATERMARK_WAIT", "PUT_OVERHEAD", "ConfirmItem", "LinkState", "OutboundItem"]
-__all__ += ["QueueRecord", "QueueState", "SessionEngine", "WireAck"]
+__all__ += ["QueueRecord", "QueueState", "SessionEngine", "WireAck", "WirePush"]

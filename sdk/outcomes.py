@@ -35,6 +35,11 @@ Callback = tuple[Callable[[Any], Any], Any]
 WireAck = tuple[bytes, "pb.Status"]
 """A PUT's outcome in ``wire_acks`` mode: its GUID and a ``pb.Status`` value."""
 
+WirePush = tuple["pb.Push", int]
+"""A PUSH in ``wire_pushes`` mode: the frame's ``pb.Push`` as it arrived and the
+connection generation it was delivered on (``SessionEngine.confirm_wire`` takes it
+back)."""
+
 _SUCCESS = AckStatus.SUCCESS
 _STATUS_OK = pb.STATUS_OK
 _HISTORY_FULL = pb.STATUS_HISTORY_FULL
@@ -60,8 +65,10 @@ class Outcomes:
         on_event: Callable[[ev.SessionEvent], Any],
         *,
         wire_acks: bool,
+        wire_pushes: bool = False,
     ) -> None:
         self._puts = puts
+        self._wire_pushes = wire_pushes
         self._queues = queues
         self._on_event = on_event
         self.callbacks: list[Callback] = []
@@ -136,16 +143,23 @@ class Outcomes:
             puts.taken()
 
     def pushes(self, batch: pb.PushBatch, generation: int, confirmer: Settler) -> None:
-        """PUSHed messages to their queue's ``on_message``, tagged with the connection."""
+        """PUSHed messages to their queue's ``on_message``, tagged with the connection: as
+        a ``Message``, or in ``wire_pushes`` mode (the proxy, which relays them to its
+        own clients) as a ``WirePush``, without a ``UUID``, a dict and a ``Message``
+        per delivery."""
         for push in batch.pushes:
             if len(push.guid) != 16:
                 raise _bad_guid("a PUSH", push.guid)
         queues = self._queues.by_id
         append = self.callbacks.append
+        wire = self._wire_pushes
         for push in batch.pushes:
             queue = queues.get(push.queue_id)
             if queue is None or queue.on_message is None or queue.state not in WRITABLE_STATES:
                 continue  # closed meanwhile: the broker redelivers it elsewhere
+            if wire:
+                append((queue.on_message, (push, generation)))
+                continue
             message = Message(
                 uuid_from_bytes(push.guid),
                 push.payload,

@@ -21,7 +21,7 @@ from holdfast.sdk.errors import HoldfastError, InvalidArgumentError, QueueNotOpe
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.state import LIVE_STATES, QueueEvent, QueueState, next_queue_state
 from holdfast.sdk.statuses import invalid_error
-from holdfast.sdk.types import Ack, Message
+from holdfast.sdk.types import Ack
 
 
 @dataclass(eq=False, slots=True)
@@ -33,7 +33,8 @@ class QueueRecord:
     read: bool
     write: bool
     options: QueueOptions
-    on_message: Callable[[Message], Any] | None
+    on_message: Callable[[Any], Any] | None
+    """Takes each PUSH: a ``Message``, or a ``WirePush`` in ``wire_pushes`` mode."""
     on_ack: Callable[[Ack], Any] | None
     state: QueueState = QueueState.OPENING
     ever_opened: bool = False

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from holdfast.sdk.driver.aio import AsyncDriver
-from holdfast.sdk.engine import QueueRecord, SessionEngine, WireAck
+from holdfast.sdk.engine import QueueRecord, SessionEngine, WireAck, WirePush
 from holdfast.sdk.errors import RequestTimeoutError
 from holdfast.sdk.events import SessionEvent
 from holdfast.sdk.options import QueueOptions, SessionOptions
@@ -36,6 +36,7 @@ class AsyncEngineSession:
         client_id: str,
         transport: AsyncTransport | None = None,
         on_wire_acks: Callable[[list[WireAck]], Any] | None = None,
+        wire_pushes: bool = False,
     ) -> None:
         self.options = options
         self.engine = SessionEngine(
@@ -46,6 +47,7 @@ class AsyncEngineSession:
             high_watermark_bytes=options.high_watermark_bytes,
             max_disconnected_buffer_bytes=options.max_disconnected_buffer_bytes,
             wire_acks=on_wire_acks is not None,
+            wire_pushes=wire_pushes,
         )
         self.driver = AsyncDriver(
             self.engine,
@@ -80,7 +82,7 @@ class AsyncEngineSession:
         read: bool,
         write: bool,
         options: QueueOptions,
-        on_message: Callable[[Message], Any] | None,
+        on_message: Callable[[Message], Any] | Callable[[WirePush], Any] | None,
         timeout: float,
         on_ack: Callable[[Ack], Any] | None = None,
     ) -> QueueRecord:
@@ -122,4 +124,11 @@ class AsyncEngineSession:
         """CONFIRM (or REJECT) a message delivered on the current connection (rule 5
         otherwise)."""
         self.engine.confirm(message, reject)
+        self.driver.outbound_queued()
+
+    def confirm_wire(
+        self, queue_id: int, guid: bytes, generation: int, reject: Rejection | None = None
+    ) -> None:
+        """``confirm()`` of a ``WirePush`` (``wire_pushes`` mode): rule 5 the same."""
+        self.engine.confirm_wire(queue_id, guid, generation, reject)
         self.driver.outbound_queued()
