@@ -269,22 +269,45 @@ def print_targets(rows: list[tuple[str, str, bool]]) -> None:
 # ---------------------------------------------------------------------------- main
 
 
+_ROUNDS_NOTE = (
+    "Medians of 3 rounds (a fresh broker each). The rate is wall clock (the slowest "
+    "process sets it); CPU/msg is what the servers spent, the cost the curve is about."
+)
+
+
 def print_scale(scale: dict[str, Any]) -> None:
     """Issue #20's growth curves and the Redis store's figures."""
     if scale.get("sessions"):
         base = scale["sessions"][0]["rate"]
         table = Table(
             "Sessions through one proxy (asyncio sessions, 100 B, memory store)",
-            ["sessions", "PUT->ACK msg/s", "vs 1 session"],
+            ["sessions", "PUT->ACK msg/s", "vs 1 session", "proxy+broker CPU/msg", "vs 1"],
         )
         for row in scale["sessions"]:
-            table.add(row["sessions"], rate(row["rate"]), f"{row['rate'] / base:.2f}x")
+            table.add(
+                row["sessions"],
+                rate(row["rate"]),
+                f"{row['rate'] / base:.2f}x",
+                f"{row['server_us']:.2f} us",
+                f"{row['server_us'] / scale['sessions'][0]['server_us']:.2f}x",
+            )
+        table.notes = [_ROUNDS_NOTE]
         harness.print_table(table)
     if scale.get("queues"):
         base = scale["queues"][0]["rate"]
-        table = Table("Open queues (one session, round-robin)", ["queues", "msg/s", "vs 1 queue"])
+        table = Table(
+            "Open queues (one session, round-robin)",
+            ["queues", "msg/s", "vs 1 queue", "broker CPU/msg", "vs 1"],
+        )
         for row in scale["queues"]:
-            table.add(row["queues"], rate(row["rate"]), f"{row['rate'] / base:.2f}x")
+            table.add(
+                row["queues"],
+                rate(row["rate"]),
+                f"{row['rate'] / base:.2f}x",
+                f"{row['server_us']:.2f} us",
+                f"{row['server_us'] / scale['queues'][0]['server_us']:.2f}x",
+            )
+        table.notes = [_ROUNDS_NOTE]
         harness.print_table(table)
     if scale.get("depth"):
         row = scale["depth"]

@@ -1,8 +1,12 @@
 """Issue #20's growth curves and the Redis store's figures, for ``make bench``.
 
 - sessions through one proxy (1, 10, 100, 300 asyncio sessions in one process, each
-  posting its share and flushing): total PUT->ACK msg/s and its ratio to one session;
-- open queues (1, 100, 10k on one session, posting round-robin over them);
+  posting its share and flushing): total PUT->ACK msg/s and its ratio to one session,
+  and the proxy's and broker's CPU per message;
+- open queues (1, 100, 10k on one session, posting round-robin over them): msg/s and
+  the broker's CPU per message;
+
+Both curves are the median of ``ROUNDS`` rounds (see there).
 - queue depth: PUT->ACK with 0 and with ``depth`` unconsumed messages held, and the
   broker's resident memory per queued 100-B message (``/proc/PID/statm``);
 - payload size (100 B, 10 KiB, 1 MiB): msg/s and MB/s;
@@ -41,8 +45,11 @@ def _rss(pid: int) -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-async def _sessions_run(address: str, sessions: int, total: int, size: int) -> float:
-    """Open every session and queue first, then time posting and flushing only."""
+async def _sessions_run(
+    address: str, sessions: int, total: int, size: int, meter: loads.CpuMeter
+) -> tuple[float, int]:
+    """Open every session and queue first, then time (and meter) posting and flushing
+    only; (msg/s, messages posted)."""
     payload = os.urandom(size)
     per = max(1, total // sessions)
     opened = [hf_aio.Session(address) for _ in range(sessions)]
@@ -61,46 +68,82 @@ async def _sessions_run(address: str, sessions: int, total: int, size: int) -> f
                 await queue.post(payload)
             assert await session.flush(120)
 
-        started = time.perf_counter()
-        await asyncio.gather(*(post(s, q) for s, q in zip(opened, queues, strict=True)))
-        return per * sessions / (time.perf_counter() - started)
+        with meter.measure():
+            started = time.perf_counter()
+            await asyncio.gather(*(post(s, q) for s, q in zip(opened, queues, strict=True)))
+            seconds = time.perf_counter() - started
+        return per * sessions / seconds, per * sessions
     finally:
         for session in opened:
             await session.close()
 
 
-def sessions_curve(total: int) -> list[dict[str, Any]]:
-    """PUT->ACK msg/s through one proxy for each session count."""
-    rows = []
-    with (
-        harness.running_broker(harness.memory_store()) as broker,
-        harness.running_proxy(broker.address) as proxy,
-    ):
-        for count in SESSIONS:
-            rate = asyncio.run(_sessions_run(proxy.address, count, total, 100))
-            rows.append({"sessions": count, "rate": rate})
-    return rows
+ROUNDS = 3
+"""Each curve point is measured once per round, the points interleaved within a round
+so that other load on the machine spreads over all of them; the median is reported.
+One 60k-message sample of one point varied by 2x between runs on the 2-core machine."""
 
 
-def queues_curve(total: int) -> list[dict[str, Any]]:
-    """PUT->ACK msg/s of one session posting round-robin over N open queues."""
-    rows = []
+def _median_rows(key: str, samples: dict[int, list[tuple[float, float]]]) -> list[dict[str, Any]]:
+    """One row per point: the median rate and the median server CPU per message."""
+    return [
+        {
+            key: point,
+            "rate": harness.median([rate for rate, _ in runs]),
+            "server_us": harness.median([cpu for _, cpu in runs]),
+            "rates": [rate for rate, _ in runs],
+        }
+        for point, runs in samples.items()
+    ]
+
+
+def _server_us(meter: loads.CpuMeter, count: int) -> float:
+    """CPU microseconds per message of the server processes (not the bench client)."""
+    used = meter.per_message_us(count)
+    return sum(value for name, value in used.items() if name != "client")
+
+
+def sessions_curve(total: int, rounds: int = ROUNDS) -> list[dict[str, Any]]:
+    """PUT->ACK msg/s through one proxy for each session count (median of ``rounds``),
+    and the proxy's and broker's CPU per message."""
+    samples: dict[int, list[tuple[float, float]]] = {count: [] for count in SESSIONS}
+    for _ in range(rounds):
+        with (
+            harness.running_broker(harness.memory_store()) as broker,
+            harness.running_proxy(broker.address) as proxy,
+        ):
+            for count in SESSIONS:
+                meter = loads.CpuMeter({"proxy": proxy.pid, "broker": broker.pid})
+                rate, posted = asyncio.run(_sessions_run(proxy.address, count, total, 100, meter))
+                samples[count].append((rate, _server_us(meter, posted)))
+    return _median_rows("sessions", samples)
+
+
+def queues_curve(total: int, rounds: int = ROUNDS) -> list[dict[str, Any]]:
+    """PUT->ACK msg/s of one session posting round-robin over N open queues (median of
+    ``rounds``), and the broker's CPU per message."""
     payload = os.urandom(100)
     # 10k queues on one session is past the default per-session limits: raised here.
     limits = ("--max-open-queues", "20000", "--new-queues-per-minute", "100000")
     store = harness.Store("memory", (*harness.memory_store().args, *limits))
-    with harness.running_broker(store) as broker:
-        for count in QUEUES:
-            with Session(broker.address) as session:
-                queues = [
-                    session.open_queue(f"hf://scale/q{count}-{i}", write=True) for i in range(count)
-                ]
-                started = time.perf_counter()
-                for i in range(total):
-                    queues[i % count].post(payload)
-                assert session.flush(180)
-                rows.append({"queues": count, "rate": total / (time.perf_counter() - started)})
-    return rows
+    samples: dict[int, list[tuple[float, float]]] = {count: [] for count in QUEUES}
+    for _ in range(rounds):
+        with harness.running_broker(store) as broker:
+            for count in QUEUES:
+                with Session(broker.address) as session:
+                    queues = [
+                        session.open_queue(f"hf://scale/q{count}-{i}", write=True)
+                        for i in range(count)
+                    ]
+                    meter = loads.CpuMeter({"broker": broker.pid})
+                    with meter.measure():
+                        started = time.perf_counter()
+                        for i in range(total):
+                            queues[i % count].post(payload)
+                        assert session.flush(180)
+                        seconds = time.perf_counter() - started
+                    samples[count].append((total / seconds, _server_us(meter, total)))
+    return _median_rows("queues", samples)
 
 
 def depth_and_memory(depth: int, probe: int) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from holdfast.proto.cli_support import (
     configure_logging,
 )
 from holdfast.proto.security import SecurityError, add_security_flags, security_from_args
-from holdfast.proto.serve import serve_until_signalled, split_host_port
+from holdfast.proto.serve import serve_until_signalled, split_host_port, tune_collector
 
 log = logging.getLogger("holdfast.broker")
 
@@ -266,6 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StoreError as error:
         log.error("%s", error)
         return 2
+    tune_collector()
     return asyncio.run(serve(config, store))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import signal
 import socket
 from collections.abc import Awaitable, Callable, Sequence
@@ -14,6 +15,26 @@ from typing import Any
 import grpc
 
 from holdfast.proto import COMMIT_MARK, SERVICE_NAME, pb
+
+COLLECTOR_THRESHOLDS = (20_000, 10, 10)
+"""The cyclic garbage collector's thresholds in the broker and proxy processes (the
+SDK leaves its host's alone). Python's default (700, 10, 10) runs a young collection
+every 700 net allocations; a broker makes about five per message, so at 100k msg/s
+it collected 700 times a second and every few seconds walked the whole heap of
+queued messages: 15 % of the broker's CPU with one queue, 21 % with 10k open queues
+(300k PUTs, measured with ``gc.callbacks``). At 20k a whole-heap walk comes at most
+every 2M allocations (20k x 10 x 10), and the collector's share fell to about 6 % in
+both; a young collection then scans up to 20k objects (about 1 ms). The hot paths make
+no reference cycles; the few the rest makes (a failed task's traceback) are still
+collected, only later."""
+
+
+def tune_collector() -> None:
+    """Set ``COLLECTOR_THRESHOLDS`` and move everything made at start-up (modules,
+    configuration) out of the collector's sight, so full collections walk only what
+    serving made. Called by the broker's and the proxy's ``main`` once set up."""
+    gc.set_threshold(*COLLECTOR_THRESHOLDS)
+    gc.freeze()
 
 
 def _check_free(listen: str) -> None:

@@ -25,7 +25,7 @@ from holdfast.proto.cli_support import (
     name_flags,
 )
 from holdfast.proto.security import SecurityError, add_security_flags, security_from_args
-from holdfast.proto.serve import serve_until_signalled
+from holdfast.proto.serve import serve_until_signalled, tune_collector
 from holdfast.proxy.config import ProxyConfig
 from holdfast.proxy.server import Proxy
 from holdfast.sdk.credentials import channel_credentials
@@ -184,6 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (InvalidArgumentError, ValueError) as error:
         log.error("invalid configuration: %s", name_flags(str(error), FLAGS))
         return 2
+    tune_collector()
     return asyncio.run(serve(config))
 
 
