@@ -275,40 +275,39 @@ _ROUNDS_NOTE = (
 )
 
 
+def _print_curve(title: str, columns: list[str], key: str, rows: list[dict[str, Any]]) -> None:
+    """One growth curve: each point's rate and server CPU per message, and both
+    against the first point."""
+    base = rows[0]
+    table = Table(title, columns)
+    for row in rows:
+        table.add(
+            row[key],
+            rate(row["rate"]),
+            f"{row['rate'] / base['rate']:.2f}x",
+            f"{row['server_us']:.2f} us",
+            f"{row['server_us'] / base['server_us']:.2f}x",
+        )
+    table.notes = [_ROUNDS_NOTE]
+    harness.print_table(table)
+
+
 def print_scale(scale: dict[str, Any]) -> None:
     """Issue #20's growth curves and the Redis store's figures."""
     if scale.get("sessions"):
-        base = scale["sessions"][0]["rate"]
-        table = Table(
+        _print_curve(
             "Sessions through one proxy (asyncio sessions, 100 B, memory store)",
             ["sessions", "PUT->ACK msg/s", "vs 1 session", "proxy+broker CPU/msg", "vs 1"],
+            "sessions",
+            scale["sessions"],
         )
-        for row in scale["sessions"]:
-            table.add(
-                row["sessions"],
-                rate(row["rate"]),
-                f"{row['rate'] / base:.2f}x",
-                f"{row['server_us']:.2f} us",
-                f"{row['server_us'] / scale['sessions'][0]['server_us']:.2f}x",
-            )
-        table.notes = [_ROUNDS_NOTE]
-        harness.print_table(table)
     if scale.get("queues"):
-        base = scale["queues"][0]["rate"]
-        table = Table(
+        _print_curve(
             "Open queues (one session, round-robin)",
             ["queues", "msg/s", "vs 1 queue", "broker CPU/msg", "vs 1"],
+            "queues",
+            scale["queues"],
         )
-        for row in scale["queues"]:
-            table.add(
-                row["queues"],
-                rate(row["rate"]),
-                f"{row['rate'] / base:.2f}x",
-                f"{row['server_us']:.2f} us",
-                f"{row['server_us'] / scale['queues'][0]['server_us']:.2f}x",
-            )
-        table.notes = [_ROUNDS_NOTE]
-        harness.print_table(table)
     if scale.get("depth"):
         row = scale["depth"]
         table = Table(

@@ -35,6 +35,7 @@ class Harness:
         high_watermark_bytes: int = 64 * 1024 * 1024,
         max_disconnected_buffer_bytes: int | None = None,
         now: float = 1000.0,
+        wire_pushes: bool = False,
     ) -> None:
         self.engine = SessionEngine(
             client_id="client-1",
@@ -43,6 +44,7 @@ class Harness:
             confirmer=self._confirm,
             high_watermark_bytes=high_watermark_bytes,
             max_disconnected_buffer_bytes=max_disconnected_buffer_bytes,
+            wire_pushes=wire_pushes,
         )
         self.now = now
         self.generation = 0

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 
 from holdfast.proto import pb
-from holdfast.sdk.engine import LinkState
+from holdfast.sdk.engine import LinkState, WirePush
 from holdfast.sdk.errors import (
     ConfirmDroppedError,
     QueueNotOpenError,
@@ -91,6 +93,33 @@ def test_unsent_confirm_is_not_carried_over_a_drop(h: Harness) -> None:
     h.lose()
     frames = reconnect(h)
     assert "confirms" not in kinds(frames)
+
+
+def test_wire_pushes_reach_on_message_as_the_push_and_its_generation() -> None:
+    h = Harness(wire_pushes=True)
+    queue_id = reader(h)
+    guid = h.push(queue_id, b"hello", properties={"k": "v"}, delivery_count=3)
+    (delivery,) = h.messages
+    push, generation = cast(WirePush, delivery)  # wire_pushes mode: not a Message
+    assert (push.guid, push.payload, dict(push.properties)) == (guid.bytes, b"hello", {"k": "v"})
+    assert push.delivery_count == 3
+    assert generation == h.engine.generation
+
+
+def test_confirm_wire_sends_a_confirm_for_the_current_connection_only() -> None:
+    h = Harness(wire_pushes=True)
+    queue_id = reader(h)
+    guid = h.push(queue_id)
+    (delivery,) = h.messages
+    generation = cast(WirePush, delivery)[1]
+    h.engine.confirm_wire(queue_id, guid.bytes, generation)
+    (frame,) = h.sent_frames()
+    assert [(c.queue_id, c.guid) for c in frame.confirms.confirms] == [(queue_id, guid.bytes)]
+    h.lose()
+    reconnect(h)
+    with pytest.raises(ConfirmDroppedError, match="earlier connection"):
+        h.engine.confirm_wire(queue_id, guid.bytes, generation)
+    assert [f for f in h.sent_frames() if f.WhichOneof("frame") == "confirms"] == []
 
 
 # ================================================================================== rule 6: CLOSE
