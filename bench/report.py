@@ -316,6 +316,10 @@ def print_scale(scale: dict[str, Any]) -> None:
         )
         table.add(0, rate(row["empty_rate"]), "")
         table.add(row["depth"], rate(row["deep_rate"]), f"{row['bytes_per_message']:.0f} B")
+        table.notes = [
+            f"Per message while filling: {row['bytes_first_quarter']:.0f} B over the first "
+            f"{row['first_quarter']:,}, {row['bytes_rest']:.0f} B over the rest."
+        ]
         harness.print_table(table)
     if scale.get("payloads"):
         table = Table("Payload size (SDK->broker, memory)", ["size", "msg/s", "MB/s"])
@@ -343,6 +347,7 @@ def issue_20_targets(
     nats: dict[str, Any],
     memory: dict[str, Any],
     scale: dict[str, Any],
+    history: dict[str, Any],
 ) -> list[tuple[str, str, bool]]:
     """Issue #20's targets as (target, figure, met) rows, ratios from this run."""
     direct = rates[("memory", SMALL, PATHS[0])]
@@ -379,6 +384,23 @@ def issue_20_targets(
     if depth:
         held = depth["bytes_per_message"]
         rows.append(("broker <= 250 B per queued 100-B message", f"{held:.0f} B", held <= 250))
+        early, rest = depth["bytes_first_quarter"], depth["bytes_rest"]
+        rows.append(
+            (
+                "broker memory linear in depth: the rest of the fill within 20% per message",
+                f"{rest:.0f} B vs {early:.0f} B",
+                rest <= 1.2 * early,
+            )
+        )
+    if history:
+        per_guid = history["bytes_per_guid"]
+        rows.append(
+            (
+                "GUID history <= 64 B per GUID (exactly-once issue)",
+                f"{per_guid:.0f} B",
+                per_guid <= 64,
+            )
+        )
     for name, key in (("sessions", "sessions"), ("open queues", "queues")):
         curve = scale.get(key) or []
         if curve:

@@ -392,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     print_scale(results["scale"])
     consume = {(e["store"], e["size"], e["path"]): summary(e)["median"] for e in figures["consume"]}
     targets += issue_20_targets(
-        rates, consume, results["nats"], results["memory"], results["scale"]
+        rates, consume, results["nats"], results["memory"], results["scale"], results["history"]
     )
     print_targets(targets)
     results["targets"] = [{"target": t, "figure": f, "pass": ok} for t, f, ok in targets]

@@ -148,11 +148,15 @@ def queues_curve(total: int, rounds: int = ROUNDS) -> list[dict[str, Any]]:
 
 def depth_and_memory(depth: int, probe: int) -> dict[str, Any]:
     """PUT->ACK with an empty queue and with ``depth`` messages held; broker bytes per
-    queued 100-B message."""
+    queued 100-B message, over the first quarter of the fill and over the rest (memory
+    that grows linearly with what is held costs the same per message in both)."""
+    first = depth // 4
     with harness.running_broker(harness.memory_store()) as broker:
         empty = loads.produce(broker.address, "hf://scale/probe0", probe, 100, loads.CpuMeter({}))
         before = _rss(broker.pid)
-        filled = loads.produce(broker.address, "hf://scale/deep", depth, 100, loads.CpuMeter({}))
+        filled = loads.produce(broker.address, "hf://scale/deep", first, 100, loads.CpuMeter({}))
+        quarter = _rss(broker.pid)
+        loads.produce(broker.address, "hf://scale/deep", depth - first, 100, loads.CpuMeter({}))
         after = _rss(broker.pid)
         deep = loads.produce(broker.address, "hf://scale/deep", probe, 100, loads.CpuMeter({}))
     return {
@@ -161,6 +165,9 @@ def depth_and_memory(depth: int, probe: int) -> dict[str, Any]:
         "fill_rate": filled.rate,
         "deep_rate": deep.rate,
         "bytes_per_message": (after - before) / depth,
+        "first_quarter": first,
+        "bytes_first_quarter": (quarter - before) / first,
+        "bytes_rest": (after - quarter) / (depth - first),
     }
 
 
