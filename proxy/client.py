@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections import deque
 from collections.abc import Iterable
 from operator import itemgetter
@@ -238,8 +239,10 @@ class ClientSession(ContractStream):
 
     def on_puts(self, batch: pb.PutBatch) -> None:
         """Post each PUT upstream under the client's GUID; refuse bad ones with a typed ACK."""
-        # Once per PUT: locals, the handle looked up once per run of the same queue_id.
-        relay = self._upstream.relay
+        # Once per PUT: locals, the handle looked up once per run of the same queue_id,
+        # the engine called straight (one clock read and one wake-up per frame).
+        relay = self._upstream.engine.relay
+        now = time.monotonic()
         add_route = self._routes.add
         handles = self._handles
         handle: ClientHandle | None = None
@@ -267,6 +270,7 @@ class ClientSession(ContractStream):
                         put.payload,
                         put.properties or None,
                         guid,
+                        now,
                         put.age_ms,
                     )
                 except HoldfastError as error:
@@ -276,6 +280,8 @@ class ClientSession(ContractStream):
                     relayed += 1
                     continue
             self.ack(queue_id, guid, status)
+        if relayed:
+            self._upstream.queued()
         self._counters.puts_relayed += relayed
 
     def ack(self, queue_id: int, guid: bytes, status: pb.Status) -> None:
@@ -341,6 +347,7 @@ class ClientSession(ContractStream):
                     continue
                 status = settled
             rejected.setdefault((status, item.queue_id), []).append(item.guid)
+        self._upstream.queued()
         self.reject_confirms(rejected)
 
     def _confirm_upstream(
@@ -358,7 +365,7 @@ class ClientSession(ContractStream):
             return pb.STATUS_UNKNOWN_GUID
         status: pb.Status | None = pb.STATUS_UNKNOWN_GUID  # all stale: taken back already
         done = 1
-        confirm = self._upstream.confirm_wire
+        confirm = self._upstream.engine.confirm_wire  # the writer is woken per frame
         queue_id = handle.upstream.queue_id
         for index, generation in enumerate(deliveries):
             try:

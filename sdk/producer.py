@@ -134,7 +134,7 @@ class Producer:
         by ``age_ms``, the age it arrived with, so this hop never restarts it. False,
         buffering nothing, when that GUID is already pending: a client retransmitting
         a PUT that is still in flight here."""
-        if guid in self._puts:
+        if guid in self._puts.by_guid:
             return False
         if len(guid) != 16:
             raise InvalidArgumentError(f"a GUID is 16 bytes, not {len(guid)}")

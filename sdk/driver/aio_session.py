@@ -125,10 +125,3 @@ class AsyncEngineSession:
         otherwise)."""
         self.engine.confirm(message, reject)
         self.driver.outbound_queued()
-
-    def confirm_wire(
-        self, queue_id: int, guid: bytes, generation: int, reject: Rejection | None = None
-    ) -> None:
-        """``confirm()`` of a ``WirePush`` (``wire_pushes`` mode): rule 5 the same."""
-        self.engine.confirm_wire(queue_id, guid, generation, reject)
-        self.driver.outbound_queued()
