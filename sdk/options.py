@@ -72,10 +72,17 @@ class ReconnectOptions:
     The delay after the n-th consecutive failed round over all addresses is
     ``min(maximum, initial * multiplier**n)``, scaled by a random factor in
     ``[1 - jitter, 1 + jitter]`` so that many clients do not reconnect in step.
+
+    The default cap bounds what a reconnect adds to an outage: after the broker is
+    back, the next attempt comes within ``maximum * (1 + jitter)`` = 0.24 s, and the
+    restore and first ACK take 0.03-0.05 s more (``bench/recovery.py``), inside the
+    0.3 s recovery budget: over 10 runs the stall exceeded the outage by 0.06-0.26 s.
+    At 0.25 (a 0.30 s wait) it was 0.05-0.31 s, over budget in 2 of 7 runs. A client
+    makes about five attempts a second while its broker is down.
     """
 
     initial: float = 0.05
-    maximum: float = 0.25
+    maximum: float = 0.2
     multiplier: float = 2.0
     jitter: float = 0.2
 
