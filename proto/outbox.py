@@ -39,6 +39,9 @@ _ACK_OVERHEAD = 8
 _PUSH_OVERHEAD = 32
 """Approximate wire bytes of one PUSH besides its GUID, payload and properties."""
 
+_PUSH = pb.Push
+"""The wire type of a PUSH; ``Outbox.push`` takes one as a ``Pushable`` too."""
+
 MAX_PUSHES_PER_FRAME = 256
 """Most PUSHes in one PushBatch. A consumer's whole window (1000 messages by default)
 in one frame is handled as one block: nothing is confirmed, so nothing is refilled,
@@ -291,6 +294,16 @@ class Outbox:
         for queue_id, message, delivery_count in pushes:
             if taken and (size >= limit or taken >= MAX_PUSHES_PER_FRAME):
                 break
+            if type(message) is _PUSH:
+                # A Push relayed as it came (the proxy): copied at the C level, which
+                # takes 290 ns against 490 ns to build it again from its fields.
+                item = add()
+                item.CopyFrom(message)
+                item.queue_id = queue_id
+                item.delivery_count = delivery_count
+                size += len(message.payload) + _PUSH_OVERHEAD
+                taken += 1
+                continue
             properties = message.properties
             if properties:
                 add(

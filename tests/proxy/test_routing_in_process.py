@@ -124,6 +124,36 @@ def test_each_push_goes_to_the_client_whose_handle_it_was_delivered_to(
     assert broker.depth(uri) == 0
 
 
+def test_a_relayed_push_keeps_its_payload_properties_guid_and_delivery_count(
+    chain: tuple[Broker, InProcessProxy],
+) -> None:
+    """The proxy hands the broker's Push to its client as it came, rewriting only the
+    handle id: nothing else may change on the way, on a first delivery or a later one."""
+    broker, proxy = chain
+    uri = unique_uri()
+    held: list[Message] = []
+    with Session(proxy.address, options=FAST) as other, Session(proxy.address) as client:
+        producer = other.open_queue(uri, write=True)
+        guid = producer.post(b"payload", properties={"k": "v", "trace": "t-1"})
+        assert other.flush(timeout=10)
+        # Another client's handle came first upstream, so this client's handle id is
+        # not the upstream one: a Push passed on unchanged would name the wrong handle.
+        client.open_queue(uri, read=True, on_message=held.append, options=QueueOptions(1))
+        wait_until(lambda: len(held) == 1, 10, "the first delivery")
+        held[0].reject(requeue=True)
+        wait_until(lambda: len(held) == 2, 10, "the redelivery")
+        for count, message in enumerate(held, start=1):
+            assert (message.guid, message.payload, message.delivery_count) == (
+                guid,
+                b"payload",
+                count,
+            )
+            assert dict(message.properties) == {"k": "v", "trace": "t-1"}
+            assert message.queue_uri == uri
+        held[1].confirm()
+        wait_until(lambda: broker.depth(uri) == 0, 10, "the message settled")
+
+
 def test_after_an_upstream_drop_one_confirm_settles_the_message_and_a_second_is_stale(
     chain: tuple[Broker, InProcessProxy],
 ) -> None:
