@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Mapping
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from holdfast.proto import pb
 
@@ -68,14 +68,6 @@ class Pushable(Protocol):
     def properties(self) -> Mapping[str, str]:
         """The message's properties (empty if none)."""
         ...
-
-
-class Delivery(NamedTuple):
-    """A message to PUSH, for senders with no message object of their own (the proxy)."""
-
-    guid: bytes
-    payload: bytes
-    properties: Mapping[str, str]
 
 
 class AckGroup:

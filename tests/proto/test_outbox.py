@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Coroutine, Mapping
+from typing import Any, NamedTuple
 
 from holdfast.proto import pb
-from holdfast.proto.outbox import MAX_PUSHES_PER_FRAME, AckGroup, Delivery, Outbox
+from holdfast.proto.outbox import MAX_PUSHES_PER_FRAME, AckGroup, Outbox
+
+
+class Delivery(NamedTuple):
+    """A pushable with no message object behind it."""
+
+    guid: bytes
+    payload: bytes
+    properties: Mapping[str, str]
 
 
 def run(coroutine: Coroutine[Any, Any, None]) -> None:
@@ -149,5 +157,24 @@ def test_outbox_read_bound_closes_and_reopens_with_hysteresis() -> None:
         outbox.take()  # 48 bytes left: under half the bound
         assert outbox.has_room
         await asyncio.wait_for(outbox.wait_for_room(), 1)
+
+    run(scenario())
+
+
+def test_a_relayed_push_is_copied_with_the_handle_and_count_it_is_pushed_under() -> None:
+    async def scenario() -> None:
+        outbox = Outbox(max_frame_bytes=1 << 20, read_bound_bytes=1 << 20)
+        upstream = pb.Push(
+            queue_id=9, guid=b"g" * 16, payload=b"body", properties={"k": "v"}, delivery_count=2
+        )
+        outbox.push(4, upstream, 3)
+        outbox.push(4, message(b"h" * 16), 1)
+        frame = outbox.take()
+        assert frame is not None
+        relayed, built = frame.pushes.pushes
+        assert (relayed.queue_id, relayed.guid, relayed.payload) == (4, b"g" * 16, b"body")
+        assert (dict(relayed.properties), relayed.delivery_count) == ({"k": "v"}, 3)
+        assert (built.queue_id, built.guid, built.delivery_count) == (4, b"h" * 16, 1)
+        assert upstream.queue_id == 9  # the frame it came in is left as it was
 
     run(scenario())
