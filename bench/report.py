@@ -271,13 +271,14 @@ def print_targets(rows: list[tuple[str, str, bool]]) -> None:
 
 _ROUNDS_NOTE = (
     "Medians of 3 rounds (a fresh broker each). The rate is wall clock (the slowest "
-    "process sets it); CPU/msg is what the servers spent, the cost the curve is about."
+    "process sets it); CPU/msg is what the servers spent, the cost the curve is about; "
+    "client CPU/msg is the bench process (SDK and load loop) hosting the sessions."
 )
 
 
 def _print_curve(title: str, columns: list[str], key: str, rows: list[dict[str, Any]]) -> None:
-    """One growth curve: each point's rate and server CPU per message, and both
-    against the first point."""
+    """One growth curve: each point's rate and server CPU per message, both against
+    the first point, and the bench client's CPU per message."""
     base = rows[0]
     table = Table(title, columns)
     for row in rows:
@@ -287,6 +288,7 @@ def _print_curve(title: str, columns: list[str], key: str, rows: list[dict[str, 
             f"{row['rate'] / base['rate']:.2f}x",
             f"{row['server_us']:.2f} us",
             f"{row['server_us'] / base['server_us']:.2f}x",
+            f"{row['client_us']:.2f} us" if "client_us" in row else "",
         )
     table.notes = [_ROUNDS_NOTE]
     harness.print_table(table)
@@ -297,14 +299,21 @@ def print_scale(scale: dict[str, Any]) -> None:
     if scale.get("sessions"):
         _print_curve(
             "Sessions through one proxy (asyncio sessions, 100 B, memory store)",
-            ["sessions", "PUT->ACK msg/s", "vs 1 session", "proxy+broker CPU/msg", "vs 1"],
+            [
+                "sessions",
+                "PUT->ACK msg/s",
+                "vs 1 session",
+                "proxy+broker CPU/msg",
+                "vs 1",
+                "client CPU/msg",
+            ],
             "sessions",
             scale["sessions"],
         )
     if scale.get("queues"):
         _print_curve(
             "Open queues (one session, round-robin)",
-            ["queues", "msg/s", "vs 1 queue", "broker CPU/msg", "vs 1"],
+            ["queues", "msg/s", "vs 1 queue", "broker CPU/msg", "vs 1", "client CPU/msg"],
             "queues",
             scale["queues"],
         )

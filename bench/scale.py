@@ -84,29 +84,37 @@ so that other load on the machine spreads over all of them; the median is report
 One 60k-message sample of one point varied by 2x between runs on the 2-core machine."""
 
 
-def _median_rows(key: str, samples: dict[int, list[tuple[float, float]]]) -> list[dict[str, Any]]:
-    """One row per point: the median rate and the median server CPU per message."""
+Sample = tuple[float, float, float]
+"""One curve point measured once: (msg/s, servers' CPU us/msg, client's CPU us/msg)."""
+
+
+def _median_rows(key: str, samples: dict[int, list[Sample]]) -> list[dict[str, Any]]:
+    """One row per point: the median rate and the median CPU per message of the
+    servers and of the bench client."""
     return [
         {
             key: point,
-            "rate": harness.median([rate for rate, _ in runs]),
-            "server_us": harness.median([cpu for _, cpu in runs]),
-            "rates": [rate for rate, _ in runs],
+            "rate": harness.median([run[0] for run in runs]),
+            "server_us": harness.median([run[1] for run in runs]),
+            "client_us": harness.median([run[2] for run in runs]),
+            "rates": [run[0] for run in runs],
         }
         for point, runs in samples.items()
     ]
 
 
-def _server_us(meter: loads.CpuMeter, count: int) -> float:
-    """CPU microseconds per message of the server processes (not the bench client)."""
+def _sample(rate: float, meter: loads.CpuMeter, count: int) -> Sample:
+    """The rate with the CPU microseconds per message of the server processes and,
+    apart, of the bench client (whose share grows with the sessions it hosts)."""
     used = meter.per_message_us(count)
-    return sum(value for name, value in used.items() if name != "client")
+    servers = sum(value for name, value in used.items() if name != "client")
+    return rate, servers, used["client"]
 
 
 def sessions_curve(total: int, rounds: int = ROUNDS) -> list[dict[str, Any]]:
     """PUT->ACK msg/s through one proxy for each session count (median of ``rounds``),
     and the proxy's and broker's CPU per message."""
-    samples: dict[int, list[tuple[float, float]]] = {count: [] for count in SESSIONS}
+    samples: dict[int, list[Sample]] = {count: [] for count in SESSIONS}
     for _ in range(rounds):
         with (
             harness.running_broker(harness.memory_store()) as broker,
@@ -115,7 +123,7 @@ def sessions_curve(total: int, rounds: int = ROUNDS) -> list[dict[str, Any]]:
             for count in SESSIONS:
                 meter = loads.CpuMeter({"proxy": proxy.pid, "broker": broker.pid})
                 rate, posted = asyncio.run(_sessions_run(proxy.address, count, total, 100, meter))
-                samples[count].append((rate, _server_us(meter, posted)))
+                samples[count].append(_sample(rate, meter, posted))
     return _median_rows("sessions", samples)
 
 
@@ -126,7 +134,7 @@ def queues_curve(total: int, rounds: int = ROUNDS) -> list[dict[str, Any]]:
     # 10k queues on one session is past the default per-session limits: raised here.
     limits = ("--max-open-queues", "20000", "--new-queues-per-minute", "100000")
     store = harness.Store("memory", (*harness.memory_store().args, *limits))
-    samples: dict[int, list[tuple[float, float]]] = {count: [] for count in QUEUES}
+    samples: dict[int, list[Sample]] = {count: [] for count in QUEUES}
     for _ in range(rounds):
         with harness.running_broker(store) as broker:
             for count in QUEUES:
@@ -142,7 +150,7 @@ def queues_curve(total: int, rounds: int = ROUNDS) -> list[dict[str, Any]]:
                             queues[i % count].post(payload)
                         assert session.flush(180)
                         seconds = time.perf_counter() - started
-                    samples[count].append((total / seconds, _server_us(meter, total)))
+                    samples[count].append(_sample(total / seconds, meter, total))
     return _median_rows("queues", samples)
 
 
