@@ -288,7 +288,7 @@ def _print_curve(title: str, columns: list[str], key: str, rows: list[dict[str, 
             f"{row['rate'] / base['rate']:.2f}x",
             f"{row['server_us']:.2f} us",
             f"{row['server_us'] / base['server_us']:.2f}x",
-            f"{row['client_us']:.2f} us" if "client_us" in row else "",
+            f"{row['client_us']:.2f} us",
         )
     table.notes = [_ROUNDS_NOTE]
     harness.print_table(table)

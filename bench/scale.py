@@ -2,9 +2,9 @@
 
 - sessions through one proxy (1, 10, 100, 300 asyncio sessions in one process, each
   posting its share and flushing): total PUT->ACK msg/s and its ratio to one session,
-  and the proxy's and broker's CPU per message;
-- open queues (1, 100, 10k on one session, posting round-robin over them): msg/s and
-  the broker's CPU per message;
+  the proxy's and broker's CPU per message, and the bench client's;
+- open queues (1, 100, 10k on one session, posting round-robin over them): msg/s,
+  the broker's CPU per message and the bench client's;
 
 Both curves are the median of ``ROUNDS`` rounds (see there).
 - queue depth: PUT->ACK with 0 and with ``depth`` unconsumed messages held, and the
@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import harness
 import loads
@@ -84,8 +84,15 @@ so that other load on the machine spreads over all of them; the median is report
 One 60k-message sample of one point varied by 2x between runs on the 2-core machine."""
 
 
-Sample = tuple[float, float, float]
-"""One curve point measured once: (msg/s, servers' CPU us/msg, client's CPU us/msg)."""
+class Sample(NamedTuple):
+    """One curve point measured once."""
+
+    rate: float
+    """Messages per second, wall clock."""
+    server_us: float
+    """CPU microseconds per message of the server processes together."""
+    client_us: float
+    """CPU microseconds per message of the bench process (SDK and load loop)."""
 
 
 def _median_rows(key: str, samples: dict[int, list[Sample]]) -> list[dict[str, Any]]:
@@ -94,10 +101,10 @@ def _median_rows(key: str, samples: dict[int, list[Sample]]) -> list[dict[str, A
     return [
         {
             key: point,
-            "rate": harness.median([run[0] for run in runs]),
-            "server_us": harness.median([run[1] for run in runs]),
-            "client_us": harness.median([run[2] for run in runs]),
-            "rates": [run[0] for run in runs],
+            "rate": harness.median([run.rate for run in runs]),
+            "server_us": harness.median([run.server_us for run in runs]),
+            "client_us": harness.median([run.client_us for run in runs]),
+            "rates": [run.rate for run in runs],
         }
         for point, runs in samples.items()
     ]
@@ -108,12 +115,12 @@ def _sample(rate: float, meter: loads.CpuMeter, count: int) -> Sample:
     apart, of the bench client (whose share grows with the sessions it hosts)."""
     used = meter.per_message_us(count)
     servers = sum(value for name, value in used.items() if name != "client")
-    return rate, servers, used["client"]
+    return Sample(rate, servers, used["client"])
 
 
 def sessions_curve(total: int, rounds: int = ROUNDS) -> list[dict[str, Any]]:
     """PUT->ACK msg/s through one proxy for each session count (median of ``rounds``),
-    and the proxy's and broker's CPU per message."""
+    the proxy's and broker's CPU per message, and the bench client's."""
     samples: dict[int, list[Sample]] = {count: [] for count in SESSIONS}
     for _ in range(rounds):
         with (
@@ -129,7 +136,7 @@ def sessions_curve(total: int, rounds: int = ROUNDS) -> list[dict[str, Any]]:
 
 def queues_curve(total: int, rounds: int = ROUNDS) -> list[dict[str, Any]]:
     """PUT->ACK msg/s of one session posting round-robin over N open queues (median of
-    ``rounds``), and the broker's CPU per message."""
+    ``rounds``), the broker's CPU per message, and the bench client's."""
     payload = os.urandom(100)
     # 10k queues on one session is past the default per-session limits: raised here.
     limits = ("--max-open-queues", "20000", "--new-queues-per-minute", "100000")
