@@ -33,10 +33,10 @@ lint: $(STAMP)
 
 $(TYPES):
 	mkdir -p $(TYPES)
-	for d in proto sdk broker proxy admin pool; do ln -sfn ../../$$d $(TYPES)/$$d; done
+	for d in proto server sdk broker proxy admin pool; do ln -sfn ../../$$d $(TYPES)/$$d; done
 
 typecheck: $(STAMP) $(TYPES)
-	MYPYPATH=.typecheck $(BIN)/mypy -p holdfast.proto -p holdfast.sdk -p holdfast.broker -p holdfast.proxy -p holdfast.admin -p holdfast.pool
+	MYPYPATH=.typecheck $(BIN)/mypy -p holdfast.proto -p holdfast.server -p holdfast.sdk -p holdfast.broker -p holdfast.proxy -p holdfast.admin -p holdfast.pool
 	MYPYPATH=.typecheck $(BIN)/mypy tests examples bench
 
 # The documentation site (docs/, MkDocs); strict, so a broken link or reference fails.

@@ -33,7 +33,6 @@ from collections.abc import Callable, Sequence
 
 from holdfast.admin import render
 from holdfast.proto.policy import QueuePolicy
-from holdfast.proto.serve import split_host_port, version_text
 from holdfast.proto.validate import Invalid
 from holdfast.sdk.admin import DEFAULT_TIMEOUT, AdminClient
 from holdfast.sdk.errors import (
@@ -43,6 +42,7 @@ from holdfast.sdk.errors import (
     QueueNotFoundError,
     TransportError,
 )
+from holdfast.server.serve import split_host_port, version_text
 
 DEFAULT_ADDRESS = "127.0.0.1:7700"
 ADDRESS_ENV = "HOLDFAST_BROKER_ADDRESS"

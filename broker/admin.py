@@ -21,9 +21,9 @@ import grpc
 
 from holdfast.broker.store import StoredMessage
 from holdfast.proto import ADMIN_SERVICE, pb
-from holdfast.proto.guard import ServerGuard, unary_refusal
 from holdfast.proto.policy import QueuePolicy, check_policy_uri
 from holdfast.proto.validate import Invalid, parse_queue_uri
+from holdfast.server.guard import ServerGuard, unary_refusal
 
 log = logging.getLogger(__name__)
 

@@ -24,13 +24,13 @@ from holdfast.broker.config import BrokerConfig, RedisTls
 from holdfast.broker.server import Broker
 from holdfast.broker.sqlite_store import SYNC_MODES
 from holdfast.broker.store import Store, StoreError, open_store, parse_store_spec
-from holdfast.proto.cli_support import (
+from holdfast.server.cli_support import (
     add_common_flags,
     apply_environment,
     configure_logging,
 )
-from holdfast.proto.security import SecurityError, add_security_flags, security_from_args
-from holdfast.proto.serve import serve_until_signalled, split_host_port, tune_collector
+from holdfast.server.security import SecurityError, add_security_flags, security_from_args
+from holdfast.server.serve import serve_until_signalled, split_host_port, tune_collector
 
 log = logging.getLogger("holdfast.broker")
 

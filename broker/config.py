@@ -18,8 +18,8 @@ from holdfast.proto.limits import (
     MIB,
     Limits,
 )
-from holdfast.proto.security import ServerSecurity
-from holdfast.proto.serve import metrics_endpoint, split_host_port
+from holdfast.server.security import ServerSecurity
+from holdfast.server.serve import metrics_endpoint, split_host_port
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +104,7 @@ class BrokerConfig:
     redis_tls: RedisTls = field(default_factory=lambda: RedisTls())
     """Redis store over TLS (``rediss://``): the CA and client certificate."""
     security: ServerSecurity = field(default_factory=ServerSecurity)
-    """TLS, tokens and per-session limits (``holdfast.proto.security``)."""
+    """TLS, tokens and per-session limits (``holdfast.server.security``)."""
 
     def __post_init__(self) -> None:
         split_host_port(self.listen)

@@ -45,8 +45,8 @@ from holdfast.broker.registry import QueueRegistry
 from holdfast.broker.store import NO_PROPERTIES, Store, StoreBatch, StoredMessage
 from holdfast.proto import pb
 from holdfast.proto.limits import Limits
-from holdfast.proto.outbox import AckEntry, AckGroup, Outbox
 from holdfast.proto.validate import put_status
+from holdfast.server.outbox import AckEntry, AckGroup, Outbox
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Every session handler, PUT completion and delivery runs on that one loop, so the
 broker's state needs no locks: a piece of code that does not ``await`` sees and
 changes the state atomically.
 
-The server is bound by ``holdfast.proto.serve.start_server``, which the proxy
+The server is bound by ``holdfast.server.serve.start_server``, which the proxy
 shares: sessions receive the raw bytes of each client frame and parse them
 themselves, so bytes that are not a ClientFrame get a typed Error(MALFORMED_FRAME)
 instead of gRPC failing the stream.
@@ -27,13 +27,13 @@ from holdfast.broker.registry import SWEEP_INTERVAL, QueueRegistry
 from holdfast.broker.session import Session
 from holdfast.broker.store import Store, open_store, parse_store_spec
 from holdfast.proto import pb
-from holdfast.proto.auth import bearer_token
-from holdfast.proto.guard import unary_refusal
-from holdfast.proto.serve import split_host_port, start_server
+from holdfast.proto.credentials import bearer_token
+from holdfast.server.guard import unary_refusal
+from holdfast.server.serve import split_host_port, start_server
 
 if TYPE_CHECKING:
     from holdfast.broker.redis.backend import RedisBackend
-    from holdfast.proto.metrics_http import MetricsServer
+    from holdfast.server.metrics_http import MetricsServer
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class Broker:
 
             self.redis = RedisBackend(config, self.broker_id, self._data_lost)
         self.guard = config.security.guard()
-        """Tokens and per-session limits (``holdfast.proto.guard``)."""
+        """Tokens and per-session limits (``holdfast.server.guard``)."""
         backend: AdminBackend
         if self.redis is not None:
             from holdfast.broker.redis.admin import RedisAdmin
@@ -130,7 +130,7 @@ class Broker:
         if metrics is not None:
             # Imported only when asked for: prometheus_client is not loaded otherwise.
             from holdfast.broker.metrics import BrokerCollector
-            from holdfast.proto.metrics_http import MetricsServer
+            from holdfast.server.metrics_http import MetricsServer
 
             self.metrics = MetricsServer(
                 BrokerCollector(

@@ -1,7 +1,7 @@
 """One client session of the broker: what each frame does to the broker's queues.
 
 The stream itself (framing, the Hello handshake, reading and writing) is
-``holdfast.proto.stream.ContractStream``; this subclass applies the frames to the
+``holdfast.server.stream.ContractStream``; this subclass applies the frames to the
 broker's state. Reading is synchronous per frame: anything that must wait (a store
 write) continues in a task of the PUT path while its ACKs hold their place in the
 outbox. When the stream ends, however it ends, the session's consumers are
@@ -18,10 +18,10 @@ from holdfast.broker.puts import PutPipeline
 from holdfast.broker.queues import Consumer, FlowLimits, Queue, QueueHandle
 from holdfast.broker.registry import QueueRegistry
 from holdfast.proto import pb
-from holdfast.proto.guard import SessionGuard
 from holdfast.proto.limits import hello_reply
-from holdfast.proto.stream import ContractStream
 from holdfast.proto.validate import Invalid, check_open, parse_queue_uri
+from holdfast.server.guard import SessionGuard
+from holdfast.server.stream import ContractStream
 
 MAX_DELAY_MS = 3_600_000
 """The longest reject delay honoured (an hour): a longer one is cut to it."""

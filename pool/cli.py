@@ -27,9 +27,9 @@ from collections.abc import Sequence
 
 from holdfast.pool.drivers import DRIVERS, NoopDriver, SubprocessDriver, WorkerGroupDriver
 from holdfast.pool.manager import PoolManager, PoolSettings
-from holdfast.proto.cli_support import add_common_flags, apply_environment, configure_logging
-from holdfast.proto.serve import split_host_port
 from holdfast.sdk.errors import HoldfastError
+from holdfast.server.cli_support import add_common_flags, apply_environment, configure_logging
+from holdfast.server.serve import split_host_port
 
 log = logging.getLogger("holdfast.pool")
 

@@ -3,14 +3,16 @@
 ``holdfast.proto`` is the source; ``holdfast_pb2.py`` (and its ``.pyi``) are
 generated from it by ``python -m holdfast.proto.generate`` and checked in.
 ``PROTOCOL_VERSION`` is the version a client announces in ``Hello`` and a broker
-accepts. The SDK, the proxy and the broker share, from this package:
+accepts. This package holds the wire and nothing else; the SDK, the proxy and the
+broker share from it:
 
 - ``limits``: the limits' defaults, the ``Limits`` value, the HelloReply;
 - ``validate``: queue URI, open, PUT and property checks, bounded quoting;
-- ``stream`` and ``outbox``: one served session stream (broker and proxy);
-- ``serve``: binding a gRPC server of the contract, signals, ``HOST:PORT``;
-- ``metrics_http``: the Prometheus endpoint of the broker and the proxy;
-- ``policy``: queue policies (limits, TTL, dead letters) for the broker and the admin client.
+- ``credentials``: how a token travels (gRPC metadata);
+- ``policy``: queue policy values (limits, TTL, dead letters) for the broker and the admin client.
+
+The server shell the broker and the proxy share (a served session stream, its outbox,
+the guard, TLS, signals, the metrics endpoint) lives in ``holdfast.server``.
 
 The contract's rules are described in ``docs/contract.md``.
 """

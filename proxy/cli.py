@@ -18,19 +18,19 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from holdfast.proto.cli_support import (
-    add_common_flags,
-    apply_environment,
-    configure_logging,
-    name_flags,
-)
-from holdfast.proto.security import SecurityError, add_security_flags, security_from_args
-from holdfast.proto.serve import serve_until_signalled, tune_collector
 from holdfast.proxy.config import ProxyConfig
 from holdfast.proxy.server import Proxy
 from holdfast.sdk.credentials import channel_credentials
 from holdfast.sdk.errors import InvalidArgumentError
 from holdfast.sdk.options import ReconnectOptions, SessionOptions
+from holdfast.server.cli_support import (
+    add_common_flags,
+    apply_environment,
+    configure_logging,
+    name_flags,
+)
+from holdfast.server.security import SecurityError, add_security_flags, security_from_args
+from holdfast.server.serve import serve_until_signalled, tune_collector
 
 log = logging.getLogger("holdfast.proxy")
 

@@ -31,10 +31,7 @@ from operator import itemgetter
 from typing import Any
 
 from holdfast.proto import pb
-from holdfast.proto.guard import SessionGuard
 from holdfast.proto.limits import hello_reply
-from holdfast.proto.outbox import AckGroup
-from holdfast.proto.stream import ContractStream
 from holdfast.proto.validate import GUID_BYTES, Invalid, check_open, parse_queue_uri
 from holdfast.proxy.config import ProxyConfig
 from holdfast.proxy.routes import ClientHandle, ProxyCounters, Routes
@@ -45,6 +42,9 @@ from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.outcomes import WirePush
 from holdfast.sdk.statuses import relay_status
 from holdfast.sdk.types import Rejection
+from holdfast.server.guard import SessionGuard
+from holdfast.server.outbox import AckGroup
+from holdfast.server.stream import ContractStream
 
 log = logging.getLogger(__name__)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from holdfast.proto.limits import DEFAULT_BATCH_BYTES, MAX_BATCH_BYTES, MIB
-from holdfast.proto.security import ServerSecurity
-from holdfast.proto.serve import metrics_endpoint, split_host_port
 from holdfast.sdk.errors import InvalidArgumentError
 from holdfast.sdk.failover import parse_addresses
 from holdfast.sdk.options import SessionOptions
+from holdfast.server.security import ServerSecurity
+from holdfast.server.serve import metrics_endpoint, split_host_port
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,9 @@ from typing import Any
 import grpc
 
 from holdfast.proto import COMMIT_MARK_METHOD, pb
-from holdfast.proto.guard import ServerGuard, unary_refusal
 from holdfast.sdk.credentials import channel_credentials, open_aio_channel, token_metadata
 from holdfast.sdk.options import SessionOptions
+from holdfast.server.guard import ServerGuard, unary_refusal
 
 log = logging.getLogger(__name__)
 

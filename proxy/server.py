@@ -15,9 +15,8 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from holdfast.proto import pb
-from holdfast.proto.auth import bearer_token
+from holdfast.proto.credentials import bearer_token
 from holdfast.proto.limits import FRAME_CEILING
-from holdfast.proto.serve import split_host_port, start_server
 from holdfast.proxy.client import ClientSession
 from holdfast.proxy.config import ProxyConfig
 from holdfast.proxy.marks import MarkRelay
@@ -25,9 +24,10 @@ from holdfast.proxy.routes import ProxyCounters, Routes
 from holdfast.proxy.upstream import Upstream
 from holdfast.sdk.events import Reconnected, SessionEvent, log_event
 from holdfast.sdk.transports.base import AsyncTransport
+from holdfast.server.serve import split_host_port, start_server
 
 if TYPE_CHECKING:
-    from holdfast.proto.metrics_http import MetricsServer
+    from holdfast.server.metrics_http import MetricsServer
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +87,8 @@ class Proxy:
         metrics = self.config.metrics_address
         if metrics is not None:
             # Imported only when asked for: prometheus_client is not loaded otherwise.
-            from holdfast.proto.metrics_http import MetricsServer
             from holdfast.proxy.metrics import ProxyCollector
+            from holdfast.server.metrics_http import MetricsServer
 
             self.metrics = MetricsServer(
                 ProxyCollector(

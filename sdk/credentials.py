@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from holdfast.proto.auth import token_metadata
+from holdfast.proto.credentials import token_metadata
 from holdfast.sdk.errors import InvalidArgumentError
 
 

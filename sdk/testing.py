@@ -71,7 +71,7 @@ class _Faults:
 
 
 class _MemoryContext:
-    """What ``holdfast.proto.stream.ContractStream`` needs of a grpc.aio servicer
+    """What ``holdfast.server.stream.ContractStream`` needs of a grpc.aio servicer
     context, over the server end of an in-memory connection."""
 
     def __init__(self, endpoint: MemoryEndpoint, faults: _Faults) -> None:

@@ -22,9 +22,9 @@ from holdfast.broker.redis.registry import RedisRegistry
 from holdfast.broker.store import StoreError
 from holdfast.proto import pb
 from holdfast.proto.limits import Limits
-from holdfast.proto.outbox import AckGroup, Outbox
 from holdfast.proto.policy import PICKUP_TTL
 from holdfast.proto.validate import put_status
+from holdfast.server.outbox import AckGroup, Outbox
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 The broker's sessions (``holdfast.broker.session``) and the proxy's client
 sessions (``holdfast.proxy.client``) speak the same protocol downstream; this base
 class is that protocol's stream half, and subclasses supply what each frame does.
-It knows nothing of either: a server binds it with ``holdfast.proto.serve``.
+It knows nothing of either: a server binds it with ``holdfast.server.serve``.
 
 A stream reads client frames in one task and writes server frames in another
 (see ``outbox``). Reading is synchronous per frame: a frame is parsed, checked and
@@ -35,8 +35,8 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from holdfast.proto import PROTOCOL_VERSION, pb, status_name
-from holdfast.proto.guard import ServerGuard, SessionGuard, pause
-from holdfast.proto.outbox import Outbox
+from holdfast.server.guard import ServerGuard, SessionGuard, pause
+from holdfast.server.outbox import Outbox
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class ContractStream(ABC):
     ) -> None:
         self.session_id = session_id
         self.guard = guard if guard is not None else ServerGuard().session(None)
-        """The session's token grant and limits (``holdfast.proto.guard``)."""
+        """The session's token grant and limits (``holdfast.server.guard``)."""
         self.peer: str = context.peer()
         self.client_id = ""
         self.client_name = ""

@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Mapping
 
-from holdfast.proto.serve import version_text
+from holdfast.server.serve import version_text
 
 ENV_PREFIX = "HOLDFAST_"
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

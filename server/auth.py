@@ -22,15 +22,10 @@ from __future__ import annotations
 
 import hmac
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-AUTHORIZATION = "authorization"
-"""The gRPC metadata key a client's token travels in (``Bearer <token>``)."""
-
-BEARER = "Bearer "
 
 EVERY_DOMAIN = "*"
 MAX_TOKEN_BYTES = 4096
@@ -128,25 +123,9 @@ def _domains(value: Any, where: str) -> frozenset[str]:
     return frozenset(value)
 
 
-def bearer_token(metadata: Iterable[tuple[str, Any]] | None) -> str | None:
-    """The token of ``authorization: Bearer <token>`` in gRPC metadata, if any."""
-    for key, value in metadata or ():
-        if key == AUTHORIZATION and isinstance(value, str) and value.startswith(BEARER):
-            return value[len(BEARER) :]
-    return None
-
-
-def token_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
-    """The gRPC metadata a client sends its token in (none without a token)."""
-    return ((AUTHORIZATION, BEARER + token),) if token else ()
-
-
 __all__ = [
-    "AUTHORIZATION",
     "EVERY_DOMAIN",
     "AuthFileError",
     "Authorizer",
     "Grant",
-    "bearer_token",
-    "token_metadata",
 ]

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import grpc
 
-from holdfast.proto.auth import AuthFileError, Authorizer
-from holdfast.proto.guard import ServerGuard, SessionLimits
+from holdfast.server.auth import AuthFileError, Authorizer
+from holdfast.server.guard import ServerGuard, SessionLimits
 
 
 class SecurityError(ValueError):
@@ -33,7 +33,7 @@ class ServerSecurity:
     tls_client_ca: str | None = None
     """PEM CA whose client certificates are required: mutual TLS (``--tls-client-ca``)."""
     auth_file: str | None = None
-    """The tokens and their permissions (``--auth-file``, ``holdfast.proto.auth``)."""
+    """The tokens and their permissions (``--auth-file``, ``holdfast.server.auth``)."""
     limits: SessionLimits = field(default_factory=SessionLimits)
 
     def __post_init__(self) -> None:

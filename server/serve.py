@@ -150,7 +150,7 @@ async def start_server(
     stream. ``serve_commit_mark`` serves the unary ``CommitMark`` method (the broker
     keeps marks, the proxy relays them); ``services`` are further services (the
     broker's admin service). With ``credentials`` the listener speaks TLS only
-    (``holdfast.proto.security``). Raises ``OSError`` if the address cannot be bound."""
+    (``holdfast.server.security``). Raises ``OSError`` if the address cannot be bound."""
     _check_free(listen)
     server = grpc.aio.server(options=server_options(max_message_bytes))
     handler = grpc.stream_stream_rpc_method_handler(

@@ -7,7 +7,7 @@ from collections.abc import Coroutine, Mapping
 from typing import Any, NamedTuple
 
 from holdfast.proto import pb
-from holdfast.proto.outbox import MAX_PUSHES_PER_FRAME, AckGroup, Outbox
+from holdfast.server.outbox import MAX_PUSHES_PER_FRAME, AckGroup, Outbox
 
 
 class Delivery(NamedTuple):

@@ -2,7 +2,7 @@
 
 ``ServerGuard`` is built once per server (broker or proxy) from its ``--auth-file``
 and ``SessionLimits``; it hands each session stream a ``SessionGuard`` that knows the
-session's grant (from the ``authorization`` metadata, ``holdfast.proto.auth``) and
+session's grant (from the ``authorization`` metadata, ``holdfast.server.auth``) and
 counts what the session does:
 
 - the token: a session without a valid one is ended with ``UNAUTHENTICATED`` when its
@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from holdfast.proto import pb
-from holdfast.proto.auth import Authorizer, Grant, bearer_token
+from holdfast.proto.credentials import bearer_token
 from holdfast.proto.validate import Invalid, parse_queue_uri
+from holdfast.server.auth import Authorizer, Grant
 
 ANONYMOUS = Grant("anonymous", frozenset({"*"}), frozenset({"*"}), admin=True)
 """Everyone's grant on a server without ``--auth-file``."""
