@@ -9,7 +9,7 @@ BENCH_STAMP := $(VENV)/.bench-stamp
 # mypy cannot follow setuptools' package-dir mapping, so it checks a tree of links.
 TYPES  := .typecheck/holdfast
 
-.PHONY: demo test lint typecheck docs pytest bench chaos proto clean
+.PHONY: demo test lint typecheck docs pytest bench chaos mutation proto clean
 
 $(CORE_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,7 +37,7 @@ $(TYPES):
 
 typecheck: $(STAMP) $(TYPES)
 	MYPYPATH=.typecheck $(BIN)/mypy -p holdfast.proto -p holdfast.server -p holdfast.sdk -p holdfast.broker -p holdfast.proxy -p holdfast.admin -p holdfast.pool
-	MYPYPATH=.typecheck $(BIN)/mypy tests examples bench
+	MYPYPATH=.typecheck $(BIN)/mypy tests examples bench mutation
 
 # The documentation site (docs/, MkDocs); strict, so a broken link or reference fails.
 docs: $(STAMP) $(TYPES)
@@ -74,6 +74,15 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python bench/run.py
+
+# Mutation testing of the broker's rules (cosmic-ray; mutation/targets.toml), not in make test.
+MUTATION_STAMP := $(VENV)/.mutation-stamp
+$(MUTATION_STAMP): $(STAMP) $(JAVA_STAMP) $(REDIS_STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[test,mutation]'
+	touch $(MUTATION_STAMP)
+
+mutation: $(MUTATION_STAMP)
+	$(BIN)/python mutation/mutate.py
 
 proto: $(STAMP)
 	$(BIN)/python proto/generate.py

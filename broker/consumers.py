@@ -4,11 +4,14 @@ PUSHes go."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from holdfast.broker.store import StoredMessage
 from holdfast.proto import pb
 from holdfast.proto.limits import DEFAULT_MAX_UNCONFIRMED_BYTES, DEFAULT_MAX_UNCONFIRMED_MESSAGES
+
+if TYPE_CHECKING:
+    from holdfast.broker.queues import Queue
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,4 +67,16 @@ class Consumer:
         return message
 
 
-__all__ = ["Consumer", "FlowLimits", "PushSink"]
+@dataclass(slots=True, eq=False)
+class QueueHandle:
+    """A queue as one session opened it, under the session's ``queue_id``."""
+
+    queue_id: int
+    queue: Queue
+    read: bool
+    write: bool
+    consumer: Consumer | None
+    """Set when opened with read."""
+
+
+__all__ = ["Consumer", "FlowLimits", "PushSink", "QueueHandle"]

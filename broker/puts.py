@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from operator import itemgetter
 
 from holdfast.broker.dedup import content_digest
+from holdfast.broker.lifecycle import Admission, admit
 from holdfast.broker.queues import Queue, QueueHandle
 from holdfast.broker.registry import QueueRegistry
 from holdfast.broker.store import NO_PROPERTIES, Store, StoreBatch, StoredMessage
@@ -55,9 +56,17 @@ _status_of = itemgetter(2)
 """The status of an ``AckEntry``."""
 _STORE_ERROR = pb.STATUS_STORE_ERROR
 _CONFLICT = pb.STATUS_CONFLICT
-_TOO_OLD = pb.STATUS_TOO_OLD
-_HISTORY_FULL = pb.STATUS_HISTORY_FULL
-_QUEUE_FULL = pb.STATUS_QUEUE_FULL
+_ACCEPT = Admission.ACCEPT
+_HISTORY_FULL = Admission.HISTORY_FULL
+_STATUS_OF: dict[Admission, pb.Status] = {
+    Admission.ACCEPT: pb.STATUS_OK,
+    Admission.DUPLICATE: pb.STATUS_OK,
+    Admission.CONFLICT: pb.STATUS_CONFLICT,
+    Admission.TOO_OLD: pb.STATUS_TOO_OLD,
+    Admission.QUEUE_FULL: pb.STATUS_QUEUE_FULL,
+    Admission.HISTORY_FULL: pb.STATUS_HISTORY_FULL,
+}
+"""The ACK status of each of the lifecycle's answers to a PUT."""
 
 
 def _known_digest(queue: Queue, guid: bytes) -> int | None:
@@ -149,17 +158,22 @@ class PutPipeline:
                         else:
                             queue.dedup_hits += 1
                             waits.append((len(acks), pending[0]))
-                    elif (known := _known_digest(queue, guid)) is not None:
-                        if known != digest:
-                            status = _CONFLICT
-                        else:
+                    elif (
+                        verdict := admit(
+                            _known_digest(queue, guid),
+                            digest,
+                            put.age_ms,
+                            max_age,
+                            depth_limited and queue.full(1, len(payload)),
+                            budget.full(),
+                        )
+                    ) is not _ACCEPT and (
+                        # Full by the count: expire every history first, and look again.
+                        verdict is not _HISTORY_FULL or self._still_full(now)
+                    ):
+                        status = _STATUS_OF[verdict]
+                        if status == _OK:
                             queue.dedup_hits += 1
-                    elif put.age_ms > max_age:
-                        status = _TOO_OLD
-                    elif depth_limited and queue.full(1, len(payload)):
-                        status = _QUEUE_FULL
-                    elif budget.full() and self._still_full(now):
-                        status = _HISTORY_FULL
                     else:
                         if written is None:
                             written = asyncio.get_running_loop().create_future()

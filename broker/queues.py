@@ -25,17 +25,16 @@ import heapq
 import itertools
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Protocol
 
-from holdfast.broker.consumers import Consumer, FlowLimits, PushSink
+from holdfast.broker.consumers import Consumer, FlowLimits, PushSink, QueueHandle
 from holdfast.broker.dedup import GuidHistory
+from holdfast.broker.lifecycle import before_delivery, expired, pickup_missed, release
 from holdfast.broker.store import DeliveryUpdate, StoredMessage
 from holdfast.broker.updates import PendingPush, Updates
 from holdfast.proto.policy import (
     NO_POLICY,
     PICKUP_TTL,
-    REASON_DELIVERY_LIMIT,
     REASON_EXPIRED,
     REASON_REJECTED,
     QueuePolicy,
@@ -239,10 +238,9 @@ class Queue:
         ttl = self.policy.ttl
         if ttl is None:
             return 0
-        cutoff = now - ttl
         ready = self.ready
         dead: list[tuple[StoredMessage, str]] = []
-        while ready and ready[0].accepted_at <= cutoff:
+        while ready and expired(ready[0].accepted_at, now, ttl):
             dead.append((ready.popleft(), REASON_EXPIRED))
         if dead:
             self._bury(dead)
@@ -255,9 +253,11 @@ class Queue:
         pickups = self.pickups
         dead: list[tuple[StoredMessage, str]] = []
         while pickups and pickups[0][0] <= now:
-            message = heapq.heappop(pickups)[2]
-            if message.delivery_count or self.live.get(message.guid) is not message:
-                continue  # picked up in time, or gone
+            deadline, _, message = heapq.heappop(pickups)
+            if not pickup_missed(message.delivery_count, deadline, now):
+                continue  # picked up in time
+            if self.live.get(message.guid) is not message:
+                continue  # gone
             try:
                 self.ready.remove(message)
             except ValueError:
@@ -311,9 +311,9 @@ class Queue:
         if not ready or not count:
             return
         policy = self.policy
+        # Queues without a limit or TTL (most) skip the lifecycle's guards altogether.
         checked = policy.max_deliveries is not None or policy.ttl is not None
-        max_deliveries = policy.max_deliveries or 0
-        cutoff = self._clock() - policy.ttl if policy.ttl is not None else None
+        now = self._clock() if checked else 0.0
         dead: list[tuple[StoredMessage, str]] = []
         uri = self.uri
         turn = self._next
@@ -329,11 +329,9 @@ class Queue:
                 break
             message = ready.popleft()
             if checked:
-                if max_deliveries and message.delivery_count >= max_deliveries:
-                    dead.append((message, REASON_DELIVERY_LIMIT))
-                    continue
-                if cutoff is not None and message.accepted_at <= cutoff:
-                    dead.append((message, REASON_EXPIRED))
+                reason = before_delivery(message.delivery_count, message.accepted_at, now, policy)
+                if reason is not None:
+                    dead.append((message, reason))
                     continue
             message.delivery_count += 1
             if message.delivery_count > 1:
@@ -350,14 +348,23 @@ class Queue:
             self._bury(dead)
 
     def _return(self, messages: list[StoredMessage]) -> None:
-        """Messages given back go to the front in their order; those at their delivery
-        limit go to the graveyard at once instead of waiting for a consumer."""
-        limit = self.policy.max_deliveries
-        if limit is not None:
-            spent = [(m, REASON_DELIVERY_LIMIT) for m in messages if m.delivery_count >= limit]
-            if spent:
-                messages = [m for m in messages if m.delivery_count < limit]
-                self._bury(spent)
+        """Messages given back go to the front in their order; those the lifecycle
+        dead-letters on release (spent, or past the TTL) go to the graveyard at once
+        instead of waiting for a consumer."""
+        policy = self.policy
+        if policy.max_deliveries is not None or policy.ttl is not None:
+            now = self._clock()
+            back: list[StoredMessage] = []
+            dead: list[tuple[StoredMessage, str]] = []
+            for message in messages:
+                reason = release(message.delivery_count, message.accepted_at, now, policy)
+                if reason is None:
+                    back.append(message)
+                else:
+                    dead.append((message, reason))
+            if dead:
+                self._bury(dead)
+            messages = back
         self.ready.extendleft(reversed(messages))
 
     def _bury(self, dead: list[tuple[StoredMessage, str]]) -> None:
@@ -370,18 +377,6 @@ class Queue:
                 self._updates.removed(self.uri, message.guid)
             return
         self._graveyard.bury(self, dead)
-
-
-@dataclass(slots=True, eq=False)
-class QueueHandle:
-    """A queue as one session opened it, under the session's ``queue_id``."""
-
-    queue_id: int
-    queue: Queue
-    read: bool
-    write: bool
-    consumer: Consumer | None
-    """Set when opened with read."""
 
 
 __all__ = [

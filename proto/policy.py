@@ -9,8 +9,9 @@ when the message is dead-lettered; request/reply sets both):
 
 - ``max_deliveries``: a message PUSHed this many times is not PUSHed again; it is
   dead-lettered with reason ``delivery-limit`` (a poison message stops looping);
-- ``ttl``: seconds a message may wait while *ready* (not while a consumer holds it);
-  past it, it is dead-lettered with reason ``expired``;
+- ``ttl``: seconds from a message's acceptance; past it, a message is dead-lettered with
+  reason ``expired`` instead of being delivered, and one a consumer holds (which does not
+  expire while held) when it is released (``holdfast.broker.lifecycle``);
 - ``dead_letter``: the queue dead-lettered messages move to, with the properties
   ``x-death-reason``, ``x-original-uri`` and ``x-delivery-count``; without it they are
   dropped and counted (``holdfast_dead_letters_dropped_total``);

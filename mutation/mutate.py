@@ -1,0 +1,240 @@
+"""``make mutation``: mutation testing of the broker's rules with cosmic-ray.
+
+Each target in ``mutation/targets.toml`` names the modules whose rules it mutates and the
+tests that must pin them (the conformance suite, the lifecycle tests, the Redis walk). For
+every target this runs the tests once unmutated (they must pass and select at least one
+test: a command that runs no test would "kill" every mutant), then lets cosmic-ray mutate
+the modules one change at a time, in place, and run the tests against each. It prints
+killed / survived per target and every survivor (file, line, operator), and exits 1 when
+fewer than ``--threshold`` percent (default 90) of the mutants were killed.
+
+Mutants marked ``# pragma: no mutate`` on their line are skipped (cosmic-ray's own
+filter); every such pragma says why in a comment beside it.
+
+Not part of ``make test``: it runs the target's tests once per mutant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Modules to mutate and the test command that must kill their mutants."""
+
+    name: str
+    modules: tuple[str, ...]
+    tests: tuple[str, ...]
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class Survivor:
+    """A mutant no test killed."""
+
+    module: str
+    line: int
+    operator: str
+    occurrence: int
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one target's run found."""
+
+    target: Target
+    killed: int
+    survived: list[Survivor]
+    skipped: int
+    seconds: float
+
+    @property
+    def total(self) -> int:
+        """Mutants that ran (skipped ones excluded)."""
+        return self.killed + len(self.survived)
+
+
+def load_targets(path: Path) -> list[Target]:
+    """Read ``targets.toml``: ``[[target]]`` tables with name, modules, tests, timeout."""
+    data = tomllib.loads(path.read_text())
+    return [
+        Target(
+            name=entry["name"],
+            modules=tuple(entry["modules"]),
+            tests=tuple(entry["tests"]),
+            timeout=float(entry.get("timeout", 120)),
+        )
+        for entry in data["target"]
+    ]
+
+
+def pytest_command(target: Target) -> list[str]:
+    """The test run of one mutant: stop at the first failure, quiet, no cache."""
+    return [str(BIN / "pytest"), "-x", "-q", "-p", "no:cacheprovider", *target.tests]
+
+
+def check_baseline(target: Target) -> None:
+    """The unmutated code must pass the target's tests, and at least one must run."""
+    result = subprocess.run(
+        pytest_command(target), cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        tail = "\n".join(result.stdout.splitlines()[-15:])
+        raise SystemExit(
+            f"mutation: the tests of target {target.name!r} do not pass unmutated "
+            f"(exit {result.returncode}); fix them first:\n{tail}"
+        )
+
+
+def write_config(target: Target, where: Path) -> Path:
+    """A cosmic-ray configuration for ``target``."""
+    modules = ", ".join(f'"{ROOT / module}"' for module in target.modules)
+    command = " ".join(pytest_command(target))
+    config = where / f"{target.name}.toml"
+    config.write_text(
+        "[cosmic-ray]\n"
+        f"module-path = [{modules}]\n"
+        f"timeout = {target.timeout}\n"
+        "excluded-modules = []\n"
+        f"test-command = '{command}'\n\n"
+        "[cosmic-ray.distributor]\n"
+        'name = "local"\n'
+    )
+    return config
+
+
+def run_target(target: Target, where: Path) -> Outcome:
+    """Baseline, init, filter, exec and read back one target."""
+    started = time.monotonic()
+    check_baseline(target)
+    config = write_config(target, where)
+    session = where / f"{target.name}.sqlite"
+    _tool("cosmic-ray", "init", str(config), str(session))
+    _tool("cr-filter-pragma", str(session))
+    skip_annotations(session)
+    _tool("cosmic-ray", "exec", str(config), str(session))
+    return read_session(target, session, time.monotonic() - started)
+
+
+def _tool(name: str, *args: str) -> None:
+    subprocess.run([str(BIN / name), *args], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+
+
+def annotation_spans(module: Path) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Where ``module``'s type annotations are: a mutant there changes nothing that runs
+    (every module has ``from __future__ import annotations``), so it is equivalent."""
+    spans = []
+    for node in ast.walk(ast.parse(module.read_text())):
+        notes: list[ast.expr | None] = []
+        if isinstance(node, ast.arg):
+            notes.append(node.annotation)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            notes.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            notes.append(node.annotation)
+        for note in notes:
+            if note is not None and note.end_lineno is not None and note.end_col_offset is not None:
+                spans.append(
+                    ((note.lineno, note.col_offset), (note.end_lineno, note.end_col_offset))
+                )
+    return spans
+
+
+def skip_annotations(session: Path) -> None:
+    """Mark the mutants inside type annotations as skipped (equivalent mutants)."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    spans: dict[Path, list[tuple[tuple[int, int], tuple[int, int]]]] = {}
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        for item in db.work_items:
+            for spec in item.mutations:
+                module = Path(spec.module_path)
+                if module not in spans:
+                    spans[module] = annotation_spans(module)
+                if any(
+                    a <= tuple(spec.start_pos) and tuple(spec.end_pos) <= b
+                    for a, b in spans[module]
+                ):
+                    db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
+
+
+def read_session(target: Target, session: Path, seconds: float) -> Outcome:
+    """Count the outcomes cosmic-ray recorded in ``session``."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome
+
+    killed = skipped = 0
+    survived: list[Survivor] = []
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        for item, result in db.completed_work_items:
+            if result.worker_outcome == WorkerOutcome.SKIPPED:
+                skipped += 1
+            elif result.test_outcome == TestOutcome.SURVIVED:
+                spec = item.mutations[0]
+                survived.append(
+                    Survivor(
+                        str(Path(spec.module_path).relative_to(ROOT)),
+                        spec.start_pos[0],
+                        spec.operator_name,
+                        spec.occurrence,
+                    )
+                )
+            else:
+                # A mutant that hangs past the timeout counts as killed (cosmic-ray's rule):
+                # the tests noticed that something changed.
+                killed += 1
+    return Outcome(target, killed, survived, skipped, seconds)
+
+
+def report(outcomes: list[Outcome]) -> float:
+    """Print the table and the survivors; return the share killed over all targets."""
+    print(f"{'target':<22} {'mutants':>7} {'killed':>7} {'survived':>8} {'skipped':>7} {'s':>6}")
+    for o in outcomes:
+        print(
+            f"{o.target.name:<22} {o.total:>7} {o.killed:>7} {len(o.survived):>8} "
+            f"{o.skipped:>7} {o.seconds:>6.0f}"
+        )
+    total = sum(o.total for o in outcomes)
+    killed = sum(o.killed for o in outcomes)
+    share = 100.0 * killed / total if total else 0.0
+    print(f"{'all':<22} {total:>7} {killed:>7} {total - killed:>8}   killed {share:.1f}%")
+    for o in outcomes:
+        for s in o.survived:
+            print(f"  survived: {s.module}:{s.line} {s.operator} #{s.occurrence}")
+    return share
+
+
+def main() -> None:
+    """Run every target (or those named) and print killed / survived."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("targets", nargs="*", help="target names (default: all)")
+    parser.add_argument("--threshold", type=float, default=90.0)
+    args = parser.parse_args()
+    targets = load_targets(ROOT / "mutation" / "targets.toml")
+    unknown = set(args.targets) - {t.name for t in targets}
+    if unknown:
+        raise SystemExit(f"mutation: unknown target(s) {sorted(unknown)}")
+    chosen = [t for t in targets if not args.targets or t.name in args.targets]
+    os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+    with tempfile.TemporaryDirectory(prefix="holdfast-mutation-") as tmp:
+        outcomes = [run_target(t, Path(tmp)) for t in chosen]
+    share = report(outcomes)
+    sys.exit(0 if share >= args.threshold else 1)
+
+
+if __name__ == "__main__":
+    main()
