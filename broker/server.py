@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from holdfast.broker.admin import AdminBackend, AdminService
@@ -42,8 +43,14 @@ class Broker:
     """A Holdfast broker: ``await start()``, then ``await stop()``."""
 
     def __init__(
-        self, config: BrokerConfig, store: Store | None = None, clock: BrokerClock | None = None
+        self,
+        config: BrokerConfig,
+        store: Store | None = None,
+        clock: BrokerClock | None = None,
+        wall_ms: Callable[[], int] | None = None,
     ) -> None:
+        """``clock`` and ``wall_ms`` (the Redis store's shared acceptance times) are
+        injected by tests that step time instead of waiting for it."""
         self.config = config
         self.broker_id = uuid.uuid4().hex
         """Identifies this broker process to clients (HelloReply.broker_id)."""
@@ -72,7 +79,7 @@ class Broker:
         if parse_store_spec(config.store).kind == "redis":
             from holdfast.broker.redis.backend import RedisBackend
 
-            self.redis = RedisBackend(config, self.broker_id, self._data_lost)
+            self.redis = RedisBackend(config, self.broker_id, self._data_lost, wall_ms)
         self.guard = config.security.guard()
         """Tokens and per-session limits (``holdfast.server.guard``)."""
         backend: AdminBackend

@@ -23,7 +23,11 @@ class RedisBackend:
     """Everything a broker node needs to serve queues kept in Redis."""
 
     def __init__(
-        self, config: BrokerConfig, node_id: str, on_data_loss: Callable[[str], None]
+        self,
+        config: BrokerConfig,
+        node_id: str,
+        on_data_loss: Callable[[str], None],
+        now_ms: Callable[[], int] | None = None,
     ) -> None:
         spec = parse_redis_spec(config.store)
         self.client = RedisClient(
@@ -33,7 +37,9 @@ class RedisBackend:
             tls=config.redis_tls,
         )
         retention_ms = round((config.dedup_window + config.dedup_grace) * 1000)
-        self.queues = RedisRegistry(self.client, node_id, _now_ms, retention_ms)
+        self.queues = RedisRegistry(
+            self.client, node_id, _now_ms if now_ms is None else now_ms, retention_ms
+        )
         self.puts = RedisPutPipeline(self.queues, config.limits, retention_ms)
         self.life = NodeLife(self.client, self.queues, on_data_loss)
 

@@ -174,13 +174,15 @@ class NodeLife:
         for raw in queues:
             uri = raw.decode() if isinstance(raw, bytes) else str(raw)
             keys = QueueKeys(uri)
-            moved += int(
+            back = int(
                 await self.client.run(
                     "RECLAIM",
                     [keys.ready, keys.out(node), keys.consumers, keys.handles],
                     [node],
                 )
             )
+            moved += back
+            await self.registry.settle(uri, back)
             # Its moves to dead-letter queues, unfinished, are finished now.
             await self.registry.graveyard.finish_stale(uri, age=0)
             self.registry.wake(uri)

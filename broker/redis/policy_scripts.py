@@ -77,6 +77,41 @@ return out
 """
 )
 
+SETTLE = (
+    ACCEPTED
+    + EMIT
+    + """
+-- KEYS: ready, body, meta, count, out(node), pickup.
+-- ARGV: now ms, TTL cutoff ms (0: no TTL), max deliveries (0: no limit), n.
+-- The lifecycle's release guards (holdfast.broker.lifecycle.release) for the first n
+-- ready messages, just put back at the head (a reject delay over, a dead node's
+-- deliveries): one spent or past its TTL is taken into the node's deliveries for the
+-- node to bury. Returns guid, payload, meta, count and the reason for each.
+local now, cutoff, max_d = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local out = {}
+for _, guid in ipairs(redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)) do
+  local meta = redis.call('HGET', KEYS[3], guid)
+  if meta then
+    local count = tonumber(redis.call('HGET', KEYS[4], guid) or '0')
+    local reason = ''
+    if max_d > 0 and count >= max_d then
+      reason = 'delivery-limit'
+    elseif cutoff > 0 and accepted(meta) <= cutoff then
+      reason = 'expired'
+    end
+    if reason ~= '' then
+      redis.call('LREM', KEYS[1], 1, guid)
+      redis.call('ZREM', KEYS[6], guid)
+      redis.call('ZADD', KEYS[5], now, guid)
+      emit(out, guid, redis.call('HGET', KEYS[2], guid), KEYS[3], KEYS[4])
+      table.insert(out, reason)
+    end
+  end
+end
+return out
+"""
+)
+
 ADD = """
 -- KEYS: ready, body, meta, count, bytes. ARGV: marker prefix, marker TTL ms, then per
 -- message: guid, move id, meta, payload. Appends each message whose move has not
@@ -269,6 +304,7 @@ __all__ = [
     "PEEK",
     "PURGE",
     "RELEASE",
+    "SETTLE",
     "STATS",
     "STAY",
     "TAKE",

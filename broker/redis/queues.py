@@ -29,6 +29,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from holdfast.broker.consumers import Consumer
+from holdfast.broker.lifecycle import release
 from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.store import NO_PROPERTIES, StoredMessage, StoreError
 from holdfast.proto.policy import REASON_REJECTED, QueuePolicy
@@ -112,12 +113,12 @@ class RedisQueue:
             return 0
         self._consumers.remove(consumer)
         self._next = 0
-        returned = [m.guid for m in consumer.unconfirmed.values()]
+        returned = list(consumer.unconfirmed.values())
         consumer.unconfirmed.clear()
         consumer.unconfirmed_bytes = 0
         self._registry.consumers_changed(self)
         if returned:
-            self._registry.spawn(self._requeue(returned))
+            self._give_back(returned)
         self._registry.release(self)
         return len(returned)
 
@@ -142,8 +143,28 @@ class RedisQueue:
         elif delay > 0:
             self._registry.spawn(self._delay(guid, delay))
         else:
-            self._registry.spawn(self._requeue([guid]))
+            self._give_back([message])
         return True
+
+    def _give_back(self, messages: list[StoredMessage]) -> None:
+        """Released messages (requeue, session lost): those the lifecycle dead-letters
+        on release (spent, or past the TTL) are buried, the rest go back to the head."""
+        policy = self.policy
+        back: list[bytes] = []
+        dead: list[tuple[StoredMessage, str]] = []
+        now = self._registry.now_ms() / 1000
+        for message in messages:
+            reason = release(message.delivery_count, message.accepted_at, now, policy)
+            if reason is None:
+                back.append(message.guid)
+            else:
+                dead.append((message, reason))
+        if dead:
+            for _, reason in dead:
+                self.dead[reason] += 1
+            self._registry.graveyard.bury(self.uri, dead)
+        if back:
+            self._registry.spawn(self._requeue(back))
 
     def deliver(self) -> None:
         """Claim as many messages as local consumers have room for, and PUSH them."""

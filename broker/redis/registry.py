@@ -13,10 +13,14 @@ from holdfast.broker.redis.client import RedisClient
 from holdfast.broker.redis.graveyard import RedisGraveyard
 from holdfast.broker.redis.keys import QUEUES, WAKE, QueueKeys, node_queues
 from holdfast.broker.redis.policies import PolicyBook
-from holdfast.broker.redis.queues import RedisQueue
+from holdfast.broker.redis.queues import RedisQueue, parse_message
 from holdfast.broker.store import StoreError
 
 log = logging.getLogger(__name__)
+
+
+def _text(raw: Any) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
 class RedisRegistry:
@@ -146,6 +150,31 @@ class RedisRegistry:
             # Still in this node's deliveries: reclaimed if the node dies, else later.
             log.error("%s: could not requeue %d messages: %s", uri, len(guids), error)
         self.wake(uri)
+
+    async def settle(self, uri: str, released: int) -> None:
+        """Apply the lifecycle's release guards to the first ``released`` messages at the
+        head of ``uri`` (just put back there): bury those spent or past their TTL."""
+        policy = self.policies.effective(uri)
+        if released <= 0 or (policy.max_deliveries is None and policy.ttl is None):
+            return
+        now = self.now_ms()
+        cutoff = now - round(policy.ttl * 1000) if policy.ttl is not None else 0
+        keys = QueueKeys(uri)
+        await self.remember_queue(uri)
+        raw = await self.client.run(
+            "SETTLE",
+            [keys.ready, keys.body, keys.meta, keys.count, keys.out(self.node_id), keys.pickup],
+            [now, cutoff, policy.max_deliveries or 0, released],
+        )
+        dead = [
+            (parse_message(uri, *raw[i : i + 4]), _text(raw[i + 4])) for i in range(0, len(raw), 5)
+        ]
+        if dead:
+            queue = self._queues.get(uri)
+            if queue is not None:
+                for _, reason in dead:
+                    queue.dead[reason] += 1
+            self.graveyard.bury(uri, dead)
 
     def count(self, uri: str, counter: str, n: int = 1) -> None:
         """Add ``n`` to a counter of ``uri`` kept in Redis (the admin's statistics)."""

@@ -89,7 +89,9 @@ class Sweeper:
         registry = self._registry
         client = registry.client
         keys = QueueKeys(uri)
-        if await client.run("RELEASE", [keys.delayed, keys.ready], [now]):
+        released = int(await client.run("RELEASE", [keys.delayed, keys.ready], [now]))
+        if released:
+            await registry.settle(uri, released)
             registry.wake(uri)
         ttl = registry.policies.effective(uri).ttl
         cutoff = now - round(ttl * 1000) if ttl is not None else 0
