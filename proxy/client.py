@@ -34,12 +34,13 @@ from holdfast.proto import pb
 from holdfast.proto.limits import hello_reply
 from holdfast.proto.validate import GUID_BYTES, Invalid, check_open, parse_queue_uri
 from holdfast.proxy.config import ProxyConfig
-from holdfast.proxy.routes import ClientHandle, ProxyCounters, Routes
+from holdfast.proxy.routes import ClientHandle, ParkedPut, ProxyCounters, Routes
 from holdfast.proxy.upstream import Upstream
 from holdfast.sdk.engine import QueueRecord
 from holdfast.sdk.errors import ConfirmDroppedError, HoldfastError, QueueStateError
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.outcomes import WirePush
+from holdfast.sdk.producer import Relayed
 from holdfast.sdk.statuses import relay_status
 from holdfast.sdk.types import Rejection
 from holdfast.server.guard import SessionGuard
@@ -262,23 +263,33 @@ class ClientSession(ContractStream):
             elif len(guid) != GUID_BYTES:
                 status = pb.STATUS_INVALID_GUID
             else:
+                parked = ParkedPut(
+                    self._route_key,
+                    queue_id,
+                    handle.upstream.queue_id,
+                    put.payload,
+                    put.properties or None,
+                    guid,
+                    now,
+                    put.age_ms,
+                )
                 try:
-                    # Not posted again if still pending upstream (the client retransmits
-                    # after losing the proxy): it is only routed to this stream.
-                    relay(
-                        handle.upstream.queue_id,
-                        put.payload,
-                        put.properties or None,
-                        guid,
-                        now,
-                        put.age_ms,
-                    )
+                    # A GUID pending upstream is judged by queue and content, as the
+                    # broker would (``Relayed``): the same PUT again (a client
+                    # retransmitting after it lost the proxy) is only routed here.
+                    outcome = relay(*parked.relay_args)
                 except HoldfastError as error:
                     status = relay_status(error, pb.STATUS_UNKNOWN_QUEUE)[0]
-                if status is None:
-                    add_route(guid, self._route_key, queue_id)
-                    relayed += 1
-                    continue
+                else:
+                    if outcome is Relayed.CONFLICT:
+                        status = pb.STATUS_CONFLICT
+                    elif outcome is Relayed.BUSY:
+                        self._routes.park(parked)
+                        continue
+                    else:
+                        add_route(guid, self._route_key, queue_id)
+                        relayed += 1
+                        continue
             self.ack(queue_id, guid, status)
         if relayed:
             self._upstream.queued()

@@ -10,10 +10,13 @@ rides on and the deliveries it holds.
 from __future__ import annotations
 
 from collections import Counter, deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from holdfast.proto import pb
 from holdfast.sdk.engine import QueueRecord, WireAck, WirePush
+from holdfast.sdk.producer import Relayed
 
 if TYPE_CHECKING:
     from holdfast.proxy.client import ClientSession
@@ -51,6 +54,39 @@ class ClientHandle:
     upstream reconnect the client may hold the stale one and its redelivery."""
 
 
+@dataclass(frozen=True, slots=True)
+class ParkedPut:
+    """A client's PUT of a GUID that is pending upstream on another queue: another
+    message, relayed once the pending one has its outcome (``Relayed.BUSY``)."""
+
+    client_key: int
+    queue_id: int
+    """The client's handle."""
+    upstream_queue_id: int
+    payload: bytes
+    properties: Mapping[str, str] | None
+    guid: bytes
+    arrived: float
+    """Monotonic time it arrived: with ``age_ms``, its age keeps running while parked."""
+    age_ms: int
+
+    @property
+    def relay_args(self) -> tuple[int, bytes, Mapping[str, str] | None, bytes, float, int]:
+        """The arguments of ``SessionEngine.relay`` for this PUT."""
+        return (
+            self.upstream_queue_id,
+            self.payload,
+            self.properties,
+            self.guid,
+            self.arrived,
+            self.age_ms,
+        )
+
+
+Relay = Callable[[int, bytes, "Mapping[str, str] | None", bytes, float, int], Relayed]
+"""``SessionEngine.relay``."""
+
+
 class Routes:
     """Which client stream each pending PUT's ACK goes back to, by GUID.
 
@@ -67,6 +103,11 @@ class Routes:
         task posting the rows of another attempt that is still running)."""
         self._clients: dict[int, ClientSession] = {}
         self._next_key = 1
+        self._parked: dict[bytes, list[ParkedPut]] = {}
+        self.relay: Relay | None = None
+        """The upstream engine's ``relay``, for parked PUTs (set by the proxy server)."""
+        self.relayed: Callable[[], None] = lambda: None
+        """Wakes the upstream writer after parked PUTs were relayed."""
 
     def register(self, client: ClientSession) -> int:
         """Make ``client`` routable; return its key (never reused)."""
@@ -94,8 +135,34 @@ class Routes:
         else:
             self._also.setdefault(guid, []).append(route)
 
+    def park(self, put: ParkedPut) -> None:
+        """Keep ``put`` until its GUID's pending PUT (on another queue) has an outcome."""
+        self._parked.setdefault(put.guid, []).append(put)
+
+    def _unpark(self, guid: bytes) -> None:
+        """The pending PUT of ``guid`` has its outcome: relay what waited for it."""
+        waiting = self._parked.pop(guid, [])
+        relay = self.relay
+        assert relay is not None, "Routes.relay is set before any client connects"
+        sent = False
+        for put in waiting:
+            client = self._clients.get(put.client_key)
+            if client is None:
+                continue  # the client left: it retransmits after it reconnects
+            outcome = relay(*put.relay_args)
+            if outcome is Relayed.BUSY:
+                self.park(put)
+            elif outcome is Relayed.CONFLICT:
+                client.ack(put.queue_id, guid, pb.STATUS_CONFLICT)
+            else:
+                self.add(guid, put.client_key, put.queue_id)
+                sent = True
+        if sent:
+            self.relayed()
+
     def on_acks(self, acks: list[WireAck]) -> None:
-        """Deliver upstream outcomes to the clients that posted the PUTs, if still there."""
+        """Deliver upstream outcomes to the clients that posted the PUTs, if still there,
+        then relay the PUTs that waited for those GUIDs."""
         by_guid = self._by_guid
         clients = self._clients
         for guid, status in acks:
@@ -109,6 +176,10 @@ class Routes:
                         other = clients.get(key)
                         if other is not None:
                             other.ack(queue_id, guid, status)
+        if self._parked:
+            for guid, _ in acks:
+                if guid in self._parked:
+                    self._unpark(guid)
 
     def __len__(self) -> int:
         return len(self._by_guid)

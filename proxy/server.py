@@ -53,6 +53,8 @@ class Proxy:
             on_event=self._on_event,
             transport=upstream_transport,
         )
+        self.routes.relay = self.upstream.engine.relay
+        self.routes.relayed = self.upstream.queued
         self.guard = config.security.guard()
         """The proxy's clients' tokens and limits (its own ``--auth-file``)."""
         self.marks = MarkRelay(config.upstream_addresses, config.upstream_options, self.guard)

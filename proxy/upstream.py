@@ -24,6 +24,7 @@ from holdfast.sdk.driver.aio_session import AsyncEngineSession
 from holdfast.sdk.engine import WireAck
 from holdfast.sdk.events import SessionEvent, log_event
 from holdfast.sdk.options import SessionOptions
+from holdfast.sdk.producer import Relayed
 from holdfast.sdk.transports.base import AsyncTransport
 
 
@@ -68,14 +69,14 @@ class Upstream(AsyncEngineSession):
         properties: Mapping[str, str] | None,
         guid: bytes,
         age_ms: int = 0,
-    ) -> bool:
+    ) -> Relayed:
         """Buffer a client's PUT under the client's GUID (16 bytes), as old as it arrived
         (``age_ms``: a proxy never restarts a PUT's age); its outcome reaches ``on_acks``.
-        False if that GUID is already pending here (nothing is buffered)."""
-        if not self.engine.relay(queue_id, payload, properties, guid, time.monotonic(), age_ms):
-            return False
-        self.driver.outbound_queued()
-        return True
+        A GUID pending here already is judged by queue and content (``Relayed``)."""
+        outcome = self.engine.relay(queue_id, payload, properties, guid, time.monotonic(), age_ms)
+        if outcome is Relayed.SENT:
+            self.driver.outbound_queued()
+        return outcome
 
     def queued(self) -> None:
         """A client frame's PUTs or CONFIRMs went straight into the engine

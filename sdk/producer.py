@@ -8,6 +8,7 @@ high-watermark wait of rule 7, decided here and only *waited* by the shell.
 
 from __future__ import annotations
 
+import enum
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -24,11 +25,32 @@ from holdfast.sdk.errors import (
 )
 from holdfast.sdk.guids import Uuid7Source
 from holdfast.sdk.outbound import Outbound
-from holdfast.sdk.putbuffer import PUT_OVERHEAD, PendingPut, PutBuffer
+from holdfast.sdk.putbuffer import (
+    PAYLOAD,
+    PROPERTIES,
+    PUT_OVERHEAD,
+    QUEUE_ID,
+    PendingPut,
+    PutBuffer,
+)
 from holdfast.sdk.queue_table import QueueTable
 from holdfast.sdk.state import WRITABLE_STATES, LinkMachine, LinkState
 from holdfast.sdk.statuses import invalid_error
 from holdfast.sdk.types import Ack
+
+
+class Relayed(enum.Enum):
+    """What ``Producer.relay`` did with a client's PUT."""
+
+    SENT = "sent"
+    """Buffered and sent (or sent once the link is up): its outcome comes by GUID."""
+    JOINED = "joined"
+    """The same PUT (queue, GUID, content) is pending already: its outcome answers this."""
+    CONFLICT = "conflict"
+    """The GUID is pending on this queue with other content: the broker would say CONFLICT."""
+    BUSY = "busy"
+    """The GUID is pending on another queue: relay this one again after that outcome."""
+
 
 HIGH_WATERMARK_WAIT = 5.0
 """Seconds a post waits for the outbound buffer to drain below its high watermark."""
@@ -128,18 +150,28 @@ class Producer:
         guid: bytes,
         now: float,
         age_ms: int = 0,
-    ) -> bool:
+    ) -> Relayed:
         """``post()`` under a GUID given as its 16 bytes, for a proxy relaying its clients'
         PUTs (no ``UUID`` is made; outcomes go by ``wire_acks``). The PUT is back-dated
-        by ``age_ms``, the age it arrived with, so this hop never restarts it. False,
-        buffering nothing, when that GUID is already pending: a client retransmitting
-        a PUT that is still in flight here."""
-        if guid in self._puts.by_guid:
-            return False
+        by ``age_ms``, the age it arrived with, so this hop never restarts it.
+
+        A GUID already pending here is judged as the broker judges a PUT, by queue and
+        content (rule 8), so a proxy client is told what the broker would tell it: the
+        same queue and content is that PUT again (``JOINED``: its outcome answers both);
+        the same queue with other content is a ``CONFLICT``; another queue is another
+        message, which waits until the pending one has its outcome (``BUSY``: buffered
+        nothing, relay it again then)."""
+        pending = self._puts.by_guid.get(guid)
+        if pending is not None:
+            if pending[QUEUE_ID] != queue_id:
+                return Relayed.BUSY
+            if pending[PAYLOAD] != payload or (pending[PROPERTIES] or {}) != dict(properties or {}):
+                return Relayed.CONFLICT
+            return Relayed.JOINED
         if len(guid) != 16:
             raise InvalidArgumentError(f"a GUID is 16 bytes, not {len(guid)}")
         self.buffer(queue_id, payload, properties, None, now - age_ms / 1000.0, guid)
-        return True
+        return Relayed.SENT
 
     def buffer(
         self,

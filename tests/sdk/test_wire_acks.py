@@ -8,6 +8,7 @@ import pytest
 from holdfast.proto import pb
 from holdfast.sdk.engine import SessionEngine
 from holdfast.sdk.errors import InvalidArgumentError
+from holdfast.sdk.producer import Relayed
 
 from .fakes import Harness
 
@@ -69,11 +70,23 @@ def test_closing_the_session_relays_every_pending_put_unknown(h: Harness) -> Non
     assert h.engine.take_wire_acks() == [(guid.bytes, pb.STATUS_UNKNOWN)]
 
 
+def test_relay_judges_a_pending_guid_by_queue_and_content_as_the_broker_does(h: Harness) -> None:
+    queue_id = writer(h)
+    other = h.open_active("hf://t/other")
+    guid = bytes(range(16))
+    assert h.engine.relay(queue_id, b"one", None, guid, h.now) is Relayed.SENT
+    assert h.engine.relay(queue_id, b"one", None, guid, h.now) is Relayed.JOINED
+    assert h.engine.relay(queue_id, b"two", None, guid, h.now) is Relayed.CONFLICT
+    assert h.engine.relay(queue_id, b"one", {"k": "v"}, guid, h.now) is Relayed.CONFLICT
+    assert h.engine.relay(other, b"one", None, guid, h.now) is Relayed.BUSY
+    assert h.engine.pending_count == 1
+
+
 def test_relay_buffers_under_the_given_guid_bytes_once(h: Harness) -> None:
     queue_id = writer(h)
     guid = bytes(range(16))
-    assert h.engine.relay(queue_id, b"one", None, guid, h.now)
-    assert not h.engine.relay(queue_id, b"again", None, guid, h.now)  # still pending
+    assert h.engine.relay(queue_id, b"one", None, guid, h.now) is Relayed.SENT
+    assert h.engine.relay(queue_id, b"one", None, guid, h.now) is Relayed.JOINED
     puts = [p for f in h.sent_frames() if f.WhichOneof("frame") == "puts" for p in f.puts.puts]
     assert [(p.guid, p.payload) for p in puts] == [(guid, b"one")]
     h.feed(
@@ -82,7 +95,7 @@ def test_relay_buffers_under_the_given_guid_bytes_once(h: Harness) -> None:
         )
     )
     assert h.engine.take_wire_acks() == [(guid, pb.STATUS_OK)]
-    assert h.engine.relay(queue_id, b"after the ACK", None, guid, h.now)
+    assert h.engine.relay(queue_id, b"after the ACK", None, guid, h.now) is Relayed.SENT
 
 
 def test_relay_refuses_a_guid_that_is_not_16_bytes(h: Harness) -> None:
