@@ -35,7 +35,8 @@ the history's bound refuse it; else it is accepted (and becomes READY once durab
 
 The memory and sqlite stores run this module (``queues.Queue`` calls ``spent``,
 ``expired``, ``pickup_missed`` and ``release``; ``puts`` calls ``admit``); the Redis
-scripts are checked against ``apply`` by a test that walks every row on a real Redis.
+store calls ``release`` where it gives a message back, and its scripts take the limit
+and the TTL cutoff the node computes from the same policy.
 """
 
 from __future__ import annotations

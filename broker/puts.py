@@ -44,8 +44,10 @@ from holdfast.broker.lifecycle import Admission, admit
 from holdfast.broker.queues import Queue, QueueHandle
 from holdfast.broker.registry import QueueRegistry
 from holdfast.broker.store import NO_PROPERTIES, Store, StoreBatch, StoredMessage
+from holdfast.broker.writer import Writer
 from holdfast.proto import pb
 from holdfast.proto.limits import Limits
+from holdfast.proto.policy import DEAD_LETTER_NOTIFY
 from holdfast.proto.validate import put_status
 from holdfast.server.outbox import AckEntry, AckGroup, Outbox
 
@@ -101,10 +103,16 @@ class PutPipeline:
         """ACKs made final, by status (read by the metrics collector)."""
 
     def on_put_batch(
-        self, puts: Iterable[pb.Put], handles: Mapping[int, QueueHandle], outbox: Outbox
+        self,
+        puts: Iterable[pb.Put],
+        handles: Mapping[int, QueueHandle],
+        outbox: Outbox,
+        writer: Writer,
     ) -> None:
         """Handle one PutBatch frame of a session whose open queues are ``handles``; its
-        ACKs go to ``outbox``, in PUT order, once they are final."""
+        ACKs go to ``outbox``, in PUT order, once they are final. What the broker would
+        write elsewhere for these PUTs (a redirect, a dead-letter notice) is checked
+        against ``writer``'s token now."""
         group = AckGroup()
         acks = group.acks
         fresh: list[StoredMessage] = []
@@ -121,6 +129,7 @@ class PutPipeline:
         last_queue: Queue | None = None
         target: Queue = None  # type: ignore[assignment]  # set with last_queue
         depth_limited = False
+        redirect_status = _OK
         max_age = self.max_age_ms
         budget = self._budget
         for put in puts:
@@ -137,16 +146,23 @@ class PutPipeline:
                 payload = put.payload
                 properties: Mapping[str, str] = put.properties
                 status = put_status(guid, payload, properties, limits)
+                if status == _OK and properties and DEAD_LETTER_NOTIFY in properties:
+                    status = writer.notify_status(properties[DEAD_LETTER_NOTIFY], self._queues)
                 if status == _OK:
                     queue = handle.queue
                     if queue is not last_queue:
                         last_queue = queue
                         target = queue
+                        redirect_status = _OK
                         if queue.policy.redirect is not None:
-                            target = self._queues.open(queue.policy.redirect)
+                            redirect_status = writer.redirect_status(queue.policy.redirect)
+                            if redirect_status == _OK:
+                                target = self._queues.open(queue.policy.redirect)
                         target.history.expire(now)
                         depth_limited = target.policy.limits_depth
                     queue = target
+                    status = redirect_status
+                if status == _OK:
                     digest = content_digest(payload, properties)
                     pending = queue.in_flight.get(guid)
                     if pending is not None:

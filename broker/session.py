@@ -17,6 +17,7 @@ from holdfast.broker.config import BrokerConfig
 from holdfast.broker.puts import PutPipeline
 from holdfast.broker.queues import Consumer, FlowLimits, Queue, QueueHandle
 from holdfast.broker.registry import QueueRegistry
+from holdfast.broker.writer import Writer
 from holdfast.proto import pb
 from holdfast.proto.limits import hello_reply
 from holdfast.proto.validate import Invalid, check_open, parse_queue_uri
@@ -48,6 +49,7 @@ class Session(ContractStream):
         self._queues = queues
         self._puts = puts
         self._handles: dict[int, QueueHandle] = {}
+        self._writer = Writer(self.guard, session_id)
 
     def stop(self, message: str = "the broker is stopping") -> None:
         """End the session from the broker's side (see ``ContractStream.stop``)."""
@@ -121,7 +123,7 @@ class Session(ContractStream):
 
     def on_puts(self, batch: pb.PutBatch) -> None:
         """Validate, dedup, store and enqueue a batch of PUTs (see ``puts``)."""
-        self._puts.on_put_batch(batch.puts, self._handles, self.outbox)
+        self._puts.on_put_batch(batch.puts, self._handles, self.outbox, self._writer)
 
     def on_confirms(self, batch: pb.ConfirmBatch) -> None:
         """Remove confirmed messages; refuse GUIDs this consumer does not hold."""

@@ -32,6 +32,7 @@ from typing import Any
 
 from holdfast.proto import pb
 from holdfast.proto.limits import hello_reply
+from holdfast.proto.policy import DEAD_LETTER_NOTIFY
 from holdfast.proto.validate import GUID_BYTES, Invalid, check_open, parse_queue_uri
 from holdfast.proxy.config import ProxyConfig
 from holdfast.proxy.routes import ClientHandle, ParkedPut, ProxyCounters, Routes
@@ -262,6 +263,18 @@ class ClientSession(ContractStream):
                 status = pb.STATUS_NOT_WRITABLE
             elif len(guid) != GUID_BYTES:
                 status = pb.STATUS_INVALID_GUID
+            elif (
+                put.properties
+                and DEAD_LETTER_NOTIFY in put.properties
+                and (
+                    refusal := self.guard.check_derived_put(
+                        put.properties[DEAD_LETTER_NOTIFY], None, self.session_id
+                    )
+                )
+            ):
+                # The broker writes the notice with the proxy's token: the client's own
+                # must allow it (the broker counts the queue it may create).
+                status = refusal[0]
             else:
                 parked = ParkedPut(
                     self._route_key,

@@ -48,6 +48,7 @@ _ACK_STATUS: dict[int, AckStatus] = {
     pb.STATUS_NOT_WRITABLE: AckStatus.NOT_WRITABLE,
     pb.STATUS_UNKNOWN_QUEUE: AckStatus.UNKNOWN_QUEUE,
     pb.STATUS_STORE_ERROR: AckStatus.STORE_ERROR,
+    pb.STATUS_PERMISSION_DENIED: AckStatus.PERMISSION_DENIED,
 }
 
 _WIRE_STATUS: dict[AckStatus, pb.Status] = {
@@ -60,6 +61,7 @@ _WIRE_STATUS: dict[AckStatus, pb.Status] = {
     AckStatus.NOT_WRITABLE: pb.STATUS_NOT_WRITABLE,
     AckStatus.UNKNOWN_QUEUE: pb.STATUS_UNKNOWN_QUEUE,
     AckStatus.STORE_ERROR: pb.STATUS_STORE_ERROR,
+    AckStatus.PERMISSION_DENIED: pb.STATUS_PERMISSION_DENIED,
 }
 
 _INVALID_ERRORS: dict[int, type[InvalidArgumentError]] = {

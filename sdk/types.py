@@ -37,6 +37,9 @@ class AckStatus(enum.Enum):
     NOT_WRITABLE = "NOT_WRITABLE"
     UNKNOWN_QUEUE = "UNKNOWN_QUEUE"
     STORE_ERROR = "STORE_ERROR"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    """The token may not make a write this PUT asks for (a dead-letter notice to, or a
+    redirect into, a domain it may not write)."""
     REFUSED = "REFUSED"
 
     @property

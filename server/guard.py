@@ -179,6 +179,46 @@ class SessionGuard:
             )
         return None
 
+    def check_write(self, domain: str, what: str) -> tuple[pb.Status, str] | None:
+        """Why a write into ``domain`` made for this session (``what``: a dead-letter
+        notice, a redirect) is refused, or None: the broker writes nowhere for a client
+        that the client's token could not write itself."""
+        grant = self.grant
+        if grant is not None and grant.can_write(domain):
+            return None
+        name = grant.name if grant is not None else "none"
+        return (
+            pb.STATUS_PERMISSION_DENIED,
+            f"token {name!r} may not write domain {domain!r} ({what})",
+        )
+
+    def check_derived_put(
+        self, notify: str, exists: bool | None, session_id: str
+    ) -> tuple[pb.Status, str] | None:
+        """Why a PUT naming ``notify`` as its ``x-dead-letter-notify`` queue is refused,
+        or None: the notice would be a write into that queue on this client's behalf,
+        so it needs the client's write permission there, and creating the queue counts
+        against the token's new-queues-a-minute limit, now, at the PUT (``exists``: None
+        when this server cannot tell, as a proxy cannot). An invalid URI is left to the
+        PUT's own validation."""
+        try:
+            domain = parse_queue_uri(notify).domain
+        except Invalid:
+            return None
+        refusal = self.check_write(domain, f"the dead-letter notice to {notify}")
+        if refusal is not None or exists is not False:
+            return refusal
+        owner = (
+            self.grant.name if self.grant is not None and self._server.authorizer else session_id
+        )
+        if not self._server.new_queue_bucket(owner).take():
+            return (
+                pb.STATUS_LIMIT_EXCEEDED,
+                f"more than {self._server.limits.new_queues_per_minute} new queues a minute "
+                f"(the dead-letter notice to {notify} would create one)",
+            )
+        return None
+
     def check_read(self, domain: str) -> tuple[pb.Status, str] | None:
         """Why reading ``domain`` (counting its consumers) is refused, or None."""
         grant = self.grant

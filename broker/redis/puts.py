@@ -20,9 +20,10 @@ from holdfast.broker.dedup import content_digest
 from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.redis.registry import RedisRegistry
 from holdfast.broker.store import StoreError
+from holdfast.broker.writer import Writer
 from holdfast.proto import pb
 from holdfast.proto.limits import Limits
-from holdfast.proto.policy import PICKUP_TTL
+from holdfast.proto.policy import DEAD_LETTER_NOTIFY, PICKUP_TTL
 from holdfast.proto.validate import put_status
 from holdfast.server.outbox import AckGroup, Outbox
 
@@ -43,9 +44,10 @@ class RedisPutPipeline:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def on_put_batch(
-        self, puts: Iterable[pb.Put], handles: Mapping[int, Any], outbox: Outbox
+        self, puts: Iterable[pb.Put], handles: Mapping[int, Any], outbox: Outbox, writer: Writer
     ) -> None:
-        """Validate, then store each queue's PUTs with one script; ACK in PUT order."""
+        """Validate, then store each queue's PUTs with one script; ACK in PUT order. A
+        dead-letter notice or a redirect is checked against ``writer``'s token now."""
         group = AckGroup()
         acks = group.acks
         by_queue: dict[str, list[tuple[int, pb.Put]]] = {}
@@ -57,6 +59,13 @@ class RedisPutPipeline:
                 status = pb.STATUS_NOT_WRITABLE
             else:
                 status = put_status(put.guid, put.payload, put.properties, self.limits)
+                properties = put.properties
+                if status == _OK and properties and DEAD_LETTER_NOTIFY in properties:
+                    status = writer.notify_status(properties[DEAD_LETTER_NOTIFY], self._registry)
+                if status == _OK:
+                    redirect = self._registry.policies.effective(handle.queue.uri).redirect
+                    if redirect is not None:
+                        status = writer.redirect_status(redirect)
                 if status == _OK:
                     by_queue.setdefault(handle.queue.uri, []).append((len(acks), put))
             acks.append((put.queue_id, put.guid, status))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,18 +161,26 @@ class World:
 
 @contextmanager
 def open_world(
-    store_kind: str, store: str, path: str, directory: Path, **config: Any
+    store_kind: str,
+    store: str,
+    path: str,
+    directory: Path,
+    *,
+    proxy_args: Sequence[str] = (),
+    admin_token: str | None = None,
+    **config: Any,
 ) -> Iterator[World]:
-    """Start a broker on ``store`` (and a proxy for the ``proxy`` path)."""
+    """Start a broker on ``store`` (and a proxy for the ``proxy`` path, with
+    ``proxy_args``); ``config`` are more ``BrokerConfig`` fields."""
     with ExitStack() as stack:
         broker = LocalBroker(store, ManualTime(), **config).start()
         stack.callback(broker.stop)
         proxy = None
         address = broker.address
         if path == "proxy":
-            proxy = stack.enter_context(ProxyProcess(["--upstream", broker.address]))
+            proxy = stack.enter_context(ProxyProcess(["--upstream", broker.address, *proxy_args]))
             address = proxy.address
-        admin = stack.enter_context(AdminClient(broker.address))
+        admin = stack.enter_context(AdminClient(broker.address, token=admin_token))
         yield World(store_kind, path, broker, address, admin, proxy)
 
 
