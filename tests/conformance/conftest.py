@@ -96,3 +96,15 @@ def direct_world(
     directory = tmp_path_factory.mktemp(f"{kind}-direct")
     with open_world(kind, store_spec(kind, request, directory), "direct", directory) as world:
         yield world
+
+
+@pytest.fixture(scope="module", params=[s for s in STORES if s != "memory"])
+def durable_world(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[World]:
+    """A broker on each store that keeps messages across its restart (memory keeps
+    nothing, by design), seen directly: the restart is the broker's."""
+    kind = request.param
+    directory = tmp_path_factory.mktemp(f"{kind}-durable")
+    with open_world(kind, store_spec(kind, request, directory), "direct", directory) as world:
+        yield world

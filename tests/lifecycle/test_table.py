@@ -202,3 +202,16 @@ def test_the_docs_show_the_table_as_the_code_has_it() -> None:
         ]
         for r in TRANSITIONS
     ]
+
+
+def test_a_pickup_deadline_well_past_is_missed_too() -> None:
+    assert pickup_missed(0, 5.0, 5.5) and pickup_missed(0, 5.0, 5.0)
+    assert not pickup_missed(0, 5.0, 4.5)
+
+
+def test_admission_compares_real_64_bit_digests_by_value() -> None:
+    big = int("7" * 18)  # made at run time: not a cached int object
+    same = int("7" * 18)
+    assert admit(big, same, 0, 300_000, False, False) is Admission.DUPLICATE
+    assert admit(big - 1, big, 0, 300_000, False, False) is Admission.CONFLICT
+    assert admit(big + 1, big, 0, 300_000, False, False) is Admission.CONFLICT

@@ -1,0 +1,46 @@
+"""Across a broker restart, on every durable store: a message's delivery count only
+grows (rule 9), and a replay of a GUID accepted before the restart is still a
+duplicate (rule 8)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from holdfast.sdk import AckStatus
+from tests.conformance.harness import World
+from tests.conformance.support import Inbox, post_and_wait, wait_ready
+
+pytestmark = [pytest.mark.conformance, pytest.mark.timeout(90)]
+
+
+def test_delivery_count_only_grows_across_a_restart(durable_world: World) -> None:
+    world = durable_world
+    uri = world.uri()
+    with world.session() as session:
+        assert post_and_wait(session, uri, b"survives") is AckStatus.SUCCESS
+        inbox = Inbox()
+        queue = session.open_queue(uri, read=True, on_message=inbox)
+        assert [m.delivery_count for m in inbox.wait(1)] == [1]
+        queue.close()
+    wait_ready(world, uri, 1)
+    world.broker.restart()
+    [message] = wait_ready(world, uri, 1)
+    assert message.delivery_count == 1
+    with world.session() as session:
+        inbox = Inbox(lambda m: m.confirm())
+        session.open_queue(uri, read=True, on_message=inbox)
+        assert [m.delivery_count for m in inbox.wait(1)] == [2]
+
+
+def test_a_guid_accepted_before_a_restart_is_still_known_after_it(durable_world: World) -> None:
+    world = durable_world
+    uri, guid = world.uri(), uuid.uuid4()
+    with world.session() as session:
+        assert post_and_wait(session, uri, b"once", guid=guid) is AckStatus.SUCCESS
+    world.broker.restart()
+    with world.session() as session:
+        assert post_and_wait(session, uri, b"once", guid=guid) is AckStatus.SUCCESS
+        assert post_and_wait(session, uri, b"other", guid=guid) is AckStatus.CONFLICT
+    assert [m.payload for m in wait_ready(world, uri, 1)] == [b"once"]
