@@ -4,15 +4,14 @@ directly and through the proxy. The Redis servers are started here, once per run
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conformance.harness import World, open_world
-from tests.support.redis_server import REDIS_CLI, RedisServer
-from tests.support.waiting import wait_until
+from tests.support.redis_server import RedisServer
+from tests.support.redis_server import redis_cluster as start_cluster
 
 STORES = ("memory", "sqlite", "redis", "redis-cluster")
 PATHS = ("direct", "proxy")
@@ -30,32 +29,8 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[RedisServer]]:
     """Three Redis Cluster primaries, slots spread over them."""
-    base = tmp_path_factory.mktemp("cluster")
-    servers = [
-        RedisServer(
-            base / f"n{i}",
-            aof=False,
-            extra=("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"),
-        )
-        for i in range(3)
-    ]
-    try:
-        for server in servers:
-            server.start()
-        subprocess.run(
-            [REDIS_CLI, "--cluster", "create", *(s.address for s in servers),
-             "--cluster-replicas", "0", "--cluster-yes"],
-            capture_output=True, check=True, timeout=60,
-        )  # fmt: skip
-        wait_until(
-            lambda: all("cluster_state:ok" in s.cli("CLUSTER", "INFO") for s in servers),
-            30,
-            "the cluster",
-        )
+    with start_cluster(tmp_path_factory.mktemp("cluster"), aof=False) as servers:
         yield servers
-    finally:
-        for server in servers:
-            server.stop()
 
 
 def store_spec(kind: str, request: pytest.FixtureRequest, directory: Path) -> str:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -16,39 +15,16 @@ from holdfast.sdk import Session
 from holdfast.sdk.admin import AdminClient
 from tests.policies.support import Collector
 from tests.support.processes import BrokerProcess
-from tests.support.redis_server import REDIS_CLI, RedisServer
+from tests.support.redis_server import RedisServer, redis_cluster
 from tests.support.sessions import FAST
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[list[RedisServer]]:
-    servers = [
-        RedisServer(
-            tmp_path / f"n{i}",
-            extra=("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"),
-        )
-        for i in range(3)
-    ]
-    try:
-        for server in servers:
-            server.start()
-        subprocess.run(
-            [REDIS_CLI, "--cluster", "create", *(s.address for s in servers),
-             "--cluster-replicas", "0", "--cluster-yes"],
-            capture_output=True, check=True, timeout=60,
-        )  # fmt: skip
-
-        def ready() -> bool:
-            return all("cluster_state:ok" in s.cli("CLUSTER", "INFO") for s in servers)
-
-        wait_until(ready, 30, "the cluster")
+    with redis_cluster(tmp_path) as servers:
         yield servers
-    finally:
-        for server in servers:
-            server.stop()
 
 
 def test_two_nodes_on_a_cluster_with_a_queue_on_each_primary(cluster: list[RedisServer]) -> None:

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -136,3 +137,34 @@ class RedisServer:
     ) -> None:
         with contextlib.suppress(Exception):
             self.stop()
+
+
+@contextlib.contextmanager
+def redis_cluster(base: Path, primaries: int = 3, aof: bool = True) -> Iterator[list[RedisServer]]:
+    """``primaries`` Redis Cluster primaries in folders under ``base``, the slots spread
+    over them by ``redis-cli --cluster create``; stopped (by PID) on exit."""
+    servers = [
+        RedisServer(
+            base / f"n{i}",
+            aof=aof,
+            extra=("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"),
+        )
+        for i in range(primaries)
+    ]
+    try:
+        for server in servers:
+            server.start()
+        subprocess.run(
+            [REDIS_CLI, "--cluster", "create", *(s.address for s in servers),
+             "--cluster-replicas", "0", "--cluster-yes"],
+            capture_output=True, check=True, timeout=60,
+        )  # fmt: skip
+        wait_until(
+            lambda: all("cluster_state:ok" in s.cli("CLUSTER", "INFO") for s in servers),
+            30,
+            "the cluster",
+        )
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
