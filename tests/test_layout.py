@@ -1,6 +1,6 @@
 """The layout rules of the code base: no import cycles among holdfast's modules, and no
-module over 400 lines. Known exceptions (long modules) are listed by name, each with why it stands, so
-that a new one fails here and an old one is removed once it is mended."""
+module over 400 lines. The long modules that stand are listed by name, each with why,
+so that a new one fails here and an old one is removed once it is mended."""
 
 from __future__ import annotations
 
