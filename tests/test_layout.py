@@ -20,7 +20,6 @@ PACKAGES = {
 MAX_LINES = 400
 TOO_LONG = {
     "holdfast.sdk.engine": "the session engine: the rulebook issue (#29) splits it next",
-    "holdfast.proxy.client": "grew with the relay identity rule (#29): to be split by job",
     "holdfast.sdk.rpc.worker": "request/reply (#35) reworks it",
     "holdfast.broker.sqlite_store": "405 lines: to be split with the store's recovery",
 }
