@@ -25,6 +25,7 @@ durably. A store that cannot be opened or read raises ``StoreError``. Which stor
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -195,6 +196,18 @@ async def settle(result: Awaitable[None]) -> None:
         await result
 
 
+def settle_futures(futures: list[asyncio.Future[None]], error: StoreError | None) -> None:
+    """On the loop: complete each write's future with ``error`` or success (one whose
+    awaiter gave up is skipped): how a store that writes on a thread of its own reports."""
+    for future in futures:
+        if future.done():
+            continue
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
+
+
 __all__ = [
     "COMPLETED",
     "NO_PROPERTIES",
@@ -209,4 +222,5 @@ __all__ = [
     "StoreError",
     "StoredMessage",
     "settle",
+    "settle_futures",
 ]
