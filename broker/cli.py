@@ -20,10 +20,12 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from holdfast.broker.config import BrokerConfig, RedisTls
+from holdfast.broker.config import BrokerConfig
+from holdfast.broker.redis.tls import RedisTls
 from holdfast.broker.server import Broker
 from holdfast.broker.sqlite_store import SYNC_MODES
-from holdfast.broker.store import Store, StoreError, open_store, parse_store_spec
+from holdfast.broker.store import Store, StoreError
+from holdfast.broker.stores import open_store, parse_store_spec
 from holdfast.server.cli_support import (
     add_common_flags,
     apply_environment,

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from holdfast.broker.dedup import DEFAULT_GRACE, default_max_guids
+from holdfast.broker.redis.tls import RedisTls
 from holdfast.broker.sqlite_store import DEFAULT_SYNC, SYNC_MODES
-from holdfast.broker.store import parse_store_spec
+from holdfast.broker.stores import parse_store_spec
 from holdfast.proto.limits import (
     DEFAULT_BATCH_BYTES,
     DEFAULT_DEDUP_WINDOW,
@@ -20,36 +20,6 @@ from holdfast.proto.limits import (
 )
 from holdfast.server.security import ServerSecurity
 from holdfast.server.serve import metrics_endpoint, split_host_port
-
-
-@dataclass(frozen=True, slots=True)
-class RedisTls:
-    """How a broker reaches a Redis that speaks TLS (``rediss://``): without a CA the
-    system's CAs are trusted; a client certificate is needed when Redis asks for one
-    (its default, ``tls-auth-clients yes``)."""
-
-    ca: str | None = None
-    """PEM CA that signed the Redis server's certificate (``--redis-ca``)."""
-    cert: str | None = None
-    """PEM client certificate (``--redis-cert``)."""
-    key: str | None = None
-    """PEM key of the client certificate (``--redis-key``)."""
-
-    def __post_init__(self) -> None:
-        _check(
-            (self.cert is None) == (self.key is None), "--redis-cert and --redis-key go together"
-        )
-        for flag, path in (
-            ("--redis-ca", self.ca),
-            ("--redis-cert", self.cert),
-            ("--redis-key", self.key),
-        ):
-            _check(path is None or os.path.isfile(path), f"{flag} {path}: no such file")
-
-    @property
-    def configured(self) -> bool:
-        """Whether any of the three is set."""
-        return self.ca is not None or self.cert is not None
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from holdfast.broker.store import parse_store_spec
+from holdfast.broker.stores import parse_store_spec
 from holdfast.proto import pb
 from holdfast.proto.validate import parse_queue_uri
 

@@ -26,7 +26,8 @@ from holdfast.broker.marks import MarkBook, mark_file_for
 from holdfast.broker.puts import PutPipeline
 from holdfast.broker.registry import SWEEP_INTERVAL, QueueRegistry
 from holdfast.broker.session import Session
-from holdfast.broker.store import Store, open_store, parse_store_spec
+from holdfast.broker.store import Store
+from holdfast.broker.stores import open_store, parse_store_spec
 from holdfast.proto import pb
 from holdfast.proto.credentials import bearer_token
 from holdfast.server.guard import unary_refusal

@@ -60,6 +60,7 @@ from holdfast.broker.store import (
     RecoveredState,
     StoreBatch,
     StoreError,
+    settle_futures,
 )
 
 log = logging.getLogger(__name__)
@@ -337,7 +338,7 @@ class SqliteStore:
         for loop, futures in by_loop.items():
             # RuntimeError: that loop is closed, nobody is left to tell.
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_settle_futures, futures, error)
+                loop.call_soon_threadsafe(settle_futures, futures, error)
 
     def _prune(self, connection: sqlite3.Connection) -> tuple[int, bool]:
         """Delete the oldest history rows past the retention, at most one chunk.
@@ -389,17 +390,6 @@ def _run_job(job: _Job, connection: sqlite3.Connection) -> None:
         job.result.set_result(job.run(connection))
     except BaseException as error:
         job.result.set_exception(error)
-
-
-def _settle_futures(futures: list[asyncio.Future[None]], error: StoreError | None) -> None:
-    """Runs on the loop: complete each future (one whose awaiter gave up is skipped)."""
-    for future in futures:
-        if future.done():
-            continue
-        if error is None:
-            future.set_result(None)
-        else:
-            future.set_exception(error)
 
 
 __all__ = ["DEFAULT_SYNC", "SCHEMA_VERSION", "SYNC_MODES", "SqliteStore"]

@@ -19,17 +19,18 @@ resumed at restart from ``RecoveredState.resume_at``), never the wall clock.
 
 ``MemoryStore`` persists nothing: its state is the broker's queues, so it dies
 with the process. ``SqliteStore`` (``sqlite_store``) implements the same names
-durably. A store that cannot be opened or read raises ``StoreError``.
+durably. A store that cannot be opened or read raises ``StoreError``. Which store a
+``--store`` value names is decided in ``stores``, apart from this interface.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
-from holdfast.broker.dedup import DEFAULT_GRACE, DEFAULT_WINDOW
 from holdfast.proto.policy import QueuePolicy
 
 NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})
@@ -188,77 +189,23 @@ class MemoryStore:
         """Nothing to release."""
 
 
-@dataclass(frozen=True, slots=True)
-class StoreSpec:
-    """A parsed ``--store`` value."""
-
-    kind: str
-    """``memory``, ``sqlite`` or ``redis``."""
-    location: str = ""
-    """Where a durable store keeps its data (empty for ``memory``)."""
-
-
-STORE_KINDS = (
-    "memory",
-    "sqlite:PATH",
-    "redis://HOST:PORT[/DB]",
-    "rediss://HOST:PORT[/DB]",
-    "redis+cluster://HOST:PORT[,HOST:PORT...]",
-)
-"""The ``--store`` values this broker understands."""
-
-
-def parse_store_spec(spec: str) -> StoreSpec:
-    """Parse a ``--store`` value; raise ``ValueError`` naming the accepted forms."""
-    if spec == "memory":
-        return StoreSpec("memory")
-    if spec.startswith(("redis://", "rediss://", "redis+cluster://", "redis+sentinel://")):
-        from holdfast.broker.redis.client import parse_redis_spec
-
-        parse_redis_spec(spec)
-        return StoreSpec("redis", spec)
-    scheme, _, location = spec.partition(":")
-    if scheme == "sqlite":
-        if not location:
-            raise ValueError("the sqlite store needs a file: sqlite:PATH")
-        return StoreSpec("sqlite", location)
-    raise ValueError(
-        f"unknown store {spec!r} (scheme {scheme!r}): this broker supports "
-        + ", ".join(STORE_KINDS)
-    )
-
-
-def open_store(
-    spec: str,
-    *,
-    dedup_window: float = DEFAULT_WINDOW,
-    sync: str = "full",
-    dedup_grace: float = DEFAULT_GRACE,
-) -> Store:
-    """Create the store named by a ``--store`` value. A durable store prunes the GUID
-    history older than ``dedup_window + dedup_grace`` (pass the broker's) and syncs its
-    commits per
-    ``sync`` (``full`` or ``normal``). Raises ``StoreError`` if it cannot be opened."""
-    parsed = parse_store_spec(spec)
-    if parsed.kind in ("memory", "redis"):
-        # A Redis-backed broker keeps its queues in Redis (holdfast.broker.redis), not
-        # through this interface: nothing is left for a Store to persist.
-        return MemoryStore()
-    if parsed.kind == "sqlite":
-        # Imported here: sqlite_store builds on this module.
-        from holdfast.broker.sqlite_store import SqliteStore
-
-        return SqliteStore(
-            parsed.location, dedup_window=dedup_window, dedup_grace=dedup_grace, sync=sync
-        )
-    raise AssertionError(f"parse_store_spec accepted {spec!r} but no store implements it")
-
-
 async def settle(result: Awaitable[None]) -> None:
     """Await a store result whose outcome nobody waits for, so that it completes and its
     failure is raised here (for the caller to log) rather than lost."""
     if not isinstance(result, Completed):
         await result
+
+
+def settle_futures(futures: list[asyncio.Future[None]], error: StoreError | None) -> None:
+    """On the loop: complete each write's future with ``error`` or success (one whose
+    awaiter gave up is skipped): how a store that writes on a thread of its own reports."""
+    for future in futures:
+        if future.done():
+            continue
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
 
 
 __all__ = [
@@ -273,9 +220,7 @@ __all__ = [
     "Store",
     "StoreBatch",
     "StoreError",
-    "StoreSpec",
     "StoredMessage",
-    "open_store",
-    "parse_store_spec",
     "settle",
+    "settle_futures",
 ]

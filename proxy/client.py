@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
 from collections import deque
 from collections.abc import Iterable
 from operator import itemgetter
@@ -32,16 +31,15 @@ from typing import Any
 
 from holdfast.proto import pb
 from holdfast.proto.limits import hello_reply
-from holdfast.proto.policy import DEAD_LETTER_NOTIFY
-from holdfast.proto.validate import GUID_BYTES, Invalid, check_open, parse_queue_uri
+from holdfast.proto.validate import Invalid, check_open, parse_queue_uri
 from holdfast.proxy.config import ProxyConfig
-from holdfast.proxy.routes import ClientHandle, ParkedPut, ProxyCounters, Routes
+from holdfast.proxy.relay import PutRelay
+from holdfast.proxy.routes import ClientHandle, ProxyCounters, Routes
 from holdfast.proxy.upstream import Upstream
 from holdfast.sdk.engine import QueueRecord
 from holdfast.sdk.errors import ConfirmDroppedError, HoldfastError, QueueStateError
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.outcomes import WirePush
-from holdfast.sdk.producer import Relayed
 from holdfast.sdk.statuses import relay_status
 from holdfast.sdk.types import Rejection
 from holdfast.server.guard import SessionGuard
@@ -75,6 +73,7 @@ class ClientSession(ContractStream):
         self._upstream = upstream
         self._routes = routes
         self._route_key = routes.register(self)
+        self._relay = PutRelay(upstream, routes, self._route_key, self.guard, session_id, self.ack)
         self._handles: dict[int, ClientHandle] = {}
         self._acks: AckGroup | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -240,73 +239,8 @@ class ClientSession(ContractStream):
     # -- messages -----------------------------------------------------------------------
 
     def on_puts(self, batch: pb.PutBatch) -> None:
-        """Post each PUT upstream under the client's GUID; refuse bad ones with a typed ACK."""
-        # Once per PUT: locals, the handle looked up once per run of the same queue_id,
-        # the engine called straight (one clock read and one wake-up per frame).
-        relay = self._upstream.engine.relay
-        now = time.monotonic()
-        add_route = self._routes.add
-        handles = self._handles
-        handle: ClientHandle | None = None
-        last_id = -1
-        relayed = 0
-        for put in batch.puts:
-            queue_id = put.queue_id
-            guid = put.guid
-            if queue_id != last_id:
-                handle = handles.get(queue_id)
-                last_id = queue_id
-            status: pb.Status | None = None
-            if handle is None or handle.upstream is None:
-                status = pb.STATUS_UNKNOWN_QUEUE
-            elif not handle.write:
-                status = pb.STATUS_NOT_WRITABLE
-            elif len(guid) != GUID_BYTES:
-                status = pb.STATUS_INVALID_GUID
-            elif (
-                put.properties
-                and DEAD_LETTER_NOTIFY in put.properties
-                and (
-                    refusal := self.guard.check_derived_put(
-                        put.properties[DEAD_LETTER_NOTIFY], None, self.session_id
-                    )
-                )
-            ):
-                # The broker writes the notice with the proxy's token: the client's own
-                # must allow it (the broker counts the queue it may create).
-                status = refusal[0]
-            else:
-                parked = ParkedPut(
-                    self._route_key,
-                    queue_id,
-                    handle.upstream.queue_id,
-                    put.payload,
-                    put.properties or None,
-                    guid,
-                    now,
-                    put.age_ms,
-                )
-                try:
-                    # A GUID pending upstream is judged by queue and content, as the
-                    # broker would (``Relayed``): the same PUT again (a client
-                    # retransmitting after it lost the proxy) is only routed here.
-                    outcome = relay(*parked.relay_args)
-                except HoldfastError as error:
-                    status = relay_status(error, pb.STATUS_UNKNOWN_QUEUE)[0]
-                else:
-                    if outcome is Relayed.CONFLICT:
-                        status = pb.STATUS_CONFLICT
-                    elif outcome is Relayed.BUSY:
-                        self._routes.park(parked)
-                        continue
-                    else:
-                        add_route(guid, self._route_key, queue_id)
-                        relayed += 1
-                        continue
-            self.ack(queue_id, guid, status)
-        if relayed:
-            self._upstream.queued()
-        self._counters.puts_relayed += relayed
+        """Post each PUT upstream under the client's GUID (``relay.PutRelay``)."""
+        self._counters.puts_relayed += self._relay.relay(batch.puts, self._handles)
 
     def ack(self, queue_id: int, guid: bytes, status: pb.Status) -> None:
         """Queue an ACK for this client; ACKs routed in one turn of the loop share a frame."""

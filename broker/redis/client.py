@@ -33,8 +33,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from holdfast.broker.config import RedisTls
 from holdfast.broker.redis import policy_scripts, scripts
+from holdfast.broker.redis.tls import RedisTls
 from holdfast.broker.store import StoreError
 
 log = logging.getLogger(__name__)

@@ -19,6 +19,7 @@ from typing import Any, cast
 from holdfast.broker.dedup import content_digest
 from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.redis.registry import RedisRegistry
+from holdfast.broker.redis.scripts import PUT_REPLAYED, PUT_STORED
 from holdfast.broker.store import StoreError
 from holdfast.broker.writer import Writer
 from holdfast.proto import pb
@@ -140,7 +141,7 @@ class RedisPutPipeline:
             return [pb.STATUS_STORE_ERROR] * len(puts)
         statuses: list[pb.Status] = []
         for code in raw:
-            if code in (1, 2):
+            if code in (PUT_STORED, PUT_REPLAYED):
                 statuses.append(_OK if replicated else pb.STATUS_UNKNOWN)
             else:
                 statuses.append(cast(pb.Status, code))  # CONFLICT, TOO_OLD, QUEUE_FULL

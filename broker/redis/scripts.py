@@ -8,6 +8,8 @@ statuses' numbers. A message's meta is ``<digest>|<accepted_ms>|<properties JSON
 
 from __future__ import annotations
 
+from holdfast.proto import pb
+
 ACCEPTED = """
 local function accepted(meta)
   local p1 = string.find(meta, '|', 1, true)
@@ -38,13 +40,29 @@ end
 """
 """Lua: remove a message for good (KEYS: body, meta, count, -, bytes, pickup)."""
 
-PUT = """
+PUT_STORED = -1
+"""The PUT script's outcome for a PUT it stored."""
+PUT_REPLAYED = -2
+"""The PUT script's outcome for a replay of a GUID it knows with the same content."""
+PUT_OUTCOMES = {
+    "STORED": PUT_STORED,
+    "REPLAYED": PUT_REPLAYED,
+    "CONFLICT": pb.STATUS_CONFLICT,
+    "TOO_OLD": pb.STATUS_TOO_OLD,
+    "QUEUE_FULL": pb.STATUS_QUEUE_FULL,
+}
+"""Every outcome the PUT script returns, by the name its Lua uses: the wire statuses from
+the generated enum, the two successes negative so that they are no wire status."""
+
+PUT = (
+    "".join(f"local {name} = {value}\n" for name, value in PUT_OUTCOMES.items())
+    + """
 -- KEYS: ready, body, meta, bytes, stats, pickup.
 -- ARGV: history key prefix, retention ms, max age ms, now ms, max messages (0: no
 -- limit), max bytes (0: no limit), then per PUT: guid, digest, age ms, properties
 -- JSON, payload, pickup deadline ms (0: none).
--- Returns a status per PUT: 1 OK new, 2 OK replay, 19 CONFLICT, 18 TOO_OLD,
--- 21 QUEUE_FULL.
+-- Returns an outcome per PUT: STORED, REPLAYED, or the wire status CONFLICT,
+-- TOO_OLD or QUEUE_FULL (the numbers are put in from Python: see PUT_OUTCOMES).
 local prefix, retention, max_age, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local max_n, max_b = tonumber(ARGV[5]), tonumber(ARGV[6])
 local n, b = 0, 0
@@ -57,15 +75,15 @@ while i <= #ARGV do
   local known = redis.call('HGET', KEYS[3], guid)
   if known then
     local d = string.sub(known, 1, string.find(known, '|', 1, true) - 1)
-    if d == digest then table.insert(out, 2) else table.insert(out, 19) end
+    if d == digest then table.insert(out, REPLAYED) else table.insert(out, CONFLICT) end
   else
     local h = redis.call('GET', prefix .. guid)
     if h then
-      if h == digest then table.insert(out, 2) else table.insert(out, 19) end
+      if h == digest then table.insert(out, REPLAYED) else table.insert(out, CONFLICT) end
     elseif age > max_age then
-      table.insert(out, 18)
+      table.insert(out, TOO_OLD)
     elseif (max_n > 0 and n + 1 > max_n) or (max_b > 0 and b + #payload > max_b) then
-      table.insert(out, 21)
+      table.insert(out, QUEUE_FULL)
     else
       redis.call('HSET', KEYS[2], guid, payload)
       redis.call('HSET', KEYS[3], guid, digest .. '|' .. now .. '|' .. ARGV[i + 3])
@@ -74,7 +92,7 @@ while i <= #ARGV do
       redis.call('INCRBY', KEYS[4], #payload)
       if ARGV[i + 5] ~= '0' then redis.call('ZADD', KEYS[6], ARGV[i + 5], guid) end
       n, b, added = n + 1, b + #payload, added + 1
-      table.insert(out, 1)
+      table.insert(out, STORED)
     end
   end
   i = i + 6
@@ -82,6 +100,7 @@ end
 if added > 0 then redis.call('HINCRBY', KEYS[5], 'accepted', added) end
 return out
 """
+)
 
 CLAIM = (
     ACCEPTED
@@ -172,4 +191,5 @@ return #guids
 """
 
 __all__ = ["CLAIM", "CONFIRM", "PUT", "RECLAIM", "REQUEUE"]
-"""The scripts (``ACCEPTED``, ``EMIT`` and ``DROP`` are pieces of them)."""
+"""The scripts, each registered by this name (``ACCEPTED``, ``EMIT`` and ``DROP`` are
+pieces of them; ``PUT_OUTCOMES`` are the numbers ``PUT`` answers with)."""

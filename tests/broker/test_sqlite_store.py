@@ -29,9 +29,8 @@ from holdfast.broker.store import (
     StoreBatch,
     StoredMessage,
     StoreError,
-    open_store,
-    parse_store_spec,
 )
+from holdfast.broker.stores import open_store, parse_store_spec
 
 pytestmark = pytest.mark.timeout(60)
 

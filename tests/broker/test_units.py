@@ -19,9 +19,8 @@ from holdfast.broker.store import (
     RecoveredState,
     StoreBatch,
     StoredMessage,
-    open_store,
-    parse_store_spec,
 )
+from holdfast.broker.stores import open_store, parse_store_spec
 from holdfast.broker.updates import Updates
 from holdfast.proto import pb
 

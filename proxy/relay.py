@@ -1,0 +1,106 @@
+"""A client's PUTs, posted upstream under the client's GUIDs.
+
+Each PUT keeps its GUID and age upstream (so the broker's dedup works end to end and no
+hop restarts the age). A PUT the proxy can judge itself is answered at once with a typed
+ACK: a handle that is not open or not writable, a GUID that is not 16 bytes, a
+dead-letter notice into a domain the client's token may not write. A GUID pending
+upstream already is judged by queue and content, as the broker would judge it
+(``Relayed``): the same PUT joins it, other content is a CONFLICT, another queue waits
+in ``Routes`` until the pending PUT has its outcome.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+from holdfast.proto import pb
+from holdfast.proto.policy import DEAD_LETTER_NOTIFY
+from holdfast.proto.validate import GUID_BYTES
+from holdfast.proxy.routes import ClientHandle, ParkedPut, Routes
+from holdfast.proxy.upstream import Upstream
+from holdfast.sdk.errors import HoldfastError
+from holdfast.sdk.producer import Relayed
+from holdfast.sdk.statuses import relay_status
+from holdfast.server.guard import SessionGuard
+
+
+class PutRelay:
+    """Relays one client's PUTs onto the proxy's upstream session."""
+
+    def __init__(
+        self,
+        upstream: Upstream,
+        routes: Routes,
+        route_key: int,
+        guard: SessionGuard,
+        session_id: str,
+        ack: Callable[[int, bytes, pb.Status], None],
+    ) -> None:
+        self._upstream = upstream
+        self._routes = routes
+        self._route_key = route_key
+        self._guard = guard
+        self._session_id = session_id
+        self._ack = ack
+
+    def relay(self, puts: Iterable[pb.Put], handles: Mapping[int, ClientHandle]) -> int:
+        """Relay a frame's PUTs, ACK the refused ones; returns how many went upstream."""
+        # Once per PUT: locals, the handle looked up once per run of the same queue_id,
+        # the engine called straight (one clock read and one wake-up per frame).
+        relay = self._upstream.engine.relay
+        now = time.monotonic()
+        add_route = self._routes.add
+        key = self._route_key
+        handle: ClientHandle | None = None
+        last_id = -1
+        relayed = 0
+        for put in puts:
+            queue_id = put.queue_id
+            guid = put.guid
+            if queue_id != last_id:
+                handle = handles.get(queue_id)
+                last_id = queue_id
+            status: pb.Status | None = None
+            if handle is None or handle.upstream is None:
+                status = pb.STATUS_UNKNOWN_QUEUE
+            elif not handle.write:
+                status = pb.STATUS_NOT_WRITABLE
+            elif len(guid) != GUID_BYTES:
+                status = pb.STATUS_INVALID_GUID
+            elif put.properties and DEAD_LETTER_NOTIFY in put.properties:
+                # The broker writes the notice with the proxy's token: the client's own
+                # must allow it (the broker counts the queue it may create).
+                notify = put.properties[DEAD_LETTER_NOTIFY]
+                refusal = self._guard.check_derived_put(notify, None, self._session_id)
+                status = refusal[0] if refusal is not None else None
+            if status is None:
+                assert handle is not None and handle.upstream is not None
+                upstream_id = handle.upstream.queue_id
+                properties = put.properties or None
+                try:
+                    outcome = relay(upstream_id, put.payload, properties, guid, now, put.age_ms)
+                except HoldfastError as error:
+                    status = relay_status(error, pb.STATUS_UNKNOWN_QUEUE)[0]
+                else:
+                    if outcome is Relayed.CONFLICT:
+                        status = pb.STATUS_CONFLICT
+                    elif outcome is Relayed.BUSY:
+                        self._routes.park(
+                            ParkedPut(
+                                key, queue_id, upstream_id, put.payload, properties,
+                                guid, now, put.age_ms,
+                            )
+                        )  # fmt: skip
+                        continue
+                    else:
+                        add_route(guid, key, queue_id)
+                        relayed += 1
+                        continue
+            self._ack(queue_id, guid, status)
+        if relayed:
+            self._upstream.queued()
+        return relayed
+
+
+__all__ = ["PutRelay"]
