@@ -337,3 +337,34 @@ def test_config_checks_its_values() -> None:
         BrokerConfig(dedup_window=0)
     with pytest.raises(ValueError, match="unknown store"):
         BrokerConfig(store="tape")
+
+
+@pytest.mark.parametrize("in_flight", [0, 1])
+def test_the_depth_limit_counts_live_and_in_flight_messages_and_bytes_exactly(
+    in_flight: int,
+) -> None:
+    """``Queue.full`` at its edges: messages and bytes already live, those whose store
+    write is in flight, and the PUT asking, against ``max_messages`` and ``max_bytes``."""
+    from holdfast.proto.policy import QueuePolicy
+
+    queue = make_queue()
+    queue.policy = QueuePolicy(max_messages=4, max_bytes=100)
+    queue.enqueue(message(bytes([i]), size=20) for i in range(2))  # 2 live, 40 bytes
+    loop = asyncio.new_event_loop()
+    try:
+        for i in range(in_flight):
+            queue.in_flight[bytes([100 + i])] = (loop.create_future(), 0)
+            queue.in_flight_bytes += 20
+        room = 4 - 2 - in_flight
+        assert not queue.full(room, 10)
+        assert queue.full(room + 1, 10)
+        left = 100 - 40 - 20 * in_flight
+        assert not queue.full(1, left)
+        assert queue.full(1, left + 1)
+        assert not queue.full(0, 0)
+    finally:
+        loop.close()
+    queue.policy = QueuePolicy(max_bytes=100)
+    assert not queue.full(1000, 60 - 20 * in_flight) and queue.full(1, 61 - 20 * in_flight)
+    queue.policy = QueuePolicy(max_messages=4)
+    assert not queue.full(2 - in_flight, 10**9) and queue.full(3 - in_flight, 0)
