@@ -54,6 +54,7 @@ from holdfast.sdk.errors import (
     QueueStateError,
     RemoteHandlerError,
     RemoteProtocolError,
+    ReplyExpiredError,
     RequestFailedError,
     RequestRefusedError,
     RequestTimeoutError,
@@ -64,6 +65,7 @@ from holdfast.sdk.errors import (
     SessionClosedError,
     TerminalTransportError,
     TransportError,
+    UnknownRequestError,
     WorkerLostError,
 )
 from holdfast.sdk.events import (
@@ -124,6 +126,7 @@ __all__ = [
     "RemoteHandlerError",
     "RemoteProtocolError",
     "Reply",
+    "ReplyExpiredError",
     "Request",
     "RequestFailedError",
     "RequestRefusedError",
@@ -141,6 +144,7 @@ __all__ = [
     "StateRestored",
     "TerminalTransportError",
     "TransportError",
+    "UnknownRequestError",
     "Worker",
     "WorkerLostError",
     "WorkerOptions",

@@ -30,7 +30,9 @@
     │   ├── RpcCancelledError                the call was cancelled (its session closed)
     │   ├── DeadLetteredError                the request was dead-lettered; ``reason`` says why
     │   ├── RemoteHandlerError               the worker's handler raised; ``error_type``
-    │   └── RequestRefusedError              the broker refused the request PUT; ``status``
+    │   ├── RequestRefusedError              the broker refused the request PUT; ``status``
+    │   ├── ReplyExpiredError                a durable request's reply is past its keep time
+    │   └── UnknownRequestError (ValueError) not a request id of this token (fetch_reply)
     ├── ProtocolError                        an input that the protocol does not allow
     │   ├── LocalProtocolError               from this side: a bug in the shell around the engine
     │   └── RemoteProtocolError              from the server: the connection is dropped
@@ -240,3 +242,13 @@ class RequestRefusedError(RpcError):
     def __init__(self, status: str, message: str) -> None:
         super().__init__(f"{status}: {message}")
         self.status = status
+
+
+class ReplyExpiredError(RpcError):
+    """``fetch_reply``: the durable request's reply is past its keep time (the broker
+    dropped it, or never got it in time); it can no longer be fetched."""
+
+
+class UnknownRequestError(RpcError, ValueError):
+    """``fetch_reply``: the id is not one ``request_durable`` issued to a session of
+    this token (malformed, altered, or issued under another token)."""

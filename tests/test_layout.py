@@ -20,7 +20,6 @@ PACKAGES = {
 MAX_LINES = 400
 TOO_LONG = {
     "holdfast.sdk.engine": "the session engine: the rulebook issue (#29) splits it next",
-    "holdfast.sdk.rpc.worker": "request/reply (#35) reworks it",
 }
 
 

@@ -1,6 +1,6 @@
 """``Session``'s request/reply methods, as a mixin so the session module stays the
-connection's shell: ``request``, ``request_async`` (``has_workers`` asks the engine,
-so it lives in ``Session``)."""
+connection's shell: ``request``, ``request_async``, ``request_durable``,
+``fetch_reply`` (``has_workers`` asks the engine, so it lives in ``Session``)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
 
 from holdfast.sdk.errors import SessionClosedError
+from holdfast.sdk.rpc import durable
 from holdfast.sdk.rpc.caller import Caller
 from holdfast.sdk.rpc.values import Reply
 
@@ -74,6 +75,47 @@ class RequestReply:
             key=key,
             pickup_timeout=pickup_timeout,
         )
+
+    def request_durable(
+        self,
+        uri: str,
+        payload: bytes,
+        *,
+        properties: Mapping[str, str] | None = None,
+        key: str | None = None,
+        keep: float = durable.DEFAULT_REPLY_KEEP,
+        timeout: float = 30.0,
+    ) -> str:
+        """Post a durable request; return its request id (a ``str``) once the broker
+        has ACKed it (``timeout`` seconds at most, else ``RpcTimeoutError``).
+
+        Its reply is kept in the broker for ``keep`` seconds from now, for
+        ``fetch_reply`` from any session of the same token, in this process or
+        another. No worker starts the request after that. See
+        ``holdfast.sdk.rpc.durable``.
+        """
+        return durable.post_durable(
+            self._rpc(),
+            uri,
+            payload,
+            properties=properties,
+            key=key,
+            keep=keep,
+            timeout=timeout,
+        )
+
+    def fetch_reply(self, request_id: str, timeout: float = 30.0) -> Reply:
+        """The reply of the durable request ``request_id``, waiting up to ``timeout``
+        seconds for it; it stays fetchable until its keep time ends.
+
+        Raises the call's own ``RpcError`` (``RemoteHandlerError``,
+        ``DeadLetteredError``), ``RpcTimeoutError`` if no reply came yet,
+        ``ReplyExpiredError`` past the keep time, ``UnknownRequestError`` for an id
+        not issued to a session of this token.
+        """
+        caller = self._rpc()
+        caller.refuse_on_dispatcher("fetch_reply")
+        return durable.fetch(cast("Session", self), caller.token, request_id, timeout)
 
     def _rpc(self) -> Caller:
         with _CREATING:

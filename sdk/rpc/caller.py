@@ -9,7 +9,7 @@ call completes exactly once.
 
 The broker ends a call first when it dead-letters the request: it was not picked
 up within its pickup TTL (sent a little under the pickup timeout,
-``_broker_pickup_ms``) or reached the service queue's delivery limit; its notice on
+``calls.broker_pickup_ms``) or reached the service queue's delivery limit; its notice on
 the reply queue becomes ``DeadLetteredError`` with the broker's reason. A timer
 thread ends the rest: at the pickup deadline if no worker has picked the request up
 and no notice came (the broker unreachable: ``DeadLetteredError``, reason
@@ -30,67 +30,32 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from holdfast.proto.uri import parse_queue_uri
-from holdfast.sdk.errors import (
-    DeadLetteredError,
-    HoldfastError,
-    InvalidArgumentError,
-    InvalidQueueUriError,
-    RemoteHandlerError,
-    RequestRefusedError,
-    RpcCancelledError,
-    RpcError,
-    RpcTimeoutError,
-    WorkerLostError,
-)
+from holdfast.sdk.errors import HoldfastError, RpcCancelledError, RpcError
 from holdfast.sdk.guids import Uuid7Source
-from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.poolnames import key_queue_uri
 from holdfast.sdk.queue import Queue
-from holdfast.sdk.rpc import wire
+from holdfast.sdk.rpc import calls, wire
+from holdfast.sdk.rpc.calls import ABANDONED_MEMORY, MAX_WORKER_HANDLES, CallState
 from holdfast.sdk.rpc.values import Reply
-from holdfast.sdk.types import Ack, AckStatus, Message
+from holdfast.sdk.types import Ack, Message
 
 if TYPE_CHECKING:
     from holdfast.sdk.session import Session
 
 log = logging.getLogger("holdfast.sdk.rpc")
 
-REPLY_QUEUE_OPTIONS = QueueOptions(max_unconfirmed_messages=100_000)
-"""Flow limits of a reply queue: replies are small and confirmed at once."""
-
-LOST_AFTER_BEATS = 3
-"""A worker is presumed lost after this many heartbeat intervals of silence."""
-
-MAX_WORKER_HANDLES = 64
-"""Workers' control queues kept open for cancels (least recently used closed)."""
-
-ABANDONED_MEMORY = 60.0
-"""Seconds past its deadline a call that ended without a reply is remembered, to
-cancel a worker that picks it up late."""
-
 TICK = 0.05
 """Seconds between the timer thread's checks when no deadline is nearer."""
 
 
 @dataclass(slots=True, eq=False)
-class _Call:
-    guid: uuid.UUID
-    future: concurrent.futures.Future[Reply]
-    deadline: float
-    pickup_deadline: float
-    picked_up: bool = False
-    worker: str = ""
-    last_beat: float = 0.0
-    beat_interval: float = 1.0
-    cancelled_worker: str = ""
-    forget_at: float = 0.0
-
-    def lost(self, now: float) -> bool:
-        return self.picked_up and now - self.last_beat > LOST_AFTER_BEATS * self.beat_interval
+class _Call(CallState):
+    future: concurrent.futures.Future[Reply] = field(
+        default_factory=concurrent.futures.Future, repr=False
+    )
 
 
 class Caller:
@@ -128,31 +93,22 @@ class Caller:
         pickup_timeout: float | None = None,
     ) -> concurrent.futures.Future[Reply]:
         """Send a request to the service queue ``uri``; the future holds its reply."""
-        if timeout <= 0:
-            raise InvalidArgumentError("timeout must be > 0")
-        pickup = timeout if pickup_timeout is None else pickup_timeout
-        if not 0 < pickup <= timeout:
-            raise InvalidArgumentError("pickup_timeout must be in (0, timeout]")
+        state = calls.new_call(uuid.UUID(int=0), timeout, pickup_timeout)
         user = wire.check_user_properties(properties)
-        domain = _domain(uri)
-        if key is not None:
-            uri = key_queue_uri(uri, key)  # a keyed worker pool: the key's own queue
-        target = self._open(self._targets, uri, {"write": True})
+        target, domain = self.target(uri, key)
         reply_to = self._reply_queue(domain).uri
-        now = time.monotonic()
-        future: concurrent.futures.Future[Reply] = concurrent.futures.Future()
         with self._lock:
             if self._closed:
                 raise RpcCancelledError("the session is closing")
             guid, _ = self._guids.next()
-            call = _Call(guid, future, now + timeout, now + pickup)
+            call = _Call(guid, state.deadline, state.pickup_deadline)
             self._calls[guid.bytes] = call  # before the PUT: its reply may come at once
+        future = call.future
         future.add_done_callback(lambda f: self._on_done(call, f))
-        expires = wire.wall_ms() + round(pickup * 1000)
         try:
             target.post(
                 payload,
-                wire.request_properties(user, reply_to, expires, key, _broker_pickup_ms(pickup)),
+                calls.request_properties(call, user, reply_to, key),
                 lambda ack: self._on_request_ack(call, ack),
                 guid=guid,
             )
@@ -177,11 +133,7 @@ class Caller:
 
         Not from an SDK callback: replies are delivered on that thread, so waiting
         there would deadlock (``RpcError`` at once; use ``call_async`` there)."""
-        if self._session._dispatcher.in_dispatcher():
-            raise RpcError(
-                "a blocking request from an SDK callback would never see its reply "
-                "(replies arrive on that thread): use request_async"
-            )
+        self.refuse_on_dispatcher("request")
         future = self.call_async(
             uri,
             payload,
@@ -194,6 +146,33 @@ class Caller:
             return future.result()
         except concurrent.futures.CancelledError:
             raise RpcCancelledError("the call was cancelled") from None
+
+    def refuse_on_dispatcher(self, what: str) -> None:
+        """``RpcError`` on the SDK's callback thread, where waiting for a reply (or an
+        ACK) would deadlock: they arrive on that thread."""
+        if self._session._dispatcher.in_dispatcher():
+            raise RpcError(
+                f"a blocking {what} from an SDK callback would never see its reply "
+                "(replies arrive on that thread): use request_async"
+            )
+
+    def target(self, uri: str, key: str | None) -> tuple[Queue, str]:
+        """The open write handle of the service queue ``uri`` (the key's own queue of a
+        keyed worker pool with ``key``), and the domain of ``uri``."""
+        domain = calls.domain_of(uri)
+        if key is not None:
+            uri = key_queue_uri(uri, key)
+        return self._open(self._targets, uri, {"write": True}), domain
+
+    def next_guid(self) -> uuid.UUID:
+        """A fresh request GUID (uuid7)."""
+        with self._lock:
+            return self._guids.next()[0]
+
+    @property
+    def token(self) -> str | None:
+        """The session's token (request ids are checked under it)."""
+        return self._session._options.token
 
     def close(self) -> None:
         """Cancel every call still waiting (``RpcCancelledError``), telling their
@@ -225,37 +204,22 @@ class Caller:
             self._send_cancel(abandoned)
         elif call is not None:
             if kind == wire.BEAT:
-                self._on_beat(call, properties)
-            elif kind == wire.REPLY:
-                reply = Reply(message.payload, wire.user_properties(properties), call.guid)
-                self._finish(call, reply=reply)
-            elif kind == wire.FAILURE:
-                self._finish(call, error=_remote_error(properties, message.payload))
-            elif kind is None and wire.DEATH_REASON in properties:  # the broker's notice
-                reason = properties[wire.DEATH_REASON][:64]
-                self._finish(
-                    call, error=DeadLetteredError(reason, wire.dead_letter_text(properties))
-                )
+                with self._lock:
+                    call.on_beat(properties, time.monotonic())
+            else:
+                outcome = calls.outcome(call.guid, message)
+                if isinstance(outcome, Reply):
+                    self._finish(call, reply=outcome)
+                elif outcome is not None:
+                    self._finish(call, error=outcome)
         # redelivered later; the call is over by then, so it is dropped
         with contextlib.suppress(HoldfastError):
             message.confirm()
 
-    def _on_beat(self, call: _Call, properties: Mapping[str, str]) -> None:
-        worker = properties.get(wire.WORKER, "")
-        try:
-            interval = max(0.001, int(properties.get(wire.BEAT_MS, "1000")) / 1000)
-        except ValueError:
-            interval = 1.0
-        with self._lock:
-            call.picked_up = True
-            call.last_beat = time.monotonic()
-            call.beat_interval = interval
-            call.worker = worker
-
     def _on_request_ack(self, call: _Call, ack: Ack) -> None:
-        if ack.status.ok or ack.status is AckStatus.UNKNOWN:
-            return  # UNKNOWN: it may be in the queue; the timeout decides
-        self._finish(call, error=RequestRefusedError(ack.status.value, "request not enqueued"))
+        error = calls.refused(ack)
+        if error is not None:
+            self._finish(call, error=error)
 
     def _finish(
         self, call: _Call, *, reply: Reply | None = None, error: RpcError | None = None
@@ -275,9 +239,7 @@ class Caller:
         """Any end of a call: tell its worker to stop unless the worker answered. The
         call is remembered for a while, so a worker that picks it up later (or a
         redelivery) is told too, at its first heartbeat."""
-        if not future.cancelled() and not isinstance(
-            future.exception(), (RpcTimeoutError, RpcCancelledError, DeadLetteredError)
-        ):
+        if not future.cancelled() and not calls.ends_abandoned(future.exception()):
             return
         with self._lock:
             self._calls.pop(call.guid.bytes, None)
@@ -289,10 +251,9 @@ class Caller:
 
     def _send_cancel(self, call: _Call) -> None:
         with self._lock:
-            worker = call.worker
-            if not worker or worker == call.cancelled_worker:
-                return  # not picked up yet (its first heartbeat triggers it), or sent
-            call.cancelled_worker = worker
+            worker = call.wants_cancel()
+        if not worker:
+            return  # not picked up yet (its first heartbeat triggers it), or sent
         # closing: the worker notices the caller is gone instead
         with contextlib.suppress(RuntimeError):
             self._cancels.submit(self._post_cancel, worker, call.guid)
@@ -317,7 +278,11 @@ class Caller:
         return self._open(
             self._reply_queues,
             uri,
-            {"read": True, "on_message": self._on_reply_message, "options": REPLY_QUEUE_OPTIONS},
+            {
+                "read": True,
+                "on_message": self._on_reply_message,
+                "options": calls.REPLY_QUEUE_OPTIONS,
+            },
         )
 
     def _open(self, cache: dict[str, Queue], uri: str, how: dict[str, Any]) -> Queue:
@@ -344,13 +309,11 @@ class Caller:
                 nearest = now + TICK
                 idle = not self._calls
                 for call in self._calls.values():
-                    if not call.picked_up and now >= call.pickup_deadline:
-                        due.append((call, _expired(call, now)))
-                    elif now >= call.deadline:
-                        due.append((call, _timed_out(call, now)))
+                    error = call.due(now)
+                    if error is not None:
+                        due.append((call, error))
                     else:
-                        edge = call.deadline if call.picked_up else call.pickup_deadline
-                        nearest = min(nearest, edge)
+                        nearest = min(nearest, call.next_edge())
                 for key in [k for k, c in self._abandoned.items() if c.forget_at <= now]:
                     del self._abandoned[key]
             for call, error in due:
@@ -360,39 +323,3 @@ class Caller:
             else:
                 self._wakeup.wait(max(0.0, nearest - time.monotonic()))
             self._wakeup.clear()
-
-
-def _broker_pickup_ms(pickup: float) -> int:
-    """The pickup TTL the broker enforces: a margin under the caller's own pickup
-    deadline (a quarter of it, at most 1 s), so the broker's notice, with its reason,
-    normally arrives before the caller's timer gives up on its own."""
-    return max(1, round((pickup - min(pickup / 4, 1.0)) * 1000))
-
-
-def _domain(uri: str) -> str:
-    try:
-        return parse_queue_uri(uri).domain
-    except ValueError as error:
-        raise InvalidQueueUriError(str(error)[:300]) from None
-
-
-def _expired(call: _Call, now: float) -> RpcError:
-    return DeadLetteredError(
-        "expired", f"no worker picked request {call.guid} up within its pickup timeout"
-    )
-
-
-def _timed_out(call: _Call, now: float) -> RpcError:
-    if call.lost(now):
-        return WorkerLostError(
-            f"the worker of request {call.guid} stopped heartbeating and no other "
-            "worker answered within the timeout"
-        )
-    return RpcTimeoutError(f"no reply to request {call.guid} within the timeout")
-
-
-def _remote_error(properties: Mapping[str, str], payload: bytes) -> RpcError:
-    text = payload[: wire.MAX_ERROR_TEXT].decode("utf-8", "replace")
-    if properties.get(wire.ERROR) == wire.DEAD_LETTER:
-        return DeadLetteredError(properties.get(wire.DEATH_REASON, "unknown")[:64], text)
-    return RemoteHandlerError(properties.get(wire.ERROR_TYPE, "Exception")[:128], text)

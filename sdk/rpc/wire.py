@@ -16,6 +16,12 @@ duplicated, redelivery to another consumer when one goes away):
   heartbeat interval (``x-rpc-beat-ms``);
 - a **cancel** goes to that control queue.
 
+A **durable** request (``Session.request_durable``) carries ``x-rpc-keep-until``
+(ms since the epoch): its reply queue is its own, named from the request GUID
+(``durable_reply_uri``), the worker sends no heartbeats for it, and posts the reply
+with the broker's pickup TTL (``x-ttl-ms``) set to the time left until then, so the
+broker keeps the reply that long and then drops it.
+
 Properties starting with ``x-rpc-`` are reserved: applications may not set them.
 """
 
@@ -30,13 +36,20 @@ from dataclasses import dataclass
 from holdfast.proto.policy import DEAD_GUID, DELIVERY_COUNT
 from holdfast.proto.uri import parse_queue_uri
 from holdfast.proto.validate import DEAD_LETTER_NOTIFY, PICKUP_TTL
-from holdfast.sdk.errors import InvalidPropertiesError
+from holdfast.sdk.errors import (
+    DeadLetteredError,
+    InvalidPropertiesError,
+    RemoteHandlerError,
+    RpcError,
+)
 
 PREFIX = "x-rpc-"
 KIND = "x-rpc-kind"
 REQUEST = "x-rpc-request"
 REPLY_TO = "x-rpc-reply-to"
 EXPIRES = "x-rpc-expires"
+KEEP_UNTIL = "x-rpc-keep-until"
+"""On a durable request: until when (ms since the epoch) its reply is kept."""
 KEY = "x-rpc-key"
 """The pool key of ``Session.request(key=...)``; carried for keyed worker pools (issue 16)."""
 WORKER = "x-rpc-worker"
@@ -105,6 +118,8 @@ class RequestHeader:
 
     reply_to: str
     expires_ms: int
+    keep_until_ms: int = 0
+    """A durable request's ``x-rpc-keep-until``; 0 for an ordinary call."""
 
 
 def parse_request(properties: Mapping[str, str]) -> RequestHeader:
@@ -116,7 +131,10 @@ def parse_request(properties: Mapping[str, str]) -> RequestHeader:
         expires = int(raw)
     except ValueError:
         raise ValueError(f"{EXPIRES} is not an integer: {raw[:32]!r}") from None
-    return RequestHeader(reply_to, expires)
+    keep = properties.get(KEEP_UNTIL, "0")
+    if not keep.isdigit():
+        raise ValueError(f"{KEEP_UNTIL} is not a whole number: {keep[:32]!r}")
+    return RequestHeader(reply_to, expires, int(keep))
 
 
 def parse_request_guid(properties: Mapping[str, str]) -> uuid.UUID | None:
@@ -137,7 +155,12 @@ def dead_letter_text(properties: Mapping[str, str]) -> str:
 
 
 def request_properties(
-    user: dict[str, str], reply_to: str, expires_ms: int, key: str | None, pickup_ms: int = 0
+    user: dict[str, str],
+    reply_to: str,
+    expires_ms: int,
+    key: str | None,
+    pickup_ms: int = 0,
+    keep_until_ms: int = 0,
 ) -> dict[str, str]:
     """The properties of a request PUT. With ``pickup_ms`` the broker itself
     dead-letters the request if no worker takes it within that time, and tells the
@@ -151,7 +174,26 @@ def request_properties(
         properties[PICKUP_TTL] = str(pickup_ms)
     if key is not None:
         properties[KEY] = key
+    if keep_until_ms > 0:
+        properties[KEEP_UNTIL] = str(keep_until_ms)
     return properties
+
+
+def durable_reply_uri(domain: str, request_guid: uuid.UUID) -> str:
+    """The reply queue of a durable request: its own, named from its GUID, so any
+    session can find the reply from the request id alone."""
+    return f"hf://{domain}/rpc-durable-{request_guid.hex}"
+
+
+def kept_reply(properties: Mapping[str, str], keep_until_ms: int) -> dict[str, str] | None:
+    """A durable reply's properties with the broker's pickup TTL set to the time left
+    until ``keep_until_ms``; None once that time has passed (nobody may fetch it)."""
+    left = keep_until_ms - wall_ms()
+    if left <= 0:
+        return None
+    kept = dict(properties)
+    kept[PICKUP_TTL] = str(left)
+    return kept
 
 
 def reply_properties(request_guid: uuid.UUID, user: Mapping[str, str]) -> dict[str, str]:
@@ -190,3 +232,11 @@ def cancel_properties(request_guid: uuid.UUID) -> dict[str, str]:
 def error_text(error: BaseException) -> str:
     """An exception's message, bounded for the wire."""
     return str(error)[:MAX_ERROR_TEXT]
+
+
+def remote_error(properties: Mapping[str, str], payload: bytes) -> RpcError:
+    """The caller's error for an error reply."""
+    text = payload[:MAX_ERROR_TEXT].decode("utf-8", "replace")
+    if properties.get(ERROR) == DEAD_LETTER:
+        return DeadLetteredError(properties.get(DEATH_REASON, "unknown")[:64], text)
+    return RemoteHandlerError(properties.get(ERROR_TYPE, "Exception")[:128], text)

@@ -21,6 +21,13 @@ call. Either way ``request.cancelled`` is set and no reply is posted.
 
 Pickup timeout: a request whose ``x-rpc-expires`` has passed (wall clock) is not
 run; the caller gets an error reply, dead-letter reason ``expired``.
+
+Durable requests (``Session.request_durable``) are run the same way, without
+heartbeats or caller checks; their reply is posted with the broker's pickup TTL set
+to the time left of the request's keep time (``wire.kept_reply``).
+
+Modules: ``jobs`` (one delivery and its answers), ``liveness`` (heartbeats and
+caller checks).
 """
 
 from __future__ import annotations
@@ -33,7 +40,6 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cachetools import TTLCache
@@ -43,6 +49,8 @@ from holdfast.sdk.errors import HoldfastError, InvalidArgumentError, RequestTime
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.queue import Queue
 from holdfast.sdk.rpc import wire
+from holdfast.sdk.rpc.jobs import Answer, Job, confirm, dead_letter, handler_error
+from holdfast.sdk.rpc.liveness import Beater
 from holdfast.sdk.rpc.options import WorkerOptions
 from holdfast.sdk.rpc.values import Request
 from holdfast.sdk.types import Ack, AckStatus, Message
@@ -55,22 +63,8 @@ log = logging.getLogger("holdfast.sdk.rpc.worker")
 HandlerResult = bytes | tuple[bytes, Mapping[str, str]]
 Handler = Callable[[Request], HandlerResult]
 
-_Answer = tuple[bytes, dict[str, str]]
-"""A reply as posted: payload and properties (reserved ones included)."""
-
 MAX_REPLY_HANDLES = 1024
 """Write handles to callers' reply queues kept open (least recently used closed)."""
-
-
-@dataclass(slots=True, eq=False)
-class _Job:
-    request: Request
-    message: Message
-    reply_to: str
-    started: float
-    queue: Queue | None = None
-    next_beat: float = 0.0
-    answer: _Answer | None = field(default=None, repr=False)
 
 
 class Worker:
@@ -101,13 +95,12 @@ class Worker:
         self._handler = handler
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
-        self._running: dict[bytes, _Job] = {}
-        self._replies: TTLCache[bytes, _Answer] = TTLCache(
+        self._running: dict[bytes, Job] = {}
+        self._replies: TTLCache[bytes, Answer] = TTLCache(
             self.options.max_replies, self.options.reply_window
         )
         self._handles: OrderedDict[str, Queue] = OrderedDict()
-        self._absent_since: dict[str, float] = {}
-        self._posting: dict[bytes, list[_Job]] = {}
+        self._posting: dict[bytes, list[Job]] = {}
         """Replies posted and not yet ACKed, by request GUID, with the deliveries
         they answer."""
         self._stopping = threading.Event()
@@ -119,7 +112,14 @@ class Worker:
         self.control_uri = f"hf://{domain}/rpc-worker-{uuid.uuid4().hex}"
         """Where callers send cancels for the requests this worker runs."""
         self._control = session.open_queue(self.control_uri, read=True, on_message=self._on_control)
-        self._beater = threading.Thread(target=self._beat_loop, name="holdfast-beat", daemon=True)
+        self._beater = Beater(
+            session,
+            self.options,
+            self.control_uri,
+            self._running_jobs,
+            self._reply_queue,
+            self._stopping,
+        )
         self._beater.start()
         self._service = session.open_queue(
             uri,
@@ -167,7 +167,7 @@ class Worker:
             header = wire.parse_request(message.properties)
         except ValueError as error:
             log.warning("dropping request %s: %s", message.guid, str(error)[:300])
-            _confirm(message)
+            confirm(message)
             return
         guid = message.guid.bytes
         with self._lock:
@@ -187,16 +187,18 @@ class Worker:
                     props.get(wire.KEY),
                     message.delivery_count,
                 )
-                job = _Job(request, message, header.reply_to, time.monotonic())
+                job = Job(request, message, header.reply_to, time.monotonic(), header.keep_until_ms)
                 job.next_beat = job.started + self.options.first_beat_after
                 if expired:
-                    job.answer = _dead_letter(message.guid, "expired")
+                    job.answer = dead_letter(message.guid, "expired")
                 else:
                     self._running[guid] = job
             else:
                 self.replies_replayed += 1
         if job is None:  # answered before: the kept reply, without running the handler
-            job = _Job(Request(b"", {}, message.guid), message, header.reply_to, 0.0)
+            job = Job(
+                Request(b"", {}, message.guid), message, header.reply_to, 0.0, header.keep_until_ms
+            )
             job.answer = stored
         # closing: left unconfirmed, redelivered elsewhere
         with contextlib.suppress(RuntimeError):
@@ -204,7 +206,7 @@ class Worker:
 
     # ------------------------------------------------------------------ the handler threads
 
-    def _process(self, job: _Job) -> None:
+    def _process(self, job: Job) -> None:
         guid = job.request.guid
         while job.queue is None:
             try:
@@ -219,12 +221,12 @@ class Worker:
                     "dropping request %s: reply queue %s: %s", guid, job.reply_to[:200], error
                 )
                 self._forget(job)
-                _confirm(job.message)
+                confirm(job.message)
                 return
         if job.answer is None:
             if job.request.cancelled.is_set():  # cancelled while it waited for a thread
                 self._forget(job)
-                _confirm(job.message)
+                confirm(job.message)
                 return
             job.answer = self._run(job)
             with self._lock:
@@ -233,11 +235,11 @@ class Worker:
                     self._replies[guid.bytes] = job.answer
                 self._idle.notify_all()
             if job.request.cancelled.is_set():
-                _confirm(job.message)  # nobody waits for this reply
+                confirm(job.message)  # nobody waits for this reply
                 return
         self._post_answer(job)
 
-    def _run(self, job: _Job) -> _Answer:
+    def _run(self, job: Job) -> Answer:
         guid = job.request.guid
         with self._lock:
             self.handler_runs += 1
@@ -250,10 +252,10 @@ class Worker:
                 answer = (bytes(result), wire.reply_properties(guid, {}))
         except Exception as error:  # the handler's failure is the caller's to see
             log.debug("handler raised for %s", guid, exc_info=True)
-            answer = _handler_error(guid, error)
+            answer = handler_error(guid, error)
         return answer
 
-    def _post_answer(self, job: _Job) -> None:
+    def _post_answer(self, job: Job) -> None:
         """Post the reply; confirm the request once the broker has it. A reply whose
         GUID is already on its way (a redelivery answered meanwhile) is not posted
         again: this delivery is confirmed with it."""
@@ -266,6 +268,15 @@ class Worker:
                 return
             self._posting[key] = [job]
         payload, properties = job.answer
+        if job.durable:
+            kept = wire.kept_reply(properties, job.keep_until_ms)
+            if kept is None:  # past its keep time: nobody may fetch it any more
+                with self._lock:
+                    jobs = self._posting.pop(key, [])
+                for each in jobs:
+                    confirm(each.message)
+                return
+            properties = kept
         try:
             job.queue.post(
                 payload,
@@ -279,9 +290,9 @@ class Worker:
             if properties.get(wire.KIND) == wire.FAILURE:
                 log.error("cannot post the error reply to %s: %s", job.request.guid, error)
                 for each in jobs:
-                    _confirm(each.message)
+                    confirm(each.message)
                 return
-            answer = _handler_error(job.request.guid, error)
+            answer = handler_error(job.request.guid, error)
             with self._lock:
                 self._replies[key] = answer
             for each in jobs:
@@ -300,7 +311,7 @@ class Worker:
         if not ack.status.ok:
             log.error("reply to %s refused: %s", uuid.UUID(bytes=key), ack.status.value)
         for job in jobs:
-            _confirm(job.message)
+            confirm(job.message)
 
     def _reply_queue(self, uri: str) -> Queue:
         with self._lock:
@@ -319,7 +330,11 @@ class Worker:
                 old.close(timeout=5)
         return queue
 
-    def _forget(self, job: _Job) -> None:
+    def _running_jobs(self) -> list[Job]:
+        with self._lock:
+            return list(self._running.values())
+
+    def _forget(self, job: Job) -> None:
         with self._lock:
             self._running.pop(job.request.guid.bytes, None)
             self._idle.notify_all()
@@ -333,70 +348,8 @@ class Worker:
                 job = self._running.get(guid.bytes)
             if job is not None:
                 job.request.cancelled.set()
-        _confirm(message)
-
-    def _beat_loop(self) -> None:
-        options = self.options
-        tick = min(options.first_beat_after, options.heartbeat_interval) / 2
-        next_check = time.monotonic() + options.heartbeat_interval
-        while not self._stopping.wait(tick):
-            now = time.monotonic()
-            with self._lock:
-                jobs = list(self._running.values())
-            # While disconnected a beat would only pile up, stale, behind the reply.
-            connected = self._session.connected
-            for job in jobs:
-                if connected and now >= job.next_beat and not job.request.cancelled.is_set():
-                    job.next_beat = now + options.heartbeat_interval
-                    self._beat(job)
-            if now >= next_check:
-                next_check = now + options.heartbeat_interval
-                self._check_callers(jobs, now)
-
-    def _beat(self, job: _Job) -> None:
-        """Heartbeat a call, running or waiting for a thread (so it can be cancelled)."""
-        properties = wire.beat_properties(
-            job.request.guid, self.control_uri, self.options.heartbeat_interval
-        )
-        with contextlib.suppress(HoldfastError):
-            self._reply_queue(job.reply_to).post(b"", properties)
-
-    def _check_callers(self, jobs: list[_Job], now: float) -> None:
-        """Cancel the calls of callers whose reply queue lost its consumer for good."""
-        callers = {job.reply_to for job in jobs}
-        for gone in set(self._absent_since) - callers:
-            del self._absent_since[gone]
-        for reply_to in callers:
-            try:
-                present = self._session.has_workers(reply_to, timeout=self.options.caller_grace)
-            except HoldfastError:
-                continue  # no answer (the link is down): no verdict
-            if present:
-                self._absent_since.pop(reply_to, None)
-                continue
-            since = self._absent_since.setdefault(reply_to, now)
-            if now - since >= self.options.caller_grace:
-                log.info("caller of %s is gone: cancelling its calls", reply_to[:200])
-                for job in jobs:
-                    if job.reply_to == reply_to:
-                        job.request.cancelled.set()
-
-
-def _confirm(message: Message) -> None:
-    # dropped with the link: redelivered, and answered from the kept reply
-    with contextlib.suppress(HoldfastError):
-        message.confirm()
+        confirm(message)
 
 
 def _user(properties: Mapping[str, str]) -> dict[str, str]:
     return wire.check_user_properties(properties)
-
-
-def _handler_error(guid: uuid.UUID, error: BaseException) -> _Answer:
-    text = wire.error_text(error).encode()
-    return text, wire.error_properties(guid, wire.HANDLER_ERROR, type(error).__name__)
-
-
-def _dead_letter(guid: uuid.UUID, reason: str) -> _Answer:
-    text = f"request {guid} was not picked up before it expired".encode()
-    return text, wire.error_properties(guid, wire.DEAD_LETTER, "DeadLettered", reason)

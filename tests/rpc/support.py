@@ -16,9 +16,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class ChildProcess:
-    """``python -m MODULE ARGS...`` that prints ``ready_line`` when it is ready."""
+    """``python -m MODULE ARGS...`` that prints ``ready_line`` when it is ready (with
+    ``ready_line=None``, any first line, kept as ``first_line``)."""
 
-    def __init__(self, module: str, args: list[str], ready_line: str) -> None:
+    def __init__(self, module: str, args: list[str], ready_line: str | None) -> None:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         self._proc = subprocess.Popen(
             [sys.executable, "-m", module, *args],
@@ -30,7 +31,8 @@ class ChildProcess:
         )
         assert self._proc.stdout is not None
         line = self._proc.stdout.readline()  # "" if it dies; bounded by pytest-timeout
-        if line.strip() != ready_line:
+        self.first_line = line.strip()
+        if not line or (ready_line is not None and self.first_line != ready_line):
             self.kill()
             raise RuntimeError(f"{module} did not start: {line[:200]!r}")
 

@@ -1,0 +1,164 @@
+"""The rules of one call, shared by the threaded caller (``caller``) and the asyncio
+one (``holdfast.sdk.aio.rpc``): its deadlines, its heartbeats, what a message on the
+reply queue means for it, and the error it ends with when no reply comes."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from holdfast.proto.uri import parse_queue_uri
+from holdfast.sdk.errors import (
+    DeadLetteredError,
+    InvalidArgumentError,
+    InvalidQueueUriError,
+    RequestRefusedError,
+    RpcCancelledError,
+    RpcError,
+    RpcTimeoutError,
+    WorkerLostError,
+)
+from holdfast.sdk.options import QueueOptions
+from holdfast.sdk.rpc import wire
+from holdfast.sdk.rpc.values import Reply
+from holdfast.sdk.types import Ack, AckStatus, Message
+
+REPLY_QUEUE_OPTIONS = QueueOptions(max_unconfirmed_messages=100_000)
+"""Flow limits of a reply queue: replies are small and confirmed at once."""
+
+LOST_AFTER_BEATS = 3
+"""A worker is presumed lost after this many heartbeat intervals of silence."""
+
+MAX_WORKER_HANDLES = 64
+"""Workers' control queues kept open for cancels (least recently used closed)."""
+
+ABANDONED_MEMORY = 60.0
+"""Seconds past its deadline a call that ended without a reply is remembered, to
+cancel a worker that picks it up late."""
+
+
+@dataclass(slots=True, eq=False)
+class CallState:
+    """Where one call stands (monotonic times)."""
+
+    guid: uuid.UUID
+    deadline: float
+    pickup_deadline: float
+    picked_up: bool = False
+    worker: str = ""
+    """The control queue of the worker that runs it (from its heartbeats)."""
+    last_beat: float = 0.0
+    beat_interval: float = 1.0
+    cancelled_worker: str = ""
+    """The worker already told to cancel (each is told once)."""
+    forget_at: float = 0.0
+
+    def lost(self, now: float) -> bool:
+        """Whether its worker stopped heartbeating."""
+        return self.picked_up and now - self.last_beat > LOST_AFTER_BEATS * self.beat_interval
+
+    def on_beat(self, properties: Mapping[str, str], now: float) -> None:
+        """A heartbeat: it is picked up, by that worker, alive now."""
+        try:
+            interval = max(0.001, int(properties.get(wire.BEAT_MS, "1000")) / 1000)
+        except ValueError:
+            interval = 1.0
+        self.picked_up = True
+        self.last_beat = now
+        self.beat_interval = interval
+        self.worker = properties.get(wire.WORKER, "")
+
+    def next_edge(self) -> float:
+        """When it is next due (``due``)."""
+        return self.deadline if self.picked_up else self.pickup_deadline
+
+    def due(self, now: float) -> RpcError | None:
+        """The error it ends with at ``now``, if a deadline passed: not picked up in
+        time (``DeadLetteredError``, reason ``expired``: the broker's own notice, with
+        its reason, normally came first) or no reply in time (``WorkerLostError`` if
+        its worker stopped heartbeating, else ``RpcTimeoutError``)."""
+        if not self.picked_up and now >= self.pickup_deadline:
+            return DeadLetteredError(
+                "expired", f"no worker picked request {self.guid} up within its pickup timeout"
+            )
+        if now < self.deadline:
+            return None
+        if self.lost(now):
+            return WorkerLostError(
+                f"the worker of request {self.guid} stopped heartbeating and no other "
+                "worker answered within the timeout"
+            )
+        return RpcTimeoutError(f"no reply to request {self.guid} within the timeout")
+
+    def wants_cancel(self) -> str:
+        """The worker to tell to cancel, once (``""``: none, or told already)."""
+        worker = self.worker
+        if not worker or worker == self.cancelled_worker:
+            return ""
+        self.cancelled_worker = worker
+        return worker
+
+
+def new_call(guid: uuid.UUID, timeout: float, pickup_timeout: float | None) -> CallState:
+    """A call starting now; ``InvalidArgumentError`` for bad timeouts."""
+    if timeout <= 0:
+        raise InvalidArgumentError("timeout must be > 0")
+    pickup = timeout if pickup_timeout is None else pickup_timeout
+    if not 0 < pickup <= timeout:
+        raise InvalidArgumentError("pickup_timeout must be in (0, timeout]")
+    now = time.monotonic()
+    return CallState(guid, now + timeout, now + pickup)
+
+
+def request_properties(
+    call: CallState, user: dict[str, str], reply_to: str, key: str | None
+) -> dict[str, str]:
+    """The request PUT's properties for ``call``."""
+    pickup = call.pickup_deadline - time.monotonic()
+    expires = wire.wall_ms() + round(pickup * 1000)
+    return wire.request_properties(user, reply_to, expires, key, broker_pickup_ms(pickup))
+
+
+def outcome(guid: uuid.UUID, message: Message) -> Reply | RpcError | None:
+    """What a reply-queue message means for the call ``guid``: its reply, its error
+    (an error reply, the broker's dead-letter notice), or None (a heartbeat)."""
+    properties = message.properties
+    kind = properties.get(wire.KIND)
+    if kind == wire.REPLY:
+        return Reply(message.payload, wire.user_properties(properties), guid)
+    if kind == wire.FAILURE:
+        return wire.remote_error(properties, message.payload)
+    if kind is None and wire.DEATH_REASON in properties:  # the broker's notice
+        reason = properties[wire.DEATH_REASON][:64]
+        return DeadLetteredError(reason, wire.dead_letter_text(properties))
+    return None
+
+
+def refused(ack: Ack) -> RpcError | None:
+    """The error of a request PUT the broker refused (UNKNOWN is left to the timeout:
+    the request may be in the queue)."""
+    if ack.status.ok or ack.status is AckStatus.UNKNOWN:
+        return None
+    return RequestRefusedError(ack.status.value, "request not enqueued")
+
+
+def ends_abandoned(error: BaseException | None) -> bool:
+    """Whether a call that ended with ``error`` leaves a worker to cancel."""
+    return isinstance(error, (RpcTimeoutError, RpcCancelledError, DeadLetteredError))
+
+
+def broker_pickup_ms(pickup: float) -> int:
+    """The pickup TTL the broker enforces: a margin under the caller's own pickup
+    deadline (a quarter of it, at most 1 s), so the broker's notice, with its reason,
+    normally arrives before the caller's timer gives up on its own."""
+    return max(1, round((pickup - min(pickup / 4, 1.0)) * 1000))
+
+
+def domain_of(uri: str) -> str:
+    """The domain of ``hf://<domain>/<queue>``; ``InvalidQueueUriError`` otherwise."""
+    try:
+        return parse_queue_uri(uri).domain
+    except ValueError as error:
+        raise InvalidQueueUriError(str(error)[:300]) from None

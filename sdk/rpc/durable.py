@@ -1,0 +1,232 @@
+"""Durable requests, replies fetched by id (the ZeroMQ guide's Titanic pattern).
+
+``session.request_durable(uri, payload)`` posts a request, waits for the broker's
+ACK, and returns its **request id**, a ``str``::
+
+    <domain>/<request GUID hex>/<keep-until, ms since the epoch>/<check>
+
+The reply goes to a queue of its own in the broker, ``hf://<domain>/rpc-durable-<GUID
+hex>`` (``wire.durable_reply_uri``), posted by the worker with the broker's pickup TTL
+set to the time left until *keep-until* (``keep`` seconds after the request,
+``DEFAULT_REPLY_KEEP`` by default): the broker keeps it that long, durably with a
+durable store, and then drops it (at its next sweep, a fraction of a second
+later). ``session.fetch_reply(request_id, timeout)`` reads it from any session of
+the same token, in this process or another one (the caller may have restarted):
+a ``Reply``, or the call's own ``RpcError`` (``RemoteHandlerError``,
+``DeadLetteredError``). Fetching does not use the reply up: it stays fetchable until
+*keep-until* (a fresh copy is posted before the delivered one is confirmed).
+
+Past *keep-until* ``fetch_reply`` raises ``ReplyExpiredError``, at once, or when the
+wait reaches it; before, a reply that has not come within ``timeout`` is
+``RpcTimeoutError`` (fetch again later). An id that is not one issued to a session of
+this token (malformed, altered: *check* is an HMAC of the rest under the token) is
+``UnknownRequestError``. The keep time rests on the wall clocks of the caller and the
+worker (NTP-level agreement is assumed).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import hashlib
+import hmac
+import queue as stdqueue
+import re
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from holdfast.sdk.errors import (
+    HoldfastError,
+    InvalidArgumentError,
+    ReplyExpiredError,
+    RequestRefusedError,
+    RpcError,
+    RpcTimeoutError,
+    UnknownRequestError,
+)
+from holdfast.sdk.options import QueueOptions
+from holdfast.sdk.queue import Queue
+from holdfast.sdk.rpc import calls, wire
+from holdfast.sdk.rpc.values import Reply
+from holdfast.sdk.types import Ack, AckStatus, Message
+
+if TYPE_CHECKING:
+    from holdfast.sdk.rpc.caller import Caller
+    from holdfast.sdk.session import Session
+
+DEFAULT_REPLY_KEEP = 3600.0
+"""Seconds a durable request's reply is kept by default (``keep=``)."""
+
+MAX_REPLY_KEEP = 30 * 86400.0
+"""The longest ``keep=`` accepted (thirty days)."""
+
+_ID = re.compile(
+    r"(?P<domain>[A-Za-z0-9][A-Za-z0-9._-]{0,127})/(?P<guid>[0-9a-f]{32})"
+    r"/(?P<until>[0-9]{1,16})/(?P<check>[0-9a-f]{32})"
+)
+
+_ONE_AT_A_TIME = QueueOptions(max_unconfirmed_messages=1)
+_NONE = QueueOptions(max_unconfirmed_messages=0)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestId:
+    """A parsed request id (see the module docstring)."""
+
+    domain: str
+    guid: uuid.UUID
+    keep_until_ms: int
+
+    @property
+    def body(self) -> str:
+        """The id without its check."""
+        return f"{self.domain}/{self.guid.hex}/{self.keep_until_ms}"
+
+    def text(self, token: str | None) -> str:
+        """The id as ``request_durable`` returns it."""
+        return f"{self.body}/{_check(self.body, token)}"
+
+    @property
+    def reply_uri(self) -> str:
+        """The queue its reply goes to."""
+        return wire.durable_reply_uri(self.domain, self.guid)
+
+
+def parse_request_id(text: object, token: str | None) -> RequestId:
+    """``text`` as a request id of ``token``; ``UnknownRequestError`` otherwise."""
+    match = _ID.fullmatch(text) if isinstance(text, str) else None
+    if match is None:
+        raise UnknownRequestError(f"not a request id: {str(text)[:120]!r}")
+    parsed = RequestId(match["domain"], uuid.UUID(hex=match["guid"]), int(match["until"]))
+    if not hmac.compare_digest(match["check"], _check(parsed.body, token)):
+        raise UnknownRequestError(
+            f"request id {parsed.body[:120]!r} was not issued to a session of this token"
+        )
+    return parsed
+
+
+def _check(body: str, token: str | None) -> str:
+    key = (token or "").encode()
+    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def post_durable(
+    caller: Caller,
+    uri: str,
+    payload: bytes,
+    *,
+    properties: Mapping[str, str] | None,
+    key: str | None,
+    keep: float,
+    timeout: float,
+) -> str:
+    """Post a durable request and wait for the broker's ACK; its request id."""
+    if not 0 < keep <= MAX_REPLY_KEEP:
+        raise InvalidArgumentError(f"keep must be in (0, {MAX_REPLY_KEEP:.0f}] seconds")
+    if timeout <= 0:
+        raise InvalidArgumentError("timeout must be > 0")
+    caller.refuse_on_dispatcher("request_durable")
+    user = wire.check_user_properties(properties)
+    target, domain = caller.target(uri, key)
+    guid = caller.next_guid()
+    keep_ms = max(1, round(keep * 1000))
+    rid = RequestId(domain, guid, wire.wall_ms() + keep_ms)
+    text = rid.text(caller.token)
+    acked: concurrent.futures.Future[Ack] = concurrent.futures.Future()
+    request = wire.request_properties(
+        user, rid.reply_uri, rid.keep_until_ms, key, keep_ms, rid.keep_until_ms
+    )
+    target.post(payload, request, acked.set_result, guid=guid)
+    try:
+        ack = acked.result(timeout)
+    except concurrent.futures.TimeoutError:
+        raise RpcTimeoutError(
+            f"the broker has not ACKed durable request {text} within {timeout} s; "
+            "the session still retries it: fetch_reply may find its reply"
+        ) from None
+    if not ack.status.ok:
+        maybe = " (it may or may not be enqueued)" if ack.status is AckStatus.UNKNOWN else ""
+        raise RequestRefusedError(ack.status.value, f"durable request {text}{maybe}")
+    return text
+
+
+def fetch(session: Session, token: str | None, request_id: str, timeout: float) -> Reply:
+    """The reply of a durable request (see the module docstring)."""
+    rid = parse_request_id(request_id, token)
+    if timeout < 0:
+        raise InvalidArgumentError("timeout must be >= 0")
+    if wire.wall_ms() >= rid.keep_until_ms:
+        raise _expired(rid)
+    inbox: stdqueue.SimpleQueue[Message] = stdqueue.SimpleQueue()
+    queue = session.open_queue(
+        rid.reply_uri, read=True, write=True, on_message=inbox.put, options=_ONE_AT_A_TIME
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            keep_left = (rid.keep_until_ms - wire.wall_ms()) / 1000
+            left = min(deadline - time.monotonic(), keep_left)
+            if left <= 0:
+                if keep_left <= 0:
+                    raise _expired(rid)
+                raise RpcTimeoutError(
+                    f"no reply to durable request {rid.body} yet; fetch it again later"
+                )
+            try:
+                message = inbox.get(timeout=left)
+            except stdqueue.Empty:
+                continue
+            outcome = calls.outcome(rid.guid, message)
+            if outcome is None:  # not an answer (a stray heartbeat): drop it
+                _confirm(message)
+                continue
+            _keep_fetchable(queue, message, rid, deadline)
+            if isinstance(outcome, RpcError):
+                raise outcome
+            return outcome
+    finally:
+        # the reply, if held, returns to the queue with the connection
+        with contextlib.suppress(HoldfastError):
+            queue.close(timeout=5)
+
+
+def _keep_fetchable(queue: Queue, message: Message, rid: RequestId, deadline: float) -> None:
+    """Post a fresh copy of the reply (its pickup TTL still running), then confirm the
+    delivered one, which the broker no longer expires. The queue takes no more
+    deliveries first, so the copy stays undelivered, and expires on time."""
+    kept = wire.kept_reply(message.properties, rid.keep_until_ms)
+    if kept is not None:
+        acked = threading.Event()
+        ok: list[bool] = []
+
+        def on_ack(ack: Ack) -> None:
+            ok.append(ack.status.ok)
+            acked.set()
+
+        try:
+            queue.post(message.payload, kept, on_ack)
+        except HoldfastError:
+            return  # not copied: the delivered one stays (returned when the queue closes)
+        if not (acked.wait(max(1.0, deadline - time.monotonic())) and all(ok)):
+            return
+    try:
+        queue.configure(_NONE, timeout=5)
+    except HoldfastError:
+        return
+    _confirm(message)
+
+
+def _confirm(message: Message) -> None:
+    with contextlib.suppress(HoldfastError):  # returned to the queue: fetchable again
+        message.confirm()
+
+
+def _expired(rid: RequestId) -> ReplyExpiredError:
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(rid.keep_until_ms / 1000))
+    return ReplyExpiredError(
+        f"the reply to durable request {rid.body} was kept until {when} and is gone"
+    )
