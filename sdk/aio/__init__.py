@@ -13,6 +13,9 @@
         async for message in inbox:
             message.confirm()
 
+Request/reply runs on the loop too: ``await session.request(uri, payload)`` and
+``async with Worker(session, uri, handler)`` (``holdfast.sdk.aio.worker``).
+
 Callbacks run on the event loop; ``post`` awaits rule 7's high-watermark wait
 instead of blocking the loop. Errors, events, options and ``AckStatus`` are those
 of ``holdfast.sdk``.
@@ -20,5 +23,6 @@ of ``holdfast.sdk``.
 
 from holdfast.sdk.aio.queue import Queue
 from holdfast.sdk.aio.session import Session
+from holdfast.sdk.aio.worker import Worker
 
-__all__ = ["Queue", "Session"]
+__all__ = ["Queue", "Session", "Worker"]

@@ -1,95 +1,233 @@
-"""``await session.request(...)`` on the asyncio ``Session``.
+"""``await session.request(...)`` on the asyncio ``Session``: a caller on the event loop.
 
-The caller (``holdfast.sdk.rpc.caller.Caller``) is written against the synchronous
-session's blocking surface: ``open_queue`` that returns an open queue, ``post`` that
-returns a GUID, ``close``. ``BlockingView`` gives it that surface over an asyncio
-session by running each coroutine on the session's loop from the caller's own
-threads; the asyncio front-end calls the caller from an executor thread (never the
-loop, which the view needs free) and awaits the reply future with
-``asyncio.wrap_future``. Reply messages are handled on the loop, like every
-callback of the asyncio session; the caller only takes a lock there.
-
-One caller, one set of call rules (heartbeats, cancels, pickup, dead-letter
-notices) for both APIs.
+The same call rules as the threaded caller (``holdfast.sdk.rpc.calls``: deadlines,
+heartbeats, the broker's dead-letter notices, cancels), run on the loop: one reply
+queue per domain (``hf://<domain>/rpc-reply-<random>``, reopened with the session),
+each call an ``asyncio.Future`` completed by its reply message, and a loop timer
+(``call_at``) per call for its pickup deadline and timeout; no thread. Cancelling
+the awaiting task cancels the call and tells its worker, like a timeout does.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
+import contextlib
+import logging
+import time
 import uuid
-from collections.abc import Callable, Coroutine, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from holdfast.sdk.types import Ack
+from holdfast.sdk.errors import HoldfastError, RpcCancelledError, RpcError
+from holdfast.sdk.guids import Uuid7Source
+from holdfast.sdk.poolnames import key_queue_uri
+from holdfast.sdk.rpc import calls, wire
+from holdfast.sdk.rpc.calls import ABANDONED_MEMORY, MAX_WORKER_HANDLES, CallState
+from holdfast.sdk.rpc.values import Reply
+from holdfast.sdk.types import Ack, Message
 
 if TYPE_CHECKING:
     from holdfast.sdk.aio.queue import Queue
     from holdfast.sdk.aio.session import Session
 
-T = TypeVar("T")
+log = logging.getLogger("holdfast.sdk.rpc")
 
 
-class _LoopThread:
-    """Tells the caller whether it runs on the loop (where it must not block)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._thread_id = threading.get_ident()
-
-    def in_dispatcher(self) -> bool:
-        """True on the session's loop thread: a blocking call there would deadlock."""
-        return threading.get_ident() == self._thread_id
+@dataclass(slots=True, eq=False)
+class _Call(CallState):
+    future: asyncio.Future[Reply] | None = field(default=None, repr=False)
+    timer: asyncio.TimerHandle | None = field(default=None, repr=False)
 
 
-class BlockingQueue:
-    """A queue of an asyncio session, used from a thread that is not the loop."""
+class AsyncCaller:
+    """Issues calls over an asyncio ``session`` and matches their replies. Use it from
+    the session's loop only."""
 
-    def __init__(self, view: BlockingView, queue: Queue) -> None:
-        self._view = view
-        self._queue = queue
-
-    @property
-    def uri(self) -> str:
-        """The queue's URI."""
-        return self._queue.uri
-
-    @property
-    def is_open(self) -> bool:
-        """Whether the queue is open."""
-        return self._queue.is_open
-
-    def post(
-        self,
-        payload: bytes,
-        properties: Mapping[str, str] | None = None,
-        on_ack: Callable[[Ack], Any] | None = None,
-        *,
-        guid: uuid.UUID | None = None,
-    ) -> uuid.UUID:
-        """``await queue.post(...)`` on the loop; blocks this thread until it returns."""
-        return self._view.run(self._queue.post(payload, properties, on_ack, guid=guid))
-
-    def close(self, timeout: float = 30.0) -> None:
-        """``await queue.close(timeout)`` on the loop."""
-        self._view.run(self._queue.close(timeout))
-
-
-class BlockingView:
-    """The blocking surface ``Caller`` needs, over an asyncio ``Session``."""
-
-    def __init__(self, session: Session, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, session: Session) -> None:
         self._session = session
-        self._loop = loop
-        self._dispatcher = _LoopThread(loop)
+        self._loop = asyncio.get_running_loop()
+        self._calls: dict[bytes, _Call] = {}
+        self._abandoned: dict[bytes, _Call] = {}
+        """Calls that ended without a reply, by GUID, for ``ABANDONED_MEMORY`` s."""
+        self._queues: dict[str, Queue] = {}
+        self._opening: dict[str, asyncio.Future[Queue]] = {}
+        self._workers: OrderedDict[str, Queue] = OrderedDict()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._guids = Uuid7Source()
+        self._tag = uuid.uuid4().hex
+        self._closed = False
 
-    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """Run ``coroutine`` on the session's loop and wait for its result."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+    async def call(
+        self,
+        uri: str,
+        payload: bytes,
+        *,
+        properties: Mapping[str, str] | None = None,
+        timeout: float = 30.0,
+        key: str | None = None,
+        pickup_timeout: float | None = None,
+    ) -> Reply:
+        """Send a request to the service queue ``uri``; await its reply."""
+        state = calls.new_call(uuid.UUID(int=0), timeout, pickup_timeout)
+        user = wire.check_user_properties(properties)
+        domain = calls.domain_of(uri)
+        target = await self._open(uri if key is None else key_queue_uri(uri, key), write=True)
+        reply_to = await self._reply_queue(domain)
+        if self._closed:
+            raise RpcCancelledError("the session is closing")
+        guid = self._guids.next()[0]
+        call = _Call(guid, state.deadline, state.pickup_deadline)
+        future: asyncio.Future[Reply] = self._loop.create_future()
+        call.future = future
+        self._calls[guid.bytes] = call  # before the PUT: its reply may come at once
+        self._arm(call)
+        try:
+            await target.post(
+                payload,
+                calls.request_properties(call, user, reply_to.uri, key),
+                lambda ack: self._on_request_ack(call, ack),
+                guid=guid,
+            )
+            return await future
+        except asyncio.CancelledError:
+            self._end(call)  # the application cancelled: tell the worker
+            raise
+        finally:
+            self._calls.pop(guid.bytes, None)
+            if call.timer is not None:
+                call.timer.cancel()
 
-    def open_queue(self, uri: str, **how: Any) -> BlockingQueue:
-        """``await session.open_queue(uri, **how)`` on the loop."""
-        return BlockingQueue(self, self.run(self._session.open_queue(uri, **how)))
+    async def close(self) -> None:
+        """Cancel every call still waiting (``RpcCancelledError``), telling their
+        workers. The session closes the queues."""
+        if self._closed:
+            return
+        self._closed = True
+        for call in list(self._calls.values()):
+            self._finish(call, RpcCancelledError("the session closed during the call"))
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=5)
+
+    # ------------------------------------------------------------------ replies
+
+    def _on_reply_message(self, message: Message) -> None:
+        properties = message.properties
+        guid = wire.parse_request_guid(properties)
+        kind = properties.get(wire.KIND)
+        call = self._calls.get(guid.bytes) if guid is not None else None
+        abandoned = self._abandoned.get(guid.bytes) if guid is not None else None
+        if abandoned is not None and kind == wire.BEAT:
+            # A worker runs a call that is over: tell it to stop.
+            abandoned.worker = properties.get(wire.WORKER, "")
+            self._send_cancel(abandoned)
+        elif call is not None:
+            if kind == wire.BEAT:
+                call.on_beat(properties, time.monotonic())
+            else:
+                outcome = calls.outcome(call.guid, message)
+                if outcome is not None:
+                    self._finish(call, outcome)
+        # redelivered later; the call is over by then, so it is dropped
+        with contextlib.suppress(HoldfastError):
+            message.confirm()
+
+    def _on_request_ack(self, call: _Call, ack: Ack) -> None:
+        error = calls.refused(ack)
+        if error is not None:
+            self._finish(call, error)
+
+    def _finish(self, call: _Call, outcome: Reply | RpcError) -> None:
+        future = call.future
+        if future is None or future.done():
+            return  # already over: a duplicate reply or a late error
+        if isinstance(outcome, Reply):
+            future.set_result(outcome)
+        else:
+            future.set_exception(outcome)
+            if calls.ends_abandoned(outcome):
+                self._end(call)
+
+    def _end(self, call: _Call) -> None:
+        """A call over without its reply: remember it for a while (a worker that picks
+        it up later is told at its first heartbeat) and tell its worker to stop."""
+        if call.guid.bytes in self._abandoned:
+            return
+        self._abandoned[call.guid.bytes] = call
+        forget = max(0.0, call.deadline - time.monotonic()) + ABANDONED_MEMORY
+        self._loop.call_later(forget, self._abandoned.pop, call.guid.bytes, None)
+        self._send_cancel(call)
+
+    # ------------------------------------------------------------------ timers
+
+    def _arm(self, call: _Call) -> None:
+        delay = max(0.0, call.next_edge() - time.monotonic())
+        call.timer = self._loop.call_later(delay, self._on_timer, call)
+
+    def _on_timer(self, call: _Call) -> None:
+        if call.future is None or call.future.done():
+            return
+        error = call.due(time.monotonic())
+        if error is None:
+            self._arm(call)  # picked up since: its timeout is next
+        else:
+            self._finish(call, error)
+
+    # ------------------------------------------------------------------ cancels
+
+    def _send_cancel(self, call: _Call) -> None:
+        worker = call.wants_cancel()
+        if not worker:
+            return  # not picked up yet (its first heartbeat triggers it), or sent
+        task = self._loop.create_task(self._post_cancel(worker, call.guid))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _post_cancel(self, worker: str, guid: uuid.UUID) -> None:
+        try:
+            queue = self._workers.get(worker)
+            if queue is None or not queue.is_open:
+                queue = self._workers[worker] = await self._session.open_queue(worker, write=True)
+            self._workers.move_to_end(worker)
+            await queue.post(b"", wire.cancel_properties(guid))
+            while len(self._workers) > MAX_WORKER_HANDLES:
+                _, old = self._workers.popitem(last=False)
+                await old.close(timeout=5)
+        except (HoldfastError, ValueError) as error:
+            log.warning("could not send the cancel of %s to %s: %s", guid, worker[:200], error)
+
+    # ------------------------------------------------------------------ queues
+
+    async def _reply_queue(self, domain: str) -> Queue:
+        uri = f"hf://{domain}/rpc-reply-{self._tag}"
+        options = calls.REPLY_QUEUE_OPTIONS
+        return await self._open(uri, read=True, on_message=self._on_reply_message, options=options)
+
+    async def _open(self, uri: str, **how: Any) -> Queue:
+        """The open handle of ``uri``, opened now if needed; concurrent calls share one
+        open."""
+        queue = self._queues.get(uri)
+        if queue is not None and queue.is_open:
+            return queue
+        pending = self._opening.get(uri)
+        if pending is None:
+            pending = self._opening[uri] = self._loop.create_future()
+            try:
+                queue = await self._session.open_queue(uri, **how)
+            except BaseException as error:
+                if isinstance(error, asyncio.CancelledError):
+                    pending.cancel()
+                else:
+                    pending.set_exception(error)
+                    pending.exception()  # retrieved: the waiters re-raise it
+                raise
+            finally:
+                del self._opening[uri]
+            self._queues[uri] = queue
+            pending.set_result(queue)
+            return queue
+        return await asyncio.shield(pending)
 
 
-__all__ = ["BlockingQueue", "BlockingView"]
+__all__ = ["AsyncCaller"]

@@ -9,28 +9,23 @@ Rule 7's wait, the only place a post can wait, is awaited.
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
 import uuid
 import weakref
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from holdfast.sdk.aio.queue import Queue
-from holdfast.sdk.aio.rpc import BlockingView
+from holdfast.sdk.aio.rpc import AsyncCaller
 from holdfast.sdk.driver.aio_session import AsyncEngineSession
 from holdfast.sdk.errors import SessionClosedError
 from holdfast.sdk.events import SessionEvent, log_event
 from holdfast.sdk.failover import parse_addresses
 from holdfast.sdk.options import QueueOptions, SessionOptions, default_address
-from holdfast.sdk.rpc.caller import Caller
 from holdfast.sdk.rpc.values import Reply
 from holdfast.sdk.transports.base import AsyncTransport
 from holdfast.sdk.types import Ack, Message
-
-if TYPE_CHECKING:
-    from holdfast.sdk.session import Session as SyncSession
 
 
 class Session:
@@ -68,7 +63,7 @@ class Session:
         self._started = False
         self._closed = False
         self._queues: weakref.WeakSet[Queue] = weakref.WeakSet()
-        self._caller: Caller | None = None
+        self._caller: AsyncCaller | None = None
 
     async def __aenter__(self) -> Session:
         self._start()
@@ -157,25 +152,18 @@ class Session:
         cancels the call and tells its worker.
         """
         self._start()
-        loop = asyncio.get_running_loop()
         if self._caller is None:
             if self._closed:
                 raise SessionClosedError("the session is closed")
-            self._caller = Caller(cast("SyncSession", BlockingView(self, loop)))
-        caller = self._caller
-        future = await loop.run_in_executor(
-            None,
-            functools.partial(
-                caller.call_async,
-                uri,
-                payload,
-                properties=properties,
-                timeout=timeout,
-                key=key,
-                pickup_timeout=pickup_timeout,
-            ),
+            self._caller = AsyncCaller(self)
+        return await self._caller.call(
+            uri,
+            payload,
+            properties=properties,
+            timeout=timeout,
+            key=key,
+            pickup_timeout=pickup_timeout,
         )
-        return await asyncio.wrap_future(future)
 
     async def has_workers(self, uri: str, timeout: float = 10.0) -> bool:
         """True if ``uri`` has a live consumer now (request/reply service discovery)."""
@@ -202,8 +190,7 @@ class Session:
             return
         self._closed = True
         if self._caller is not None:
-            # Off the loop: the caller's threads may be waiting on the loop right now.
-            await asyncio.get_running_loop().run_in_executor(None, self._caller.close)
+            await self._caller.close()
         if self._started:
             await self.flush(self._options.close_timeout if timeout is None else timeout)
         await self._core.stop()

@@ -59,15 +59,20 @@ class ChildProcess:
         self.kill()
 
 
-def worker_process(address: str, uri: str, log: Path, sleep: float = 0.0) -> ChildProcess:
-    """A ``tests.rpc.worker_main`` worker; its handler runs are logged to ``log``."""
-    args = [address, uri, str(log), "--sleep", str(sleep)]
+def worker_process(
+    address: str, uri: str, log: Path, sleep: float = 0.0, *, aio: bool = False
+) -> ChildProcess:
+    """A ``tests.rpc.worker_main`` worker (the asyncio one with ``aio``); its handler
+    runs are logged to ``log``."""
+    args = [address, uri, str(log), "--sleep", str(sleep), *(["--aio"] if aio else [])]
     return ChildProcess("tests.rpc.worker_main", args, "ready")
 
 
-def caller_process(address: str, uri: str) -> ChildProcess:
-    """A ``tests.rpc.caller_main`` caller, waiting on one call."""
-    return ChildProcess("tests.rpc.caller_main", [address, uri], "calling")
+def caller_process(address: str, uri: str, *, aio: bool = False) -> ChildProcess:
+    """A ``tests.rpc.caller_main`` caller (the asyncio one with ``aio``), waiting on
+    one call."""
+    args = [address, uri, *(["--aio"] if aio else [])]
+    return ChildProcess("tests.rpc.caller_main", args, "calling")
 
 
 def starts(log: Path) -> list[tuple[str, int]]:
