@@ -1,20 +1,25 @@
 """Request/reply figures, beside a plain gRPC unary call on the same machine.
 
-As a script it is one of the two servers the measurement needs::
+As a script it is one of the servers the measurement needs::
 
     python bench/rpcload.py unary --listen 127.0.0.1:0      # logs "listening on HOST:PORT"
-    python bench/rpcload.py worker ADDRESS URI --concurrency 8   # prints "ready"
+    python bench/rpcload.py worker ADDRESS URI --concurrency 8 [--aio]  # prints "ready"
 
-``measure`` starts a broker, a proxy, a worker process and the unary server; the
-caller (this process) and the worker go through the proxy, then straight to the broker. For each it
-times ``sequential`` calls one at a time (p50/p99 round trip) and ``count`` calls
-with ``window`` in flight (calls/s). The payload is 100 bytes, echoed back.
+``measure`` starts a broker, a proxy, ``WORKERS`` worker processes and the unary
+server; one caller (this process) and the workers go through the proxy, once with
+the threaded ``Session``/``Worker`` and once with the asyncio ones
+(``holdfast.sdk.aio``). For each it times ``sequential`` calls one at a time (the
+p50/p99 round trip of one call at low load) and ``count`` pipelined calls with
+``window`` in flight (calls/s). The payload is 100 bytes, echoed back. ``BEFORE`` is
+the figure of issue #35 (threaded, one worker, 64 in flight) that the targets
+compare with.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -31,10 +36,18 @@ import grpc
 import harness
 from echo import serve_raw
 
-from holdfast.sdk import Request, Session, Worker
+from holdfast.sdk import Request, Session, Worker, aio
 
 METHOD = "/holdfast.bench.Unary/Echo"
 PAYLOAD = bytes(100)
+WORKERS = 4
+"""Worker processes serving the measured calls."""
+WINDOW = 2048
+"""Calls in flight from the one caller (pipelined)."""
+BEFORE = 1900.0
+"""Calls/s through the proxy before issue #35 (threaded caller, one worker)."""
+TARGET = 10_000.0
+"""Calls/s through the proxy the issue asks for (1 caller, 4 workers)."""
 
 
 @dataclass
@@ -48,6 +61,7 @@ class CallFigures:
     count: int
     window: int
     sequential: int
+    workers: int = 1
 
 
 def _time_calls(
@@ -56,7 +70,7 @@ def _time_calls(
     latencies = []
     for _ in range(max(20, count // 20)):  # warm-up: connections, queues, caches
         call()
-    for _ in range(count // 10):
+    for _ in range(min(count // 10, 1000)):
         started = time.perf_counter()
         call()
         latencies.append(time.perf_counter() - started)
@@ -82,20 +96,25 @@ def _time_calls(
     return count / (time.perf_counter() - started), latencies
 
 
-def measure(count: int = 5000, window: int = 64) -> list[CallFigures]:
-    """Request/reply through the proxy, and the plain gRPC unary call, in one run."""
+def measure(count: int = 20_000, window: int = WINDOW) -> list[CallFigures]:
+    """Request/reply through the proxy (threaded and asyncio), and the plain gRPC
+    unary call, in one run."""
     results: list[CallFigures] = []
     with (
         harness.running_broker(harness.memory_store()) as broker,
         harness.running_proxy(broker.address) as proxy,
     ):
-        for name, address in (
-            ("SDK->proxy->broker", proxy.address),
-            ("SDK->broker", broker.address),
-        ):
-            results.append(
-                _measure_rpc(name, address, f"hf://bench/rpc-{len(results)}", count, window)
-            )
+        for flavour in ("threaded", "asyncio"):
+            uri = f"hf://bench/rpc-{flavour}"
+            with contextlib.ExitStack() as workers:
+                for _ in range(WORKERS):
+                    workers.enter_context(_worker(proxy.address, uri, 8, flavour == "asyncio"))
+                if flavour == "threaded":
+                    rate, latencies = _measure_threaded(proxy.address, uri, count, window)
+                else:
+                    rate, latencies = asyncio.run(_measure_aio(proxy.address, uri, count, window))
+            name = f"request/reply {flavour}, SDK->proxy->broker"
+            results.append(_figures(name, rate, latencies, count, window, WORKERS))
     with (
         harness.ScriptServer("rpcload.py", ["unary", "--listen", "127.0.0.1:0"]) as server,
         grpc.insecure_channel(server.address) as channel,
@@ -104,28 +123,51 @@ def measure(count: int = 5000, window: int = 64) -> list[CallFigures]:
         rate, latencies = _time_calls(
             lambda: echo.future(PAYLOAD, timeout=60),
             lambda: echo(PAYLOAD, timeout=60),
-            count,
-            window,
+            count // 4,
+            64,
         )
         results.append(
-            _figures("plain gRPC unary (grpc.aio server)", rate, latencies, count, window)
+            _figures("plain gRPC unary (grpc.aio server)", rate, latencies, count // 4, 64, 0)
         )
     return results
 
 
-def _measure_rpc(name: str, address: str, uri: str, count: int, window: int) -> CallFigures:
-    with _worker(address, uri, 8), Session(address) as session:
-        rate, latencies = _time_calls(
+def _measure_threaded(address: str, uri: str, count: int, window: int) -> tuple[float, list[float]]:
+    with Session(address) as session:
+        return _time_calls(
             lambda: session.request_async(uri, PAYLOAD, timeout=60),
             lambda: session.request(uri, PAYLOAD, timeout=60),
             count,
             window,
         )
-    return _figures(f"request/reply {name}", rate, latencies, count, window)
+
+
+async def _measure_aio(
+    address: str, uri: str, count: int, window: int
+) -> tuple[float, list[float]]:
+    """``_time_calls`` on the event loop: warm-up, sequential calls, then ``count`` calls
+    with ``window`` in flight."""
+    async with aio.Session(address) as session:
+        for _ in range(max(20, count // 20)):
+            await session.request(uri, PAYLOAD, timeout=60)
+        latencies = []
+        for _ in range(min(count // 10, 1000)):
+            started = time.perf_counter()
+            await session.request(uri, PAYLOAD, timeout=60)
+            latencies.append(time.perf_counter() - started)
+        slots = asyncio.Semaphore(window)
+
+        async def one() -> None:
+            async with slots:
+                await session.request(uri, PAYLOAD, timeout=60)
+
+        started = time.perf_counter()
+        await asyncio.wait_for(asyncio.gather(*(one() for _ in range(count))), 300)
+        return count / (time.perf_counter() - started), latencies
 
 
 def _figures(
-    name: str, rate: float, latencies: list[float], count: int, window: int
+    name: str, rate: float, latencies: list[float], count: int, window: int, workers: int
 ) -> CallFigures:
     return CallFigures(
         name,
@@ -135,15 +177,18 @@ def _figures(
         count,
         window,
         len(latencies),
+        workers,
     )
 
 
 class _worker:
     """The worker subprocess, stopped by PID."""
 
-    def __init__(self, address: str, uri: str, concurrency: int) -> None:
+    def __init__(self, address: str, uri: str, concurrency: int, aio: bool = False) -> None:
         self._args = [sys.executable, __file__, "worker", address, uri, "--concurrency"]
         self._args.append(str(concurrency))
+        if aio:
+            self._args.append("--aio")
         self._proc: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> None:
@@ -175,6 +220,21 @@ def _run_worker(address: str, uri: str, concurrency: int) -> None:
         stop.wait()
 
 
+async def _run_aio_worker(address: str, uri: str, concurrency: int) -> None:
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+
+    async def echo(request: Request) -> bytes:
+        return request.payload
+
+    async with (
+        aio.Session(address) as session,
+        aio.Worker(session, uri, echo, concurrency=concurrency),
+    ):
+        print("ready", flush=True)
+        await stop.wait()
+
+
 async def _serve_unary(listen: str) -> None:
     async def echo(request: bytes, context: Any) -> bytes:
         return request
@@ -195,12 +255,16 @@ def main(argv: list[str] | None = None) -> int:
     worker.add_argument("address")
     worker.add_argument("uri")
     worker.add_argument("--concurrency", type=int, default=8)
+    worker.add_argument("--aio", action="store_true", help="the asyncio Worker")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     if args.command == "unary":
         asyncio.run(_serve_unary(args.listen))
     elif args.command == "worker":
-        _run_worker(args.address, args.uri, args.concurrency)
+        if args.aio:
+            asyncio.run(_run_aio_worker(args.address, args.uri, args.concurrency))
+        else:
+            _run_worker(args.address, args.uri, args.concurrency)
     else:
         for figures in measure():
             print(asdict(figures))

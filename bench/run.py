@@ -68,6 +68,7 @@ from report import (
     print_rpc,
     print_scale,
     print_targets,
+    rpc_targets,
     summary,
 )
 
@@ -249,7 +250,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="runs per configuration")
     parser.add_argument("--idle-count", type=int, default=300, help="idle round trips")
     parser.add_argument("--memory-count", type=int, default=1_000_000, help="buffered PUTs")
-    parser.add_argument("--rpc-count", type=int, default=5000, help="request/reply calls")
+    parser.add_argument("--rpc-count", type=int, default=20000, help="request/reply calls")
     parser.add_argument(
         "--spark-rows", type=int, default=100_000, help="rows per connector write (0: skip)"
     )
@@ -394,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     targets += issue_20_targets(
         rates, consume, results["nats"], results["memory"], results["scale"], results["history"]
     )
+    targets += rpc_targets(results["rpc"])
     print_targets(targets)
     results["targets"] = [{"target": t, "figure": f, "pass": ok} for t, f, ok in targets]
     results["failures"] = failures

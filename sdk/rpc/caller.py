@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import heapq
+import itertools
 import logging
 import threading
 import time
@@ -46,9 +48,6 @@ if TYPE_CHECKING:
     from holdfast.sdk.session import Session
 
 log = logging.getLogger("holdfast.sdk.rpc")
-
-TICK = 0.05
-"""Seconds between the timer thread's checks when no deadline is nearer."""
 
 
 @dataclass(slots=True, eq=False)
@@ -76,6 +75,9 @@ class Caller:
         self._tag = uuid.uuid4().hex
         self._closed = False
         self._wakeup = threading.Event()
+        self._edges: list[tuple[float, int, _Call]] = []
+        self._order = itertools.count()
+        self._next_wake = 0.0
         self._cancels = concurrent.futures.ThreadPoolExecutor(1, "holdfast-rpc-cancel")
         self._timer = threading.Thread(target=self._run_timer, name="holdfast-rpc", daemon=True)
         self._timer.start()
@@ -103,6 +105,7 @@ class Caller:
             guid, _ = self._guids.next()
             call = _Call(guid, state.deadline, state.pickup_deadline)
             self._calls[guid.bytes] = call  # before the PUT: its reply may come at once
+            self._schedule(call)
         future = call.future
         future.add_done_callback(lambda f: self._on_done(call, f))
         try:
@@ -116,7 +119,6 @@ class Caller:
             with self._lock:
                 self._calls.pop(guid.bytes, None)
             raise
-        self._wakeup.set()
         return future
 
     def call(
@@ -299,27 +301,49 @@ class Caller:
 
     # ------------------------------------------------------------------ the timer thread
 
+    def _schedule(self, call: _Call) -> None:
+        """Time ``call`` (under the lock); wake the timer only if it is due before the
+        timer's next wake-up (rarely: calls mostly share one timeout, so a new call is
+        due after those already timed)."""
+        edge = call.next_edge()
+        if len(self._edges) > 2 * len(self._calls) + 1024:
+            # Calls that ended stay in the heap until their edge: drop them now and
+            # then, so it holds O(calls in flight), not every call of the last timeout.
+            live = self._calls
+            self._edges = [e for e in self._edges if live.get(e[2].guid.bytes) is e[2]]
+            heapq.heapify(self._edges)
+        heapq.heappush(self._edges, (edge, next(self._order), call))
+        if edge < self._next_wake:
+            self._next_wake = edge
+            self._wakeup.set()
+
     def _run_timer(self) -> None:
+        """Ends the calls whose deadline passed: a heap of (edge, order, call), so a
+        call costs O(log n) to time, never a scan of every call in flight."""
+        next_purge = time.monotonic() + ABANDONED_MEMORY
         while True:
             with self._lock:
                 if self._closed:
                     return
                 now = time.monotonic()
                 due: list[tuple[_Call, RpcError]] = []
-                nearest = now + TICK
-                idle = not self._calls
-                for call in self._calls.values():
+                edges = self._edges
+                while edges and edges[0][0] <= now:
+                    call = heapq.heappop(edges)[2]
+                    if self._calls.get(call.guid.bytes) is not call:
+                        continue  # over already
                     error = call.due(now)
                     if error is not None:
                         due.append((call, error))
-                    else:
-                        nearest = min(nearest, call.next_edge())
-                for key in [k for k, c in self._abandoned.items() if c.forget_at <= now]:
-                    del self._abandoned[key]
+                    else:  # picked up since: its timeout is next
+                        heapq.heappush(edges, (call.next_edge(), next(self._order), call))
+                if now >= next_purge:
+                    next_purge = now + ABANDONED_MEMORY
+                    for key in [k for k, c in self._abandoned.items() if c.forget_at <= now]:
+                        del self._abandoned[key]
+                wake = min(edges[0][0] if edges else now + ABANDONED_MEMORY, next_purge)
+                self._next_wake = wake
+                self._wakeup.clear()
             for call, error in due:
                 self._finish(call, error=error)
-            if idle:  # nothing to time: sleep until a call starts (or purge later)
-                self._wakeup.wait(ABANDONED_MEMORY if self._abandoned else None)
-            else:
-                self._wakeup.wait(max(0.0, nearest - time.monotonic()))
-            self._wakeup.clear()
+            self._wakeup.wait(max(0.0, wake - time.monotonic()))
