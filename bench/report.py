@@ -250,7 +250,7 @@ def print_rpc(results: list[dict[str, Any]]) -> None:
     """Request/reply (1 caller, pipelined, through the proxy) beside the plain gRPC
     unary call."""
     table = Table(
-        "Request/reply (100 B echo, 1 caller, workers of 8) vs plain gRPC unary",
+        "Request/reply (100 B echo, 1 caller, pipelined) vs plain gRPC unary",
         ["path", "calls/s", "workers", "in flight", "p50 one call ms", "p99 one call ms"],
     )
     for row in results:

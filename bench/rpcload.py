@@ -5,14 +5,14 @@ As a script it is one of the servers the measurement needs::
     python bench/rpcload.py unary --listen 127.0.0.1:0      # logs "listening on HOST:PORT"
     python bench/rpcload.py worker ADDRESS URI --concurrency 8 [--aio]  # prints "ready"
 
-``measure`` starts a broker, a proxy, ``WORKERS`` worker processes and the unary
-server; one caller (this process) and the workers go through the proxy, once with
-the threaded ``Session``/``Worker`` and once with the asyncio ones
-(``holdfast.sdk.aio``). For each it times ``sequential`` calls one at a time (the
-p50/p99 round trip of one call at low load) and ``count`` pipelined calls with
-``window`` in flight (calls/s). The payload is 100 bytes, echoed back. ``BEFORE`` is
-the figure of issue #35 (threaded, one worker, 64 in flight) that the targets
-compare with.
+``measure`` starts a broker, a proxy, ``WORKERS`` worker processes (8 threads each,
+or 64 tasks for the asyncio worker) and the unary server; one caller (this process)
+and the workers go through the proxy, once with the threaded ``Session``/``Worker``
+and once with the asyncio ones (``holdfast.sdk.aio``). For each it times
+``sequential`` calls one at a time (the p50/p99 round trip of one call at low load)
+and ``count`` pipelined calls with ``window`` in flight (calls/s). The payload is
+100 bytes, echoed back. ``BEFORE`` is the figure of issue #35 (threaded, one
+worker, 64 in flight) that the targets compare with.
 """
 
 from __future__ import annotations
@@ -107,8 +107,10 @@ def measure(count: int = 20_000, window: int = WINDOW) -> list[CallFigures]:
         for flavour in ("threaded", "asyncio"):
             uri = f"hf://bench/rpc-{flavour}"
             with contextlib.ExitStack() as workers:
+                aio = flavour == "asyncio"
                 for _ in range(WORKERS):
-                    workers.enter_context(_worker(proxy.address, uri, 8, flavour == "asyncio"))
+                    # 8 threads; 64 tasks on a loop cost nothing and hold more requests
+                    workers.enter_context(_worker(proxy.address, uri, 64 if aio else 8, aio))
                 if flavour == "threaded":
                     rate, latencies = _measure_threaded(proxy.address, uri, count, window)
                 else:

@@ -69,6 +69,7 @@ class Worker:
         self.options = options or WorkerOptions()
         self._session = session
         self._handler = handler
+        self._coroutine = inspect.iscoroutinefunction(handler)
         self._concurrency = concurrency
         self._slots = asyncio.Semaphore(concurrency)
         self._running: dict[bytes, Job] = {}
@@ -188,27 +189,31 @@ class Worker:
         await self._post_answer(job)
 
     async def _run(self, job: Job) -> Answer | None:
+        """Run the handler in this task (a cancel cancels it: ``_cancel``); its reply,
+        its error reply, or None if its caller cancelled."""
         guid = job.request.guid
         self.handler_runs += 1
-        if inspect.iscoroutinefunction(self._handler):
-            task = asyncio.ensure_future(self._handler(job.request))
-        else:
-            loop = asyncio.get_running_loop()
-            task = asyncio.ensure_future(loop.run_in_executor(None, self._handler, job.request))
+        task = asyncio.current_task()
+        assert task is not None
         self._tasks[guid.bytes] = task
         try:
-            await asyncio.wait([task])
-        finally:
-            self._tasks.pop(guid.bytes, None)
-        if task.cancelled():
+            if self._coroutine:
+                result = await self._handler(job.request)  # type: ignore[misc]
+            else:
+                loop = asyncio.get_running_loop()
+                result = await loop.run_in_executor(None, self._handler, job.request)
+            if inspect.isawaitable(result):  # a plain function that returned a coroutine
+                result = await result
+        except asyncio.CancelledError:
+            if self._stopping or not job.request.cancelled.is_set():
+                raise  # the worker is closing: the request goes back to the queue
+            task.uncancel()
             return None  # cancelled by its caller
-        error = task.exception()
-        if error is not None:  # the handler's failure is the caller's to see
+        except Exception as error:  # the handler's failure is the caller's to see
             log.debug("handler raised for %s", guid, exc_info=error)
             return handler_error(guid, error)
-        result = task.result()
-        if inspect.isawaitable(result):  # a plain function that returned a coroutine
-            result = await result
+        finally:
+            self._tasks.pop(guid.bytes, None)
         if isinstance(result, tuple):
             payload, properties = result
             return bytes(payload), wire.reply_properties(
