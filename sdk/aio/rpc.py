@@ -99,6 +99,16 @@ class AsyncCaller:
             if call.timer is not None:
                 call.timer.cancel()
 
+    async def target(self, uri: str, key: str | None) -> tuple[Queue, str]:
+        """The open write handle of the service queue ``uri`` (the key's own queue of a
+        keyed worker pool with ``key``), and the domain of ``uri``."""
+        domain = calls.domain_of(uri)
+        return await self._open(uri if key is None else key_queue_uri(uri, key), write=True), domain
+
+    def next_guid(self) -> uuid.UUID:
+        """A fresh request GUID (uuid7)."""
+        return self._guids.next()[0]
+
     async def close(self) -> None:
         """Cancel every call still waiting (``RpcCancelledError``), telling their
         workers. The session closes the queues."""

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
+from holdfast.sdk.aio import durable as aio_durable
 from holdfast.sdk.aio.queue import Queue
 from holdfast.sdk.aio.rpc import AsyncCaller
 from holdfast.sdk.driver.aio_session import AsyncEngineSession
@@ -23,6 +24,7 @@ from holdfast.sdk.errors import SessionClosedError
 from holdfast.sdk.events import SessionEvent, log_event
 from holdfast.sdk.failover import parse_addresses
 from holdfast.sdk.options import QueueOptions, SessionOptions, default_address
+from holdfast.sdk.rpc import durable
 from holdfast.sdk.rpc.values import Reply
 from holdfast.sdk.transports.base import AsyncTransport
 from holdfast.sdk.types import Ack, Message
@@ -151,12 +153,7 @@ class Session:
         with the same typed ``RpcError`` failures; cancelling the awaiting task
         cancels the call and tells its worker.
         """
-        self._start()
-        if self._caller is None:
-            if self._closed:
-                raise SessionClosedError("the session is closed")
-            self._caller = AsyncCaller(self)
-        return await self._caller.call(
+        return await self._rpc().call(
             uri,
             payload,
             properties=properties,
@@ -164,6 +161,43 @@ class Session:
             key=key,
             pickup_timeout=pickup_timeout,
         )
+
+    async def request_durable(
+        self,
+        uri: str,
+        payload: bytes,
+        *,
+        properties: Mapping[str, str] | None = None,
+        key: str | None = None,
+        keep: float = durable.DEFAULT_REPLY_KEEP,
+        timeout: float = 30.0,
+    ) -> str:
+        """Post a durable request; its request id once the broker ACKed it. As the
+        synchronous ``Session.request_durable`` (``holdfast.sdk.rpc.durable``)."""
+        return await aio_durable.post_durable(
+            self._rpc(),
+            self._options.token,
+            uri,
+            payload,
+            properties=properties,
+            key=key,
+            keep=keep,
+            timeout=timeout,
+        )
+
+    async def fetch_reply(self, request_id: str, timeout: float = 30.0) -> Reply:
+        """The reply of the durable request ``request_id`` (from any session of the
+        same token); as the synchronous ``Session.fetch_reply``."""
+        self._start()
+        return await aio_durable.fetch(self, self._options.token, request_id, timeout)
+
+    def _rpc(self) -> AsyncCaller:
+        self._start()
+        if self._caller is None:
+            if self._closed:
+                raise SessionClosedError("the session is closed")
+            self._caller = AsyncCaller(self)
+        return self._caller
 
     async def has_workers(self, uri: str, timeout: float = 10.0) -> bool:
         """True if ``uri`` has a live consumer now (request/reply service discovery)."""

@@ -69,8 +69,9 @@ _ID = re.compile(
     r"/(?P<until>[0-9]{1,16})/(?P<check>[0-9a-f]{32})"
 )
 
-_ONE_AT_A_TIME = QueueOptions(max_unconfirmed_messages=1)
-_NONE = QueueOptions(max_unconfirmed_messages=0)
+ONE_AT_A_TIME = QueueOptions(max_unconfirmed_messages=1)
+NO_MORE = QueueOptions(max_unconfirmed_messages=0)
+"""Set before a fetched reply is confirmed, so its fresh copy is not delivered."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +115,74 @@ def _check(body: str, token: str | None) -> str:
     return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()[:32]
 
 
+@dataclass(frozen=True, slots=True)
+class DurablePut:
+    """A durable request ready to post: its id (parsed and as text) and properties."""
+
+    rid: RequestId
+    text: str
+    properties: dict[str, str]
+
+
+def prepare(
+    domain: str,
+    guid: uuid.UUID,
+    properties: Mapping[str, str] | None,
+    key: str | None,
+    keep: float,
+    timeout: float,
+    token: str | None,
+) -> DurablePut:
+    """Check the arguments of ``request_durable``; the request to post."""
+    if not 0 < keep <= MAX_REPLY_KEEP:
+        raise InvalidArgumentError(f"keep must be in (0, {MAX_REPLY_KEEP:.0f}] seconds")
+    if timeout <= 0:
+        raise InvalidArgumentError("timeout must be > 0")
+    user = wire.check_user_properties(properties)
+    keep_ms = max(1, round(keep * 1000))
+    rid = RequestId(domain, guid, wire.wall_ms() + keep_ms)
+    request = wire.request_properties(
+        user, rid.reply_uri, rid.keep_until_ms, key, keep_ms, rid.keep_until_ms
+    )
+    return DurablePut(rid, rid.text(token), request)
+
+
+def check_ack(put: DurablePut, ack: Ack | None, timeout: float) -> str:
+    """The request id once the broker ACKed it; the typed error otherwise (``ack``
+    None: no ACK within ``timeout``)."""
+    if ack is None:
+        raise RpcTimeoutError(
+            f"the broker has not ACKed durable request {put.text} within {timeout} s; "
+            "the session still retries it: fetch_reply may find its reply"
+        )
+    if not ack.status.ok:
+        maybe = " (it may or may not be enqueued)" if ack.status is AckStatus.UNKNOWN else ""
+        raise RequestRefusedError(ack.status.value, f"durable request {put.text}{maybe}")
+    return put.text
+
+
+def wait_left(rid: RequestId, deadline: float) -> float:
+    """Seconds ``fetch_reply`` may still wait (> 0); else its typed error:
+    ``ReplyExpiredError`` past the keep time, ``RpcTimeoutError`` past ``deadline``."""
+    keep_left = (rid.keep_until_ms - wire.wall_ms()) / 1000
+    left = min(deadline - time.monotonic(), keep_left)
+    if left > 0:
+        return left
+    if keep_left <= 0:
+        raise expired(rid)
+    raise RpcTimeoutError(f"no reply to durable request {rid.body} yet; fetch it again later")
+
+
+def start_fetch(request_id: str, token: str | None, timeout: float) -> RequestId:
+    """Check the arguments of ``fetch_reply``; ``ReplyExpiredError`` at once if past."""
+    rid = parse_request_id(request_id, token)
+    if timeout < 0:
+        raise InvalidArgumentError("timeout must be >= 0")
+    if wire.wall_ms() >= rid.keep_until_ms:
+        raise expired(rid)
+    return rid
+
+
 def post_durable(
     caller: Caller,
     uri: str,
@@ -125,59 +194,30 @@ def post_durable(
     timeout: float,
 ) -> str:
     """Post a durable request and wait for the broker's ACK; its request id."""
-    if not 0 < keep <= MAX_REPLY_KEEP:
-        raise InvalidArgumentError(f"keep must be in (0, {MAX_REPLY_KEEP:.0f}] seconds")
-    if timeout <= 0:
-        raise InvalidArgumentError("timeout must be > 0")
     caller.refuse_on_dispatcher("request_durable")
-    user = wire.check_user_properties(properties)
     target, domain = caller.target(uri, key)
-    guid = caller.next_guid()
-    keep_ms = max(1, round(keep * 1000))
-    rid = RequestId(domain, guid, wire.wall_ms() + keep_ms)
-    text = rid.text(caller.token)
+    put = prepare(domain, caller.next_guid(), properties, key, keep, timeout, caller.token)
     acked: concurrent.futures.Future[Ack] = concurrent.futures.Future()
-    request = wire.request_properties(
-        user, rid.reply_uri, rid.keep_until_ms, key, keep_ms, rid.keep_until_ms
-    )
-    target.post(payload, request, acked.set_result, guid=guid)
+    target.post(payload, put.properties, acked.set_result, guid=put.rid.guid)
     try:
-        ack = acked.result(timeout)
+        ack: Ack | None = acked.result(timeout)
     except concurrent.futures.TimeoutError:
-        raise RpcTimeoutError(
-            f"the broker has not ACKed durable request {text} within {timeout} s; "
-            "the session still retries it: fetch_reply may find its reply"
-        ) from None
-    if not ack.status.ok:
-        maybe = " (it may or may not be enqueued)" if ack.status is AckStatus.UNKNOWN else ""
-        raise RequestRefusedError(ack.status.value, f"durable request {text}{maybe}")
-    return text
+        ack = None
+    return check_ack(put, ack, timeout)
 
 
 def fetch(session: Session, token: str | None, request_id: str, timeout: float) -> Reply:
     """The reply of a durable request (see the module docstring)."""
-    rid = parse_request_id(request_id, token)
-    if timeout < 0:
-        raise InvalidArgumentError("timeout must be >= 0")
-    if wire.wall_ms() >= rid.keep_until_ms:
-        raise _expired(rid)
+    rid = start_fetch(request_id, token, timeout)
     inbox: stdqueue.SimpleQueue[Message] = stdqueue.SimpleQueue()
     queue = session.open_queue(
-        rid.reply_uri, read=True, write=True, on_message=inbox.put, options=_ONE_AT_A_TIME
+        rid.reply_uri, read=True, write=True, on_message=inbox.put, options=ONE_AT_A_TIME
     )
     try:
         deadline = time.monotonic() + timeout
         while True:
-            keep_left = (rid.keep_until_ms - wire.wall_ms()) / 1000
-            left = min(deadline - time.monotonic(), keep_left)
-            if left <= 0:
-                if keep_left <= 0:
-                    raise _expired(rid)
-                raise RpcTimeoutError(
-                    f"no reply to durable request {rid.body} yet; fetch it again later"
-                )
             try:
-                message = inbox.get(timeout=left)
+                message = inbox.get(timeout=wait_left(rid, deadline))
             except stdqueue.Empty:
                 continue
             outcome = calls.outcome(rid.guid, message)
@@ -214,7 +254,7 @@ def _keep_fetchable(queue: Queue, message: Message, rid: RequestId, deadline: fl
         if not (acked.wait(max(1.0, deadline - time.monotonic())) and all(ok)):
             return
     try:
-        queue.configure(_NONE, timeout=5)
+        queue.configure(NO_MORE, timeout=5)
     except HoldfastError:
         return
     _confirm(message)
@@ -225,7 +265,8 @@ def _confirm(message: Message) -> None:
         message.confirm()
 
 
-def _expired(rid: RequestId) -> ReplyExpiredError:
+def expired(rid: RequestId) -> ReplyExpiredError:
+    """The error of a fetch past the keep time of ``rid``."""
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(rid.keep_until_ms / 1000))
     return ReplyExpiredError(
         f"the reply to durable request {rid.body} was kept until {when} and is gone"

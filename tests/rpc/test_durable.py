@@ -4,6 +4,7 @@ this token's refused with a typed error."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from holdfast.sdk import (
     SessionOptions,
     UnknownRequestError,
     Worker,
+    aio,
 )
 from holdfast.sdk.rpc import durable
 from tests.rpc.support import ROOT, ChildProcess, worker_process
@@ -134,3 +136,30 @@ def test_bad_keep_is_refused(session: Session) -> None:
     for keep in (0, -1, durable.MAX_REPLY_KEEP + 1):
         with pytest.raises(InvalidArgumentError):
             session.request_durable(unique_uri("keep"), b"x", keep=keep)
+
+
+def test_asyncio_session_posts_and_fetches_the_same_ids(
+    broker: BrokerProcess, session: Session
+) -> None:
+    uri = unique_uri("durable-aio")
+
+    async def echo(request: Request) -> bytes:
+        return b"aio:" + request.payload
+
+    async def run() -> None:
+        async with (
+            aio.Session(broker.address, options=FAST) as asession,
+            aio.Worker(asession, uri, echo),
+        ):
+            posted_here = await asession.request_durable(uri, b"a", keep=60)
+            posted_there = await asyncio.to_thread(session.request_durable, uri, b"b")
+            assert (await asession.fetch_reply(posted_there, timeout=10)).payload == b"aio:b"
+            fetched = await asyncio.to_thread(session.fetch_reply, posted_here, 10)
+            assert fetched.payload == b"aio:a"
+            short = await asession.request_durable(unique_uri("nobody"), b"c", keep=0.5)
+            with pytest.raises(ReplyExpiredError):
+                await asession.fetch_reply(short, timeout=10)
+            with pytest.raises(UnknownRequestError):
+                await asession.fetch_reply(posted_here + "0", timeout=1)
+
+    asyncio.run(run())

@@ -1,0 +1,113 @@
+"""Durable requests on the asyncio ``Session``: ``await session.request_durable(...)``
+and ``await session.fetch_reply(request_id, timeout)``, with the rules, the request
+ids and the errors of ``holdfast.sdk.rpc.durable`` (an id from either API is
+fetched by either)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from holdfast.sdk.errors import HoldfastError, RpcError
+from holdfast.sdk.rpc import calls, durable, wire
+from holdfast.sdk.rpc.values import Reply
+from holdfast.sdk.types import Ack, Message
+
+if TYPE_CHECKING:
+    from holdfast.sdk.aio.queue import Queue
+    from holdfast.sdk.aio.rpc import AsyncCaller
+    from holdfast.sdk.aio.session import Session
+
+
+async def post_durable(
+    caller: AsyncCaller,
+    token: str | None,
+    uri: str,
+    payload: bytes,
+    *,
+    properties: Mapping[str, str] | None,
+    key: str | None,
+    keep: float,
+    timeout: float,
+) -> str:
+    """Post a durable request and await the broker's ACK; its request id."""
+    target, domain = await caller.target(uri, key)
+    put = durable.prepare(domain, caller.next_guid(), properties, key, keep, timeout, token)
+    acked: asyncio.Future[Ack] = asyncio.get_running_loop().create_future()
+
+    def on_ack(ack: Ack) -> None:
+        if not acked.done():
+            acked.set_result(ack)
+
+    await target.post(payload, put.properties, on_ack, guid=put.rid.guid)
+    try:
+        ack: Ack | None = await asyncio.wait_for(acked, timeout)
+    except TimeoutError:
+        ack = None
+    return durable.check_ack(put, ack, timeout)
+
+
+async def fetch(session: Session, token: str | None, request_id: str, timeout: float) -> Reply:
+    """The reply of a durable request (``holdfast.sdk.rpc.durable``)."""
+    rid = durable.start_fetch(request_id, token, timeout)
+    inbox: asyncio.Queue[Message] = asyncio.Queue()
+    queue = await session.open_queue(
+        rid.reply_uri,
+        read=True,
+        write=True,
+        on_message=inbox.put_nowait,
+        options=durable.ONE_AT_A_TIME,
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = durable.wait_left(rid, deadline)
+            try:
+                message = await asyncio.wait_for(inbox.get(), left)
+            except TimeoutError:
+                continue
+            outcome = calls.outcome(rid.guid, message)
+            if outcome is None:  # not an answer (a stray heartbeat): drop it
+                _confirm(message)
+                continue
+            await _keep_fetchable(queue, message, rid, deadline)
+            if isinstance(outcome, RpcError):
+                raise outcome
+            return outcome
+    finally:
+        with contextlib.suppress(HoldfastError):
+            await queue.close(timeout=5)
+
+
+async def _keep_fetchable(
+    queue: Queue, message: Message, rid: durable.RequestId, deadline: float
+) -> None:
+    """As ``holdfast.sdk.rpc.durable``: a fresh copy first, then the CONFIRM."""
+    kept = wire.kept_reply(message.properties, rid.keep_until_ms)
+    if kept is not None:
+        acked: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+        def on_ack(ack: Ack) -> None:
+            if not acked.done():
+                acked.set_result(ack.status.ok)
+
+        try:
+            await queue.post(message.payload, kept, on_ack)
+            ok = await asyncio.wait_for(acked, max(1.0, deadline - time.monotonic()))
+        except (HoldfastError, TimeoutError):
+            return  # not copied: the delivered one stays (returned when the queue closes)
+        if not ok:
+            return
+    try:
+        await queue.configure(durable.NO_MORE, timeout=5)
+    except (HoldfastError, TimeoutError):
+        return
+    _confirm(message)
+
+
+def _confirm(message: Message) -> None:
+    with contextlib.suppress(HoldfastError):  # returned to the queue: fetchable again
+        message.confirm()
