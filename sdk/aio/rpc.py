@@ -54,6 +54,8 @@ class AsyncCaller:
         self._queues: dict[str, Queue] = {}
         self._opening: dict[str, asyncio.Future[Queue]] = {}
         self._workers: OrderedDict[str, Queue] = OrderedDict()
+        self._routes: dict[tuple[str, str | None], tuple[Queue, Queue]] = {}
+        """(service URI, key) -> (its queue, the reply queue of its domain)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._guids = Uuid7Source()
         self._tag = uuid.uuid4().hex
@@ -70,15 +72,17 @@ class AsyncCaller:
         pickup_timeout: float | None = None,
     ) -> Reply:
         """Send a request to the service queue ``uri``; await its reply."""
-        state = calls.new_call(uuid.UUID(int=0), timeout, pickup_timeout)
+        deadline, pickup_deadline = calls.deadlines(timeout, pickup_timeout)
         user = wire.check_user_properties(properties)
-        domain = calls.domain_of(uri)
-        target = await self._open(uri if key is None else key_queue_uri(uri, key), write=True)
-        reply_to = await self._reply_queue(domain)
+        route = self._routes.get((uri, key))
+        if route is None or not (route[0].is_open and route[1].is_open):
+            target, domain = await self.target(uri, key)
+            route = self._routes[(uri, key)] = (target, await self._reply_queue(domain))
+        target, reply_to = route
         if self._closed:
             raise RpcCancelledError("the session is closing")
         guid = self._guids.next()[0]
-        call = _Call(guid, state.deadline, state.pickup_deadline)
+        call = _Call(guid, deadline, pickup_deadline)
         future: asyncio.Future[Reply] = self._loop.create_future()
         call.future = future
         self._calls[guid.bytes] = call  # before the PUT: its reply may come at once

@@ -69,6 +69,9 @@ class Caller:
         """Calls that ended without a reply, by GUID, until ``forget_at``."""
         self._reply_queues: dict[str, Queue] = {}
         self._targets: dict[str, Queue] = {}
+        self._routes: dict[tuple[str, str | None], tuple[Queue, Queue]] = {}
+        """(service URI, key) -> (its queue, the reply queue of its domain): a call to a
+        known service parses no URI."""
         self._workers: OrderedDict[str, Queue] = OrderedDict()
         """Workers' control queues opened for cancels (used by the cancel thread only)."""
         self._guids = Uuid7Source()
@@ -95,15 +98,18 @@ class Caller:
         pickup_timeout: float | None = None,
     ) -> concurrent.futures.Future[Reply]:
         """Send a request to the service queue ``uri``; the future holds its reply."""
-        state = calls.new_call(uuid.UUID(int=0), timeout, pickup_timeout)
+        deadline, pickup_deadline = calls.deadlines(timeout, pickup_timeout)
         user = wire.check_user_properties(properties)
-        target, domain = self.target(uri, key)
-        reply_to = self._reply_queue(domain).uri
+        route = self._routes.get((uri, key))
+        if route is None or not (route[0].is_open and route[1].is_open):
+            target, domain = self.target(uri, key)
+            route = self._routes[(uri, key)] = (target, self._reply_queue(domain))
+        target, reply_to = route[0], route[1].uri
         with self._lock:
             if self._closed:
                 raise RpcCancelledError("the session is closing")
             guid, _ = self._guids.next()
-            call = _Call(guid, state.deadline, state.pickup_deadline)
+            call = _Call(guid, deadline, pickup_deadline)
             self._calls[guid.bytes] = call  # before the PUT: its reply may come at once
             self._schedule(call)
         future = call.future

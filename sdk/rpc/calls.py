@@ -101,15 +101,16 @@ class CallState:
         return worker
 
 
-def new_call(guid: uuid.UUID, timeout: float, pickup_timeout: float | None) -> CallState:
-    """A call starting now; ``InvalidArgumentError`` for bad timeouts."""
-    if timeout <= 0:
+def deadlines(timeout: float, pickup_timeout: float | None) -> tuple[float, float]:
+    """The deadline and the pickup deadline of a call starting now (monotonic);
+    ``InvalidArgumentError`` for bad timeouts."""
+    if not timeout > 0:
         raise InvalidArgumentError("timeout must be > 0")
     pickup = timeout if pickup_timeout is None else pickup_timeout
     if not 0 < pickup <= timeout:
         raise InvalidArgumentError("pickup_timeout must be in (0, timeout]")
     now = time.monotonic()
-    return CallState(guid, now + timeout, now + pickup)
+    return now + timeout, now + pickup
 
 
 def request_properties(
