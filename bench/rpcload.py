@@ -126,6 +126,13 @@ def measure(count: int = 20_000, window: int = WINDOW) -> list[CallFigures]:
                     rate, latencies = asyncio.run(_measure_aio(proxy.address, uri, count, window))
             name = f"request/reply {flavour}, SDK->proxy->broker"
             results.append(_figures(name, rate, latencies, count, window, WORKERS))
+        uri = "hf://bench/rpc-direct"
+        with contextlib.ExitStack() as workers:
+            for _ in range(WORKERS):
+                workers.enter_context(_worker(broker.address, uri, 64, True))
+            rate, latencies = asyncio.run(_measure_aio(broker.address, uri, count, window))
+        name = "request/reply asyncio, SDK->broker (no proxy, for its cost)"
+        results.append(_figures(name, rate, latencies, count, window, WORKERS))
     with (
         harness.ScriptServer("rpcload.py", ["unary", "--listen", "127.0.0.1:0"]) as server,
         grpc.insecure_channel(server.address) as channel,
