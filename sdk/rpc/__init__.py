@@ -10,10 +10,16 @@
     with Session(address) as session:
         reply = session.request("hf://demo/echo", b"hi", timeout=10)
 
-Modules: ``wire`` (reserved properties, reply GUIDs, message kinds), ``caller``
-(``Session.request``/``request_async``), ``worker`` (``Worker``), ``values``
-(``Reply``, ``Request``), ``options`` (``WorkerOptions``), ``api`` (the
-``RequestReply`` mixin that gives ``Session`` its ``request`` methods). Errors are under
+    request_id = session.request_durable("hf://demo/echo", b"later", keep=3600)
+    reply = session.fetch_reply(request_id, timeout=10)  # any session, any process
+
+Modules: ``wire`` (reserved properties, reply GUIDs, message kinds), ``calls`` (the
+rules of one call, shared by both callers), ``caller`` (``Session.request`` /
+``request_async``), ``durable`` (``request_durable`` / ``fetch_reply``, replies by
+id), ``worker`` (``Worker``) with ``jobs`` and ``liveness``, ``values`` (``Reply``,
+``Request``), ``options`` (``WorkerOptions``), ``api`` (the ``RequestReply`` mixin
+that gives ``Session`` its ``request`` methods). The asyncio caller and worker are
+``holdfast.sdk.aio.rpc`` and ``holdfast.sdk.aio.worker``. Errors are under
 ``holdfast.sdk.errors.RpcError``.
 """
 

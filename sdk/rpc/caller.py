@@ -15,9 +15,11 @@ thread ends the rest: at the pickup deadline if no worker has picked the request
 and no notice came (the broker unreachable: ``DeadLetteredError``, reason
 ``expired``), at the call's timeout
 otherwise (``WorkerLostError`` if the worker stopped heartbeating, else
-``RpcTimeoutError``), telling the worker to cancel. The futures are
-``concurrent.futures.Future``; an asyncio front-end wraps them with
-``asyncio.wrap_future``.
+``RpcTimeoutError``), telling the worker to cancel; it keeps the calls on a heap
+by their next deadline, so timing a call costs O(log n) however many are in
+flight. The futures are ``concurrent.futures.Future``. The rules of one call
+(deadlines, heartbeats, what a reply means) are ``calls``, shared with the asyncio
+caller (``holdfast.sdk.aio.rpc``).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from holdfast.sdk import (
 )
 from holdfast.sdk.rpc import durable
 from tests.rpc.support import ROOT, ChildProcess, worker_process
-from tests.support.processes import BrokerProcess
+from tests.support.processes import BrokerProcess, ProxyProcess
 from tests.support.sessions import FAST, unique_uri
 from tests.support.waiting import wait_until
 
@@ -163,3 +163,18 @@ def test_asyncio_session_posts_and_fetches_the_same_ids(
                 await asession.fetch_reply(posted_here + "0", timeout=1)
 
     asyncio.run(run())
+
+
+def test_reply_outlives_a_proxy_kill_between_post_and_fetch(broker: BrokerProcess) -> None:
+    uri = unique_uri("durable-proxy")
+    with ProxyProcess(["--upstream", broker.address]) as proxy:
+        with Session(proxy.address, options=FAST) as caller:
+            request_id = caller.request_durable(uri, b"p", keep=60)
+        proxy.kill()
+        with (
+            Session(broker.address, options=FAST) as worker_session,
+            Worker(worker_session, uri, lambda request: b"via:" + request.payload),
+        ):
+            proxy.restart()
+            with Session(proxy.address, options=FAST) as fetcher:
+                assert fetcher.fetch_reply(request_id, timeout=20).payload == b"via:p"
