@@ -34,7 +34,14 @@ from cachetools import TTLCache
 from holdfast.sdk.errors import HoldfastError, InvalidArgumentError
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.rpc import calls, wire
-from holdfast.sdk.rpc.jobs import Answer, Job, confirm, dead_letter, handler_error
+from holdfast.sdk.rpc.jobs import (
+    Answer,
+    Job,
+    confirm,
+    dead_letter,
+    handler_error,
+    log_reply_ack,
+)
 from holdfast.sdk.rpc.options import WorkerOptions
 from holdfast.sdk.rpc.values import Request
 from holdfast.sdk.types import Ack, AckStatus, Message
@@ -269,8 +276,7 @@ class Worker:
                 self._jobs.add(task)
                 task.add_done_callback(self._jobs.discard)
             return
-        if not ack.status.ok:
-            log.error("reply to %s refused: %s", uuid.UUID(bytes=key), ack.status.value)
+        log_reply_ack(key, ack)
         for job in jobs:
             confirm(job.message)
 

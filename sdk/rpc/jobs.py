@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import uuid
 from dataclasses import dataclass, field
 
@@ -10,7 +11,9 @@ from holdfast.sdk.errors import HoldfastError
 from holdfast.sdk.queue import Queue
 from holdfast.sdk.rpc import wire
 from holdfast.sdk.rpc.values import Request
-from holdfast.sdk.types import Message
+from holdfast.sdk.types import Ack, AckStatus, Message
+
+log = logging.getLogger("holdfast.sdk.rpc.worker")
 
 Answer = tuple[bytes, dict[str, str]]
 """A reply as posted: payload and properties (reserved ones included)."""
@@ -55,3 +58,17 @@ def dead_letter(guid: uuid.UUID, reason: str) -> Answer:
     """The error reply for a request that was not picked up in time."""
     text = f"request {guid} was not picked up before it expired".encode()
     return text, wire.error_properties(guid, wire.DEAD_LETTER, "DeadLettered", reason)
+
+
+def log_reply_ack(key: bytes, ack: Ack) -> None:
+    """Log a reply the broker did not take. ``CONFLICT`` is not a failure: the reply
+    GUID is derived from the request GUID, so the broker already holds a reply to this
+    request (another run's, or the same reply with a fresher keep time for a durable
+    request), and that one is the call's answer."""
+    if ack.status.ok:
+        return
+    guid = uuid.UUID(bytes=key)
+    if ack.status is AckStatus.CONFLICT:
+        log.info("request %s was answered already: the broker keeps the first reply", guid)
+    else:
+        log.error("reply to %s refused: %s", guid, ack.status.value)

@@ -49,7 +49,14 @@ from holdfast.sdk.errors import HoldfastError, InvalidArgumentError, RequestTime
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.queue import Queue
 from holdfast.sdk.rpc import wire
-from holdfast.sdk.rpc.jobs import Answer, Job, confirm, dead_letter, handler_error
+from holdfast.sdk.rpc.jobs import (
+    Answer,
+    Job,
+    confirm,
+    dead_letter,
+    handler_error,
+    log_reply_ack,
+)
 from holdfast.sdk.rpc.liveness import Beater
 from holdfast.sdk.rpc.options import WorkerOptions
 from holdfast.sdk.rpc.values import Request
@@ -308,8 +315,7 @@ class Worker:
                 with contextlib.suppress(RuntimeError):
                     self._executor.submit(self._post_answer, job)
             return
-        if not ack.status.ok:
-            log.error("reply to %s refused: %s", uuid.UUID(bytes=key), ack.status.value)
+        log_reply_ack(key, ack)
         for job in jobs:
             confirm(job.message)
 

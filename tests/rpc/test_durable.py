@@ -8,6 +8,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -178,3 +179,32 @@ def test_reply_outlives_a_proxy_kill_between_post_and_fetch(broker: BrokerProces
             proxy.restart()
             with Session(proxy.address, options=FAST) as fetcher:
                 assert fetcher.fetch_reply(request_id, timeout=20).payload == b"via:p"
+
+
+def test_redelivered_durable_request_is_answered_once_from_the_kept_reply(
+    broker: BrokerProcess,
+) -> None:
+    """The worker's link dies as its handler returns: the request comes back and is
+    answered from the kept reply (its keep-time TTL now another value, so the broker
+    answers CONFLICT: the first reply stands), and the fetch gets that one."""
+    uri = unique_uri("durable-replay")
+    with ProxyProcess(["--upstream", broker.address]) as proxy:
+        returned = threading.Event()
+
+        def handle(request: Request) -> bytes:
+            proxy.kill()  # the worker's link dies before the reply leaves
+            returned.set()
+            return b"once"
+
+        with (
+            Session(proxy.address, options=FAST) as worker_session,
+            Worker(worker_session, uri, handle) as worker,
+            Session(broker.address, options=FAST) as caller,
+        ):
+            request_id = caller.request_durable(uri, b"", keep=60)
+            assert returned.wait(20)
+            proxy.restart()
+            assert caller.fetch_reply(request_id, timeout=30).payload == b"once"
+            wait_until(lambda: worker.replies_replayed == 1, 20, "the kept reply to be replayed")
+            assert worker.handler_runs == 1
+            assert caller.fetch_reply(request_id, timeout=5).payload == b"once"
