@@ -22,6 +22,13 @@ wait reaches it; before, a reply that has not come within ``timeout`` is
 this token (malformed, altered: *check* is an HMAC of the rest under the token) is
 ``UnknownRequestError``. The keep time rests on the wall clocks of the caller and the
 worker (NTP-level agreement is assumed).
+
+The request itself carries the same keep time as its pickup TTL, so no worker starts
+it once its reply could no longer be fetched, and its reply queue as the broker's
+dead-letter notice queue (a request dead-lettered at the delivery limit is fetched as
+``DeadLetteredError``). Known limit: such a notice has no TTL of its own, so the
+notice of a request nobody served nor fetched stays in its reply queue until an
+operator purges it (``holdfast purge``/``delete``).
 """
 
 from __future__ import annotations
