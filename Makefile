@@ -14,6 +14,8 @@ TYPES  := .typecheck/holdfast
 $(CORE_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	# The distribution was called holdfast before it became holdfast-mq: drop the old one.
+	$(BIN)/python -m pip uninstall --quiet --yes holdfast 2>/dev/null || true
 	$(BIN)/python -m pip install --quiet -e .
 	touch $(CORE_STAMP)
 
