@@ -28,6 +28,7 @@ connector (``register(spark)``, then ``format("holdfast")``) and ``QueueSink`` f
 ``foreachPartition``/``foreachBatch``. ``marks`` serves ``Session.commit_mark``.
 """
 
+from holdfast.proto.logs import quiet_library_logger
 from holdfast.sdk.errors import (
     AuthenticationError,
     BandwidthLimitError,
@@ -84,6 +85,8 @@ from holdfast.sdk.queue import Queue
 from holdfast.sdk.rpc import Reply, Request, Worker, WorkerOptions
 from holdfast.sdk.session import Session
 from holdfast.sdk.types import Ack, AckStatus, Message
+
+quiet_library_logger()
 
 __all__ = [
     "Ack",
