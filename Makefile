@@ -62,7 +62,7 @@ $(REDIS_STAMP): $(CORE_STAMP)
 	fi
 	touch $(REDIS_STAMP)
 
-pytest: $(STAMP) $(JAVA_STAMP) $(REDIS_STAMP)
+pytest: $(STAMP) $(JAVA_STAMP) $(REDIS_STAMP) $(TYPES)
 	$(BIN)/pytest -q
 
 # The long randomized fault schedule (HOLDFAST_CHAOS_SECONDS, HOLDFAST_CHAOS_SEED).
