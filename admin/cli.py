@@ -11,6 +11,7 @@
                             [--max-messages N] [--max-bytes N] [--redirect URI]
     holdfast policy show URI [--json]
     holdfast dlq replay URI
+    holdfast certs dev DIR [--host NAME]... [--force]
 
 The connection options ``--address``, ``--timeout``, ``--token``, ``--tls-ca``,
 ``--tls-cert`` and ``--tls-key`` go before or after the command. ``--address`` is a
@@ -19,16 +20,17 @@ broker's listen address (default ``$HOLDFAST_ADDRESS``, then the deprecated
 brokers, not on proxies. ``--token`` defaults to ``$HOLDFAST_TOKEN``. ``policy set``
 changes only the fields given (``0`` clears one) and keeps the others; its URI may be
 a template, ``hf://<domain>/<prefix>*``, the policy of every queue whose name starts
-with the prefix and has none of its own.
+with the prefix and has none of its own. ``certs dev`` writes development
+certificates for TLS and mTLS (``holdfast.admin.certs``); it connects to nothing.
 
-Exit codes (``EXIT_*``): 0 done; 1 any other refusal (the store failed); 2 bad usage
-or input (an unknown option, a bad address, URI or file, a policy out of range); 3
-the broker cannot be reached or does not serve the admin service; 4 no such queue; 5
-the queue is in use (delete with open handles); 6 authentication failed (no token, or
-one the broker does not know); 7 the token is not allowed to (not an admin token);
-130 interrupted; 141 the reader of the output went away (``holdfast queues | head
--1``: nothing is printed about it, as a command killed by SIGPIPE). Every failure is
-one line on stderr.
+Exit codes (``EXIT_*``): 0 done; 1 any other refusal (the store failed, ``certs
+dev`` found its files already there); 2 bad usage or input (an unknown option, a bad
+address, URI or file, a policy out of range); 3 the broker cannot be reached or does
+not serve the admin service; 4 no such queue; 5 the queue is in use (delete with open
+handles); 6 authentication failed (no token, or one the broker does not know); 7 the
+token is not allowed to (not an admin token); 130 interrupted; 141 the reader of the
+output went away (``holdfast queues | head -1``: nothing is printed about it, as a
+command killed by SIGPIPE). Every failure is one line on stderr.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from holdfast.admin.commands import COMMANDS
 from holdfast.admin.options import UsageError, connection, parser, say
@@ -100,6 +103,8 @@ class _Failed(Exception):
 
 
 def _run(args: argparse.Namespace) -> str:
+    if args.command == "certs":
+        return _certs(args)
     settings = connection(args)
     for line in settings.warnings:
         say(line)
@@ -121,6 +126,21 @@ def _run(args: argparse.Namespace) -> str:
         raise _Failed(code) from None
     except ValueError as error:  # grpc refuses some bad input (a token, PEM) before a call
         raise UsageError(_first_line(error)) from None
+
+
+def _certs(args: argparse.Namespace) -> str:
+    # Imported here: only this command needs the cryptography library.
+    from holdfast.admin.certs import CertificatesExistError, make_dev_certificates, usage_text
+
+    try:
+        made = make_dev_certificates(Path(args.dir), hosts=args.host, force=args.force)
+    except CertificatesExistError as error:
+        say(f"holdfast certs dev: {error}")
+        raise _Failed(EXIT_REFUSED) from None
+    except OSError as error:
+        where = error.filename or args.dir
+        raise UsageError(f"{where}: {error.strerror}") from None
+    return usage_text(made)
 
 
 def _emit(text: str) -> int:

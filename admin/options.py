@@ -118,6 +118,21 @@ def parser() -> argparse.ArgumentParser:
     dlq_commands.add_parser(
         "replay", parents=[after], help="move dead letters back to their original queues"
     ).add_argument("uri")
+    certs = commands.add_parser("certs", help="make TLS certificates")
+    certs_commands = certs.add_subparsers(dest="action", required=True, metavar="ACTION")
+    dev = certs_commands.add_parser(
+        "dev", help="a CA, a server and a client certificate for local TLS and mTLS"
+    )
+    dev.add_argument("dir", help="the folder to write them in (made if missing)")
+    dev.add_argument("--force", action="store_true", help="overwrite files already there")
+    dev.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another name or IP of the server certificate (127.0.0.1, ::1 and "
+        "localhost are always in it; repeat for more)",
+    )
     return top
 
 
