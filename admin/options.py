@@ -80,7 +80,10 @@ def _connection_options(parser: argparse.ArgumentParser, default: object) -> Non
 
 def parser() -> argparse.ArgumentParser:
     """The ``holdfast`` argument parser."""
-    top = OneLineParser(prog="holdfast", description="Operate the queues of a Holdfast broker.")
+    top = OneLineParser(
+        prog="holdfast",
+        description="Operate the queues of a Holdfast broker; make development certificates.",
+    )
     top.add_argument("--version", action="version", version=version_text("holdfast"))
     _connection_options(top, None)
     after = OneLineParser(add_help=False)
@@ -183,10 +186,17 @@ def connection(args: argparse.Namespace, environ: Mapping[str, str] = os.environ
     ):
         if path is not None:
             _check_pem(option, path)
+    if args.token is not None:
+        token, source = args.token, "--token"
+    else:
+        token, source = environ.get(TOKEN_ENV) or None, f"${TOKEN_ENV}"
+    # gRPC refuses other characters in metadata only at the first call, as INTERNAL.
+    if token is not None and not all(" " < char < "\x7f" for char in token):
+        raise UsageError(f"{source}: a token is printable ASCII without spaces")
     return Connection(
         address=address,
         timeout=DEFAULT_TIMEOUT if args.timeout is None else args.timeout,
-        token=args.token if args.token is not None else environ.get(TOKEN_ENV) or None,
+        token=token,
         tls_ca=args.tls_ca,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,

@@ -131,6 +131,8 @@ def not_pem(tmp_path: Path) -> str:
         (("queues", "--tls-cert", "c.pem"), {}, "--tls-cert and --tls-key go together"),
         (("queues", "--tls-ca", "/no/such.pem"), {}, "--tls-ca /no/such.pem: No such file"),
         (("queues", "--tls-ca", "NOT_PEM"), {}, "not a PEM file"),
+        (("queues", "--token", "t\u00e9"), {}, "--token: a token is printable ASCII"),
+        (("queues",), {"HOLDFAST_TOKEN": "a\nb"}, "$HOLDFAST_TOKEN: a token is printable"),
     ],
 )
 def test_every_start_up_mistake_is_one_line_and_exit_code_2(
