@@ -65,6 +65,7 @@ from holdfast.sdk.errors import (
     TerminalTransportError,
     TransportError,
     WorkerLostError,
+    WorkerStartError,
 )
 from holdfast.sdk.events import (
     ConfirmRejected,
@@ -144,5 +145,6 @@ __all__ = [
     "Worker",
     "WorkerLostError",
     "WorkerOptions",
+    "WorkerStartError",
     "log_event",
 ]

@@ -45,6 +45,7 @@ from holdfast.sdk.errors import (
     RpcError,
     RpcTimeoutError,
     WorkerLostError,
+    WorkerStartError,
 )
 from holdfast.sdk.guids import Uuid7Source
 from holdfast.sdk.options import QueueOptions
@@ -395,4 +396,8 @@ def _remote_error(properties: Mapping[str, str], payload: bytes) -> RpcError:
     text = payload[: wire.MAX_ERROR_TEXT].decode("utf-8", "replace")
     if properties.get(wire.ERROR) == wire.DEAD_LETTER:
         return DeadLetteredError(properties.get(wire.DEATH_REASON, "unknown")[:64], text)
+    if properties.get(wire.ERROR) == wire.WORKER_START:
+        return WorkerStartError(
+            properties.get(wire.POOL, "")[:160], properties.get(wire.KEY, "")[:256], text
+        )
     return RemoteHandlerError(properties.get(wire.ERROR_TYPE, "Exception")[:128], text)
