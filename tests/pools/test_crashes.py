@@ -116,13 +116,13 @@ def test_a_worker_that_cannot_start_fails_its_caller_fast_with_the_reason(
         with pytest.raises(WorkerStartError) as caught:
             session.request(POOL, b"x", key="k1", timeout=60)
         elapsed = time.monotonic() - began
-        print(f"start failure answered in {elapsed:.2f} s")
         assert elapsed < 5, f"the caller waited {elapsed:.1f} s"
         error = caught.value
         assert (error.pool, error.key) == (POOL, "k1")
         assert "status 4" in str(error) and "WORKER_CONFIG is not set" in str(error)
         assert manager.supervisor.start_failures >= 1
-        assert manager.start_failures.failed_calls >= 1
+        # (Counted on the error reply's ACK, which may reach the manager after the caller.)
+        wait_until(lambda: manager.start_failures.failed_calls >= 1, 10, "the count")
 
 
 def _kill(pids: list[int]) -> None:
