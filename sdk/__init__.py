@@ -66,6 +66,7 @@ from holdfast.sdk.errors import (
     TerminalTransportError,
     TransportError,
     WorkerLostError,
+    WorkerStartError,
 )
 from holdfast.sdk.events import (
     ConfirmRejected,
@@ -147,5 +148,6 @@ __all__ = [
     "Worker",
     "WorkerLostError",
     "WorkerOptions",
+    "WorkerStartError",
     "log_event",
 ]
