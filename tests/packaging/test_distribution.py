@@ -106,21 +106,19 @@ def test_the_sdist_is_named_for_the_distribution(dist: Path) -> None:
         assert f"{top}/{name}" in listing, f"{name} is not in {sdist.name}"
 
 
-@pytest.mark.timeout(170)
-def test_mypy_strict_on_the_examples_against_a_non_editable_install(
-    dist: Path, tmp_path: Path
-) -> None:
-    wheel = only(dist, "holdfast_mq-*-py3-none-any.whl")
-    venv = tmp_path / "venv"
-    run(sys.executable, "-m", "venv", venv)
-    python = venv / "bin" / "python"
-    run(python, "-m", "pip", "install", "--quiet", wheel, timeout=150)
-    # The install is a real one: files in site-packages, the metadata under the new name.
-    where = run(python, "-c", "import holdfast.sdk; print(holdfast.sdk.__file__)")
-    assert str(venv) in where and "site-packages" in where
-    assert run(venv / "bin" / "holdfast", "--version").startswith("holdfast 0.1.0")
-    # The user's project: the examples, and a probe whose one error shows that mypy
-    # really sees holdfast's types (an untyped package would make it Any, no error).
+def fresh_venv(path: Path, *install: str | Path) -> Path:
+    """A new venv at ``path`` with ``pip install INSTALL`` (dependencies from the
+    package index pip is configured with); its python."""
+    run(sys.executable, "-m", "venv", path)
+    python = path / "bin" / "python"
+    run(python, "-m", "pip", "install", "--quiet", *install, timeout=150)
+    return python
+
+
+def mypy_strict_passes_on_the_examples(python: Path, tmp_path: Path) -> None:
+    """``mypy --strict`` on a copy of ``examples/`` finds holdfast in ``python``'s
+    environment, typed: the examples pass, and a probe with one error fails on it (an
+    untyped package would make ``Session`` Any, and no error)."""
     project = tmp_path / "project"
     shutil.copytree(ROOT / "examples", project / "examples")
     (project / "probe.py").write_text(
@@ -129,7 +127,7 @@ def test_mypy_strict_on_the_examples_against_a_non_editable_install(
     (project / "mypy.ini").write_text(
         "[mypy]\nstrict = True\n\n[mypy-pyspark.*]\nignore_missing_imports = True\n"
     )
-    # mypy from the test venv, looking only at the fresh venv's site-packages.
+    # mypy from the test venv, looking only at the other environment's packages.
     mypy: list[str | Path] = [sys.executable, "-m", "mypy", "--python-executable", python]
     mypy += ["--cache-dir", tmp_path / "cache", "--strict"]
     checked = run(*mypy, "examples", cwd=project, timeout=150)
@@ -144,3 +142,29 @@ def test_mypy_strict_on_the_examples_against_a_non_editable_install(
     assert probe.returncode == 1, probe.stdout + probe.stderr
     assert "probe.py:3: error: Incompatible types in assignment" in probe.stdout, probe.stdout
     assert '-> Queue", variable has type "int")' in probe.stdout, probe.stdout
+
+
+@pytest.mark.timeout(170)
+def test_mypy_strict_on_the_examples_against_a_non_editable_install(
+    dist: Path, tmp_path: Path
+) -> None:
+    venv = tmp_path / "venv"
+    python = fresh_venv(venv, only(dist, "holdfast_mq-*-py3-none-any.whl"))
+    # The install is a real one: files in site-packages, the metadata under the new name.
+    where = run(python, "-c", "import holdfast.sdk; print(holdfast.sdk.__file__)")
+    assert str(venv) in where and "site-packages" in where
+    assert run(venv / "bin" / "holdfast", "--version").startswith("holdfast 0.1.0")
+    mypy_strict_passes_on_the_examples(python, tmp_path)
+
+
+@pytest.mark.timeout(170)
+def test_mypy_strict_against_an_editable_install_in_strict_mode(dist: Path, tmp_path: Path) -> None:
+    """What the README tells contributors: ``pip install -e . --config-settings
+    editable_mode=strict`` gives type checkers a tree they can follow."""
+    source = dist.parent / "source"
+    python = fresh_venv(
+        tmp_path / "venv", "-e", source, "--config-settings", "editable_mode=strict"
+    )
+    where = run(python, "-c", "import holdfast.sdk; print(holdfast.sdk.__file__)")
+    assert "site-packages" not in where and str(source) in where
+    mypy_strict_passes_on_the_examples(python, tmp_path)
