@@ -35,6 +35,16 @@ EXIT_USAGE = 2
 """The exit code of a usage error (see ``holdfast.admin.cli``)."""
 
 
+EXIT_CODES_HELP = """\
+exit codes:
+  0 done                       5 the queue is in use
+  1 refused (store failed)     6 authentication failed (no token, unknown token)
+  2 bad usage or input         7 permission denied (not an admin token)
+  3 broker unreachable         130 interrupted
+  4 no such queue              141 the output's reader went away (| head)"""
+"""The end of ``holdfast --help`` (the codes are ``holdfast.admin.cli.EXIT_*``)."""
+
+
 class OneLineParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are one line (``holdfast stats: error: the
     following arguments are required: uri (see holdfast --help)``) and exit code 2."""
@@ -83,6 +93,8 @@ def parser() -> argparse.ArgumentParser:
     top = OneLineParser(
         prog="holdfast",
         description="Operate the queues of a Holdfast broker; make development certificates.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     top.add_argument("--version", action="version", version=version_text("holdfast"))
     _connection_options(top, None)

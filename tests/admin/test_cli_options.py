@@ -219,3 +219,14 @@ def test_a_closed_pipe_ends_the_command_quietly(auth_broker: BrokerProcess) -> N
     lines = shell.stdout.splitlines()
     assert lines[0].split()[0] == "URI" and lines[1] in ("status=0", "status=141")
     assert shell.stderr == ""
+
+
+def test_help_lists_every_exit_code() -> None:
+    import re
+
+    from holdfast.admin import cli
+    from holdfast.admin.options import EXIT_CODES_HELP
+
+    codes = {value for name, value in vars(cli).items() if name.startswith("EXIT_")}
+    assert {int(n) for n in re.findall(r"(?<![\w(])(\d+) [a-z]", EXIT_CODES_HELP)} == codes
+    assert EXIT_CODES_HELP in parser().format_help()
