@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from holdfast.admin.commands import COMMANDS
-from holdfast.admin.options import UsageError, connection, parser, say
+from holdfast.admin.options import EXIT_USAGE, UsageError, connection, parser, say
 from holdfast.sdk.admin import AdminClient
 from holdfast.sdk.errors import (
     AuthenticationError,
@@ -56,7 +56,6 @@ from holdfast.sdk.errors import (
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
-EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 EXIT_NOT_FOUND = 4
 EXIT_IN_USE = 5
