@@ -18,12 +18,14 @@ from typing import Any
 
 import grpc
 
+from holdfast.proto import NO_BROKER
 from holdfast.proto.limits import FRAME_CEILING
 from holdfast.proto.tls_failures import PLAINTEXT_TO_TLS, name_failure, speaks_tls
 from holdfast.sdk.errors import (
     RetryableTransportError,
     TerminalTransportError,
     TransportError,
+    UpstreamUnavailableError,
 )
 from holdfast.sdk.options import SessionOptions
 
@@ -69,8 +71,11 @@ def classify_rpc_error(
     """Sort a gRPC failure into retryable or terminal (unknown codes are retryable),
     naming a TLS failure first (``holdfast.proto.tls_failures``). A plaintext link
     (``plaintext_address``) closed during its set-up is checked for a TLS server."""
-    code = error.code() if isinstance(error, grpc.Call) else None
-    details = (error.details() if isinstance(error, grpc.Call) else None) or str(error)
+    # grpc.aio's AioRpcError is no grpc.Call, but has the same two methods; its str()
+    # is a multi-line repr that must never reach a user or a log line.
+    call = isinstance(error, grpc.Call | grpc.aio.AioRpcError)
+    code = error.code() if call else None
+    details = (error.details() if call else None) or str(error)
     named = name_failure(details)
     if (
         named is None
@@ -81,6 +86,8 @@ def classify_rpc_error(
     ):
         named = PLAINTEXT_TO_TLS
     text = f"{code.name if code else 'ERROR'}: {details}"
+    if code is grpc.StatusCode.UNAVAILABLE and details.startswith(NO_BROKER):
+        return UpstreamUnavailableError(details[:2000])
     if named is not None:
         text = f"{named} [{text}]"
     if code in TERMINAL_CODES:
