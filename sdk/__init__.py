@@ -28,10 +28,12 @@ connector (``register(spark)``, then ``format("holdfast")``) and ``QueueSink`` f
 ``foreachPartition``/``foreachBatch``. ``marks`` serves ``Session.commit_mark``.
 """
 
+from holdfast.proto.logs import quiet_library_logger
 from holdfast.sdk.errors import (
     AuthenticationError,
     BandwidthLimitError,
     BrokerBusyError,
+    BrokerUnreachableError,
     BufferFullError,
     CommitMarkConflictError,
     ConfirmDroppedError,
@@ -66,7 +68,9 @@ from holdfast.sdk.errors import (
     TerminalTransportError,
     TransportError,
     UnknownRequestError,
+    UpstreamUnavailableError,
     WorkerLostError,
+    WorkerStartError,
 )
 from holdfast.sdk.events import (
     ConfirmRejected,
@@ -87,12 +91,15 @@ from holdfast.sdk.rpc import Reply, Request, Worker, WorkerOptions
 from holdfast.sdk.session import Session
 from holdfast.sdk.types import Ack, AckStatus, Message
 
+quiet_library_logger()
+
 __all__ = [
     "Ack",
     "AckStatus",
     "AuthenticationError",
     "BandwidthLimitError",
     "BrokerBusyError",
+    "BrokerUnreachableError",
     "BufferFullError",
     "CommitMarkConflictError",
     "ConfirmDroppedError",
@@ -145,8 +152,10 @@ __all__ = [
     "TerminalTransportError",
     "TransportError",
     "UnknownRequestError",
+    "UpstreamUnavailableError",
     "Worker",
     "WorkerLostError",
     "WorkerOptions",
+    "WorkerStartError",
     "log_event",
 ]

@@ -41,6 +41,7 @@ from holdfast.sdk.errors import (
     InvalidPropertiesError,
     RemoteHandlerError,
     RpcError,
+    WorkerStartError,
 )
 
 PREFIX = "x-rpc-"
@@ -50,6 +51,8 @@ REPLY_TO = "x-rpc-reply-to"
 EXPIRES = "x-rpc-expires"
 KEEP_UNTIL = "x-rpc-keep-until"
 """On a durable request: until when (ms since the epoch) its reply is kept."""
+POOL = "x-rpc-pool"
+"""The pool of a worker that could not start (on a ``worker-start`` error reply)."""
 KEY = "x-rpc-key"
 """The pool key of ``Session.request(key=...)``; carried for keyed worker pools (issue 16)."""
 WORKER = "x-rpc-worker"
@@ -66,6 +69,8 @@ CANCEL = "cancel"
 
 HANDLER_ERROR = "handler"
 DEAD_LETTER = "dead-letter"
+WORKER_START = "worker-start"
+"""The error kind of a call whose pool worker could not start (``holdfast.pool``)."""
 
 MAX_ERROR_TEXT = 1000
 """Characters of an error message carried in an error reply."""
@@ -207,7 +212,8 @@ def reply_properties(request_guid: uuid.UUID, user: Mapping[str, str]) -> dict[s
 def error_properties(
     request_guid: uuid.UUID, error: str, error_type: str, reason: str = ""
 ) -> dict[str, str]:
-    """The properties of an error reply (``error`` is ``handler`` or ``dead-letter``)."""
+    """The properties of an error reply (``error`` is ``handler``, ``dead-letter`` or
+    ``worker-start``)."""
     properties = {KIND: FAILURE, REQUEST: request_guid.hex, ERROR: error, ERROR_TYPE: error_type}
     if reason:
         properties[DEATH_REASON] = reason
@@ -239,4 +245,6 @@ def remote_error(properties: Mapping[str, str], payload: bytes) -> RpcError:
     text = payload[:MAX_ERROR_TEXT].decode("utf-8", "replace")
     if properties.get(ERROR) == DEAD_LETTER:
         return DeadLetteredError(properties.get(DEATH_REASON, "unknown")[:64], text)
+    if properties.get(ERROR) == WORKER_START:  # bounded by the broker's limits
+        return WorkerStartError(properties.get(POOL, ""), properties.get(KEY, ""), text)
     return RemoteHandlerError(properties.get(ERROR_TYPE, "Exception")[:128], text)
