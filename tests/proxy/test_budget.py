@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from holdfast.proto import pb
 from holdfast.proxy.budget import BufferBudget
 from holdfast.proxy.routes import Routes
 
@@ -100,6 +101,6 @@ def test_routes_release_the_charge_with_the_ack_and_move_a_departed_clients() ->
     key2 = routes.register(second)  # type: ignore[arg-type]
     routes.add(guid, key2, 3)  # the client came back and joined its pending PUT
     assert budget.held(key1) == 0 and budget.held(key2) == 120
-    routes.on_acks([(guid, 0)])
-    assert second.acks == [(3, guid, 0)] and first.acks == []
+    routes.on_acks([(guid, pb.STATUS_OK)])
+    assert second.acks == [(3, guid, pb.STATUS_OK)] and first.acks == []
     assert budget.total == 0
