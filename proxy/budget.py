@@ -26,7 +26,7 @@ from holdfast.proto.limits import MIB
 DEFAULT_MAX_BUFFER_BYTES = 256 * MIB
 """The proxy's default buffer bound: what a laptop survives during a long outage."""
 
-PUT_BOOKKEEPING_BYTES = 440
+PUT_BOOKKEEPING_BYTES = 768
 """Bytes the proxy spends on one buffered PUT besides its payload and properties: the
 protobuf it arrived in, the upstream engine's tuple and dict entry, the route of its
 ACK. Charged with each PUT so that the bound is a bound on memory, not on payload
