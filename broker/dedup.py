@@ -162,6 +162,9 @@ class GuidHistory:
         self._clock = clock
         self._width = self.retention / BUCKETS_PER_SPAN
         self._table = PackedGuids()
+        self.get: Callable[[bytes], int | None] = self._table.get
+        """The content digest of ``guid`` if the history holds it (the table's own
+        method: a lookup per PUT does not pay for a second call)."""
         self._count = 0
         # [time the bucket's entries all expire, its generation, its GUID count],
         # oldest first.
@@ -184,10 +187,6 @@ class GuidHistory:
 
     def __len__(self) -> int:
         return self._count
-
-    def get(self, guid: bytes) -> int | None:
-        """The content digest of ``guid`` if the history holds it."""
-        return self._table.get(guid)
 
     def record(self, guid: bytes, digest: int, accepted_at: float) -> None:
         """Remember ``guid`` as accepted at ``accepted_at`` (broker clock). An entry whose
