@@ -188,10 +188,12 @@ class GuidHistory:
     def __len__(self) -> int:
         return self._count
 
-    def record(self, guid: bytes, digest: int, accepted_at: float) -> None:
+    def record(self, guid: bytes, digest: int, accepted_at: float, known_new: bool = False) -> None:
         """Remember ``guid`` as accepted at ``accepted_at`` (broker clock). An entry whose
         retention has already passed is not kept. Entries are recorded in acceptance
-        order; an earlier time than the last bucket's joins it (kept longer)."""
+        order; an earlier time than the last bucket's joins it (kept longer).
+        ``known_new``: the caller knows the history does not hold ``guid`` (the broker
+        admitted its PUT after looking it up), so it is not looked up again."""
         expires = accepted_at + self.retention
         if expires <= self._clock():
             return
@@ -201,7 +203,7 @@ class GuidHistory:
             if len(buckets) < MAX_GENERATIONS:
                 # The bucket's expiry is the latest any of its entries may need.
                 generation = table.newest + 1
-                table.newest = generation
+                table.begin(generation)
                 if not buckets:
                     table.oldest = generation
                 buckets.append([expires + self._width, generation, 0])
@@ -209,7 +211,7 @@ class GuidHistory:
                 # Times far apart (a clock resumed far ahead): the last bucket is kept
                 # longer rather than a generation tag be reused while alive.
                 buckets[-1][0] = expires + self._width
-        if not table.add(guid, digest):
+        if not table.add(guid, digest, known_new):
             return
         buckets[-1][2] += 1
         self._count += 1

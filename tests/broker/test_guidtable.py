@@ -52,7 +52,7 @@ def test_expired_generations_are_not_answered_and_their_guids_may_return() -> No
     first = [guid(rng) for _ in range(500)]
     for key in first:
         table.add(key, 1)
-    table.newest = 1
+    table.begin(1)
     second = [guid(rng) for _ in range(500)]
     for key in second:
         table.add(key, 2)
@@ -71,7 +71,7 @@ def test_a_long_run_of_generations_matches_a_dict_model() -> None:
     alive: dict[int, dict[bytes, int]] = {}
     oldest = 0
     for generation in range(700):
-        table.newest = generation
+        table.begin(generation)
         if not alive:
             table.oldest = oldest = generation
         batch = alive.setdefault(generation, {})
@@ -99,7 +99,7 @@ def test_guids_of_other_lengths_are_held_too() -> None:
     table.newest = table.oldest = 0
     assert table.add(b"g", 5) and not table.add(b"g", 6)
     assert table.get(b"g") == 5
-    table.newest = 1
+    table.begin(1)
     table.oldest = 1
     assert table.get(b"g") is None
     table.sweep(1)
