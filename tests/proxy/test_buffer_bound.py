@@ -28,6 +28,9 @@ PAYLOAD = b"x" * 1024
 FLOOD_LIMIT = 200_000
 """Most PUTs the flooding client tries: far more than the bound and every window hold."""
 
+ONE_FRAME = 64 * 1024 * (len(PAYLOAD) + PUT_BOOKKEEPING_BYTES) // len(PAYLOAD)
+"""The most one of the flooder's frames (64 KiB batches) is charged."""
+
 FAST_UPSTREAM = ["--keepalive", "0.5", "--keepalive-timeout", "1", "--reconnect-max", "0.2"]
 
 FLOODER = SessionOptions(
@@ -83,8 +86,9 @@ def test_a_flooding_client_is_pushed_back_within_the_bound_and_another_gets_thro
                     break
             assert refused is not None, f"{len(posted_a)} PUTs taken and never pushed back"
             held_by_a = buffered(metrics)
-            # Its share (half the bound, two clients connected) is what the proxy holds.
-            assert BOUND // 4 <= held_by_a <= BOUND // 2
+            # Its share (half the bound, two clients connected) is what the proxy holds,
+            # give or take the frame a reserve did not foresee (at most one batch).
+            assert BOUND // 4 <= held_by_a <= BOUND // 2 + ONE_FRAME
 
             # The other client goes on posting during the outage, into its own share.
             posted_b = [queue_b.post(b"polite %d" % i) for i in range(200)]
