@@ -28,10 +28,12 @@ connector (``register(spark)``, then ``format("holdfast")``) and ``QueueSink`` f
 ``foreachPartition``/``foreachBatch``. ``marks`` serves ``Session.commit_mark``.
 """
 
+from holdfast.proto.logs import quiet_library_logger
 from holdfast.sdk.errors import (
     AuthenticationError,
     BandwidthLimitError,
     BrokerBusyError,
+    BrokerUnreachableError,
     BufferFullError,
     CommitMarkConflictError,
     ConfirmDroppedError,
@@ -64,7 +66,9 @@ from holdfast.sdk.errors import (
     SessionClosedError,
     TerminalTransportError,
     TransportError,
+    UpstreamUnavailableError,
     WorkerLostError,
+    WorkerStartError,
 )
 from holdfast.sdk.events import (
     ConfirmRejected,
@@ -85,12 +89,15 @@ from holdfast.sdk.rpc import Reply, Request, Worker, WorkerOptions
 from holdfast.sdk.session import Session
 from holdfast.sdk.types import Ack, AckStatus, Message
 
+quiet_library_logger()
+
 __all__ = [
     "Ack",
     "AckStatus",
     "AuthenticationError",
     "BandwidthLimitError",
     "BrokerBusyError",
+    "BrokerUnreachableError",
     "BufferFullError",
     "CommitMarkConflictError",
     "ConfirmDroppedError",
@@ -141,8 +148,10 @@ __all__ = [
     "StateRestored",
     "TerminalTransportError",
     "TransportError",
+    "UpstreamUnavailableError",
     "Worker",
     "WorkerLostError",
     "WorkerOptions",
+    "WorkerStartError",
     "log_event",
 ]
