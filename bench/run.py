@@ -14,7 +14,8 @@ as subprocesses on free ports of 127.0.0.1 (stopped by PID however the run ends)
 4. recovery: the broker cut under a steady producer (``bench/recovery.py``);
 5. SDK memory per buffered PUT, in a subprocess (``bench/memory.py``);
    broker memory per GUID held in the dedup history, and what a default broker holds
-   at 100k msg/s (``bench/history.py``);
+   at 100k msg/s (``bench/history.py``); the proxy's RSS through a broker outage
+   flood against its ``--max-buffer-bytes`` (``bench/proxy_memory.py``);
 6. NATS JetStream with the same 100-byte publish-with-ack load, if one listens on
    127.0.0.1:4222 (``bench/natsload.py``);
 7. request/reply through the proxy and direct (calls/s, p50/p99 round trip) beside a
@@ -49,6 +50,7 @@ import history
 import loads
 import memory
 import natsload
+import proxy_memory
 import recovery
 import rpcload
 import scale
@@ -250,6 +252,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="runs per configuration")
     parser.add_argument("--idle-count", type=int, default=300, help="idle round trips")
     parser.add_argument("--memory-count", type=int, default=1_000_000, help="buffered PUTs")
+    parser.add_argument(
+        "--proxy-bound-mib", type=int, default=256, help="proxy --max-buffer-bytes, MiB"
+    )
     parser.add_argument("--rpc-count", type=int, default=20000, help="request/reply calls")
     parser.add_argument(
         "--spark-rows", type=int, default=100_000, help="rows per connector write (0: skip)"
@@ -315,6 +320,13 @@ def main(argv: list[str] | None = None) -> int:
         lambda: memory.measure_in_subprocess(args.memory_count, SMALL),
         no_result,
     )
+    progress("proxy RSS through an outage flood (subprocess)")
+    results["proxy_memory"] = guarded(
+        "proxy memory",
+        failures,
+        lambda: proxy_memory.measure_in_subprocess(args.proxy_bound_mib * 1024 * 1024),
+        no_result,
+    )
     progress("broker memory per GUID in the dedup history (subprocess)")
     results["history"] = guarded(
         "history", failures, lambda: history.measure_in_subprocess(1_000_000), no_result
@@ -342,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         print_recovery(results["recovery"])
     if results["memory"]:
         print_memory(results["memory"])
+    if results["proxy_memory"]:
+        proxy_memory.print_proxy_memory(results["proxy_memory"])
     if results["history"]:
         print_history(results["history"])
     if results["rpc"]:
@@ -395,6 +409,15 @@ def main(argv: list[str] | None = None) -> int:
     targets += issue_20_targets(
         rates, consume, results["nats"], results["memory"], results["scale"], results["history"]
     )
+    flood = results["proxy_memory"]
+    if flood:
+        targets.append(
+            (
+                "proxy RSS through an outage flood <= --max-buffer-bytes + 64 MiB",
+                f"{flood['rss_peak'] / 2**20:.0f} MiB vs {flood['target_rss'] / 2**20:.0f} MiB",
+                flood["rss_peak"] <= flood["target_rss"] and flood["pushed_back"],
+            )
+        )
     targets += rpc_targets(results["rpc"])
     print_targets(targets)
     results["targets"] = [{"target": t, "figure": f, "pass": ok} for t, f, ok in targets]

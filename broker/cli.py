@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="most GUIDs all dedup histories hold; past it new PUTs are refused with "
         "HISTORY_FULL until entries expire (default: $HOLDFAST_HISTORY_MAX_GUIDS or "
-        "%(default)s, about 2 GB)",
+        "%(default)s, about 1 GB: 330 s at 100k msg/s)",
     )
     parser.add_argument(
         "--max-payload-bytes",

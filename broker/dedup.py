@@ -41,6 +41,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 
+from holdfast.broker.guidtable import MAX_GENERATIONS, PackedGuids
 from holdfast.proto.limits import DEFAULT_DEDUP_WINDOW
 
 DEFAULT_WINDOW = DEFAULT_DEDUP_WINDOW
@@ -52,16 +53,16 @@ the last hop's send (where its ``age_ms`` was set) and the broker. 30 s is well 
 link's latency and gRPC buffering, and above a session's read pause (its outbox drains
 at link speed); it costs 10% more history at the default window."""
 
-BYTES_PER_GUID_ESTIMATE = 150
-"""What one held GUID costs in this implementation (``make bench`` measured 147 B: the
-GUID's bytes object, a dict slot, the digest int and a bucket list slot)."""
+BYTES_PER_GUID_ESTIMATE = 32
+"""What one held GUID costs in this implementation at most (``make bench`` measures it:
+a 25-byte packed record and a 1-byte fingerprint, ``holdfast.broker.guidtable``, and
+its partition's share of two bytearray headers and their spare room)."""
 
-DEFAULT_MAX_GUIDS = 12_000_000
-"""Broker-wide bound on the GUIDs held by all histories: about 1.8 GB at
-``BYTES_PER_GUID_ESTIMATE``. That is 120 s of 100k msg/s: a broker expected to take
-100k msg/s for the whole default window (330 s with grace) needs 33M (``--history-max-
-guids`` or ``$HOLDFAST_HISTORY_MAX_GUIDS``) and about 4.9 GB; below that rate, or in
-bursts, producers get HISTORY_FULL and wait, and nothing is forgotten."""
+DEFAULT_MAX_GUIDS = 33_000_000
+"""Broker-wide bound on the GUIDs held by all histories: about 1 GB at
+``BYTES_PER_GUID_ESTIMATE``, which covers the whole default window with its grace
+(330 s) at 100k msg/s. Above that rate producers get HISTORY_FULL and wait, and
+nothing is forgotten (``--history-max-guids`` or ``$HOLDFAST_HISTORY_MAX_GUIDS``)."""
 
 MAX_GUIDS_ENV = "HOLDFAST_HISTORY_MAX_GUIDS"
 """Environment variable that overrides ``DEFAULT_MAX_GUIDS``."""
@@ -134,7 +135,11 @@ class HistoryBudget:
 
 
 class GuidHistory:
-    """The GUIDs (and content digests) a queue accepted in the last window + grace."""
+    """The GUIDs (and content digests) a queue accepted in the last window + grace.
+
+    Held packed (``holdfast.broker.guidtable``): under 32 B per GUID. Each time bucket
+    is a generation of the table; a bucket is ``[expiry, generation, GUID count]``.
+    """
 
     def __init__(
         self,
@@ -156,12 +161,17 @@ class GuidHistory:
         self.budget = budget if budget is not None else HistoryBudget(DEFAULT_MAX_GUIDS)
         self._clock = clock
         self._width = self.retention / BUCKETS_PER_SPAN
-        self._digests: dict[bytes, int] = {}
-        # (time the bucket's entries all expire, their GUIDs), oldest first.
-        self._buckets: deque[tuple[float, list[bytes]]] = deque()
+        self._table = PackedGuids()
+        self.get: Callable[[bytes], int | None] = self._table.get
+        """The content digest of ``guid`` if the history holds it (the table's own
+        method: a lookup per PUT does not pay for a second call)."""
+        self._count = 0
+        # [time the bucket's entries all expire, its generation, its GUID count],
+        # oldest first.
+        self._buckets: deque[list[float]] = deque()
 
     def __contains__(self, guid: object) -> bool:
-        return guid in self._digests
+        return isinstance(guid, bytes) and self._table.get(guid) is not None
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -170,31 +180,41 @@ class GuidHistory:
 
     def clear(self) -> None:
         """Forget every entry (the queue was deleted by an operator)."""
-        self.budget.held -= len(self._digests)
-        self._digests.clear()
+        self.budget.held -= self._count
+        self._count = 0
         self._buckets.clear()
+        self._table.clear()
 
     def __len__(self) -> int:
-        return len(self._digests)
+        return self._count
 
-    def get(self, guid: bytes) -> int | None:
-        """The content digest of ``guid`` if the history holds it."""
-        return self._digests.get(guid)
-
-    def record(self, guid: bytes, digest: int, accepted_at: float) -> None:
+    def record(self, guid: bytes, digest: int, accepted_at: float, known_new: bool = False) -> None:
         """Remember ``guid`` as accepted at ``accepted_at`` (broker clock). An entry whose
         retention has already passed is not kept. Entries are recorded in acceptance
-        order; an earlier time than the last bucket's joins it (kept longer)."""
+        order; an earlier time than the last bucket's joins it (kept longer).
+        ``known_new``: the caller knows the history does not hold ``guid`` (the broker
+        admitted its PUT after looking it up), so it is not looked up again."""
         expires = accepted_at + self.retention
-        if expires <= self._clock() or guid in self._digests:
+        if expires <= self._clock():
             return
+        table = self._table
         buckets = self._buckets
         if not buckets or expires > buckets[-1][0]:
-            # The bucket's expiry is the latest any of its entries may need.
-            buckets.append((expires + self._width, [guid]))
-        else:
-            buckets[-1][1].append(guid)
-        self._digests[guid] = digest
+            if len(buckets) < MAX_GENERATIONS:
+                # The bucket's expiry is the latest any of its entries may need.
+                generation = table.newest + 1
+                table.begin(generation)
+                if not buckets:
+                    table.oldest = generation
+                buckets.append([expires + self._width, generation, 0])
+            else:
+                # Times far apart (a clock resumed far ahead): the last bucket is kept
+                # longer rather than a generation tag be reused while alive.
+                buckets[-1][0] = expires + self._width
+        if not table.add(guid, digest, known_new):
+            return
+        buckets[-1][2] += 1
+        self._count += 1
         self.budget.held += 1
 
     def expire(self, now: float | None = None) -> int:
@@ -204,12 +224,18 @@ class GuidHistory:
             return 0
         if now is None:
             now = self._clock()
-        dropped = 0
-        digests = self._digests
+        if buckets[0][0] > now:
+            return 0
+        dropped = generations = 0
         while buckets and buckets[0][0] <= now:
-            _, guids = buckets.popleft()
-            for guid in guids:
-                del digests[guid]
-            dropped += len(guids)
+            dropped += int(buckets.popleft()[2])
+            generations += 1
+        table = self._table
+        if buckets:
+            table.oldest = int(buckets[0][1])
+            table.sweep(generations)
+        else:
+            table.clear()
+        self._count -= dropped
         self.budget.held -= dropped
         return dropped

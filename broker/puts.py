@@ -298,7 +298,10 @@ class PutPipeline:
             queue.in_flight_bytes -= len(message.payload)
             if durable:
                 queue.accepted += 1
-                queue.history.record(message.guid, message.digest, message.accepted_at)
+                # Admitted after a lookup that missed; in_flight kept it unique since.
+                queue.history.record(
+                    message.guid, message.digest, message.accepted_at, known_new=True
+                )
                 queue.add(message)
                 touched[id(queue)] = queue
         for queue in touched.values():

@@ -73,6 +73,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="cap of the upstream reconnect back-off (default: %(default)s)",
     )
     parser.add_argument(
+        "--max-buffer-bytes",
+        type=int,
+        default=defaults.max_buffer_bytes,
+        metavar="BYTES",
+        help="bound on the bytes of client PUTs held until the broker ACKs them, shared "
+        "fairly by the clients connected: a client holding its share is not read until "
+        "some are ACKed, so its post() waits, then raises BandwidthLimitError "
+        "(default: %(default)s, 256 MiB)",
+    )
+    parser.add_argument(
         "--metrics-port",
         type=int,
         default=defaults.metrics_port,
@@ -111,6 +121,7 @@ FLAGS = {
     "ReconnectOptions.maximum": "--reconnect-max",
     "maximum": "--reconnect-max",
     "initial": "--reconnect-max (the first delay)",
+    "max_buffer_bytes": "--max-buffer-bytes",
 }
 """Fields of the upstream SessionOptions and the proxy flags that set them."""
 
@@ -131,6 +142,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
             tls_cert=args.upstream_cert,
             tls_key=args.upstream_key,
         ),
+        max_buffer_bytes=args.max_buffer_bytes,
         metrics_port=args.metrics_port,
         metrics_listen=args.metrics_listen,
         security=security_from_args(args),

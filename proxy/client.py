@@ -357,9 +357,23 @@ class ClientSession(ContractStream):
     # -- the end ------------------------------------------------------------------------
 
     async def wait_before_read(self) -> None:
-        """Stop reading this client while the upstream pushes back."""
+        """Stop reading this client while the upstream pushes back, and while it holds
+        its share of the proxy's buffer bound (``holdfast.proxy.budget``)."""
         await super().wait_before_read()
         await self._upstream.wait_below_high_watermark()
+        budget = self._routes.budget
+        key = self._route_key
+        if not budget.may_read(key):
+            log.info(
+                "session %s holds %d bytes of PUTs (its share of --max-buffer-bytes %d "
+                "is %d): not reading its frames until some are ACKed",
+                self.session_id,
+                budget.held(key),
+                budget.max_bytes,
+                budget.share,
+            )
+            await budget.wait_for_room(key)
+            log.info("session %s: under its buffer share again; reading", self.session_id)
 
     def on_end(self) -> None:
         """The client left: close its upstream handles so the broker redelivers."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from holdfast.proto.limits import DEFAULT_BATCH_BYTES, MAX_BATCH_BYTES, MIB
+from holdfast.proxy.budget import DEFAULT_MAX_BUFFER_BYTES
 from holdfast.sdk.errors import InvalidArgumentError
 from holdfast.sdk.failover import parse_addresses
 from holdfast.sdk.options import SessionOptions
@@ -35,6 +36,11 @@ class ProxyConfig:
     ``MAX_BATCH_BYTES``)."""
     read_bound_bytes: int = 8 * MIB
     """A client stops being read while this many bytes of answers wait for it."""
+    max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES
+    """Bound on the bytes of client PUTs the proxy holds until their outcomes (payload,
+    properties and bookkeeping), shared fairly by the clients connected: a client
+    holding its share is no longer read, so its own ``post()`` waits, then raises
+    ``BandwidthLimitError`` (``holdfast.proxy.budget``)."""
     shutdown_grace: float = 5.0
     """Seconds clients get on SIGTERM to receive what is queued for them."""
     metrics_port: int | None = None
@@ -54,6 +60,8 @@ class ProxyConfig:
                 raise InvalidArgumentError(f"{name} must be >= 0")
         if self.read_bound_bytes <= 0:
             raise InvalidArgumentError("read_bound_bytes must be > 0")
+        if self.max_buffer_bytes <= 0:
+            raise InvalidArgumentError("max_buffer_bytes must be > 0")
         if not 0 < self.max_frame_bytes <= MAX_BATCH_BYTES:
             raise InvalidArgumentError(f"max_frame_bytes must be 1-{MAX_BATCH_BYTES}")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:

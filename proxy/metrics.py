@@ -13,7 +13,10 @@ Metrics (counters get Prometheus's ``_total`` suffix):
 - ``holdfast_proxy_upstream_reconnects_total``: upstream reconnections (Reconnected events);
 - ``holdfast_proxy_puts_relayed_total``: client PUTs posted upstream;
 - ``holdfast_proxy_acks_relayed_total{status}``: ACKs sent to clients, by status;
-- ``holdfast_proxy_pending_puts``: PUTs posted upstream and not yet ACKed.
+- ``holdfast_proxy_pending_puts``: PUTs posted upstream and not yet ACKed;
+- ``holdfast_proxy_buffered_bytes``: bytes of client PUTs held until their outcomes,
+  charged against ``--max-buffer-bytes`` (``holdfast_proxy_buffer_limit_bytes``);
+- ``holdfast_proxy_buffered_bytes_peak``: the most ever held at once.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from holdfast.proto import status_name
+from holdfast.proxy.budget import BufferBudget
 from holdfast.proxy.routes import ProxyCounters
 
 
@@ -36,11 +40,13 @@ class ProxyCollector(Collector):
         sessions: Callable[[], int],
         connected: Callable[[], bool],
         pending: Callable[[], int],
+        budget: BufferBudget | None = None,
     ) -> None:
         self._counters = counters
         self._sessions = sessions
         self._connected = connected
         self._pending = pending
+        self._budget = budget
 
     def collect(self) -> Iterable[Metric]:
         counters = self._counters
@@ -65,4 +71,15 @@ class ProxyCollector(Collector):
             "holdfast_proxy_pending_puts", "PUTs posted upstream and not yet ACKed"
         )
         pending.add_metric([], self._pending())
-        return [sessions, connected, reconnects, puts, acks, pending]
+        families: list[Metric] = [sessions, connected, reconnects, puts, acks, pending]
+        budget = self._budget
+        if budget is not None:
+            for name, text, number in (
+                ("buffered_bytes", "bytes of client PUTs held until their outcomes", budget.total),
+                ("buffered_bytes_peak", "the most bytes of client PUTs held at once", budget.peak),
+                ("buffer_limit_bytes", "--max-buffer-bytes", budget.max_bytes),
+            ):
+                gauge = GaugeMetricFamily(f"holdfast_proxy_{name}", text)
+                gauge.add_metric([], number)
+                families.append(gauge)
+        return families

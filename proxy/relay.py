@@ -7,6 +7,9 @@ dead-letter notice into a domain the client's token may not write. A GUID pendin
 upstream already is judged by queue and content, as the broker would judge it
 (``Relayed``): the same PUT joins it, other content is a CONFLICT, another queue waits
 in ``Routes`` until the pending PUT has its outcome.
+
+Each PUT the proxy buffers is charged to its client in ``Routes.budget`` (payload,
+properties and the proxy's bookkeeping), and released with its outcome.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from holdfast.proto import pb
 from holdfast.proto.policy import DEAD_LETTER_NOTIFY
 from holdfast.proto.validate import GUID_BYTES
+from holdfast.proxy.budget import PUT_BOOKKEEPING_BYTES
 from holdfast.proxy.routes import ClientHandle, ParkedPut, Routes
 from holdfast.proxy.upstream import Upstream
 from holdfast.sdk.errors import HoldfastError
@@ -51,7 +55,9 @@ class PutRelay:
         relay = self._upstream.engine.relay
         now = time.monotonic()
         add_route = self._routes.add
+        budget = self._routes.budget
         key = self._route_key
+        charged = 0
         handle: ClientHandle | None = None
         last_id = -1
         relayed = 0
@@ -78,6 +84,9 @@ class PutRelay:
                 assert handle is not None and handle.upstream is not None
                 upstream_id = handle.upstream.queue_id
                 properties = put.properties or None
+                charge = len(put.payload) + PUT_BOOKKEEPING_BYTES
+                if properties:
+                    charge += sum(len(k) + len(v) for k, v in properties.items())
                 try:
                     outcome = relay(upstream_id, put.payload, properties, guid, now, put.age_ms)
                 except HoldfastError as error:
@@ -86,20 +95,29 @@ class PutRelay:
                     if outcome is Relayed.CONFLICT:
                         status = pb.STATUS_CONFLICT
                     elif outcome is Relayed.BUSY:
+                        budget.charge(key, charge)
+                        charged += charge
                         self._routes.park(
                             ParkedPut(
                                 key, queue_id, upstream_id, put.payload, properties,
-                                guid, now, put.age_ms,
+                                guid, now, put.age_ms, charge,
                             )
                         )  # fmt: skip
                         continue
                     else:
-                        add_route(guid, key, queue_id)
+                        if outcome is Relayed.SENT:
+                            budget.charge(key, charge)
+                            charged += charge
+                        else:
+                            charge = 0  # joined a PUT buffered already
+                        add_route(guid, key, queue_id, charge)
                         relayed += 1
                         continue
             self._ack(queue_id, guid, status)
         if relayed:
             self._upstream.queued()
+        if charged:
+            budget.read(key, charged)
         return relayed
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from holdfast.proto import pb
+from holdfast.proxy.budget import DEFAULT_MAX_BUFFER_BYTES, BufferBudget
 from holdfast.sdk.engine import QueueRecord, WireAck, WirePush
 from holdfast.sdk.producer import Relayed
 
@@ -69,6 +70,8 @@ class ParkedPut:
     arrived: float
     """Monotonic time it arrived: with ``age_ms``, its age keeps running while parked."""
     age_ms: int
+    charge: int
+    """Bytes charged to the client for it (``BufferBudget``) while it is held here."""
 
     @property
     def relay_args(self) -> tuple[int, bytes, Mapping[str, str] | None, bytes, float, int]:
@@ -90,14 +93,17 @@ Relay = Callable[[int, bytes, "Mapping[str, str] | None", bytes, float, int], Re
 class Routes:
     """Which client stream each pending PUT's ACK goes back to, by GUID.
 
-    A route is ``(client key, queue_id)``: two ints, not the client object, so the
-    garbage collector does not track the tuple. With 200k PUTs in flight, routes
+    A route is ``(client key, queue_id, charge)``: ints, not the client object, so
+    the garbage collector does not track the tuple. With 200k PUTs in flight, routes
     holding the client made full collections walk every one of them, about 40% of
-    the proxy's CPU at full rate.
+    the proxy's CPU at full rate. ``charge`` is what the PUT's client was charged in
+    ``budget``, released with its outcome.
     """
 
-    def __init__(self) -> None:
-        self._by_guid: dict[bytes, tuple[int, int]] = {}
+    def __init__(self, max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES) -> None:
+        self.budget = BufferBudget(max_buffer_bytes)
+        """The proxy's buffer bound, per client (``holdfast.proxy.budget``)."""
+        self._by_guid: dict[bytes, tuple[int, int, int]] = {}
         self._also: dict[bytes, list[tuple[int, int]]] = {}
         """Further live clients waiting on the same GUID (rare: e.g. a speculative Spark
         task posting the rows of another attempt that is still running)."""
@@ -114,29 +120,42 @@ class Routes:
         key = self._next_key
         self._next_key += 1
         self._clients[key] = client
+        self.budget.connect(key)
         return key
 
     def unregister(self, key: int) -> None:
         """The client left: its routes lead nowhere now (its ACKs are dropped, as it
         could not receive them; the PUTs stay pending upstream)."""
         self._clients.pop(key, None)
+        self.budget.disconnect(key)
 
-    def add(self, guid: bytes, client_key: int, queue_id: int) -> None:
+    def add(self, guid: bytes, client_key: int, queue_id: int, charge: int = 0) -> None:
         """Route the ACK of ``guid`` to the client's handle ``queue_id`` too.
 
         A route of a client that has gone is replaced (a client retransmitting after
         it reconnected); one of a live client is kept, so each PUT gets its one ACK: a
         live client that PUT the GUID twice (twice in one PutBatch, say) gets two, as
-        it does from a broker."""
-        route = (client_key, queue_id)
+        it does from a broker.
+
+        ``charge`` is what the client was charged for the PUT (0 if it joined a PUT
+        pending already); a replaced route's charge moves to the new client, which now
+        answers for that buffered PUT."""
         current = self._by_guid.get(guid)
-        if current is None or current[0] not in self._clients:
-            self._by_guid[guid] = route
+        if current is None:
+            self._by_guid[guid] = (client_key, queue_id, charge)
+        elif current[0] not in self._clients:
+            moved = current[2]
+            if moved:
+                budget = self.budget
+                budget.release(current[0], moved)
+                budget.charge(client_key, moved)
+            self._by_guid[guid] = (client_key, queue_id, moved + charge)
         else:
-            self._also.setdefault(guid, []).append(route)
+            self._also.setdefault(guid, []).append((client_key, queue_id))
 
     def park(self, put: ParkedPut) -> None:
-        """Keep ``put`` until its GUID's pending PUT (on another queue) has an outcome."""
+        """Keep ``put`` until its GUID's pending PUT (on another queue) has an outcome
+        (the caller has charged ``put.charge`` to its client)."""
         self._parked.setdefault(put.guid, []).append(put)
 
     def _unpark(self, guid: bytes) -> None:
@@ -144,19 +163,27 @@ class Routes:
         waiting = self._parked.pop(guid, [])
         relay = self.relay
         assert relay is not None, "Routes.relay is set before any client connects"
+        budget = self.budget
         sent = False
         for put in waiting:
             client = self._clients.get(put.client_key)
             if client is None:
-                continue  # the client left: it retransmits after it reconnects
+                # The client left: it retransmits after it reconnects.
+                budget.release(put.client_key, put.charge)
+                continue
             outcome = relay(*put.relay_args)
             if outcome is Relayed.BUSY:
                 self.park(put)
-            elif outcome is Relayed.CONFLICT:
-                client.ack(put.queue_id, guid, pb.STATUS_CONFLICT)
-            else:
-                self.add(guid, put.client_key, put.queue_id)
+            elif outcome is Relayed.SENT:
+                self.add(guid, put.client_key, put.queue_id, put.charge)
                 sent = True
+            else:
+                budget.release(put.client_key, put.charge)
+                if outcome is Relayed.CONFLICT:
+                    client.ack(put.queue_id, guid, pb.STATUS_CONFLICT)
+                else:
+                    self.add(guid, put.client_key, put.queue_id)
+                    sent = True
         if sent:
             self.relayed()
 
@@ -165,12 +192,17 @@ class Routes:
         then relay the PUTs that waited for those GUIDs."""
         by_guid = self._by_guid
         clients = self._clients
+        budget = self.budget
+        release = budget.release
         for guid, status in acks:
             route = by_guid.pop(guid, None)
             if route is not None:
-                client = clients.get(route[0])
+                key, queue_id, charge = route
+                if charge:
+                    release(key, charge)
+                client = clients.get(key)
                 if client is not None:
-                    client.ack(route[1], guid, status)
+                    client.ack(queue_id, guid, status)
                 if self._also:
                     for key, queue_id in self._also.pop(guid, ()):
                         other = clients.get(key)
@@ -180,6 +212,7 @@ class Routes:
             for guid, _ in acks:
                 if guid in self._parked:
                     self._unpark(guid)
+        budget.wake()
 
     def __len__(self) -> int:
         return len(self._by_guid)

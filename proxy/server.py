@@ -45,7 +45,7 @@ class Proxy:
         """``HOST:PORT`` the proxy listens on, with the real port, once started."""
         self.events: list[SessionEvent] = []
         """The upstream session's recent events (connection lost, restored...)."""
-        self.routes = Routes()
+        self.routes = Routes(config.max_buffer_bytes)
         self.upstream = Upstream(
             config.upstream_addresses,
             config.upstream_options,
@@ -98,6 +98,7 @@ class Proxy:
                     lambda: len(self._sessions),
                     lambda: self.upstream.engine.connected,
                     lambda: self.upstream.engine.pending_count,
+                    self.routes.budget,
                 ),
                 ready=lambda: not self._stopping and self.upstream.engine.connected,
             )

@@ -77,6 +77,8 @@ class Producer:
         self._check_usable = check_usable
         self._disconnected_limit = max_disconnected_buffer_bytes
         self._guids = Uuid7Source()
+        self._posted_at = -1.0
+        """The post time the PUTs of the current millisecond share (see ``buffer``)."""
         self.limits: Limits = DEFAULT_LIMITS
         """The broker's announced limits, which every PUT is checked against."""
 
@@ -219,6 +221,12 @@ class Producer:
         made = _NO_GUID
         if key is None:
             made, key = self._guids.next()
+        # The PUTs of one millisecond share one float (24 B each at 100k posts/s): a
+        # PUT is then up to 1 ms older than it is, never younger, and ages travel in ms.
+        if 0.0 <= posted_at - self._posted_at < 0.001:
+            posted_at = self._posted_at
+        else:
+            self._posted_at = posted_at
         put: PendingPut = (key, queue_id, payload, props, on_ack, posted_at, size)
         # Added to the buffer and the outbound queue in place: two method calls would
         # be ~10 % of a post.

@@ -1,0 +1,116 @@
+"""``PackedGuids``: the packed GUID table of the dedup history, against a dict model."""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+import pytest
+
+from holdfast.broker.dedup import GuidHistory, HistoryBudget
+from holdfast.broker.guidtable import MAX_GENERATIONS, RECORDS_PER_PARTITION, PackedGuids
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def guid(rng: random.Random) -> bytes:
+    return rng.getrandbits(128).to_bytes(16, "big")
+
+
+def test_records_are_found_with_their_signed_digests_across_splits() -> None:
+    rng = random.Random(1)
+    table = PackedGuids()
+    table.newest = table.oldest = 0
+    model = {guid(rng): rng.randrange(-(2**63), 2**63) for _ in range(RECORDS_PER_PARTITION * 50)}
+    for key, digest in model.items():
+        assert table.add(key, digest)
+    assert len(table) == len(model)
+    for key, digest in model.items():
+        assert table.get(key) == digest
+        assert not table.add(key, 0)  # held already: unchanged
+        assert table.get(key) == digest
+    assert all(table.get(guid(rng)) is None for _ in range(5000))
+
+
+def test_guids_sharing_their_fingerprint_and_bytes_elsewhere_are_told_apart() -> None:
+    # GUIDs equal but for one byte, many to a partition: fingerprints collide often.
+    table = PackedGuids()
+    table.newest = table.oldest = 0
+    keys = [bytes(15) + bytes([i]) for i in range(256)] + [
+        bytes([i]) + bytes(15) for i in range(1, 256)
+    ]
+    for number, key in enumerate(keys):
+        assert table.add(key, number)
+    for number, key in enumerate(keys):
+        assert table.get(key) == number
+
+
+def test_expired_generations_are_not_answered_and_their_guids_may_return() -> None:
+    rng = random.Random(2)
+    table = PackedGuids()
+    table.newest = table.oldest = 0
+    first = [guid(rng) for _ in range(500)]
+    for key in first:
+        table.add(key, 1)
+    table.begin(1)
+    second = [guid(rng) for _ in range(500)]
+    for key in second:
+        table.add(key, 2)
+    table.oldest = 1  # generation 0 expired
+    assert all(table.get(key) is None for key in first)
+    assert all(table.get(key) == 2 for key in second)
+    table.sweep(1)
+    assert table.add(first[0], 3) and table.get(first[0]) == 3
+
+
+def test_a_long_run_of_generations_matches_a_dict_model() -> None:
+    """Hundreds of generations (tags wrap modulo 256), random expiry, sweeps: the table
+    answers exactly what a dict of the alive generations would."""
+    rng = random.Random(3)
+    table = PackedGuids()
+    alive: dict[int, dict[bytes, int]] = {}
+    oldest = 0
+    for generation in range(700):
+        table.begin(generation)
+        if not alive:
+            table.oldest = oldest = generation
+        batch = alive.setdefault(generation, {})
+        for _ in range(rng.randrange(0, 60)):
+            key = guid(rng) if rng.random() < 0.9 else rng.choice(list(batch) or [guid(rng)])
+            known = any(key in held for held in alive.values())
+            assert table.add(key, generation) is not known
+            if not known:
+                batch[key] = generation
+        while len(alive) > rng.randrange(1, 120) or len(alive) >= MAX_GENERATIONS:
+            del alive[oldest]
+            oldest += 1
+            table.oldest = oldest
+            table.sweep(1)
+        for held in alive.values():
+            for key in rng.sample(list(held), min(3, len(held))):
+                assert table.get(key) == held[key]
+    expired = [guid(rng) for _ in range(200)]
+    assert all(table.get(key) is None for key in expired)
+    assert len(table) >= sum(len(held) for held in alive.values())
+
+
+def test_guids_of_other_lengths_are_held_too() -> None:
+    table = PackedGuids()
+    table.newest = table.oldest = 0
+    assert table.add(b"g", 5) and not table.add(b"g", 6)
+    assert table.get(b"g") == 5
+    table.begin(1)
+    table.oldest = 1
+    assert table.get(b"g") is None
+    table.sweep(1)
+    assert table.add(b"g", 7) and table.get(b"g") == 7
+
+
+def test_a_history_never_keeps_more_generations_than_tags_allow() -> None:
+    now = [0.0]
+    history = GuidHistory(window=10.0, grace=0.0, budget=HistoryBudget(10**6), clock=lambda: now[0])
+    # Entries accepted further and further ahead: each would start a bucket of its own.
+    for number in range(MAX_GENERATIONS * 2):
+        history.record(uuid.uuid4().bytes, number, number * 10.0)
+    assert len(history) == MAX_GENERATIONS * 2
+    assert len(history._buckets) <= MAX_GENERATIONS

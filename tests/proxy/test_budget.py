@@ -1,0 +1,106 @@
+"""``BufferBudget``: the proxy's buffer bound, apportioned among its clients."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from holdfast.proto import pb
+from holdfast.proxy.budget import BufferBudget
+from holdfast.proxy.routes import Routes
+
+pytestmark = pytest.mark.timeout(10)
+
+
+def test_a_client_at_its_share_is_not_read_and_the_others_are() -> None:
+    budget = BufferBudget(1000)
+    budget.connect(1)
+    budget.connect(2)
+    assert budget.share == 500
+    budget.charge(1, 450)
+    budget.read(1, 100)  # its frames are 100 bytes: 450 + 100 would pass its share
+    assert not budget.may_read(1)
+    assert budget.may_read(2)
+    budget.release(1, 100)
+    assert budget.may_read(1)
+    assert budget.total == 350 and budget.peak == 450
+
+
+def test_a_client_holding_nothing_may_always_send_one_frame() -> None:
+    budget = BufferBudget(10)
+    budget.connect(1)
+    budget.read(1, 1000)
+    assert budget.may_read(1)
+    budget.charge(1, 1000)
+    assert not budget.may_read(1)
+
+
+def test_the_total_bound_holds_when_a_new_client_joins_a_full_proxy() -> None:
+    budget = BufferBudget(1000)
+    budget.connect(1)
+    budget.charge(1, 990)
+    budget.connect(2)
+    budget.charge(2, 5)
+    budget.read(2, 10)
+    assert not budget.may_read(2)  # 995 + 10 would pass the bound
+    budget.release(1, 500)
+    assert budget.may_read(2)
+    budget.read(1, 20)
+    assert not budget.may_read(1)  # 490 + a 20-byte frame would pass its share of 500
+
+
+def test_a_departing_client_frees_its_share_but_not_its_bytes() -> None:
+    budget = BufferBudget(1000)
+    budget.connect(1)
+    budget.connect(2)
+    budget.charge(2, 400)
+    budget.read(2, 200)
+    assert not budget.may_read(2)
+    budget.charge(1, 300)
+    budget.disconnect(1)
+    assert budget.share == 1000
+    assert budget.may_read(2)
+    assert budget.total == 700  # its PUTs are still buffered upstream
+    budget.release(1, 300)
+    assert budget.total == 400 and budget.held(1) == 0
+
+
+def test_a_waiting_client_is_woken_when_its_puts_are_acked() -> None:
+    async def scenario() -> None:
+        budget = BufferBudget(100)
+        budget.connect(1)
+        budget.charge(1, 100)
+        waiter = asyncio.ensure_future(budget.wait_for_room(1))
+        await asyncio.sleep(0)
+        assert not waiter.done()
+        budget.release(1, 60)
+        budget.wake()
+        await asyncio.wait_for(waiter, 5)
+
+    asyncio.run(scenario())
+
+
+def test_routes_release_the_charge_with_the_ack_and_move_a_departed_clients() -> None:
+    routes = Routes(1000)
+    budget = routes.budget
+
+    class Client:
+        def __init__(self) -> None:
+            self.acks: list[tuple[int, bytes, int]] = []
+
+        def ack(self, queue_id: int, guid: bytes, status: int) -> None:
+            self.acks.append((queue_id, guid, status))
+
+    first, second = Client(), Client()
+    key1 = routes.register(first)  # type: ignore[arg-type]
+    guid = b"g" * 16
+    budget.charge(key1, 120)
+    routes.add(guid, key1, 1, 120)
+    routes.unregister(key1)
+    key2 = routes.register(second)  # type: ignore[arg-type]
+    routes.add(guid, key2, 3)  # the client came back and joined its pending PUT
+    assert budget.held(key1) == 0 and budget.held(key2) == 120
+    routes.on_acks([(guid, pb.STATUS_OK)])
+    assert second.acks == [(3, guid, pb.STATUS_OK)] and first.acks == []
+    assert budget.total == 0
