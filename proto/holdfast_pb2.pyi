@@ -141,12 +141,14 @@ class QueueStatsReply(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, str]] = ..., message: _Optional[str] = ..., stats: _Optional[_Union[QueueStats, _Mapping]] = ...) -> None: ...
 
 class PeekRequest(_message.Message):
-    __slots__ = ("uri", "count")
+    __slots__ = ("uri", "count", "skip")
     URI_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
+    SKIP_FIELD_NUMBER: _ClassVar[int]
     uri: str
     count: int
-    def __init__(self, uri: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+    skip: int
+    def __init__(self, uri: _Optional[str] = ..., count: _Optional[int] = ..., skip: _Optional[int] = ...) -> None: ...
 
 class PeekedMessage(_message.Message):
     __slots__ = ("guid", "payload", "properties", "delivery_count", "age_seconds")
@@ -367,7 +369,7 @@ class AckBatch(_message.Message):
     def __init__(self, acks: _Optional[_Iterable[_Union[Ack, _Mapping]]] = ...) -> None: ...
 
 class Push(_message.Message):
-    __slots__ = ("queue_id", "guid", "payload", "properties", "delivery_count")
+    __slots__ = ("queue_id", "guid", "payload", "properties", "delivery_count", "age_ms")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -380,12 +382,14 @@ class Push(_message.Message):
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     PROPERTIES_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    AGE_MS_FIELD_NUMBER: _ClassVar[int]
     queue_id: int
     guid: bytes
     payload: bytes
     properties: _containers.ScalarMap[str, str]
     delivery_count: int
-    def __init__(self, queue_id: _Optional[int] = ..., guid: _Optional[bytes] = ..., payload: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., delivery_count: _Optional[int] = ...) -> None: ...
+    age_ms: int
+    def __init__(self, queue_id: _Optional[int] = ..., guid: _Optional[bytes] = ..., payload: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., delivery_count: _Optional[int] = ..., age_ms: _Optional[int] = ...) -> None: ...
 
 class PushBatch(_message.Message):
     __slots__ = ("pushes",)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from holdfast.sdk.errors import BandwidthLimitError, HoldfastError
 from holdfast.sdk.options import SessionOptions
 from holdfast.sdk.session import Session
+from holdfast.sdk.spark.columns import KEY_PROPERTY
 from holdfast.sdk.spark.guids import BatchDigest, RowGuids
 from holdfast.sdk.spark.rows import payload_json, property_value
 from holdfast.sdk.types import Ack, AckStatus
@@ -183,6 +184,7 @@ def post_rows(spec: WriteSpec, rows: Iterable[Row], run_id: str, partition: int)
     try:
         queue = session.open_queue(spec.uri, write=True, on_ack=tally, timeout=spec.open_timeout)
         props_columns = spec.properties_from
+        key_column = spec.key_column
         for row in rows:
             payload, guid = _encoded(spec, guids, row)
             properties = None
@@ -192,6 +194,10 @@ def post_rows(spec: WriteSpec, rows: Iterable[Row], run_id: str, partition: int)
                     for name in props_columns
                     if row[name] is not None
                 }
+            if key_column is not None:
+                # The source's ``key`` column, as Kafka's record key.
+                properties = properties or {}
+                properties[KEY_PROPERTY] = property_value(row[key_column])
             _post(queue.post, payload, properties, guid, spec.flush_timeout)
             digest.add(guid, payload)
             posted += 1

@@ -42,7 +42,9 @@ from holdfast.sdk.errors import CommitMarkConflictError, InvalidArgumentError
 from holdfast.sdk.failover import parse_addresses
 from holdfast.sdk.marks import CommitMark, call_commit_mark
 from holdfast.sdk.options import default_address
-from holdfast.sdk.spark.guids import KEY_FINGERPRINT_BYTES, BatchDigest, DuplicateRowKeyError
+from holdfast.sdk.spark.guids import BatchDigest, DuplicateRowKeyError
+from holdfast.sdk.spark.history import check_history
+from holdfast.sdk.spark.keycheck import count_repeats
 from holdfast.sdk.spark.options import WriteOptions
 from holdfast.sdk.spark.post import (
     PartitionResult,
@@ -64,9 +66,6 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 """Task local property: the micro-batch id."""
 
-MARK_TIMEOUT = 60.0
-"""Seconds a commit mark call may take, retries across addresses included."""
-
 
 @dataclass
 class TaskReport(WriterCommitMessage):
@@ -84,10 +83,10 @@ class TaskReport(WriterCommitMessage):
     key_fingerprints: bytes = b""
 
 
-def read_mark(options: WriteOptions, app_id: str) -> CommitMark | None:
+def read_mark(options: WriteOptions, app_id: str, timeout: float) -> CommitMark | None:
     """The commit mark of ``app_id`` on the queue (None: never committed)."""
     request = pb.CommitMarkRequest(queue_uri=options.uri, app_id=app_id)
-    return call_commit_mark(_addresses(options), request, MARK_TIMEOUT)
+    return call_commit_mark(_addresses(options), request, timeout)
 
 
 def _addresses(options: WriteOptions) -> list[str]:
@@ -109,7 +108,8 @@ def write_task(
 ) -> TaskReport:
     """One task: skip a version already committed (digest only), else post the rows."""
     partition = task_partition()
-    mark = read_mark(options, app_id)
+    mark = read_mark(options, app_id, options.open_timeout)
+    check_history(options.uri, app_id, version, mark)
     skipped = mark is not None and mark.version >= version
     spec = _spec(options)
     result: PartitionResult = (
@@ -146,7 +146,8 @@ def commit_version(
         digest.merge(BatchDigest(report.digest, report.rows))
     what = f"{options.uri} (application {app_id}, version {version})"
     if any(report.skipped for report in reports):
-        mark = read_mark(options, app_id)
+        mark = read_mark(options, app_id, options.commit_timeout)
+        check_history(options.uri, app_id, version, mark)
         if mark is not None and mark.version == version and mark.digest != digest.to_bytes():
             raise SinkError(
                 f"{what} was committed before ({mark.rows} rows) with other content than "
@@ -164,7 +165,7 @@ def commit_version(
         rows=digest.rows,
     )
     try:
-        call_commit_mark(_addresses(options), request, MARK_TIMEOUT)
+        call_commit_mark(_addresses(options), request, options.commit_timeout)
     except CommitMarkConflictError as error:
         raise SinkError(f"{what}: {error.message}; a changed replay is refused") from error
     totals: Counter[str] = Counter()
@@ -183,15 +184,7 @@ def commit_version(
 def _check_keys(options: WriteOptions, reports: Sequence[TaskReport]) -> None:
     if options.key_column is None:
         return
-    seen: set[bytes] = set()
-    repeated = 0
-    for report in reports:
-        data = report.key_fingerprints
-        for start in range(0, len(data), KEY_FINGERPRINT_BYTES):
-            fingerprint = data[start : start + KEY_FINGERPRINT_BYTES]
-            if fingerprint in seen:
-                repeated += 1
-            seen.add(fingerprint)
+    repeated = count_repeats(report.key_fingerprints for report in reports)
     if repeated:
         raise DuplicateRowKeyError(
             f"{repeated} values of key column {options.key_column!r} appear in more than one "
