@@ -26,6 +26,8 @@ from holdfast.broker.marks import MarkBook, mark_file_for
 from holdfast.broker.puts import PutPipeline
 from holdfast.broker.registry import SWEEP_INTERVAL, QueueRegistry
 from holdfast.broker.session import Session
+from holdfast.broker.staging import StagingBook
+from holdfast.broker.staging_service import StagingService
 from holdfast.broker.store import Store
 from holdfast.broker.stores import open_store, parse_store_spec
 from holdfast.proto import pb
@@ -96,6 +98,15 @@ class Broker:
         self.marks = MarkBook()
         """Commit marks of writer applications (``holdfast.broker.marks``); durable from
         ``start()`` on with a sqlite store."""
+        self.staging = StagingService(
+            StagingBook(self.clock),
+            lambda: self.marks,
+            self.queues,
+            self.puts,
+            self.guard,
+            enabled=self.redis is None,
+        )
+        """Transactional writes' staged rows (``holdfast.broker.staging_service``)."""
         self.address = ""
         """``HOST:PORT`` the broker listens on, with the real port, once started."""
         self._sessions: set[Session] = set()
@@ -129,6 +140,7 @@ class Broker:
             self._serve_session,
             self._commit_mark,
             services=[self.admin.handler()],
+            serve_staging=self.staging.handle,
             credentials=self.config.security.credentials(),
         )
         self.start_sweeping()
@@ -201,6 +213,7 @@ class Broker:
             await asyncio.sleep(SWEEP_INTERVAL)
             try:
                 self.queues.sweep()
+                self.staging.book.sweep()
             except Exception:
                 # A bug in one sweep must not stop TTLs and delays for good.
                 log.exception("sweeping the queues failed")

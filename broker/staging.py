@@ -99,7 +99,8 @@ class CommitOutcome(Enum):
 
 @dataclass(slots=True)
 class _Attempt:
-    rows: list[StagedRow] = field(default_factory=list)
+    rows: dict[bytes, StagedRow] = field(default_factory=dict)
+    """By GUID: staging a GUID again (a retried call) replaces it."""
     bytes: int = 0
     deadline: float = 0.0
     state: State = State.STAGED
@@ -138,27 +139,33 @@ class StagingBook:
         attempt = self._attempts.get(key)
         return 0 if attempt is None else len(attempt.rows)
 
+    def mark_committed(self, queue_uri: str, app_id: str, version: int) -> None:
+        """Record that ``version`` is committed (its commit mark says so)."""
+        app = (queue_uri, app_id)
+        self._committed[app] = max(version, self._committed.get(app, version))
+
     def stage(self, key: AttemptKey, rows: Iterable[StagedRow]) -> StageOutcome:
-        """Add ``rows`` to attempt ``key`` (a task stages in several calls)."""
+        """Add ``rows`` to attempt ``key`` (a task stages in several calls; a GUID staged
+        again replaces its row, so a retried call adds nothing)."""
         app = (key.queue_uri, key.app_id)
         committed = self._committed.get(app)
         if committed is not None and key.version <= committed:
             return StageOutcome.COMMITTED
-        batch = list(rows)
-        size = sum(len(row.payload) for row in batch)
-        used_rows, used_bytes = self._usage.get(app, (0, 0))
-        if (
-            used_rows + len(batch) > self.limits.max_rows
-            or used_bytes + size > self.limits.max_bytes
-        ):
-            return StageOutcome.OVER_LIMIT
         attempt = self._attempts.get(key)
+        have = attempt.rows if attempt is not None else {}
+        batch = {row.guid: row for row in rows}
+        new_rows = sum(1 for guid in batch if guid not in have)
+        size = sum(len(row.payload) for row in batch.values())
+        size -= sum(len(have[guid].payload) for guid in batch if guid in have)
+        used_rows, used_bytes = self._usage.get(app, (0, 0))
+        if used_rows + new_rows > self.limits.max_rows or used_bytes + size > self.limits.max_bytes:
+            return StageOutcome.OVER_LIMIT
         if attempt is None:
             attempt = self._attempts[key] = _Attempt()
-        attempt.rows.extend(batch)
+        attempt.rows.update(batch)
         attempt.bytes += size
         attempt.deadline = self._clock() + self.limits.retention
-        self._usage[app] = (used_rows + len(batch), used_bytes + size)
+        self._usage[app] = (used_rows + new_rows, used_bytes + size)
         return StageOutcome.STAGED
 
     def _of_version(self, queue_uri: str, app_id: str, version: int) -> list[AttemptKey]:
@@ -187,8 +194,37 @@ class StagingBook:
     def commit(
         self, queue_uri: str, app_id: str, version: int, attempts: Mapping[tuple[int, int], int]
     ) -> CommitResult:
-        """Commit ``version``: ``attempts`` maps each committed (partition, attempt) to
-        the rows its task staged. See the module docstring for the outcomes."""
+        """Commit ``version`` in one step (``prepare`` and, if it may publish, ``finish``
+        at once); see ``prepare``."""
+        result = self.prepare(queue_uri, app_id, version, attempts)
+        if result.outcome is not CommitOutcome.PUBLISHED:
+            return result
+        discarded = self.finish(queue_uri, app_id, version, attempts)
+        return CommitResult(CommitOutcome.PUBLISHED, result.rows, discarded)
+
+    def finish(
+        self, queue_uri: str, app_id: str, version: int, attempts: Mapping[tuple[int, int], int]
+    ) -> int:
+        """The rows ``prepare`` gave are published: the named attempts leave the book
+        (COMMIT), the others are discarded, the version is committed; returns the rows
+        discarded."""
+        discarded = 0
+        for key in self._of_version(queue_uri, app_id, version):
+            if (key.partition, key.attempt) in attempts:
+                self._move(key, Event.COMMIT)
+            else:
+                discarded += len(self._move(key, Event.DISCARD).rows)
+        self.mark_committed(queue_uri, app_id, version)
+        return discarded
+
+    def prepare(
+        self, queue_uri: str, app_id: str, version: int, attempts: Mapping[tuple[int, int], int]
+    ) -> CommitResult:
+        """Decide a commit of ``version`` without changing anything but a committed
+        version's leftovers: ``attempts`` maps each committed (partition, attempt) to the
+        rows its task staged. PUBLISHED gives the rows to publish; once they are, call
+        ``finish`` (if publishing fails, nothing moved: the commit can be tried again).
+        ALREADY discards what was staged for a version committed before."""
         app = (queue_uri, app_id)
         committed = self._committed.get(app)
         staged = self._of_version(queue_uri, app_id, version)
@@ -207,26 +243,20 @@ class StagingBook:
                     problem=f"partition {partition} attempt {attempt}: {have} rows staged, "
                     f"the writer reported {rows} (expired, or lost by the broker)",
                 )
-        seen: set[bytes] = set()
+        published: dict[bytes, StagedRow] = {}
         repeated = 0
         for key in chosen.values():
-            for row in self._attempts[key].rows if key in self._attempts else ():
-                repeated += row.guid in seen
-                seen.add(row.guid)
+            found = self._attempts.get(key)
+            for guid, row in found.rows.items() if found is not None else ():
+                repeated += guid in published
+                published[guid] = row
         if repeated:
             return CommitResult(
                 CommitOutcome.REPEATED_KEYS,
-                problem=f"{repeated} GUIDs were staged by more than one partition",
+                problem=f"{repeated} GUIDs were staged by more than one partition "
+                "(a key column value repeated across partitions)",
             )
-        published: list[StagedRow] = []
-        discarded = 0
-        for key in staged:
-            if key in chosen.values():
-                published.extend(self._move(key, Event.COMMIT).rows)
-            else:
-                discarded += len(self._move(key, Event.DISCARD).rows)
-        self._committed[app] = version
-        return CommitResult(CommitOutcome.PUBLISHED, published, discarded)
+        return CommitResult(CommitOutcome.PUBLISHED, list(published.values()))
 
     def abort(self, queue_uri: str, app_id: str, version: int) -> int:
         """Discard every attempt of ``version``; returns the rows discarded."""

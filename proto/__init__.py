@@ -28,6 +28,9 @@ SESSION_METHOD = f"/{SERVICE_NAME}/Session"
 COMMIT_MARK = "CommitMark"
 COMMIT_MARK_METHOD = f"/{SERVICE_NAME}/{COMMIT_MARK}"
 """The unary call that reads and records commit marks (``holdfast.broker.marks``)."""
+STAGING = "Staging"
+STAGING_METHOD = f"/{SERVICE_NAME}/{STAGING}"
+"""The unary call of transactional writes: stage, commit, abort (``broker.staging``)."""
 ADMIN_SERVICE = "holdfast.v1.Admin"
 """The gRPC service of the admin calls (the broker serves it; ``holdfast`` calls it)."""
 
@@ -48,6 +51,8 @@ __all__ = [
     "PROTOCOL_VERSION",
     "SERVICE_NAME",
     "SESSION_METHOD",
+    "STAGING",
+    "STAGING_METHOD",
     "pb",
     "status_name",
 ]

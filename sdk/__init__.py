@@ -64,6 +64,7 @@ from holdfast.sdk.errors import (
     SessionClosedError,
     TerminalTransportError,
     TransportError,
+    UnsupportedCallError,
     WorkerLostError,
 )
 from holdfast.sdk.events import (
@@ -141,6 +142,7 @@ __all__ = [
     "StateRestored",
     "TerminalTransportError",
     "TransportError",
+    "UnsupportedCallError",
     "Worker",
     "WorkerLostError",
     "WorkerOptions",

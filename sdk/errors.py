@@ -37,6 +37,7 @@
     └── TransportError                       what the gRPC link reported
         ├── RetryableTransportError          link trouble: the session reconnects by itself
         └── TerminalTransportError           reconnecting cannot help: the session fails
+            ├── UnsupportedCallError         the server has no such call (UNIMPLEMENTED)
             ├── ProtocolVersionError         the broker speaks another protocol version
             └── AuthenticationError          no token, or one the server does not know
 
@@ -183,6 +184,11 @@ class RetryableTransportError(TransportError):
 
 class TerminalTransportError(TransportError):
     """A link failure that reconnecting cannot cure; the session stops retrying."""
+
+
+class UnsupportedCallError(TerminalTransportError):
+    """The server has no such call (gRPC ``UNIMPLEMENTED``): an older broker, or a store
+    that does not support it (transactional writes on Redis)."""
 
 
 class ProtocolVersionError(TerminalTransportError):

@@ -16,12 +16,13 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
 from holdfast.proto import COMMIT_MARK_METHOD, pb
 from holdfast.sdk.credentials import channel_credentials, open_channel, token_metadata
-from holdfast.sdk.errors import RequestTimeoutError, TerminalTransportError
+from holdfast.sdk.errors import RequestTimeoutError, TerminalTransportError, UnsupportedCallError
 from holdfast.sdk.options import SessionOptions
 from holdfast.sdk.statuses import commit_mark_error
 from holdfast.sdk.transport import TERMINAL_CODES
@@ -51,6 +52,24 @@ def call_commit_mark(
     """Send ``request`` to the first address that answers, retrying until ``timeout``;
     return the mark the broker holds (None: no mark). Raises ``CommitMarkConflictError``,
     ``InvalidArgumentError``, ``RequestFailedError``, ``RequestTimeoutError``."""
+    reply: pb.CommitMarkReply = call_unary(
+        addresses, COMMIT_MARK_METHOD, request, pb.CommitMarkReply, timeout, options
+    )
+    return _mark_of(reply)
+
+
+def call_unary(
+    addresses: Sequence[str],
+    method_name: str,
+    request: Any,
+    reply_type: Any,
+    timeout: float,
+    options: SessionOptions | None = None,
+) -> Any:
+    """An idempotent unary call of the Broker service (``CommitMark``, ``Staging``):
+    sent to the first address that answers, retried across them until ``timeout``;
+    returns the reply. Raises ``RequestTimeoutError``, or ``TerminalTransportError`` on
+    a code retrying cannot help (``UNIMPLEMENTED``: the server has no such call)."""
     deadline = time.monotonic() + timeout
     options = options or SessionOptions()
     credentials = channel_credentials(options.tls_ca, options.tls_cert, options.tls_key)
@@ -61,28 +80,31 @@ def call_commit_mark(
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise RequestTimeoutError(
-                    f"commit mark of {request.app_id[:100]!r}: no answer within {timeout} s "
-                    f"(last: {last})"
+                    f"{method_name} call for {request.app_id[:100]!r}: no answer within "
+                    f"{timeout} s (last: {last})"
                 )
             with open_channel(address, credentials) as channel:
                 method = channel.unary_unary(
-                    COMMIT_MARK_METHOD,
-                    request_serializer=pb.CommitMarkRequest.SerializeToString,
-                    response_deserializer=pb.CommitMarkReply.FromString,
+                    method_name,
+                    request_serializer=type(request).SerializeToString,
+                    response_deserializer=reply_type.FromString,
                 )
                 try:
-                    reply: pb.CommitMarkReply = method(
-                        request, timeout=min(remaining, 10.0), metadata=metadata
-                    )
+                    return method(request, timeout=min(remaining, 10.0), metadata=metadata)
                 except grpc.RpcError as error:
                     code = error.code() if isinstance(error, grpc.Call) else None
                     if code in TERMINAL_CODES:
-                        raise TerminalTransportError(
-                            f"commit mark call to {address}: {code}"
+                        details = error.details() if isinstance(error, grpc.Call) else ""
+                        kind = (
+                            UnsupportedCallError
+                            if code is grpc.StatusCode.UNIMPLEMENTED
+                            else TerminalTransportError
+                        )
+                        raise kind(
+                            f"{method_name} call to {address}: {code} {details or ''}".strip()
                         ) from error
                     last = f"{address}: {code.name if code else error}"
                     continue
-            return _mark_of(reply)
         time.sleep(min(RETRY_DELAY, max(0.0, deadline - time.monotonic())))
 
 
