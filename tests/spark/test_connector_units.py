@@ -16,7 +16,7 @@ from holdfast.sdk.spark.history import RunHistoryError, check_history
 from holdfast.sdk.spark.options import parse_read_options, parse_write_options
 from holdfast.sdk.spark.wal import WalError, WriteAheadLog, guids_of, read_segment
 from holdfast.sdk.spark.walindex import GuidIndex
-from holdfast.sdk.spark.writer import TaskReport, _check_keys
+from holdfast.sdk.spark.writer import TaskReport, check_keys
 
 URI = "hf://spark/orders"
 
@@ -113,10 +113,10 @@ def test_keys_repeated_across_partitions_are_found() -> None:
     a.for_key(1)
     a.for_key(2)
     b.for_key(3)
-    _check_keys(options, [report(list(a.key_fingerprints)), report(list(b.key_fingerprints))])
+    check_keys(options, [report(list(a.key_fingerprints)), report(list(b.key_fingerprints))])
     b.for_key(2)
     with pytest.raises(DuplicateRowKeyError, match="1 values of key column 'id' appear"):
-        _check_keys(options, [report(list(a.key_fingerprints)), report(list(b.key_fingerprints))])
+        check_keys(options, [report(list(a.key_fingerprints)), report(list(b.key_fingerprints))])
 
 
 def test_the_write_ahead_log_keeps_batches_until_committed_then_retains_some(
