@@ -185,6 +185,9 @@ class Broker:
         if mark_file is not None:
             self.marks = MarkBook(mark_file)
             log.info("recovered %d commit marks from %s", len(self.marks), mark_file.path)
+            staged = self.staging.open_file(self.config.store)
+            if staged:
+                log.info("recovered %d staged rows of transactional writes", staged)
         messages, guids = self.queues.restore(state)
         if messages or guids:
             log.info("recovered %d messages and %d GUIDs of dedup history", messages, guids)
@@ -280,6 +283,7 @@ class Broker:
                 self.metrics.stop()
             self.store.close()
             self.marks.close()
+            self.staging.close()
             self._stopped.set()
             log.info("stopped")
 

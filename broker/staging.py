@@ -24,10 +24,9 @@ Bounds: ``StagingLimits`` caps the rows and bytes staged per (queue, application
 and the time a row may stay staged (``retention``, default 7 days: far beyond any dedup
 window); an expiry is logged at WARNING and counted (``expired_rows``), never silent.
 
-This module is the decision logic, with state in memory. Not yet done (see the
-README's Spark notes): serving it on the wire (a stage and a commit call, relayed by the
-proxy), publishing through the PUT pipeline in one store write per commit, and keeping
-staged rows durably (sqlite, Redis).
+This module is the decision logic, with state in memory and, given a ``Journal``
+(``staging_file`` for a sqlite store), every change written through to disk;
+``staging_service`` serves it on the wire.
 """
 
 from __future__ import annotations
@@ -36,6 +35,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Protocol
 
 from holdfast.broker.lifecycle import Effect, Event, Message, Rules, State, apply
 
@@ -116,11 +116,25 @@ class CommitResult:
     problem: str = ""
 
 
+class Journal(Protocol):
+    """Where a book writes its changes through to (``staging_file.StagingFile``)."""
+
+    def added(self, key: AttemptKey, rows: Iterable[StagedRow], deadline: float) -> None:
+        """``rows`` were staged under ``key``, which now ends at ``deadline``."""
+        ...
+
+    def removed(self, key: AttemptKey) -> None:
+        """``key``'s rows left the book."""
+        ...
+
+
 class StagingBook:
     """Staged attempts and committed versions (see the module docstring)."""
 
     def __init__(self, clock: Callable[[], float], limits: StagingLimits | None = None) -> None:
         self._clock = clock
+        self.journal: Journal | None = None
+        """Set by ``restore``: every change is written through to it."""
         self.limits = limits or StagingLimits()
         self._attempts: dict[AttemptKey, _Attempt] = {}
         self._committed: dict[tuple[str, str], int] = {}
@@ -129,6 +143,24 @@ class StagingBook:
         """Staged rows discarded at their deadline (logged too)."""
         self.discarded_rows = 0
         """Staged rows discarded by a commit of another attempt or an abort."""
+
+    def restore(self, journal: Journal, rows: Iterable[tuple[AttemptKey, StagedRow, float]]) -> int:
+        """Take back what ``journal`` kept (``rows`` of each attempt with its deadline),
+        and write every later change through to it; returns the rows restored."""
+        count = 0
+        for key, row, deadline in rows:
+            attempt = self._attempts.get(key)
+            if attempt is None:
+                attempt = self._attempts[key] = _Attempt()
+            attempt.rows[row.guid] = row
+            attempt.bytes += len(row.payload)
+            attempt.deadline = deadline
+            app = (key.queue_uri, key.app_id)
+            used_rows, used_bytes = self._usage.get(app, (0, 0))
+            self._usage[app] = (used_rows + 1, used_bytes + len(row.payload))
+            count += 1
+        self.journal = journal
+        return count
 
     def committed_version(self, queue_uri: str, app_id: str) -> int | None:
         """The latest version committed through this book (None: none)."""
@@ -162,9 +194,12 @@ class StagingBook:
             return StageOutcome.OVER_LIMIT
         if attempt is None:
             attempt = self._attempts[key] = _Attempt()
+        deadline = self._clock() + self.limits.retention
+        if self.journal is not None:
+            self.journal.added(key, batch.values(), deadline)  # durable before it counts
         attempt.rows.update(batch)
         attempt.bytes += size
-        attempt.deadline = self._clock() + self.limits.retention
+        attempt.deadline = deadline
         self._usage[app] = (used_rows + new_rows, used_bytes + size)
         return StageOutcome.STAGED
 
@@ -183,6 +218,8 @@ class StagingBook:
         outcome = apply(message, event, self._clock(), Rules())
         attempt.state = outcome.message.state
         if attempt.state is not State.STAGED:
+            if self.journal is not None:
+                self.journal.removed(key)
             del self._attempts[key]
             app = (key.queue_uri, key.app_id)
             used_rows, used_bytes = self._usage.get(app, (0, 0))

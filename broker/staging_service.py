@@ -17,15 +17,17 @@ serves them. A commit, for one (queue, application, version) at a time:
    publishes them again and the broker's dedup absorbs what made it the first time.
 
 Stores: memory and sqlite. On a Redis store the call is answered UNIMPLEMENTED (what a
-broker without it answers), and the Spark writer falls back to posting directly.
-Staged rows live in the broker's memory: a broker restart loses them and a commit then
-answers NOT_FOUND, which fails the write loudly (Spark runs it again).
+broker without it answers), and the Spark writer falls back to posting directly. With
+a sqlite store staged rows are kept in ``PATH-staging`` (``staging_file``) and survive
+a restart; with memory they do not, and a commit then answers NOT_FOUND, which fails
+the write loudly (Spark runs it again).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +44,8 @@ from holdfast.broker.staging import (
     StageOutcome,
     StagingBook,
 )
+from holdfast.broker.staging_file import StagingFile
+from holdfast.broker.stores import parse_store_spec
 from holdfast.broker.writer import Writer
 from holdfast.proto import pb
 from holdfast.proto.credentials import bearer_token
@@ -92,6 +96,22 @@ class StagingService:
         self._guard = guard
         self._enabled = enabled
         self._locks: dict[tuple[str, str, int], asyncio.Lock] = {}
+        self._file: StagingFile | None = None
+
+    def open_file(self, store_spec: str) -> int:
+        """With a sqlite store, keep staged rows in ``PATH-staging`` (loading what it
+        holds); returns the rows restored. Raises ``OSError`` if it cannot be opened."""
+        parsed = parse_store_spec(store_spec)
+        if parsed.kind != "sqlite":
+            return 0
+        self._file = StagingFile(parsed.location + "-staging")
+        return self.book.restore(self._file, self._file.load())
+
+    def close(self) -> None:
+        """Close the staging file, if any."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     async def handle(self, request: pb.StagingRequest, context: Any) -> pb.StagingReply:
         """Serve one call, for a token that may write the queue's domain."""
@@ -135,9 +155,15 @@ class StagingService:
         key = AttemptKey(
             request.queue_uri, request.app_id, request.version, stage.partition, stage.attempt
         )
-        outcome = self.book.stage(
-            key, (StagedRow(p.guid, p.payload, dict(p.properties)) for p in stage.rows)
-        )
+        try:
+            outcome = self.book.stage(
+                key, (StagedRow(p.guid, p.payload, dict(p.properties)) for p in stage.rows)
+            )
+        except (sqlite3.Error, OSError) as error:
+            log.error("cannot keep staged rows: %s", error)
+            return pb.StagingReply(
+                status=pb.STATUS_STORE_ERROR, message=f"cannot keep the staged rows: {error}"
+            )
         if outcome is StageOutcome.OVER_LIMIT:
             return pb.StagingReply(
                 status=pb.STATUS_LIMIT_EXCEEDED,

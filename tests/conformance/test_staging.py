@@ -8,12 +8,13 @@ writer then posts directly), which these tests pin too."""
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pytest
 
 from holdfast.sdk.errors import CommitMarkConflictError, RequestFailedError, UnsupportedCallError
 from holdfast.sdk.staging import Version, abort, commit, stage
-from tests.conformance.harness import World
+from tests.conformance.harness import World, open_world
 from tests.conformance.support import peek
 
 pytestmark = [pytest.mark.conformance, pytest.mark.timeout(90)]
@@ -84,3 +85,31 @@ def test_a_guid_staged_by_two_named_partitions_refuses_the_commit_whole(world: W
         commit(version, {(0, 0): 5, (1, 0): 3}, b"d", 8)
     assert peek(world, uri) == []
     abort(version)
+
+
+def test_staged_rows_and_a_commit_survive_a_broker_restart(durable_world: World) -> None:
+    """On sqlite, rows staged before a restart are committed after it, once; a replayed
+    commit after another restart is recognised (the mark)."""
+    world = durable_world
+    staging_world(world)
+    uri = world.uri("restart")
+    version = target(world, uri, 2)
+    assert stage(version, 0, 0, rows("r", 40))
+    assert stage(version, 0, 1, rows("r", 40))
+    world.broker.restart()
+    reply = commit(version, {(0, 1): 40}, b"d", 40)
+    assert (reply.published, reply.discarded) == (40, 40)
+    world.broker.restart()
+    assert commit(version, {(0, 1): 40}, b"d", 40).committed_before
+    assert len(peek(world, uri)) == 40
+
+
+def test_on_memory_a_restart_loses_staged_rows_and_the_commit_says_so(tmp_path: Path) -> None:
+    with open_world("memory", "memory", "direct", tmp_path) as world:
+        uri = world.uri("lost")
+        version = target(world, uri, 0)
+        stage(version, 0, 0, rows("m", 5))
+        world.broker.restart()
+        with pytest.raises(RequestFailedError, match=r"NOT_FOUND: .*0 rows staged"):
+            commit(version, {(0, 0): 5}, b"d", 5)
+        assert peek(world, uri) == []
