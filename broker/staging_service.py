@@ -95,7 +95,9 @@ class StagingService:
         self._puts = puts
         self._guard = guard
         self._enabled = enabled
-        self._locks: dict[tuple[str, str, int], asyncio.Lock] = {}
+        # Commits and aborts one at a time (they are one per version, and a commit's
+        # publishing must not interleave with a retry of itself).
+        self._lock = asyncio.Lock()
         self._file: StagingFile | None = None
 
     def open_file(self, store_spec: str) -> int:
@@ -134,10 +136,7 @@ class StagingService:
             return self._stage(request)
         if action is None:
             return _invalid("a Staging call needs stage, commit or abort")
-        lock = self._locks.setdefault(
-            (request.queue_uri, request.app_id, request.version), asyncio.Lock()
-        )
-        async with lock:
+        async with self._lock:
             if action == "abort":
                 discarded = self.book.abort(request.queue_uri, request.app_id, request.version)
                 return pb.StagingReply(status=pb.STATUS_OK, discarded=discarded)
