@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections import Counter
 from collections.abc import Sequence
 
@@ -62,6 +63,7 @@ def commit_version(
     digest = BatchDigest()
     for report in reports:
         digest.merge(BatchDigest(report.digest, report.rows))
+    started = time.monotonic()
     if staged:
         attempts = {(r.partition, r.attempt): r.posted for r in reports if r.mode == STAGED}
         target = version_target(options, app_id, version, options.commit_timeout)
@@ -103,7 +105,7 @@ def commit_version(
     )
     say(
         f"holdfast: committed {what}: {digest.rows} rows from {len(reports)} tasks, "
-        f"ACKs {dict(totals)} [{tasks}]"
+        f"ACKs {dict(totals)} [{tasks}]; commit {time.monotonic() - started:.2f} s"
     )
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from holdfast.sdk.spark.guids import BatchDigest, RowGuids
 from holdfast.sdk.spark.post import PartitionResult, WriteSpec, encoded, row_properties
-from holdfast.sdk.staging import StagedPut, Version, stage
+from holdfast.sdk.staging import StagedPut, Stager, Version
 
 if TYPE_CHECKING:
     from pyspark.sql import Row
@@ -53,19 +53,23 @@ def stage_rows(
     digest = BatchDigest()
     chunk: list[StagedPut] = []
     size = 0
-    staging = True
-    for row in rows:
-        payload, guid = encoded(spec, guids, row)
-        digest.add(guid, payload)
-        if not staging:
-            continue
-        chunk.append((guid.bytes, payload, row_properties(spec, row)))
-        size += len(payload)
-        if len(chunk) >= CHUNK_ROWS or size >= CHUNK_BYTES:
-            staging = stage(target, partition, attempt, chunk)
-            chunk, size = [], 0
-    if staging and chunk:
-        staging = stage(target, partition, attempt, chunk)
+    stager = Stager(target, partition, attempt)
+    try:
+        for row in rows:
+            payload, guid = encoded(spec, guids, row)
+            digest.add(guid, payload)
+            if not stager.open:
+                continue
+            chunk.append((guid.bytes, payload, row_properties(spec, row)))
+            size += len(payload)
+            if len(chunk) >= CHUNK_ROWS or size >= CHUNK_BYTES:
+                stager.send(chunk)
+                chunk, size = [], 0
+        if chunk:
+            stager.send(chunk)
+        staging = stager.finish()
+    finally:
+        stager.close()
     result = PartitionResult(
         digest.rows if staging else 0,
         {"STAGED": digest.rows} if staging else {},

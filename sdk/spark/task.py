@@ -21,7 +21,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from holdfast.proto import pb
 from holdfast.sdk.errors import UnsupportedCallError
 from holdfast.sdk.failover import parse_addresses
-from holdfast.sdk.marks import CommitMark, call_commit_mark
+from holdfast.sdk.marks import Channels, CommitMark, call_commit_mark
 from holdfast.sdk.options import default_address
 from holdfast.sdk.spark.history import check_history
 from holdfast.sdk.spark.options import WriteOptions
@@ -67,9 +67,15 @@ def addresses(options: WriteOptions) -> list[str]:
     return parse_addresses(options.address or default_address())
 
 
-def version_target(options: WriteOptions, app_id: str, version: int, timeout: float) -> Version:
+def version_target(
+    options: WriteOptions,
+    app_id: str,
+    version: int,
+    timeout: float,
+    channels: Channels | None = None,
+) -> Version:
     """The ``Staging`` calls' target for one version."""
-    return Version(addresses(options), options.uri, app_id, version, timeout)
+    return Version(addresses(options), options.uri, app_id, version, timeout, None, channels)
 
 
 def read_mark(options: WriteOptions, app_id: str, timeout: float) -> CommitMark | None:
@@ -102,7 +108,8 @@ def write_task(
     if mark is not None and mark.version >= version:
         result = digest_rows(spec, rows, run_id, partition)
     else:
-        target = version_target(options, app_id, version, options.flush_timeout)
+        channels = Channels()
+        target = version_target(options, app_id, version, options.flush_timeout, channels)
         try:
             # An empty stage: does the broker stage, and is the version still open?
             open_version = stage(target, partition, attempt, [])
@@ -114,6 +121,8 @@ def write_task(
                 mode = STAGED if complete else SKIPPED
             else:
                 result = digest_rows(spec, rows, run_id, partition)
+        finally:
+            channels.close()
     return TaskReport(
         app_id,
         version,
