@@ -18,6 +18,7 @@ import grpc
 from holdfast.proto import COMMIT_MARK_METHOD, STAGING_METHOD, pb
 from holdfast.sdk.credentials import channel_credentials, open_aio_channel, token_metadata
 from holdfast.sdk.options import SessionOptions
+from holdfast.sdk.transport import classify_rpc_error
 from holdfast.server.guard import ServerGuard, unary_refusal
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ class MarkRelay:
                 code = error.code() if isinstance(error, grpc.aio.AioRpcError) else None
                 if code is grpc.StatusCode.UNIMPLEMENTED:
                     await context.abort(code, error.details() or "not implemented upstream")
-                failures.append(f"{address}: {code.name if code else error}")
+                failures.append(f"{address}: {classify_rpc_error(error)}")
                 continue
         log.warning("%s call: no upstream broker answered (%s)", name, "; ".join(failures))
         await context.abort(

@@ -28,10 +28,12 @@ connector (``register(spark)``, then ``format("holdfast")``) and ``QueueSink`` f
 ``foreachPartition``/``foreachBatch``. ``marks`` serves ``Session.commit_mark``.
 """
 
+from holdfast.proto.logs import quiet_library_logger
 from holdfast.sdk.errors import (
     AuthenticationError,
     BandwidthLimitError,
     BrokerBusyError,
+    BrokerUnreachableError,
     BufferFullError,
     CommitMarkConflictError,
     ConfirmDroppedError,
@@ -65,7 +67,9 @@ from holdfast.sdk.errors import (
     TerminalTransportError,
     TransportError,
     UnsupportedCallError,
+    UpstreamUnavailableError,
     WorkerLostError,
+    WorkerStartError,
 )
 from holdfast.sdk.events import (
     ConfirmRejected,
@@ -86,12 +90,15 @@ from holdfast.sdk.rpc import Reply, Request, Worker, WorkerOptions
 from holdfast.sdk.session import Session
 from holdfast.sdk.types import Ack, AckStatus, Message
 
+quiet_library_logger()
+
 __all__ = [
     "Ack",
     "AckStatus",
     "AuthenticationError",
     "BandwidthLimitError",
     "BrokerBusyError",
+    "BrokerUnreachableError",
     "BufferFullError",
     "CommitMarkConflictError",
     "ConfirmDroppedError",
@@ -143,8 +150,10 @@ __all__ = [
     "TerminalTransportError",
     "TransportError",
     "UnsupportedCallError",
+    "UpstreamUnavailableError",
     "Worker",
     "WorkerLostError",
     "WorkerOptions",
+    "WorkerStartError",
     "log_event",
 ]

@@ -23,6 +23,7 @@
     │   ├── PermissionDeniedError            the token may not do this (this request only)
     │   └── LimitExceededError               a per-session or per-token limit (this request)
     ├── RequestTimeoutError (TimeoutError)   an open/configure did not complete in time
+    │   └── BrokerUnreachableError           ... and cannot: the proxy reaches no broker
     ├── SessionClosedError                   the session was closed by the application
     ├── RpcError                             a request/reply call failed (holdfast.sdk.rpc)
     │   ├── RpcTimeoutError (TimeoutError)   no reply within the call's timeout
@@ -30,12 +31,14 @@
     │   ├── RpcCancelledError                the call was cancelled (its session closed)
     │   ├── DeadLetteredError                the request was dead-lettered; ``reason`` says why
     │   ├── RemoteHandlerError               the worker's handler raised; ``error_type``
-    │   └── RequestRefusedError              the broker refused the request PUT; ``status``
+    │   ├── RequestRefusedError              the broker refused the request PUT; ``status``
+    │   └── WorkerStartError                 the pool's worker for the key could not start
     ├── ProtocolError                        an input that the protocol does not allow
     │   ├── LocalProtocolError               from this side: a bug in the shell around the engine
     │   └── RemoteProtocolError              from the server: the connection is dropped
     └── TransportError                       what the gRPC link reported
         ├── RetryableTransportError          link trouble: the session reconnects by itself
+        │   └── UpstreamUnavailableError     the proxy refused: it reaches no broker
         └── TerminalTransportError           reconnecting cannot help: the session fails
             ├── UnsupportedCallError         the server has no such call (UNIMPLEMENTED)
             ├── ProtocolVersionError         the broker speaks another protocol version
@@ -155,6 +158,12 @@ class RequestTimeoutError(HoldfastError, TimeoutError):
     """An open or configure did not complete within its timeout."""
 
 
+class BrokerUnreachableError(RequestTimeoutError):
+    """A queue's first open failed at once: the session reaches a proxy, and the proxy
+    reaches no broker; the message names the proxy's upstream and why. Queues already
+    open are not failed: they reopen when a broker is back."""
+
+
 class SessionClosedError(HoldfastError):
     """The session was closed by the application (or failed terminally)."""
 
@@ -180,6 +189,11 @@ class TransportError(HoldfastError):
 
 class RetryableTransportError(TransportError):
     """A link failure that reconnecting can cure (unavailable, reset, timed out)."""
+
+
+class UpstreamUnavailableError(RetryableTransportError):
+    """The proxy ended the connection because it cannot reach any broker (its message
+    says which and why); the session keeps reconnecting."""
 
 
 class TerminalTransportError(TransportError):
@@ -237,6 +251,20 @@ class RemoteHandlerError(RpcError):
     def __init__(self, error_type: str, message: str) -> None:
         super().__init__(f"{error_type}: {message}" if message else error_type)
         self.error_type = error_type
+        self.message = message
+
+
+class WorkerStartError(RpcError):
+    """The keyed worker pool could not start a worker for the call's key.
+
+    ``pool`` and ``key`` name the group; the message carries the worker's exit status
+    and the end of its stderr, as the pool manager saw them.
+    """
+
+    def __init__(self, pool: str, key: str, message: str) -> None:
+        super().__init__(message)
+        self.pool = pool
+        self.key = key
         self.message = message
 
 

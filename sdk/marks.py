@@ -26,7 +26,7 @@ from holdfast.sdk.credentials import channel_credentials, open_channel, token_me
 from holdfast.sdk.errors import RequestTimeoutError, TerminalTransportError, UnsupportedCallError
 from holdfast.sdk.options import SessionOptions
 from holdfast.sdk.statuses import commit_mark_error
-from holdfast.sdk.transport import TERMINAL_CODES
+from holdfast.sdk.transport import classify_rpc_error
 
 RETRY_DELAY = 0.2
 """Seconds between rounds over the addresses while none answers."""
@@ -139,17 +139,16 @@ def _call(
                 return method(request, timeout=min(remaining, 10.0), metadata=metadata)
             except grpc.RpcError as error:
                 code = error.code() if isinstance(error, grpc.Call) else None
-                if code in TERMINAL_CODES:
-                    details = error.details() if isinstance(error, grpc.Call) else ""
-                    kind = (
-                        UnsupportedCallError
-                        if code is grpc.StatusCode.UNIMPLEMENTED
-                        else TerminalTransportError
-                    )
-                    raise kind(
-                        f"{method_name} call to {address}: {code} {details or ''}".strip()
+                failure = classify_rpc_error(error)
+                if code is grpc.StatusCode.UNIMPLEMENTED:
+                    raise UnsupportedCallError(
+                        f"{method_name} call to {address}: {failure}"
                     ) from error
-                last = f"{address}: {code.name if code else error}"
+                if isinstance(failure, TerminalTransportError):
+                    raise TerminalTransportError(
+                        f"{method_name} call to {address}: {failure}"
+                    ) from error
+                last = f"{address}: {failure}"
                 continue
         time.sleep(min(RETRY_DELAY, max(0.0, deadline - time.monotonic())))
 

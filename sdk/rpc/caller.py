@@ -13,10 +13,9 @@ up within its pickup TTL (sent a little under the pickup timeout,
 the reply queue becomes ``DeadLetteredError`` with the broker's reason. A timer
 thread ends the rest: at the pickup deadline if no worker has picked the request up
 and no notice came (the broker unreachable: ``DeadLetteredError``, reason
-``expired``), at the call's timeout
-otherwise (``WorkerLostError`` if the worker stopped heartbeating, else
-``RpcTimeoutError``), telling the worker to cancel. The futures are
-``concurrent.futures.Future``; an asyncio front-end wraps them with
+``expired``), at the call's timeout otherwise (``WorkerLostError`` if the worker
+stopped heartbeating, else ``RpcTimeoutError``), telling the worker to cancel. The
+futures are ``concurrent.futures.Future``; an asyncio front-end wraps them with
 ``asyncio.wrap_future``.
 """
 
@@ -45,6 +44,7 @@ from holdfast.sdk.errors import (
     RpcError,
     RpcTimeoutError,
     WorkerLostError,
+    WorkerStartError,
 )
 from holdfast.sdk.guids import Uuid7Source
 from holdfast.sdk.options import QueueOptions
@@ -395,4 +395,6 @@ def _remote_error(properties: Mapping[str, str], payload: bytes) -> RpcError:
     text = payload[: wire.MAX_ERROR_TEXT].decode("utf-8", "replace")
     if properties.get(wire.ERROR) == wire.DEAD_LETTER:
         return DeadLetteredError(properties.get(wire.DEATH_REASON, "unknown")[:64], text)
+    if properties.get(wire.ERROR) == wire.WORKER_START:  # bounded by the broker's limits
+        return WorkerStartError(properties.get(wire.POOL, ""), properties.get(wire.KEY, ""), text)
     return RemoteHandlerError(properties.get(wire.ERROR_TYPE, "Exception")[:128], text)

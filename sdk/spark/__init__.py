@@ -18,7 +18,7 @@ Modules: ``guids`` (deterministic GUIDs, batch digests), ``rows`` (payloads),
 resets), ``columns`` (the source's rows), ``source``, ``wal`` and ``walindex`` (the
 stream read), ``batch_read`` (the batch read), ``connector`` (the data source and
 ``register``). The connector needs
-PySpark >= 4.0 and pyarrow (``pip install holdfast[spark]``) and Java 17; ``QueueSink``
+PySpark >= 4.0 and pyarrow (``pip install "holdfast-mq[spark]"``) and Java 17; ``QueueSink``
 alone imports no pyspark.
 """
 
