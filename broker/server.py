@@ -158,6 +158,7 @@ class Broker:
                     self.puts.acks if self.redis is None else self.redis.puts.acks,
                     lambda: len(self._sessions),
                     self.clock,
+                    self.staging.book if self.redis is None else None,
                 ),
                 ready=lambda: self._server is not None and not self._stopping,
             )

@@ -162,6 +162,11 @@ class StagingBook:
         self.journal = journal
         return count
 
+    @property
+    def staged_total(self) -> int:
+        """Rows staged now, all attempts together."""
+        return sum(rows for rows, _ in list(self._usage.values()))
+
     def committed_version(self, queue_uri: str, app_id: str) -> int | None:
         """The latest version committed through this book (None: none)."""
         return self._committed.get((queue_uri, app_id))
