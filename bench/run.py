@@ -363,7 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     for row in results.get("spark", []):
         print(
             f"{row['path']}: {row['rows']} rows over {row['tasks']} tasks: "
-            f"{rate(row['mean_per_task'])} rows/s per task (df.write.format('holdfast'))"
+            f"{rate(row['mean_per_task'])} rows/s per task staging "
+            f"(df.write.format('holdfast')), driver's commit {row['commit_seconds']:.2f} s"
         )
     rates = {(e["store"], e["size"], e["path"]): summary(e)["median"] for e in figures["produce"]}
     print_nats(

@@ -46,8 +46,9 @@ class AdminBackend(Protocol):
         """One queue's depth, consumers, counters and policy."""
         ...
 
-    async def peek(self, uri: str, count: int) -> list[pb.PeekedMessage]:
-        """The first ``count`` ready messages, in delivery order, left in place."""
+    async def peek(self, uri: str, count: int, skip: int = 0) -> list[pb.PeekedMessage]:
+        """``count`` ready messages after the first ``skip``, in delivery order, left in
+        place."""
         ...
 
     async def purge(self, uri: str) -> int:
@@ -116,7 +117,7 @@ class AdminService:
         """The first ``count`` ready messages, in delivery order, left in place."""
         parse_queue_uri(request.uri)
         count = min(request.count or 10, MAX_PEEK)
-        messages = await self._backend.peek(request.uri, count)
+        messages = await self._backend.peek(request.uri, count, request.skip)
         return pb.PeekReply(status=pb.STATUS_OK, messages=messages)
 
     async def purge(self, request: pb.QueueRequest, context: Any) -> pb.CountReply:

@@ -35,10 +35,12 @@ class LocalAdmin:
         """One queue's depth, consumers, counters and policy."""
         return self._stats(self._find(uri))
 
-    async def peek(self, uri: str, count: int) -> list[pb.PeekedMessage]:
-        """The first ``count`` ready messages, in delivery order, left in place."""
+    async def peek(self, uri: str, count: int, skip: int = 0) -> list[pb.PeekedMessage]:
+        """``count`` ready messages after the first ``skip``, in delivery order, left in
+        place."""
         now = self._clock()
-        return [peeked(m, now) for m in itertools.islice(self._find(uri).ready, count)]
+        ready = self._find(uri).ready
+        return [peeked(m, now) for m in itertools.islice(ready, skip, skip + count)]
 
     async def purge(self, uri: str) -> int:
         """Remove the ready and delayed messages; consumers keep their unconfirmed ones."""

@@ -13,6 +13,13 @@ state does not accept raises ``IllegalTransition`` (as h11's ``_state.py`` does)
                         └──── release (requeue, session lost, node lost), due ◀──────────────┘
                               (spent ──▶ DEAD(delivery-limit), past TTL ──▶ DEAD(expired))
     READY, DELAYED ──purge──▶ PURGED        HELD: tick and purge leave it held
+    STAGED ──commit──▶ READY    STAGED ──discard / tick past its deadline──▶ DISCARDED
+
+**Staged** rows (transactional writes, ``staging``) are kept apart from the queue under
+(application, version, partition, attempt), invisible to consumers and to purge; the
+writer's commit publishes the attempts it names (as PUTs: ``admit`` still decides them)
+and discards the others; an abort discards all; a staged row past its deadline is
+discarded by the sweep, which logs and counts it.
 
 The guards, each decided in one place:
 
@@ -63,9 +70,13 @@ class State(Enum):
     """Gone to the dead-letter queue (or dropped and counted), with a reason."""
     PURGED = "purged"
     """Removed by an operator's purge."""
+    STAGED = "staged"
+    """Written by a transactional writer's task, not yet committed: no consumer sees it."""
+    DISCARDED = "discarded"
+    """Staged, never published: aborted, another attempt won, or expired."""
 
 
-TERMINAL = frozenset((State.CONFIRMED, State.DEAD, State.PURGED))
+TERMINAL = frozenset((State.CONFIRMED, State.DEAD, State.PURGED, State.DISCARDED))
 """States no event leaves."""
 
 
@@ -92,6 +103,10 @@ class Event(Enum):
     """The clock moved: the sweep looks at TTLs and pickup deadlines."""
     PURGE = "purge"
     """An operator purges the queue."""
+    COMMIT = "commit"
+    """The writer's driver committed the staged attempt this row belongs to."""
+    DISCARD = "discard"
+    """The writer aborted, or committed another attempt of the same partition."""
 
 
 class Guard(Enum):
@@ -104,6 +119,8 @@ class Guard(Enum):
     """Past the queue's TTL (``expired``)."""
     PICKUP_MISSED = "pickup-missed"
     """Never delivered, and its pickup deadline passed (``pickup_missed``)."""
+    STAGE_EXPIRED = "stage-expired"
+    """Staged, and its staging deadline passed (``stage_expired``)."""
 
 
 class Effect(Enum):
@@ -120,6 +137,10 @@ class Effect(Enum):
     """Put it back at the front of the queue, in its original order."""
     HOLD_BACK = "hold-back"
     """Keep it aside until its delay is over."""
+    PUBLISH = "publish"
+    """Put a staged row into its queue (as a PUT, decided by ``admit``)."""
+    DROP = "drop"
+    """Forget a staged row (an expiry is logged and counted)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +188,11 @@ TRANSITIONS: tuple[Row, ...] = (
     ),
     Row(_S.DELAYED, _E.TICK, _G.ALWAYS, _S.DELAYED, _F.NONE),
     Row(_S.DELAYED, _E.PURGE, _G.ALWAYS, _S.PURGED, _F.REMOVE),
+    Row(_S.STAGED, _E.COMMIT, _G.ALWAYS, _S.READY, _F.PUBLISH),
+    Row(_S.STAGED, _E.DISCARD, _G.ALWAYS, _S.DISCARDED, _F.DROP),
+    Row(_S.STAGED, _E.TICK, _G.STAGE_EXPIRED, _S.DISCARDED, _F.DROP),
+    Row(_S.STAGED, _E.TICK, _G.ALWAYS, _S.STAGED, _F.NONE),
+    Row(_S.STAGED, _E.PURGE, _G.ALWAYS, _S.STAGED, _F.NONE),
 )
 """Every legal transition. Rows of one (state, event) cell are tried in order; the
 last row of every cell is ``ALWAYS``, so a legal event always has an outcome."""
@@ -218,6 +244,8 @@ class Message:
     """Broker-clock time by which it must first be delivered (``x-ttl-ms``), if any."""
     reason: str | None = None
     """Why it is DEAD."""
+    stage_deadline: float | None = None
+    """Broker-clock time after which a STAGED row is discarded, if any."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +273,11 @@ def pickup_missed(delivery_count: int, deadline: float | None, now: float) -> bo
     return deadline is not None and delivery_count == 0 and now >= deadline
 
 
+def stage_expired(deadline: float | None, now: float) -> bool:
+    """Whether a staged row's deadline has passed (the one place this is decided)."""
+    return deadline is not None and now >= deadline
+
+
 def holds(guard: Guard, message: Message, now: float, rules: Policy) -> bool:
     """Whether ``guard`` holds for ``message`` at ``now`` under ``rules``."""
     if guard is Guard.ALWAYS:
@@ -253,6 +286,8 @@ def holds(guard: Guard, message: Message, now: float, rules: Policy) -> bool:
         return spent(message.delivery_count, rules.max_deliveries)
     if guard is Guard.EXPIRED:
         return expired(message.accepted_at, now, rules.ttl)
+    if guard is Guard.STAGE_EXPIRED:
+        return stage_expired(message.stage_deadline, now)
     return pickup_missed(message.delivery_count, message.pickup_deadline, now)
 
 
@@ -361,4 +396,5 @@ __all__ = [
     "release",
     "rows",
     "spent",
+    "stage_expired",
 ]

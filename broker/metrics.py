@@ -27,7 +27,13 @@ Metrics (counters get Prometheus's ``_total`` suffix):
   their queue had no dead-letter queue;
 - ``holdfast_broker_queue_bytes{queue}``: payload bytes of all its messages;
 - ``holdfast_broker_oldest_message_age_seconds{queue}``: how long its oldest message
-  has waited (0 when empty).
+  has waited (0 when empty);
+- ``holdfast_broker_staged_rows``: rows of transactional writes staged, not yet
+  committed or discarded (``staging``);
+- ``holdfast_broker_staged_rows_expired_total``: staged rows discarded at their
+  deadline (each expiry is logged too);
+- ``holdfast_broker_staged_rows_discarded_total``: staged rows discarded by a commit of
+  another attempt or an abort.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from prometheus_client.registry import Collector
 
 from holdfast.broker.queues import Queue
 from holdfast.broker.registry import QueueRegistry
+from holdfast.broker.staging import StagingBook
 from holdfast.proto import status_name
 
 
@@ -63,9 +70,11 @@ class BrokerCollector(Collector):
         acks: dict[int, int],
         sessions: Callable[[], int],
         clock: Callable[[], float] | None = None,
+        staging: StagingBook | None = None,
     ) -> None:
         self._queues = queues
         self._clock = clock
+        self._staging = staging
         self._acks = acks
         self._sessions = sessions
 
@@ -117,7 +126,28 @@ class BrokerCollector(Collector):
             unconfirmed,
             sessions,
             *self._policy_metrics(queues),
+            *self._staging_metrics(),
         ]
+
+    def _staging_metrics(self) -> list[Metric]:
+        """Staged rows of transactional writes, and what became of them."""
+        book = self._staging
+        if book is None:
+            return []
+        staged = GaugeMetricFamily(
+            "holdfast_broker_staged_rows", "rows staged, not yet committed or discarded"
+        )
+        staged.add_metric([], book.staged_total)
+        expired = CounterMetricFamily(
+            "holdfast_broker_staged_rows_expired", "staged rows discarded at their deadline"
+        )
+        expired.add_metric([], book.expired_rows)
+        discarded = CounterMetricFamily(
+            "holdfast_broker_staged_rows_discarded",
+            "staged rows discarded by a commit of another attempt or an abort",
+        )
+        discarded.add_metric([], book.discarded_rows)
+        return [staged, expired, discarded]
 
     def _policy_metrics(self, queues: list[Queue]) -> list[Metric]:
         """What consumers' failures and queue policies did (issue #14's metrics)."""

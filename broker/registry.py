@@ -68,6 +68,10 @@ class QueueRegistry:
         """Queues with delayed messages or a TTL: the ones ``sweep()`` visits each time."""
         self._next_idle_scan = clock() + IDLE_SCAN_INTERVAL
 
+    def now(self) -> float:
+        """The broker's clock, the one ``accepted_at`` times are on."""
+        return self._clock()
+
     def __iter__(self) -> Iterator[Queue]:
         return iter(list(self._queues.values()))
 

@@ -26,6 +26,8 @@ from holdfast.broker.marks import MarkBook, mark_file_for
 from holdfast.broker.puts import PutPipeline
 from holdfast.broker.registry import SWEEP_INTERVAL, QueueRegistry
 from holdfast.broker.session import Session
+from holdfast.broker.staging import StagingBook
+from holdfast.broker.staging_service import StagingService
 from holdfast.broker.store import Store
 from holdfast.broker.stores import open_store, parse_store_spec
 from holdfast.proto import pb
@@ -96,6 +98,15 @@ class Broker:
         self.marks = MarkBook()
         """Commit marks of writer applications (``holdfast.broker.marks``); durable from
         ``start()`` on with a sqlite store."""
+        self.staging = StagingService(
+            StagingBook(self.clock),
+            lambda: self.marks,
+            self.queues,
+            self.puts,
+            self.guard,
+            enabled=self.redis is None,
+        )
+        """Transactional writes' staged rows (``holdfast.broker.staging_service``)."""
         self.address = ""
         """``HOST:PORT`` the broker listens on, with the real port, once started."""
         self._sessions: set[Session] = set()
@@ -129,6 +140,7 @@ class Broker:
             self._serve_session,
             self._commit_mark,
             services=[self.admin.handler()],
+            serve_staging=self.staging.handle,
             credentials=self.config.security.credentials(),
         )
         self.start_sweeping()
@@ -146,6 +158,7 @@ class Broker:
                     self.puts.acks if self.redis is None else self.redis.puts.acks,
                     lambda: len(self._sessions),
                     self.clock,
+                    self.staging.book if self.redis is None else None,
                 ),
                 ready=lambda: self._server is not None and not self._stopping,
             )
@@ -173,6 +186,9 @@ class Broker:
         if mark_file is not None:
             self.marks = MarkBook(mark_file)
             log.info("recovered %d commit marks from %s", len(self.marks), mark_file.path)
+            staged = self.staging.open_file(self.config.store)
+            if staged:
+                log.info("recovered %d staged rows of transactional writes", staged)
         messages, guids = self.queues.restore(state)
         if messages or guids:
             log.info("recovered %d messages and %d GUIDs of dedup history", messages, guids)
@@ -201,6 +217,7 @@ class Broker:
             await asyncio.sleep(SWEEP_INTERVAL)
             try:
                 self.queues.sweep()
+                self.staging.book.sweep()
             except Exception:
                 # A bug in one sweep must not stop TTLs and delays for good.
                 log.exception("sweeping the queues failed")
@@ -267,6 +284,7 @@ class Broker:
                 self.metrics.stop()
             self.store.close()
             self.marks.close()
+            self.staging.close()
             self._stopped.set()
             log.info("stopped")
 

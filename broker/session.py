@@ -50,6 +50,8 @@ class Session(ContractStream):
         self._puts = puts
         self._handles: dict[int, QueueHandle] = {}
         self._writer = Writer(self.guard, session_id)
+        # PUSHes carry their message's age on the clock its acceptance time is on.
+        self.outbox.clock = queues.now
 
     def stop(self, message: str = "the broker is stopping") -> None:
         """End the session from the broker's side (see ``ContractStream.stop``)."""

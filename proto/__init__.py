@@ -32,6 +32,9 @@ SESSION_METHOD = f"/{SERVICE_NAME}/Session"
 COMMIT_MARK = "CommitMark"
 COMMIT_MARK_METHOD = f"/{SERVICE_NAME}/{COMMIT_MARK}"
 """The unary call that reads and records commit marks (``holdfast.broker.marks``)."""
+STAGING = "Staging"
+STAGING_METHOD = f"/{SERVICE_NAME}/{STAGING}"
+"""The unary call of transactional writes: stage, commit, abort (``broker.staging``)."""
 NO_BROKER = "the proxy reaches no broker: "
 """How a proxy's refusal of a session starts (gRPC ``UNAVAILABLE`` details) when it
 cannot reach any broker: the SDK fails a queue's first open at once with the rest."""
@@ -55,6 +58,8 @@ __all__ = [
     "PROTOCOL_VERSION",
     "SERVICE_NAME",
     "SESSION_METHOD",
+    "STAGING",
+    "STAGING_METHOD",
     "pb",
     "status_name",
 ]

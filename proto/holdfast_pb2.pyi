@@ -141,12 +141,14 @@ class QueueStatsReply(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, str]] = ..., message: _Optional[str] = ..., stats: _Optional[_Union[QueueStats, _Mapping]] = ...) -> None: ...
 
 class PeekRequest(_message.Message):
-    __slots__ = ("uri", "count")
+    __slots__ = ("uri", "count", "skip")
     URI_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
+    SKIP_FIELD_NUMBER: _ClassVar[int]
     uri: str
     count: int
-    def __init__(self, uri: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+    skip: int
+    def __init__(self, uri: _Optional[str] = ..., count: _Optional[int] = ..., skip: _Optional[int] = ...) -> None: ...
 
 class PeekedMessage(_message.Message):
     __slots__ = ("guid", "payload", "properties", "delivery_count", "age_seconds")
@@ -367,7 +369,7 @@ class AckBatch(_message.Message):
     def __init__(self, acks: _Optional[_Iterable[_Union[Ack, _Mapping]]] = ...) -> None: ...
 
 class Push(_message.Message):
-    __slots__ = ("queue_id", "guid", "payload", "properties", "delivery_count")
+    __slots__ = ("queue_id", "guid", "payload", "properties", "delivery_count", "age_ms")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -380,12 +382,14 @@ class Push(_message.Message):
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     PROPERTIES_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    AGE_MS_FIELD_NUMBER: _ClassVar[int]
     queue_id: int
     guid: bytes
     payload: bytes
     properties: _containers.ScalarMap[str, str]
     delivery_count: int
-    def __init__(self, queue_id: _Optional[int] = ..., guid: _Optional[bytes] = ..., payload: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., delivery_count: _Optional[int] = ...) -> None: ...
+    age_ms: int
+    def __init__(self, queue_id: _Optional[int] = ..., guid: _Optional[bytes] = ..., payload: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., delivery_count: _Optional[int] = ..., age_ms: _Optional[int] = ...) -> None: ...
 
 class PushBatch(_message.Message):
     __slots__ = ("pushes",)
@@ -500,3 +504,63 @@ class CommitMarkReply(_message.Message):
     found: bool
     mark: CommitMark
     def __init__(self, status: _Optional[_Union[Status, str]] = ..., message: _Optional[str] = ..., found: _Optional[bool] = ..., mark: _Optional[_Union[CommitMark, _Mapping]] = ...) -> None: ...
+
+class StagingRequest(_message.Message):
+    __slots__ = ("queue_uri", "app_id", "version", "stage", "commit", "abort")
+    QUEUE_URI_FIELD_NUMBER: _ClassVar[int]
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
+    ABORT_FIELD_NUMBER: _ClassVar[int]
+    queue_uri: str
+    app_id: str
+    version: int
+    stage: StageRows
+    commit: CommitStaged
+    abort: bool
+    def __init__(self, queue_uri: _Optional[str] = ..., app_id: _Optional[str] = ..., version: _Optional[int] = ..., stage: _Optional[_Union[StageRows, _Mapping]] = ..., commit: _Optional[_Union[CommitStaged, _Mapping]] = ..., abort: _Optional[bool] = ...) -> None: ...
+
+class StageRows(_message.Message):
+    __slots__ = ("partition", "attempt", "rows")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    attempt: int
+    rows: _containers.RepeatedCompositeFieldContainer[Put]
+    def __init__(self, partition: _Optional[int] = ..., attempt: _Optional[int] = ..., rows: _Optional[_Iterable[_Union[Put, _Mapping]]] = ...) -> None: ...
+
+class StagedAttempt(_message.Message):
+    __slots__ = ("partition", "attempt", "rows")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    attempt: int
+    rows: int
+    def __init__(self, partition: _Optional[int] = ..., attempt: _Optional[int] = ..., rows: _Optional[int] = ...) -> None: ...
+
+class CommitStaged(_message.Message):
+    __slots__ = ("attempts", "digest", "rows")
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    attempts: _containers.RepeatedCompositeFieldContainer[StagedAttempt]
+    digest: bytes
+    rows: int
+    def __init__(self, attempts: _Optional[_Iterable[_Union[StagedAttempt, _Mapping]]] = ..., digest: _Optional[bytes] = ..., rows: _Optional[int] = ...) -> None: ...
+
+class StagingReply(_message.Message):
+    __slots__ = ("status", "message", "committed_before", "published", "discarded")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    PUBLISHED_FIELD_NUMBER: _ClassVar[int]
+    DISCARDED_FIELD_NUMBER: _ClassVar[int]
+    status: Status
+    message: str
+    committed_before: bool
+    published: int
+    discarded: int
+    def __init__(self, status: _Optional[_Union[Status, str]] = ..., message: _Optional[str] = ..., committed_before: _Optional[bool] = ..., published: _Optional[int] = ..., discarded: _Optional[int] = ...) -> None: ...

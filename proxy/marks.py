@@ -1,9 +1,10 @@
-"""The proxy relays ``CommitMark`` calls to its upstream brokers.
+"""The proxy relays ``CommitMark`` and ``Staging`` calls to its upstream brokers.
 
-Commit marks belong to the broker (they must outlive any proxy), so the proxy keeps
-none: it forwards each call to the first upstream that answers, in failover order,
-and returns the broker's reply unchanged. The call is idempotent, so trying the next
-broker after an unreachable one is safe.
+Commit marks and staged rows belong to the broker (they must outlive any proxy), so the
+proxy keeps none: it forwards each call to the first upstream that answers, in failover order,
+and returns the broker's reply unchanged. Both calls are idempotent, so trying the
+next broker after an unreachable one is safe. A broker's own refusal (UNIMPLEMENTED:
+a store without staging) is passed on as it came.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from holdfast.proto import COMMIT_MARK_METHOD, pb
+from holdfast.proto import COMMIT_MARK_METHOD, STAGING_METHOD, pb
 from holdfast.sdk.credentials import channel_credentials, open_aio_channel, token_metadata
 from holdfast.sdk.options import SessionOptions
 from holdfast.sdk.transport import classify_rpc_error
@@ -44,15 +45,15 @@ class MarkRelay:
         self._addresses = list(addresses)
         self._channels: dict[str, Any] = {}
 
-    def _method(self, address: str) -> Any:
+    def _method(self, address: str, name: str, reply_type: Any) -> Any:
         channel = self._channels.get(address)
         if channel is None:
             channel = open_aio_channel(address, self._credentials)
             self._channels[address] = channel
         return channel.unary_unary(
-            COMMIT_MARK_METHOD,
-            request_serializer=pb.CommitMarkRequest.SerializeToString,
-            response_deserializer=pb.CommitMarkReply.FromString,
+            name,
+            request_serializer=lambda message: message.SerializeToString(),
+            response_deserializer=reply_type.FromString,
         )
 
     async def handle(self, request: pb.CommitMarkRequest, context: Any) -> pb.CommitMarkReply:
@@ -61,17 +62,36 @@ class MarkRelay:
         refusal = unary_refusal(self._guard, context, request.queue_uri, request.record)
         if refusal is not None:
             return pb.CommitMarkReply(status=refusal[0], message=refusal[1])
+        reply: pb.CommitMarkReply = await self._forward(
+            COMMIT_MARK_METHOD, pb.CommitMarkReply, request, context
+        )
+        return reply
+
+    async def handle_staging(self, request: pb.StagingRequest, context: Any) -> pb.StagingReply:
+        """Relay one ``Staging`` call, for a client whose token may write the queue's
+        domain."""
+        refusal = unary_refusal(self._guard, context, request.queue_uri, True)
+        if refusal is not None:
+            return pb.StagingReply(status=refusal[0], message=refusal[1])
+        reply: pb.StagingReply = await self._forward(
+            STAGING_METHOD, pb.StagingReply, request, context
+        )
+        return reply
+
+    async def _forward(self, name: str, reply_type: Any, request: Any, context: Any) -> Any:
         failures: list[str] = []
         for address in self._addresses:
             try:
-                reply: pb.CommitMarkReply = await self._method(address)(
+                return await self._method(address, name, reply_type)(
                     request, timeout=FORWARD_TIMEOUT, metadata=self._metadata
                 )
             except grpc.RpcError as error:
+                code = error.code() if isinstance(error, grpc.aio.AioRpcError) else None
+                if code is grpc.StatusCode.UNIMPLEMENTED:
+                    await context.abort(code, error.details() or "not implemented upstream")
                 failures.append(f"{address}: {classify_rpc_error(error)}")
                 continue
-            return reply
-        log.warning("commit mark call: no upstream broker answered (%s)", "; ".join(failures))
+        log.warning("%s call: no upstream broker answered (%s)", name, "; ".join(failures))
         await context.abort(
             grpc.StatusCode.UNAVAILABLE, "no upstream broker answered: " + "; ".join(failures)
         )

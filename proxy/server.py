@@ -84,6 +84,7 @@ class Proxy:
             self._serve_session,
             self.marks.handle,
             credentials=self.config.security.credentials(),
+            serve_staging=self.marks.handle_staging,
         )
         self.address = f"{host}:{port}"
         metrics = self.config.metrics_address

@@ -136,9 +136,10 @@ class AdminClient:
         reply = self._call("QueueStats", pb.QueueRequest(uri=_uri(uri)), pb.QueueStatsReply)
         return QueueInfo.from_wire(reply.stats)
 
-    def peek(self, uri: str, count: int = 10) -> list[PeekedMessage]:
-        """The first ``count`` ready messages (at most 1000), left in the queue."""
-        request = pb.PeekRequest(uri=_uri(uri), count=max(1, min(count, 1000)))
+    def peek(self, uri: str, count: int = 10, skip: int = 0) -> list[PeekedMessage]:
+        """``count`` ready messages (at most 1000) after the first ``skip``, left in the
+        queue (page through a queue with ``skip``; pages are read one at a time)."""
+        request = pb.PeekRequest(uri=_uri(uri), count=max(1, min(count, 1000)), skip=skip)
         reply = self._call("Peek", request, pb.PeekReply)
         return [
             PeekedMessage(m.guid, m.payload, dict(m.properties), m.delivery_count, m.age_seconds)

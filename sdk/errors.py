@@ -42,6 +42,7 @@
         ├── RetryableTransportError          link trouble: the session reconnects by itself
         │   └── UpstreamUnavailableError     the proxy refused: it reaches no broker
         └── TerminalTransportError           reconnecting cannot help: the session fails
+            ├── UnsupportedCallError         the server has no such call (UNIMPLEMENTED)
             ├── ProtocolVersionError         the broker speaks another protocol version
             └── AuthenticationError          no token, or one the server does not know
 
@@ -199,6 +200,11 @@ class UpstreamUnavailableError(RetryableTransportError):
 
 class TerminalTransportError(TransportError):
     """A link failure that reconnecting cannot cure; the session stops retrying."""
+
+
+class UnsupportedCallError(TerminalTransportError):
+    """The server has no such call (gRPC ``UNIMPLEMENTED``): an older broker, or a store
+    that does not support it (transactional writes on Redis)."""
 
 
 class ProtocolVersionError(TerminalTransportError):

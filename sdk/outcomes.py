@@ -13,6 +13,7 @@ consistent and the shell drops the connection.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -153,6 +154,8 @@ class Outcomes:
         queues = self._queues.by_id
         append = self.callbacks.append
         wire = self._wire_pushes
+        # Wall clock, not the engine's monotonic ``now``: an acceptance date for users.
+        arrived = time.time()
         for push in batch.pushes:
             queue = queues.get(push.queue_id)
             if queue is None or queue.on_message is None or queue.state not in WRITABLE_STATES:
@@ -169,6 +172,7 @@ class Outcomes:
                 confirmer,
                 queue.queue_id,
                 generation,
+                accepted_at=arrived - push.age_ms / 1000,
             )
             append((queue.on_message, message))
 

@@ -93,6 +93,10 @@ class Message:
     _queue_id: int = field(repr=False)
     _generation: int = field(repr=False)
     _settled: bool = field(default=False, repr=False)
+    accepted_at: float = 0.0
+    """When the broker accepted it (seconds since the epoch, this client's clock): the
+    arrival time minus the age the broker gave the PUSH, so it is only as right as the
+    two clocks' rates (not their offset); 0.0 if the message was made without one."""
 
     def confirm(self) -> None:
         """Tell the broker the message is processed, so it is removed from the queue.

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from holdfast.proto import pb
@@ -52,7 +52,8 @@ the proxy (100-byte messages, default window, 3 runs each on the 2-core machine)
 
 
 class Pushable(Protocol):
-    """What a PUSH is made of (the broker's stored messages are pushable as they are)."""
+    """What a PUSH is made of (the broker's stored messages are pushable as they are;
+    their ``accepted_at``, on ``Outbox.clock``, gives the PUSH its age)."""
 
     @property
     def guid(self) -> bytes:
@@ -112,6 +113,9 @@ class Outbox:
         """Nothing more will be sent: new items are dropped."""
         self.finishing = False
         """The session is ending: no more PUSHes, the ordered lane drains."""
+        self.clock: Callable[[], float] | None = None
+        """The clock ``accepted_at`` is on (the broker's): PUSHes carry their age on it.
+        None (a proxy relaying upstream PUSHes as they came): no age is added."""
 
     # -- producers ------------------------------------------------------------------
 
@@ -280,6 +284,7 @@ class Outbox:
         pushes = self._pushes
         frame = pb.ServerFrame()
         add = frame.pushes.pushes.add
+        now = self.clock() if self.clock is not None else None
         limit = self.max_frame_bytes
         size = 0
         taken = 0
@@ -297,6 +302,9 @@ class Outbox:
                 taken += 1
                 continue
             properties = message.properties
+            age_ms = 0
+            if now is not None:
+                age_ms = max(0, int((now - getattr(message, "accepted_at", now)) * 1000))
             if properties:
                 add(
                     queue_id=queue_id,
@@ -304,6 +312,7 @@ class Outbox:
                     payload=message.payload,
                     properties=properties,
                     delivery_count=delivery_count,
+                    age_ms=age_ms,
                 )
             else:
                 add(
@@ -311,6 +320,7 @@ class Outbox:
                     guid=message.guid,
                     payload=message.payload,
                     delivery_count=delivery_count,
+                    age_ms=age_ms,
                 )
             size += len(message.payload) + _PUSH_OVERHEAD
             taken += 1

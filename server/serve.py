@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 
-from holdfast.proto import COMMIT_MARK, SERVICE_NAME, pb
+from holdfast.proto import COMMIT_MARK, SERVICE_NAME, STAGING, pb
 
 COLLECTOR_THRESHOLDS = (20_000, 10, 10)
 """The cyclic garbage collector's thresholds in the broker and proxy processes (the
@@ -143,12 +143,14 @@ async def start_server(
     | None = None,
     services: Sequence[grpc.GenericRpcHandler] = (),
     credentials: grpc.ServerCredentials | None = None,
+    serve_staging: Callable[[pb.StagingRequest, Any], Awaitable[pb.StagingReply]] | None = None,
 ) -> tuple[Any, int]:
     """Bind a grpc.aio server of the contract on ``listen`` and start it; return it and
     the bound port. The session method takes raw bytes (no request deserializer), so
     that bytes which are not a ClientFrame get a typed Error instead of failing the
     stream. ``serve_commit_mark`` serves the unary ``CommitMark`` method (the broker
-    keeps marks, the proxy relays them); ``services`` are further services (the
+    keeps marks, the proxy relays them), ``serve_staging`` the unary ``Staging`` method
+    (transactional writes, likewise); ``services`` are further services (the
     broker's admin service). With ``credentials`` the listener speaks TLS only
     (``holdfast.server.security``). Raises ``OSError`` if the address cannot be bound."""
     _check_free(listen)
@@ -162,6 +164,12 @@ async def start_server(
             serve_commit_mark,
             request_deserializer=pb.CommitMarkRequest.FromString,
             response_serializer=pb.CommitMarkReply.SerializeToString,
+        )
+    if serve_staging is not None:
+        methods[STAGING] = grpc.unary_unary_rpc_method_handler(
+            serve_staging,
+            request_deserializer=pb.StagingRequest.FromString,
+            response_serializer=pb.StagingReply.SerializeToString,
         )
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(SERVICE_NAME, methods), *services)

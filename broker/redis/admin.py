@@ -49,11 +49,12 @@ class RedisAdmin:
             await self._require_listed(uri)
         return stats
 
-    async def peek(self, uri: str, count: int) -> list[pb.PeekedMessage]:
-        """The first ``count`` ready messages, in delivery order, left in place."""
+    async def peek(self, uri: str, count: int, skip: int = 0) -> list[pb.PeekedMessage]:
+        """``count`` ready messages after the first ``skip``, in delivery order, left in
+        place."""
         await self._require_listed(uri)
         keys = QueueKeys(uri)
-        raw = await self._run("PEEK", [keys.ready, keys.body, keys.meta, keys.count], [count])
+        raw = await self._run("PEEK", [keys.ready, keys.body, keys.meta, keys.count], [count, skip])
         now = self._registry.now_ms() / 1000
         return [peeked(parse_message(uri, *raw[i : i + 4]), now) for i in range(0, len(raw), 4)]
 

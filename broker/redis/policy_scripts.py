@@ -282,10 +282,11 @@ return out
 PEEK = (
     EMIT
     + """
--- KEYS: ready, body, meta, count. ARGV: most. The first ready messages, left in
--- place: guid, payload, meta, count for each.
+-- KEYS: ready, body, meta, count. ARGV: most, skip. Ready messages after the first
+-- skip, left in place: guid, payload, meta, count for each.
+local skip = tonumber(ARGV[2] or 0)
 local out = {}
-for _, guid in ipairs(redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)) do
+for _, guid in ipairs(redis.call('LRANGE', KEYS[1], skip, skip + tonumber(ARGV[1]) - 1)) do
   local body = redis.call('HGET', KEYS[2], guid)
   if body then emit(out, guid, body, KEYS[3], KEYS[4]) end
 end

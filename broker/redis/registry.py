@@ -52,6 +52,10 @@ class RedisRegistry:
         self.budget = None
         self.dropped_idle = 0
 
+    def now(self) -> float:
+        """Seconds on the shared clock ``accepted_at`` times are on (Redis: wall ms)."""
+        return self.now_ms() / 1000
+
     def __iter__(self) -> Iterator[RedisQueue]:
         return iter(list(self._queues.values()))
 

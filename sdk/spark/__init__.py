@@ -10,11 +10,14 @@
     df.writeStream.format("holdfast").option("uri", "hf://demo/orders") \\
         .option("checkpointLocation", "/chk/orders").start()
     spark.readStream.format("holdfast").option("uri", "hf://demo/orders").load()
+    spark.read.format("holdfast").option("uri", "hf://demo/orders").load()  # a peek
 
 Modules: ``guids`` (deterministic GUIDs, batch digests), ``rows`` (payloads),
 ``post`` (one partition into the queue), ``sink`` (``QueueSink`` for
-``foreachPartition``/``foreachBatch``), ``options``, ``writer`` and ``source`` (the
-connector), ``connector`` (the data source and ``register``). The connector needs
+``foreachPartition``/``foreachBatch``), ``options``, ``writer``, ``history`` (loud
+resets), ``columns`` (the source's rows), ``source``, ``wal`` and ``walindex`` (the
+stream read), ``batch_read`` (the batch read), ``connector`` (the data source and
+``register``). The connector needs
 PySpark >= 4.0 and pyarrow (``pip install "holdfast-mq[spark]"``) and Java 17; ``QueueSink``
 alone imports no pyspark.
 """
@@ -23,7 +26,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from holdfast.sdk.spark.columns import KEY_PROPERTY, SOURCE_SCHEMA
 from holdfast.sdk.spark.guids import GUID_SCHEME, DuplicateRowKeyError, RowGuids
+from holdfast.sdk.spark.history import RunHistoryError
 from holdfast.sdk.spark.post import FAILED_TASK_SETTLE_TIMEOUT, SinkError
 from holdfast.sdk.spark.rows import json_default, row_to_json
 from holdfast.sdk.spark.sink import QueueSink, SinkResult
@@ -40,9 +45,12 @@ def register(spark: Any) -> None:
 __all__ = [
     "FAILED_TASK_SETTLE_TIMEOUT",
     "GUID_SCHEME",
+    "KEY_PROPERTY",
+    "SOURCE_SCHEMA",
     "DuplicateRowKeyError",
     "QueueSink",
     "RowGuids",
+    "RunHistoryError",
     "SinkError",
     "SinkResult",
     "json_default",

@@ -13,9 +13,26 @@ from dataclasses import dataclass
 from holdfast.proto.validate import parse_queue_uri
 from holdfast.sdk.errors import InvalidArgumentError
 from holdfast.sdk.failover import parse_addresses
+from holdfast.sdk.options import DEFAULT_ADDRESS
 
-WRITE_OPTIONS = ("uri", "address", "keyColumn", "runId", "flushTimeout", "openTimeout")
-READ_OPTIONS = ("uri", "address", "walPath", "maxRowsPerBatch", "openTimeout", "walRetention")
+WRITE_OPTIONS = (
+    "uri",
+    "address",
+    "keyColumn",
+    "runId",
+    "flushTimeout",
+    "openTimeout",
+    "commitTimeout",
+)
+READ_OPTIONS = (
+    "uri",
+    "address",
+    "walPath",
+    "maxRowsPerBatch",
+    "openTimeout",
+    "walRetention",
+    "consume",
+)
 # Options Spark itself adds or the user may pass for Spark (not for us).
 _SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
 
@@ -24,6 +41,13 @@ DEFAULT_MAX_ROWS_PER_BATCH = 10_000
 
 DEFAULT_WAL_RETENTION = 100
 """Committed batches whose GUIDs the exactly-once reader keeps to recognise redeliveries."""
+
+DEFAULT_COMMIT_TIMEOUT = 60.0
+"""Seconds the driver's commit of a version may take with the broker (retries across
+addresses included)."""
+
+DEFAULT_PORT = int(DEFAULT_ADDRESS.rpartition(":")[2])
+"""The port an ``address`` entry without one gets: the SDK's default (the sidecar's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +59,9 @@ class WriteOptions:
     executor, else ``127.0.0.1:7701``). ``keyColumn``: a column whose values are unique
     across the run (default: content keys). ``runId``: fixes the run id (default: a job
     UUID for a batch write; the streaming query id from the checkpoint for a stream).
-    ``flushTimeout``/``openTimeout``: seconds, as for ``QueueSink``.
+    ``flushTimeout``/``openTimeout``: seconds, as for ``QueueSink`` (a task's reading
+    of the commit mark is bounded by ``openTimeout`` too). ``commitTimeout``: seconds
+    the driver's commit with the broker may take.
     """
 
     uri: str
@@ -44,6 +70,7 @@ class WriteOptions:
     run_id: str | None = None
     flush_timeout: float = 120.0
     open_timeout: float = 30.0
+    commit_timeout: float = DEFAULT_COMMIT_TIMEOUT
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +82,8 @@ class ReadOptions:
     for the exactly-once mode's write-ahead log; without it the source is
     at-least-once. ``maxRowsPerBatch``: most messages per micro-batch.
     ``walRetention``: committed batches remembered to drop redeliveries.
+    ``consume`` (batch reads only, ``true``/``false``, default false): take the
+    messages off the queue instead of peeking at them.
     """
 
     uri: str
@@ -63,6 +92,7 @@ class ReadOptions:
     max_rows_per_batch: int = DEFAULT_MAX_ROWS_PER_BATCH
     open_timeout: float = 30.0
     wal_retention: int = DEFAULT_WAL_RETENTION
+    consume: bool = False
 
 
 def _lookup(options: Mapping[str, str], known: Iterable[str]) -> dict[str, str]:
@@ -94,8 +124,33 @@ def _common(found: Mapping[str, str]) -> tuple[str, str | None]:
         raise InvalidArgumentError(f"option uri: {error}") from None
     address = found.get("address") or None
     if address is not None:
+        address = with_default_port(address)
         parse_addresses(address)
     return uri, address
+
+
+def with_default_port(address: str) -> str:
+    """``address`` with ``DEFAULT_PORT`` added to each entry that names no port
+    (``localhost`` -> ``localhost:7701``; ``[::1]`` -> ``[::1]:7701``)."""
+    entries = []
+    for entry in (part.strip() for part in address.split(",")):
+        if not entry:
+            continue
+        bracketed = entry.startswith("[") and entry.endswith("]")
+        if bracketed or (":" not in entry and "/" not in entry):
+            entry = f"{entry}:{DEFAULT_PORT}"
+        entries.append(entry)
+    return ",".join(entries)
+
+
+def _flag(found: Mapping[str, str], name: str) -> bool:
+    text = found.get(name)
+    if text is None:
+        return False
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidArgumentError(f"option {name} must be true or false, not {text[:100]!r}")
+    return value == "true"
 
 
 def _positive(found: Mapping[str, str], name: str, default: float) -> float:
@@ -139,6 +194,7 @@ def parse_write_options(options: Mapping[str, str], columns: Iterable[str]) -> W
         run_id,
         _positive(found, "flushTimeout", 120.0),
         _positive(found, "openTimeout", 30.0),
+        _positive(found, "commitTimeout", DEFAULT_COMMIT_TIMEOUT),
     )
 
 
@@ -153,4 +209,5 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         _count(found, "maxRowsPerBatch", DEFAULT_MAX_ROWS_PER_BATCH),
         _positive(found, "openTimeout", 30.0),
         _count(found, "walRetention", DEFAULT_WAL_RETENTION),
+        _flag(found, "consume"),
     )

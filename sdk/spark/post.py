@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from holdfast.sdk.errors import BandwidthLimitError, HoldfastError
 from holdfast.sdk.options import SessionOptions
 from holdfast.sdk.session import Session
+from holdfast.sdk.spark.columns import KEY_PROPERTY
 from holdfast.sdk.spark.guids import BatchDigest, RowGuids
 from holdfast.sdk.spark.rows import payload_json, property_value
 from holdfast.sdk.types import Ack, AckStatus
@@ -142,7 +143,25 @@ def _task_context() -> Any:
     return TaskContext.get()
 
 
-def _encoded(spec: WriteSpec, guids: RowGuids, row: Row) -> tuple[bytes, uuid.UUID]:
+def row_properties(spec: WriteSpec, row: Row) -> dict[str, str] | None:
+    """A row's message properties: its ``properties_from`` columns (nulls left out) and,
+    with a key column, the key as ``x-key`` (the source's ``key`` column, as Kafka's
+    record key)."""
+    properties = None
+    if spec.properties_from:
+        properties = {
+            name: property_value(row[name])
+            for name in spec.properties_from
+            if row[name] is not None
+        }
+    if spec.key_column is not None:
+        properties = properties or {}
+        properties[KEY_PROPERTY] = property_value(row[spec.key_column])
+    return properties
+
+
+def encoded(spec: WriteSpec, guids: RowGuids, row: Row) -> tuple[bytes, uuid.UUID]:
+    """A row's payload and GUID."""
     if spec.serializer is None:
         values = row.asDict(recursive=True)
         return payload_json(values), guids.for_row(row, values)
@@ -158,7 +177,7 @@ def digest_rows(
     guids = RowGuids(spec.uri, run_id, spec.key_column, partition)
     digest = BatchDigest()
     for row in rows:
-        payload, guid = _encoded(spec, guids, row)
+        payload, guid = encoded(spec, guids, row)
         digest.add(guid, payload)
     return PartitionResult(
         0, {}, time.monotonic() - started, digest, b"".join(guids.key_fingerprints)
@@ -182,16 +201,9 @@ def post_rows(spec: WriteSpec, rows: Iterable[Row], run_id: str, partition: int)
     session = Session(spec.address, options=spec.session_options)
     try:
         queue = session.open_queue(spec.uri, write=True, on_ack=tally, timeout=spec.open_timeout)
-        props_columns = spec.properties_from
         for row in rows:
-            payload, guid = _encoded(spec, guids, row)
-            properties = None
-            if props_columns:
-                properties = {
-                    name: property_value(row[name])
-                    for name in props_columns
-                    if row[name] is not None
-                }
+            payload, guid = encoded(spec, guids, row)
+            properties = row_properties(spec, row)
             _post(queue.post, payload, properties, guid, spec.flush_timeout)
             digest.add(guid, payload)
             posted += 1

@@ -4,10 +4,18 @@ The reader lives in Spark's driver-side Python process for the whole query. It h
 ``Session`` with the queue open for reading; messages arrive there and wait, unconfirmed,
 until a micro-batch takes them. Executors never consume: they get a batch's rows from
 the driver (at-least-once) or read them from the write-ahead log (exactly-once). A
-batch's messages are confirmed only after Spark commits the batch (``commit(end)``), so
-a driver crash before that leaves them unconfirmed and the broker redelivers them.
+batch's messages are confirmed only after Spark has recorded the batch as done (in
+``commit(end)``, or when Spark asks for the batch after it), so a driver crash before
+that leaves them unconfirmed and the broker redelivers them.
 
 Offsets are ``{"seq": n}``: messages taken into batches by this query so far.
+
+**Triggers.** The first batch of a query waits for the queue's backlog to arrive (until
+``maxRowsPerBatch`` messages are there, or none has come for ``BACKLOG_QUIET`` seconds,
+at most ``openTimeout``), so ``trigger(once=True)`` reads what is there.
+``trigger(availableNow=True)`` reads every message the broker accepted before the query
+started, in as many batches as that takes, and stops; messages accepted later are left
+in the queue for the next run.
 
 **At-least-once** (default). A batch's rows travel with its partition. After a driver
 crash, a batch Spark planned but did not commit cannot be rebuilt (its rows were in the
@@ -39,20 +47,25 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
+import time
 from collections.abc import Iterator, Sequence
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from holdfast.sdk.errors import ConfirmDroppedError
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.session import Session
+from holdfast.sdk.spark.columns import SourceRow, source_row
 from holdfast.sdk.spark.options import ReadOptions
-from holdfast.sdk.spark.wal import SourceRow, WalError, WriteAheadLog, guids_of, read_segment
+from holdfast.sdk.spark.wal import WalError, WriteAheadLog, guids_of, read_segment
+from holdfast.sdk.spark.walindex import GuidIndex
 from holdfast.sdk.types import Message
 
 log = logging.getLogger("holdfast.sdk.spark")
+
+BACKLOG_QUIET = 1.0
+"""Seconds without a new message after which the backlog is taken to have arrived."""
 
 
 class RowsPartition(InputPartition):
@@ -71,36 +84,44 @@ class SegmentPartition(InputPartition):
         self.path = path
 
 
-def _row(message: Message) -> SourceRow:
-    return (str(message.guid), message.payload, dict(message.properties), message.delivery_count)
+def message_row(message: Message) -> SourceRow:
+    """The source row of a delivered message."""
+    return source_row(
+        message.guid,
+        message.payload,
+        message.properties,
+        message.queue_uri,
+        message.accepted_at,
+        message.delivery_count,
+    )
 
 
-class QueueStreamReader(DataSourceStreamReader):
+class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The streaming reader (see the module docstring)."""
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
         self._lock = threading.Lock()
+        self._arrival = threading.Condition(self._lock)
         self._arrived: list[Message] = []
+        self._last_arrival = time.monotonic()
         self._session: Session | None = None
+        self._waited = False
+        self._cutoff: float | None = None
         # Batches planned and not yet committed: (start, end) -> their messages.
         self._batches: dict[tuple[int, int], list[Message]] = {}
         self._rows: dict[tuple[int, int], list[SourceRow]] = {}
         self._wal = WriteAheadLog(options.wal_path) if options.wal_path else None
-        # Exactly-once: GUIDs of uncommitted segments (redeliveries held for the commit)
-        # and of committed ones (redeliveries confirmed and dropped).
-        self._uncommitted: dict[uuid.UUID, tuple[int, int]] = {}
-        self._committed: set[uuid.UUID] = set()
+        # Exactly-once: which log batch holds a GUID (on disk), and redeliveries of
+        # uncommitted batches held for their commit.
+        self._index: GuidIndex | None = None
+        self._committed_end = 0
         self._held: dict[tuple[int, int], list[Message]] = {}
         if self._wal is not None:
-            committed_end = self._wal.committed_end()
+            self._index = GuidIndex()
+            self._committed_end = self._wal.committed_end()
             for segment in self._wal.segments():
-                guids = guids_of(segment)
-                if segment.committed or segment.end <= committed_end:
-                    self._committed |= guids
-                else:
-                    for guid in guids:
-                        self._uncommitted[guid] = (segment.start, segment.end)
+                self._index.add(segment.start, segment.end, guids_of(segment))
 
     def __getstate__(self) -> dict[str, ReadOptions]:
         # Spark pickles the reader to run ``read`` on executors: they need the options
@@ -112,32 +133,64 @@ class QueueStreamReader(DataSourceStreamReader):
 
     # -- the consumer on the driver ------------------------------------------------------
 
+    @property
+    def _room(self) -> int:
+        # Room for the batches in flight: nothing is confirmed before Spark commits.
+        return max(4 * self.options.max_rows_per_batch, 1000)
+
     def _ensure_session(self) -> None:
         if self._session is not None:
             return
         session = Session(self.options.address)
-        # Room for the batches in flight: nothing is confirmed before Spark commits.
-        room = max(4 * self.options.max_rows_per_batch, 1000)
         session.open_queue(
             self.options.uri,
             read=True,
             on_message=self._on_message,
-            options=QueueOptions(max_unconfirmed_messages=room),
+            options=QueueOptions(max_unconfirmed_messages=self._room),
             timeout=self.options.open_timeout,
         )
         self._session = session
 
     def _on_message(self, message: Message) -> None:
-        # On the SDK's dispatcher thread.
-        if message.guid in self._committed:
+        # On the SDK's dispatcher thread. Only a redelivery can be in the log already.
+        batch = None
+        if self._index is not None and message.delivery_count > 1:
+            batch = self._index.batch_of(message.guid)
+        if batch is not None and batch[1] <= self._committed_end:
             _confirm(message)  # a late redelivery of a committed batch
             return
-        with self._lock:
-            batch = self._uncommitted.get(message.guid)
+        with self._arrival:
             if batch is not None:
                 self._held.setdefault(batch, []).append(message)
             else:
                 self._arrived.append(message)
+                self._last_arrival = time.monotonic()
+                self._arrival.notify_all()
+
+    def _eligible(self) -> list[Message]:
+        """What may go into a batch: under availableNow, what was accepted before it."""
+        cutoff = self._cutoff
+        if cutoff is None:
+            return self._arrived
+        return [m for m in self._arrived if m.accepted_at <= cutoff]
+
+    def _wait_for_backlog(self, most: int) -> None:
+        """Wait until ``most`` messages are here, or none came for ``BACKLOG_QUIET``
+        seconds, or the consumer's room is full; at most ``openTimeout``."""
+        deadline = time.monotonic() + self.options.open_timeout
+        in_flight = sum(len(batch) for batch in self._batches.values())
+        with self._arrival:
+            while True:
+                now = time.monotonic()
+                quiet_until = self._last_arrival + BACKLOG_QUIET
+                if (
+                    len(self._eligible()) >= most
+                    or len(self._arrived) + in_flight >= self._room
+                    or now >= quiet_until
+                    or now >= deadline
+                ):
+                    return
+                self._arrival.wait(min(quiet_until, deadline) - now)
 
     # -- Spark's calls ---------------------------------------------------------------------
 
@@ -149,26 +202,41 @@ class QueueStreamReader(DataSourceStreamReader):
         """``maxRowsPerBatch`` messages per micro-batch."""
         return ReadMaxRows(self.options.max_rows_per_batch)
 
+    def prepareForTriggerAvailableNow(self) -> None:
+        """``trigger(availableNow=True)``: read what the broker accepted until now."""
+        self._cutoff = time.time()
+        self._ensure_session()
+
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        """Take the messages that arrived (up to the limit) into a new batch."""
+        """Take the messages that arrived (up to the limit) into a new batch.
+
+        Spark asks for the next batch only once the batch ending at ``start`` is done
+        and recorded in its commit log (one batch at a time), so batches up to ``start``
+        are settled here already: the last batch before an idle spell, or the last of an
+        ``availableNow`` run, need not wait for a next batch to be confirmed."""
         self._ensure_session()
         begin = int(start["seq"])
+        if begin > self._committed_end:
+            self._settle_through(begin)
         if self._wal is not None:
             for segment in self._wal.segments():
                 if segment.start == begin and not segment.committed:
                     return {"seq": segment.end}  # planned before a crash: offer it again
-        most = limit.max_rows if isinstance(limit, ReadMaxRows) else len(self._arrived)
+        most = limit.max_rows if isinstance(limit, ReadMaxRows) else self._room
+        if not self._waited or self._cutoff is not None:
+            self._wait_for_backlog(most)
+            self._waited = True
         with self._lock:
-            taken, self._arrived = self._arrived[:most], self._arrived[most:]
+            taken = self._eligible()[:most]
+            chosen = {id(m) for m in taken}
+            self._arrived = [m for m in self._arrived if id(m) not in chosen]
         if not taken:
             return {"seq": begin}
         end = begin + len(taken)
-        rows = [_row(message) for message in taken]
-        if self._wal is not None:
+        rows = [message_row(message) for message in taken]
+        if self._wal is not None and self._index is not None:
             self._wal.write(begin, end, rows)
-            with self._lock:
-                for message in taken:
-                    self._uncommitted[message.guid] = (begin, end)
+            self._index.add(begin, end, (message.guid for message in taken))
         else:
             self._rows[(begin, end)] = rows
         self._batches[(begin, end)] = taken
@@ -206,18 +274,18 @@ class QueueStreamReader(DataSourceStreamReader):
 
     def commit(self, end: dict[str, int]) -> None:
         """Spark committed every batch up to ``end``: confirm their messages."""
-        high = int(end["seq"])
-        if self._wal is not None:
-            self._wal.mark_committed(high, self.options.wal_retention)
+        self._settle_through(int(end["seq"]))
+
+    def _settle_through(self, high: int) -> None:
+        if self._wal is not None and self._index is not None:
+            pruned = self._wal.mark_committed(high, self.options.wal_retention)
+            self._index.forget_through(pruned)
         done = [key for key in self._batches if key[1] <= high]
         with self._lock:
+            self._committed_end = max(self._committed_end, high)
             held = [key for key in self._held if key[1] <= high]
             messages = [m for key in done for m in self._batches.pop(key)]
             messages += [m for key in held for m in self._held.pop(key)]
-            for message in messages:
-                self._uncommitted.pop(message.guid, None)
-                if self._wal is not None:
-                    self._committed.add(message.guid)
         for key in done:
             self._rows.pop(key, None)
         for message in messages:
@@ -228,6 +296,9 @@ class QueueStreamReader(DataSourceStreamReader):
         if self._session is not None:
             self._session.close()
             self._session = None
+        if self._index is not None:
+            self._index.close()
+            self._index = None
 
 
 def _confirm(message: Message) -> None:

@@ -6,11 +6,11 @@ Layout of ``walPath`` (one directory per query)::
     <start>-<end>.done   a committed batch, kept to recognise redeliveries of its messages
     committed            the end offset of the last batch Spark committed
 
-A segment holds one JSON line per message (GUID, base64 payload, properties, delivery
-count). It is written to a temporary name, fsynced and renamed before the driver
-returns the batch's end offset to Spark, so a batch Spark has planned is always on
-storage. Executors read segments directly (the storage must be reachable from them:
-a shared mount; a local path works in local mode only).
+A segment holds one JSON line per message (GUID, base64 payload, properties, queue,
+acceptance time, delivery count). It is written to a temporary name, fsynced and
+renamed before the driver returns the batch's end offset to Spark, so a batch Spark
+has planned is always on storage. Executors read segments directly (the storage must
+be reachable from them: a shared mount; a local path works in local mode only).
 """
 
 from __future__ import annotations
@@ -25,11 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from holdfast.sdk.errors import HoldfastError
+from holdfast.sdk.spark.columns import SourceRow, source_row
 
 _SEGMENT = re.compile(r"^(\d{20})-(\d{20})\.(seg|done)$")
-
-SourceRow = tuple[str, bytes, dict[str, str], int]
-"""``(guid, payload, properties, delivery_count)``: one row of the source."""
 
 
 class WalError(HoldfastError):
@@ -49,9 +47,16 @@ class Segment:
 
 def encode_row(row: SourceRow) -> str:
     """One JSON line."""
-    guid, payload, properties, count = row
+    _, payload, properties, queue, guid, timestamp, count = row
     return json.dumps(
-        {"g": guid, "p": base64.b64encode(payload).decode(), "h": properties, "d": count},
+        {
+            "g": guid,
+            "p": base64.b64encode(payload).decode(),
+            "h": properties,
+            "q": queue,
+            "t": timestamp.timestamp(),
+            "d": count,
+        },
         separators=(",", ":"),
     )
 
@@ -59,7 +64,9 @@ def encode_row(row: SourceRow) -> str:
 def decode_row(line: str) -> SourceRow:
     """The row of one JSON line."""
     item = json.loads(line)
-    return item["g"], base64.b64decode(item["p"]), dict(item["h"]), int(item["d"])
+    guid = uuid.UUID(item["g"])
+    payload = base64.b64decode(item["p"])
+    return source_row(guid, payload, item["h"], item["q"], float(item["t"]), int(item["d"]))
 
 
 def read_segment(path: str) -> Iterator[SourceRow]:
@@ -109,9 +116,10 @@ class WriteAheadLog:
         self._sync_directory()
         return Segment(start, end, path, False)
 
-    def mark_committed(self, end: int, retention: int) -> None:
+    def mark_committed(self, end: int, retention: int) -> int:
         """Record that Spark committed every batch up to ``end``; keep the newest
-        ``retention`` committed segments (their GUIDs recognise redeliveries)."""
+        ``retention`` committed segments (their GUIDs recognise redeliveries). Returns
+        the end offset of the newest segment removed (0: none was)."""
         marker = self.root / "committed"
         temporary = self.root / f".committed.{uuid.uuid4().hex}.tmp"
         temporary.write_text(str(end))
@@ -122,9 +130,12 @@ class WriteAheadLog:
             if not segment.committed and segment.end <= end:
                 segment.path.rename(segment.path.with_suffix(".done"))
         done = [s for s in self.segments() if s.committed]
+        pruned = 0
         for segment in done[: max(0, len(done) - retention)]:
             segment.path.unlink(missing_ok=True)
+            pruned = max(pruned, segment.end)
         self._sync_directory()
+        return pruned
 
     def _sync_directory(self) -> None:
         descriptor = os.open(self.root, os.O_RDONLY)
@@ -136,4 +147,4 @@ class WriteAheadLog:
 
 def guids_of(segment: Segment) -> set[uuid.UUID]:
     """The GUIDs of a segment's messages."""
-    return {uuid.UUID(row[0]) for row in read_segment(str(segment.path))}
+    return {uuid.UUID(row[4]) for row in read_segment(str(segment.path))}

@@ -8,6 +8,7 @@ import pytest
 
 from holdfast.proto import pb
 from holdfast.sdk import Message, QueueOptions, Session
+from holdfast.sdk.staging import Version, commit, stage
 from tests.support.metrics import metrics_address, scrape, value
 from tests.support.processes import BrokerProcess
 from tests.support.sessions import FAST, unique_uri
@@ -79,3 +80,22 @@ def test_metrics_count_puts_dedup_hits_acks_depth_and_sessions() -> None:
 def test_no_metrics_endpoint_by_default() -> None:
     with BrokerProcess() as broker:
         assert "metrics on" not in broker.output
+
+
+@pytest.mark.timeout(60)
+def test_metrics_count_staged_and_discarded_rows() -> None:
+    uri = unique_uri("staged-metrics")
+    with BrokerProcess(["--metrics-port", "0"]) as broker:
+        metrics = metrics_address(broker)
+        version = Version([broker.address], uri, "app", 0, 15.0)
+        rows = [(uuid.uuid4().bytes, b"r", None) for _ in range(6)]
+        stage(version, 0, 0, rows)
+        stage(version, 0, 1, rows)
+        samples = scrape(metrics)
+        assert value(samples, "holdfast_broker_staged_rows") == 12
+        commit(version, {(0, 1): 6}, b"d", 6)
+        samples = scrape(metrics)
+        assert value(samples, "holdfast_broker_staged_rows") == 0
+        assert value(samples, "holdfast_broker_staged_rows_discarded_total") == 6
+        assert value(samples, "holdfast_broker_staged_rows_expired_total") == 0
+        assert value(samples, "holdfast_broker_messages_in_total", queue=uri) == 6

@@ -96,3 +96,38 @@ class FailingRows:
                 path.write_text(str(count))
                 os.kill(os.getpid(), signal.SIGKILL)
             yield row
+
+
+class LateFailure:
+    """A ``mapPartitions`` function that passes rows through, except that in partition
+    ``partition`` attempt 0 stalls ``stall`` seconds after ``after`` rows (its rows so
+    far are staged by then), writes ``failed-p<partition>-a0``, and raises; with
+    ``every_attempt`` every attempt of that partition fails so (the job fails)."""
+
+    def __init__(
+        self, marker_dir: str, partition: int, after: int, stall: float, every_attempt: bool
+    ) -> None:
+        self.marker_dir = marker_dir
+        self.partition = partition
+        self.after = after
+        self.stall = stall
+        self.every_attempt = every_attempt
+
+    def __call__(self, rows: Any) -> Any:
+        import time
+
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        assert context is not None, "LateFailure runs inside Spark tasks only"
+        attempt = context.attemptNumber()
+        doomed = context.partitionId() == self.partition and (self.every_attempt or attempt == 0)
+        for count, row in enumerate(rows):
+            if doomed and count == self.after:
+                # A scripted fault, not a wait for something: the retry must come later
+                # than the broker's dedup window.
+                time.sleep(self.stall)
+                path = Path(self.marker_dir) / f"failed-p{self.partition}-a{attempt}"
+                path.write_text(str(count))
+                raise InjectedFailure(f"injected failure after {count} rows")
+            yield row

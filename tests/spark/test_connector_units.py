@@ -9,10 +9,14 @@ from pathlib import Path
 import pytest
 
 from holdfast.sdk.errors import InvalidArgumentError
+from holdfast.sdk.marks import CommitMark
+from holdfast.sdk.spark.columns import source_row
 from holdfast.sdk.spark.guids import BatchDigest, DuplicateRowKeyError, RowGuids
+from holdfast.sdk.spark.history import RunHistoryError, check_history
 from holdfast.sdk.spark.options import parse_read_options, parse_write_options
 from holdfast.sdk.spark.wal import WalError, WriteAheadLog, guids_of, read_segment
-from holdfast.sdk.spark.writer import TaskReport, _check_keys
+from holdfast.sdk.spark.walindex import GuidIndex
+from holdfast.sdk.spark.writer import TaskReport, check_keys
 
 URI = "hf://spark/orders"
 
@@ -30,12 +34,39 @@ def test_write_options_are_checked_with_clear_errors() -> None:
         parse_write_options({"uri": URI, "keyColumn": "nope"}, ["id"])
     with pytest.raises(InvalidArgumentError, match="no option 'keycol'"):
         parse_write_options({"uri": URI, "keycol": "id"}, ["id"])
-    with pytest.raises(InvalidArgumentError, match="HOST:PORT"):
-        parse_write_options({"uri": URI, "address": "localhost"}, ["id"])
+    with pytest.raises(InvalidArgumentError, match="the port must be a number"):
+        parse_write_options({"uri": URI, "address": "localhost:http"}, ["id"])
+    with pytest.raises(InvalidArgumentError, match="commitTimeout must be > 0"):
+        parse_write_options({"uri": URI, "commitTimeout": "-1"}, ["id"])
     with pytest.raises(InvalidArgumentError, match="flushTimeout must be > 0"):
         parse_write_options({"uri": URI, "flushTimeout": "0"}, ["id"])
     with pytest.raises(InvalidArgumentError, match="runId must not be empty"):
         parse_write_options({"uri": URI, "runId": " "}, ["id"])
+
+
+def test_an_address_without_a_port_gets_the_sdk_default_port() -> None:
+    options = parse_write_options({"uri": URI, "address": "localhost, [::1],h:9"}, ["id"])
+    assert options.address == "localhost:7701,[::1]:7701,h:9"
+    assert parse_read_options({"uri": URI, "address": "broker"}).address == "broker:7701"
+
+
+def test_commit_timeout_and_consume_are_options() -> None:
+    written = parse_write_options({"uri": URI, "commitTimeout": "7.5"}, ["id"])
+    assert (written.commit_timeout, written.open_timeout) == (7.5, 30.0)
+    assert parse_write_options({"uri": URI}, ["id"]).commit_timeout == 60.0
+    assert parse_read_options({"uri": URI, "consume": "TRUE"}).consume is True
+    assert parse_read_options({"uri": URI}).consume is False
+    with pytest.raises(InvalidArgumentError, match="consume must be true or false"):
+        parse_read_options({"uri": URI, "consume": "yes"})
+
+
+def test_a_mark_ahead_of_the_version_being_written_is_a_loud_reset() -> None:
+    mark = CommitMark("query-1", 57, b"d", 100, 0.0)
+    check_history(URI, "query-1", 57, mark)  # the sink committed, Spark had not recorded
+    check_history(URI, "query-1", 58, mark)
+    check_history(URI, "query-1", 0, None)
+    with pytest.raises(RunHistoryError, match=r"committed up to version 57 .* version 0"):
+        check_history(URI, "query-1", 0, mark)
 
 
 def test_read_options_are_checked_with_clear_errors() -> None:
@@ -82,28 +113,41 @@ def test_keys_repeated_across_partitions_are_found() -> None:
     a.for_key(1)
     a.for_key(2)
     b.for_key(3)
-    _check_keys(options, [report(list(a.key_fingerprints)), report(list(b.key_fingerprints))])
+    check_keys(options, [report(list(a.key_fingerprints)), report(list(b.key_fingerprints))])
     b.for_key(2)
     with pytest.raises(DuplicateRowKeyError, match="1 values of key column 'id' appear"):
-        _check_keys(options, [report(list(a.key_fingerprints)), report(list(b.key_fingerprints))])
+        check_keys(options, [report(list(a.key_fingerprints)), report(list(b.key_fingerprints))])
 
 
 def test_the_write_ahead_log_keeps_batches_until_committed_then_retains_some(
     tmp_path: Path,
 ) -> None:
     wal = WriteAheadLog(str(tmp_path / "wal"))
-    guids = [str(uuid.uuid4()) for _ in range(6)]
-    rows = [(g, g.encode(), {"k": "v"}, 1) for g in guids]
+    guids = [uuid.uuid4() for _ in range(6)]
+    rows = [source_row(g, g.bytes, {"k": "v", "x-key": str(g)}, URI, 1.7e9, 1) for g in guids]
     wal.write(0, 3, rows[:3])
     wal.write(3, 6, rows[3:])
     first, _ = wal.segments()
     assert list(read_segment(str(first.path))) == rows[:3]
     assert not first.committed and wal.committed_end() == 0
-    wal.mark_committed(3, retention=1)
+    assert wal.mark_committed(3, retention=1) == 0
     assert wal.committed_end() == 3
     assert [s.committed for s in wal.segments()] == [True, False]
-    assert guids_of(wal.segments()[0]) == {uuid.UUID(g) for g in guids[:3]}
-    wal.mark_committed(6, retention=1)
+    assert guids_of(wal.segments()[0]) == set(guids[:3])
+    assert rows[0][0] == str(guids[0]) and rows[0][5].timestamp() == 1.7e9
+    assert wal.mark_committed(6, retention=1) == 3
     assert [(s.start, s.committed) for s in wal.segments()] == [(3, True)]
     with pytest.raises(WalError, match="missing"):
         list(read_segment(str(first.path)))
+
+
+def test_the_guid_index_finds_a_batch_and_forgets_pruned_ones() -> None:
+    index = GuidIndex()
+    first, second = [uuid.uuid4() for _ in range(3)], [uuid.uuid4() for _ in range(2)]
+    index.add(0, 3, first)
+    index.add(3, 5, second)
+    assert index.batch_of(first[1]) == (0, 3) and index.batch_of(second[0]) == (3, 5)
+    assert index.batch_of(uuid.uuid4()) is None
+    index.forget_through(3)
+    assert index.batch_of(first[0]) is None and len(index) == 2
+    index.close()

@@ -115,3 +115,54 @@ def test_bad_options_fail_on_the_driver_before_any_task(hf: Any, proxy: ProxyPro
         write(df, unique_uri("opts"), proxy.address, keyColumn="nope")
     with pytest.raises(Exception, match="no option 'uril'"):
         df.write.format("holdfast").option("uril", "hf://a/b").mode("append").save()
+
+
+@pytest.mark.timeout(60)
+def test_save_modes_other_than_append_are_refused(hf: Any, broker: BrokerProcess) -> None:
+    uri = unique_uri("modes")
+    df = hf.range(0, 10)
+    writer = df.write.format("holdfast").option("uri", uri).option("address", broker.address)
+    with pytest.raises(Exception, match="appends to a queue: save mode 'overwrite'"):
+        writer.mode("overwrite").save()
+    for mode in ("error", "ignore"):
+        with pytest.raises(Exception, match=r"(?i)mode|not supported"):
+            writer.mode(mode).save()
+    assert drain_messages(broker.address, uri, 0) == []
+
+
+def write_stream(hf: Any, source: Path, uri: str, address: str, checkpoint: Path) -> Any:
+    stream = hf.readStream.schema("order_id LONG").option("maxFilesPerTrigger", 1).json(str(source))
+    return (
+        stream.writeStream.format("holdfast")
+        .option("uri", uri)
+        .option("address", address)
+        .option("keyColumn", "order_id")
+        .option("runId", "orders-stream")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+
+
+@pytest.mark.timeout(180)
+def test_a_run_id_reused_with_a_new_checkpoint_fails_loudly_and_writes_nothing(
+    hf: Any, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """Three batches are committed under runId ``orders-stream``; a query with a fresh
+    checkpoint and the same runId starts at batch 0: it fails, saying what to do, and
+    the queue has the first query's 300 rows only."""
+    uri, source = unique_uri("reset"), tmp_path / "in"
+    source.mkdir()
+    for batch in range(3):
+        lines = "".join(f'{{"order_id": {batch * 100 + i}}}\n' for i in range(100))
+        (source / f"part-{batch}.json").write_text(lines)
+    first = write_stream(hf, source, uri, broker.address, tmp_path / "checkpoint-1")
+    assert first.awaitTermination(90) and first.exception() is None
+    (source / "part-3.json").write_text('{"order_id": 300}\n')
+    second = write_stream(hf, source, uri, broker.address, tmp_path / "checkpoint-2")
+    with pytest.raises(Exception, match=r"committed up to version 2 .* writing version 0"):
+        second.awaitTermination(90)
+    assert "restore the checkpoint" in str(second.exception())
+    messages = drain_messages(broker.address, uri, 300)
+    assert sorted(json.loads(m.payload)["order_id"] for m in messages) == list(range(300))
+    assert {m.properties["x-key"] for m in messages} == {str(i) for i in range(300)}

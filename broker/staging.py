@@ -1,0 +1,327 @@
+"""Staged rows of transactional writers: the broker's side of the Spark connector's commit.
+
+A transactional writer (Spark's ``format("holdfast")``, after Kafka transactions and
+Delta's commit protocol) stages each task attempt's rows under ``AttemptKey``
+(queue, application id, version, partition, attempt). Staged rows are invisible: no
+consumer gets them, a purge leaves them. The writer's driver then either
+
+* **commits** version V naming the attempts Spark reported committed (one per
+  partition, with its row count): those rows are published, every other attempt of V
+  (retries, speculative copies, orphans of a killed driver) is discarded, and V is
+  recorded as committed, after which a stage or a commit of V (or below) changes
+  nothing however late it comes; or
+* **aborts** V: every attempt of V is discarded.
+
+A commit is decided before anything is published: a named attempt whose staged count
+differs from the writer's (its rows expired, or the broker lost them) refuses the
+commit (``MISSING``), and a GUID staged by two named attempts (a key column value
+repeated across partitions) refuses it (``REPEATED_KEYS``), so a refused commit
+publishes nothing. Each row's moves are the lifecycle table's (``lifecycle``: STAGED ->
+READY on commit, -> DISCARDED on discard or past its deadline); rows of one attempt
+always move together, so the book applies the table per attempt.
+
+Bounds: ``StagingLimits`` caps the rows and bytes staged per (queue, application)
+and the time a row may stay staged (``retention``, default 7 days: far beyond any dedup
+window); an expiry is logged at WARNING and counted (``expired_rows``), never silent.
+
+This module is the decision logic, with state in memory and, given a ``Journal``
+(``staging_file`` for a sqlite store), every change written through to disk;
+``staging_service`` serves it on the wire.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Protocol
+
+from holdfast.broker.lifecycle import Effect, Event, Message, Rules, State, apply
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STAGE_RETENTION = 7 * 24 * 3600.0
+"""Seconds a staged row may wait for its commit before it is discarded (7 days)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StagingLimits:
+    """Per (queue, application): most rows and payload bytes staged at once, and the
+    seconds a row may stay staged."""
+
+    max_rows: int = 10_000_000
+    max_bytes: int = 4 << 30
+    retention: float = DEFAULT_STAGE_RETENTION
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptKey:
+    """Where a task attempt's rows are staged."""
+
+    queue_uri: str
+    app_id: str
+    version: int
+    partition: int
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class StagedRow:
+    """One staged message."""
+
+    guid: bytes
+    payload: bytes
+    properties: Mapping[str, str]
+
+
+class StageOutcome(Enum):
+    """What a stage call got."""
+
+    STAGED = "staged"
+    COMMITTED = "committed"
+    """The version is committed already: nothing staged; the task has nothing to do."""
+    OVER_LIMIT = "over-limit"
+    """Over ``StagingLimits``: nothing of this call staged."""
+
+
+class CommitOutcome(Enum):
+    """What a commit got."""
+
+    PUBLISHED = "published"
+    ALREADY = "already"
+    """The version was committed before: nothing changes (a late replay)."""
+    MISSING = "missing"
+    """A named attempt's staged rows are not all there: nothing published."""
+    REPEATED_KEYS = "repeated-keys"
+    """A GUID was staged by two named attempts: nothing published."""
+
+
+@dataclass(slots=True)
+class _Attempt:
+    rows: dict[bytes, StagedRow] = field(default_factory=dict)
+    """By GUID: staging a GUID again (a retried call) replaces it."""
+    bytes: int = 0
+    deadline: float = 0.0
+    state: State = State.STAGED
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """A commit's outcome; ``rows`` to publish (PUBLISHED only), ``problem`` in words."""
+
+    outcome: CommitOutcome
+    rows: Sequence[StagedRow] = ()
+    discarded: int = 0
+    problem: str = ""
+
+
+class Journal(Protocol):
+    """Where a book writes its changes through to (``staging_file.StagingFile``)."""
+
+    def added(self, key: AttemptKey, rows: Iterable[StagedRow], deadline: float) -> None:
+        """``rows`` were staged under ``key``, which now ends at ``deadline``."""
+        ...
+
+    def removed(self, key: AttemptKey) -> None:
+        """``key``'s rows left the book."""
+        ...
+
+
+class StagingBook:
+    """Staged attempts and committed versions (see the module docstring)."""
+
+    def __init__(self, clock: Callable[[], float], limits: StagingLimits | None = None) -> None:
+        self._clock = clock
+        self.journal: Journal | None = None
+        """Set by ``restore``: every change is written through to it."""
+        self.limits = limits or StagingLimits()
+        self._attempts: dict[AttemptKey, _Attempt] = {}
+        self._committed: dict[tuple[str, str], int] = {}
+        self._usage: dict[tuple[str, str], tuple[int, int]] = {}
+        self.expired_rows = 0
+        """Staged rows discarded at their deadline (logged too)."""
+        self.discarded_rows = 0
+        """Staged rows discarded by a commit of another attempt or an abort."""
+
+    def restore(self, journal: Journal, rows: Iterable[tuple[AttemptKey, StagedRow, float]]) -> int:
+        """Take back what ``journal`` kept (``rows`` of each attempt with its deadline),
+        and write every later change through to it; returns the rows restored."""
+        count = 0
+        for key, row, deadline in rows:
+            attempt = self._attempts.get(key)
+            if attempt is None:
+                attempt = self._attempts[key] = _Attempt()
+            attempt.rows[row.guid] = row
+            attempt.bytes += len(row.payload)
+            attempt.deadline = deadline
+            app = (key.queue_uri, key.app_id)
+            used_rows, used_bytes = self._usage.get(app, (0, 0))
+            self._usage[app] = (used_rows + 1, used_bytes + len(row.payload))
+            count += 1
+        self.journal = journal
+        return count
+
+    @property
+    def staged_total(self) -> int:
+        """Rows staged now, all attempts together."""
+        return sum(rows for rows, _ in list(self._usage.values()))
+
+    def committed_version(self, queue_uri: str, app_id: str) -> int | None:
+        """The latest version committed through this book (None: none)."""
+        return self._committed.get((queue_uri, app_id))
+
+    def staged_rows(self, key: AttemptKey) -> int:
+        """Rows staged under ``key`` (0: none)."""
+        attempt = self._attempts.get(key)
+        return 0 if attempt is None else len(attempt.rows)
+
+    def mark_committed(self, queue_uri: str, app_id: str, version: int) -> None:
+        """Record that ``version`` is committed (its commit mark says so)."""
+        app = (queue_uri, app_id)
+        self._committed[app] = max(version, self._committed.get(app, version))
+
+    def stage(self, key: AttemptKey, rows: Iterable[StagedRow]) -> StageOutcome:
+        """Add ``rows`` to attempt ``key`` (a task stages in several calls; a GUID staged
+        again replaces its row, so a retried call adds nothing)."""
+        app = (key.queue_uri, key.app_id)
+        committed = self._committed.get(app)
+        if committed is not None and key.version <= committed:
+            return StageOutcome.COMMITTED
+        attempt = self._attempts.get(key)
+        have = attempt.rows if attempt is not None else {}
+        batch = {row.guid: row for row in rows}
+        new_rows = sum(1 for guid in batch if guid not in have)
+        size = sum(len(row.payload) for row in batch.values())
+        size -= sum(len(have[guid].payload) for guid in batch if guid in have)
+        used_rows, used_bytes = self._usage.get(app, (0, 0))
+        if used_rows + new_rows > self.limits.max_rows or used_bytes + size > self.limits.max_bytes:
+            return StageOutcome.OVER_LIMIT
+        if attempt is None:
+            attempt = self._attempts[key] = _Attempt()
+        deadline = self._clock() + self.limits.retention
+        if self.journal is not None:
+            self.journal.added(key, batch.values(), deadline)  # durable before it counts
+        attempt.rows.update(batch)
+        attempt.bytes += size
+        attempt.deadline = deadline
+        self._usage[app] = (used_rows + new_rows, used_bytes + size)
+        return StageOutcome.STAGED
+
+    def _of_version(self, queue_uri: str, app_id: str, version: int) -> list[AttemptKey]:
+        return [
+            key
+            for key in self._attempts
+            if (key.queue_uri, key.app_id, key.version) == (queue_uri, app_id, version)
+        ]
+
+    def _move(self, key: AttemptKey, event: Event) -> _Attempt:
+        """Apply ``event`` to attempt ``key`` through the lifecycle table; a row that
+        leaves STAGED leaves the book."""
+        attempt = self._attempts[key]
+        message = Message(State.STAGED, stage_deadline=attempt.deadline)
+        outcome = apply(message, event, self._clock(), Rules())
+        attempt.state = outcome.message.state
+        if attempt.state is not State.STAGED:
+            if self.journal is not None:
+                self.journal.removed(key)
+            del self._attempts[key]
+            app = (key.queue_uri, key.app_id)
+            used_rows, used_bytes = self._usage.get(app, (0, 0))
+            self._usage[app] = (used_rows - len(attempt.rows), used_bytes - attempt.bytes)
+            if outcome.row.effect is Effect.DROP and event is not Event.TICK:
+                self.discarded_rows += len(attempt.rows)
+        return attempt
+
+    def commit(
+        self, queue_uri: str, app_id: str, version: int, attempts: Mapping[tuple[int, int], int]
+    ) -> CommitResult:
+        """Commit ``version`` in one step (``prepare`` and, if it may publish, ``finish``
+        at once); see ``prepare``."""
+        result = self.prepare(queue_uri, app_id, version, attempts)
+        if result.outcome is not CommitOutcome.PUBLISHED:
+            return result
+        discarded = self.finish(queue_uri, app_id, version, attempts)
+        return CommitResult(CommitOutcome.PUBLISHED, result.rows, discarded)
+
+    def finish(
+        self, queue_uri: str, app_id: str, version: int, attempts: Mapping[tuple[int, int], int]
+    ) -> int:
+        """The rows ``prepare`` gave are published: the named attempts leave the book
+        (COMMIT), the others are discarded, the version is committed; returns the rows
+        discarded."""
+        discarded = 0
+        for key in self._of_version(queue_uri, app_id, version):
+            if (key.partition, key.attempt) in attempts:
+                self._move(key, Event.COMMIT)
+            else:
+                discarded += len(self._move(key, Event.DISCARD).rows)
+        self.mark_committed(queue_uri, app_id, version)
+        return discarded
+
+    def prepare(
+        self, queue_uri: str, app_id: str, version: int, attempts: Mapping[tuple[int, int], int]
+    ) -> CommitResult:
+        """Decide a commit of ``version`` without changing anything but a committed
+        version's leftovers: ``attempts`` maps each committed (partition, attempt) to the
+        rows its task staged. PUBLISHED gives the rows to publish; once they are, call
+        ``finish`` (if publishing fails, nothing moved: the commit can be tried again).
+        ALREADY discards what was staged for a version committed before."""
+        app = (queue_uri, app_id)
+        committed = self._committed.get(app)
+        staged = self._of_version(queue_uri, app_id, version)
+        if committed is not None and version <= committed:
+            discarded = sum(len(self._move(key, Event.DISCARD).rows) for key in staged)
+            return CommitResult(CommitOutcome.ALREADY, discarded=discarded)
+        chosen = {
+            (partition, attempt): AttemptKey(queue_uri, app_id, version, partition, attempt)
+            for partition, attempt in attempts
+        }
+        for (partition, attempt), rows in attempts.items():
+            have = self.staged_rows(chosen[(partition, attempt)])
+            if have != rows:
+                return CommitResult(
+                    CommitOutcome.MISSING,
+                    problem=f"partition {partition} attempt {attempt}: {have} rows staged, "
+                    f"the writer reported {rows} (expired, or lost by the broker)",
+                )
+        published: dict[bytes, StagedRow] = {}
+        repeated = 0
+        for key in chosen.values():
+            found = self._attempts.get(key)
+            for guid, row in found.rows.items() if found is not None else ():
+                repeated += guid in published
+                published[guid] = row
+        if repeated:
+            return CommitResult(
+                CommitOutcome.REPEATED_KEYS,
+                problem=f"{repeated} GUIDs were staged by more than one partition "
+                "(a key column value repeated across partitions)",
+            )
+        return CommitResult(CommitOutcome.PUBLISHED, list(published.values()))
+
+    def abort(self, queue_uri: str, app_id: str, version: int) -> int:
+        """Discard every attempt of ``version``; returns the rows discarded."""
+        staged = self._of_version(queue_uri, app_id, version)
+        return sum(len(self._move(key, Event.DISCARD).rows) for key in staged)
+
+    def sweep(self) -> int:
+        """Discard the attempts past their deadline (logged, counted); returns rows."""
+        expired = 0
+        for key in list(self._attempts):
+            attempt = self._move(key, Event.TICK)
+            if attempt.state is State.DISCARDED:
+                expired += len(attempt.rows)
+                log.warning(
+                    "staged rows expired: %d rows of %s application %r version %d partition "
+                    "%d attempt %d were never committed within %g s and are discarded",
+                    len(attempt.rows),
+                    key.queue_uri,
+                    key.app_id[:100],
+                    key.version,
+                    key.partition,
+                    key.attempt,
+                    self.limits.retention,
+                )
+        self.expired_rows += expired
+        return expired

@@ -1,0 +1,272 @@
+"""The broker's ``Staging`` call: stage, commit and abort a transactional write's rows.
+
+The decisions are the ``StagingBook``'s (``holdfast.broker.staging``); this module
+serves them. A commit, for one (queue, application, version) at a time:
+
+1. reads the version's commit mark: a version committed before answers OK with
+   ``committed_before`` (with other content: CONFLICT), whatever is still staged for it
+   is discarded, and nothing is published again, however late the replay;
+2. has the book decide (NOT_FOUND if a named attempt's rows are not all staged,
+   CONFLICT if two named attempts staged one GUID): nothing is published unless it may
+   publish all;
+3. publishes the named attempts' rows as one PutBatch through the broker's own PUT
+   path, so they go to the store in one write and are enqueued together once durable
+   (a consumer sees all of them or none), deduplicated and admitted like any PUT;
+4. records the commit mark (``MarkBook``), then lets the book discard the other
+   attempts. A failure before the mark leaves the rows staged: the writer's retry
+   publishes them again and the broker's dedup absorbs what made it the first time.
+
+Stores: memory and sqlite. On a Redis store the call is answered UNIMPLEMENTED (what a
+broker without it answers), and the Spark writer falls back to posting directly. With
+a sqlite store staged rows are kept in ``PATH-staging`` (``staging_file``) and survive
+a restart; with memory they do not, and a commit then answers NOT_FOUND, which fails
+the write loudly (Spark runs it again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from holdfast.broker.consumers import QueueHandle
+from holdfast.broker.marks import MarkBook
+from holdfast.broker.puts import PutPipeline
+from holdfast.broker.registry import QueueRegistry
+from holdfast.broker.staging import (
+    AttemptKey,
+    CommitOutcome,
+    StagedRow,
+    StageOutcome,
+    StagingBook,
+)
+from holdfast.broker.staging_file import StagingFile
+from holdfast.broker.stores import parse_store_spec
+from holdfast.broker.writer import Writer
+from holdfast.proto import pb
+from holdfast.proto.credentials import bearer_token
+from holdfast.proto.validate import parse_queue_uri, put_status
+from holdfast.server.guard import ServerGuard, unary_refusal
+from holdfast.server.outbox import AckGroup, Outbox
+
+log = logging.getLogger(__name__)
+
+_QUEUE_ID = 1
+"""The handle the publishing PutBatch uses (a handle of its own, not a session's)."""
+
+
+class _AckCollector(Outbox):
+    """Receives the ACKs of one publishing PutBatch and says when they are final."""
+
+    def __init__(self) -> None:
+        super().__init__(1 << 20, 1 << 30)
+        self.group: AckGroup | None = None
+        self.done = asyncio.Event()
+
+    def add_acks(self, group: AckGroup) -> None:
+        self.group = group
+        if group.ready:
+            self.done.set()
+
+    def acks_ready(self, group: AckGroup) -> None:
+        group.ready = True
+        self.done.set()
+
+
+class StagingService:
+    """Serves ``Staging`` for a broker on a memory or sqlite store."""
+
+    def __init__(
+        self,
+        book: StagingBook,
+        marks: Callable[[], MarkBook],
+        queues: QueueRegistry,
+        puts: PutPipeline,
+        guard: ServerGuard,
+        enabled: bool = True,
+    ) -> None:
+        self.book = book
+        self._marks = marks
+        self._queues = queues
+        self._puts = puts
+        self._guard = guard
+        self._enabled = enabled
+        # Commits and aborts one at a time (they are one per version, and a commit's
+        # publishing must not interleave with a retry of itself).
+        self._lock = asyncio.Lock()
+        self._file: StagingFile | None = None
+
+    def open_file(self, store_spec: str) -> int:
+        """With a sqlite store, keep staged rows in ``PATH-staging`` (loading what it
+        holds); returns the rows restored. Raises ``OSError`` if it cannot be opened."""
+        parsed = parse_store_spec(store_spec)
+        if parsed.kind != "sqlite":
+            return 0
+        self._file = StagingFile(parsed.location + "-staging")
+        return self.book.restore(self._file, self._file.load())
+
+    def close(self) -> None:
+        """Close the staging file, if any."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    async def handle(self, request: pb.StagingRequest, context: Any) -> pb.StagingReply:
+        """Serve one call, for a token that may write the queue's domain."""
+        if not self._enabled:
+            await context.abort(
+                grpc.StatusCode.UNIMPLEMENTED,
+                "transactional writes are not supported on this broker's store (Redis)",
+            )
+        refusal = unary_refusal(self._guard, context, request.queue_uri, True)
+        if refusal is not None:
+            return pb.StagingReply(status=refusal[0], message=refusal[1])
+        try:
+            parse_queue_uri(request.queue_uri)
+        except ValueError as error:
+            return _invalid(str(error)[:200])
+        if not request.app_id or len(request.app_id.encode()) > 1024:
+            return _invalid("app_id must be 1 to 1024 bytes")
+        action = request.WhichOneof("action")
+        if action == "stage":
+            return self._stage(request)
+        if action is None:
+            return _invalid("a Staging call needs stage, commit or abort")
+        async with self._lock:
+            if action == "abort":
+                discarded = self.book.abort(request.queue_uri, request.app_id, request.version)
+                return pb.StagingReply(status=pb.STATUS_OK, discarded=discarded)
+            return await self._commit(request, context)
+
+    def _stage(self, request: pb.StagingRequest) -> pb.StagingReply:
+        stage = request.stage
+        limits = self._puts.limits
+        for put in stage.rows:
+            status = put_status(put.guid, put.payload, put.properties, limits)
+            if status != pb.STATUS_OK:
+                return pb.StagingReply(
+                    status=status, message=f"row {put.guid.hex()[:32]}: {pb.Status.Name(status)}"
+                )
+        key = AttemptKey(
+            request.queue_uri, request.app_id, request.version, stage.partition, stage.attempt
+        )
+        try:
+            outcome = self.book.stage(
+                key, (StagedRow(p.guid, p.payload, dict(p.properties)) for p in stage.rows)
+            )
+        except (sqlite3.Error, OSError) as error:
+            log.error("cannot keep staged rows: %s", error)
+            return pb.StagingReply(
+                status=pb.STATUS_STORE_ERROR, message=f"cannot keep the staged rows: {error}"
+            )
+        if outcome is StageOutcome.OVER_LIMIT:
+            return pb.StagingReply(
+                status=pb.STATUS_LIMIT_EXCEEDED,
+                message=f"staging limits of {request.app_id[:100]!r} on {request.queue_uri} "
+                f"reached ({self.book.limits.max_rows} rows, {self.book.limits.max_bytes} "
+                "bytes): commit or abort versions first",
+            )
+        return pb.StagingReply(
+            status=pb.STATUS_OK, committed_before=outcome is StageOutcome.COMMITTED
+        )
+
+    async def _commit(self, request: pb.StagingRequest, context: Any) -> pb.StagingReply:
+        uri, app, version = request.queue_uri, request.app_id, request.version
+        commit = request.commit
+        marks = self._marks()
+        mark = await marks.handle(pb.CommitMarkRequest(queue_uri=uri, app_id=app))
+        if mark.found and mark.mark.version >= version:
+            self.book.mark_committed(uri, app, mark.mark.version)
+            if mark.mark.version == version and mark.mark.digest != commit.digest:
+                return pb.StagingReply(
+                    status=pb.STATUS_CONFLICT,
+                    committed_before=True,
+                    message=f"version {version} of {app[:100]!r} on {uri} was committed "
+                    f"with other content ({mark.mark.rows} rows; this one has {commit.rows})",
+                )
+        attempts = {(a.partition, a.attempt): a.rows for a in commit.attempts}
+        decided = self.book.prepare(uri, app, version, attempts)
+        if decided.outcome is CommitOutcome.ALREADY:
+            return pb.StagingReply(
+                status=pb.STATUS_OK, committed_before=True, discarded=decided.discarded
+            )
+        if decided.outcome is CommitOutcome.MISSING:
+            return pb.StagingReply(status=pb.STATUS_NOT_FOUND, message=decided.problem)
+        if decided.outcome is CommitOutcome.REPEATED_KEYS:
+            return pb.StagingReply(status=pb.STATUS_CONFLICT, message=decided.problem)
+        problem = await self._publish(uri, decided.rows, context)
+        if problem is not None:
+            return problem
+        recorded = await marks.handle(
+            pb.CommitMarkRequest(
+                queue_uri=uri,
+                app_id=app,
+                record=True,
+                version=version,
+                digest=commit.digest,
+                rows=commit.rows,
+            )
+        )
+        if recorded.status != pb.STATUS_OK:
+            return pb.StagingReply(status=recorded.status, message=recorded.message)
+        discarded = self.book.finish(uri, app, version, attempts)
+        log.info(
+            "staging: committed %s version %d on %s: %d rows published, %d discarded",
+            app[:100],
+            version,
+            uri,
+            len(decided.rows),
+            discarded,
+        )
+        return pb.StagingReply(
+            status=pb.STATUS_OK, published=len(decided.rows), discarded=discarded
+        )
+
+    async def _publish(self, uri: str, rows: Any, context: Any) -> pb.StagingReply | None:
+        """Put ``rows`` into ``uri`` as one PutBatch; None once every row is ACKed OK."""
+        if not rows:
+            return None
+        queue = self._queues.open(uri)
+        handle = QueueHandle(_QUEUE_ID, queue, read=False, write=True, consumer=None)
+        metadata = getattr(context, "invocation_metadata", None)
+        token = bearer_token(metadata() if metadata is not None else None)
+        writer = Writer(self._guard.session(token), "staging")
+        puts = [
+            pb.Put(
+                queue_id=_QUEUE_ID, guid=row.guid, payload=row.payload, properties=row.properties
+            )
+            for row in rows
+        ]
+        collector = _AckCollector()
+        queue.handles += 1  # not dropped as idle while it is being written
+        try:
+            self._puts.on_put_batch(puts, {_QUEUE_ID: handle}, collector, writer)
+            await collector.done.wait()
+        finally:
+            queue.handles -= 1
+        assert collector.group is not None
+        failed: dict[str, int] = {}
+        for _, _, status in collector.group.acks:
+            if status != pb.STATUS_OK:
+                name = pb.Status.Name(status)
+                failed[name] = failed.get(name, 0) + 1
+        if not failed:
+            return None
+        worst: pb.Status = (
+            pb.STATUS_CONFLICT
+            if "STATUS_CONFLICT" in failed
+            else pb.Status.Value(next(iter(failed)))  # type: ignore[assignment]
+        )
+        return pb.StagingReply(
+            status=worst,
+            message=f"publishing {len(puts)} staged rows to {uri}: {failed}; the commit can "
+            "be tried again (rows already in the queue are recognised by GUID)",
+        )
+
+
+def _invalid(message: str) -> pb.StagingReply:
+    return pb.StagingReply(status=pb.STATUS_INVALID_ARGUMENT, message=message)
