@@ -62,8 +62,13 @@ $(REDIS_STAMP): $(CORE_STAMP)
 	fi
 	touch $(REDIS_STAMP)
 
+# Two workers (pytest-xdist), one test file per worker at a time: most tests wait on
+# servers they started, so two files run side by side in about the time of one, and
+# module-scoped fixtures stay in one worker. (One process passed 10 minutes once the
+# Spark, packaging and request/reply suites grew.)
+PYTEST_WORKERS ?= 2
 pytest: $(STAMP) $(JAVA_STAMP) $(REDIS_STAMP) $(TYPES)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 # The long randomized fault schedule (HOLDFAST_CHAOS_SECONDS, HOLDFAST_CHAOS_SEED).
 chaos: $(STAMP)

@@ -67,6 +67,8 @@ def test_request_reply_across_nodes(tmp_path: Path) -> None:
         Worker(worker_session, "hf://svc/echo", echo, concurrency=4),
         Session(a.address, options=FAST) as caller,
     ):
-        assert caller.has_workers("hf://svc/echo")  # the worker is on the other node
+        # The worker is on the other node, which publishes its consumer count to Redis
+        # right after the open (not before answering it): visible here a moment later.
+        wait_until(lambda: caller.has_workers("hf://svc/echo"), 10, "the worker to show")
         calls = [caller.request_async("hf://svc/echo", b"%d" % i, timeout=30) for i in range(200)]
         assert [f.result().payload for f in calls] == [b"echo:%d" % i for i in range(200)]
