@@ -83,6 +83,7 @@ from holdfast.sdk.options import QueueOptions, ReconnectOptions, SessionOptions
 from holdfast.sdk.queue import Queue
 from holdfast.sdk.rpc import Reply, Request, Worker, WorkerOptions
 from holdfast.sdk.session import Session
+from holdfast.sdk.stats import SessionStats
 from holdfast.sdk.types import Ack, AckStatus, Message
 
 __all__ = [
@@ -138,6 +139,7 @@ __all__ = [
     "SessionEvent",
     "SessionFailed",
     "SessionOptions",
+    "SessionStats",
     "StateRestored",
     "TerminalTransportError",
     "TransportError",

@@ -29,6 +29,7 @@ from holdfast.sdk.marks import CommitMark, call_commit_mark
 from holdfast.sdk.options import QueueOptions, SessionOptions, default_address
 from holdfast.sdk.queue import Queue
 from holdfast.sdk.rpc.api import RequestReply
+from holdfast.sdk.stats import SessionStats
 from holdfast.sdk.transports.base import SyncTransport
 from holdfast.sdk.transports.grpc_sync import GrpcSyncTransport
 from holdfast.sdk.types import Ack, Message, Rejection
@@ -137,6 +138,13 @@ class Session(RequestReply):
         """True while the broker has answered Hello on the current connection."""
         with self._lock:
             return self._engine.connected
+
+    def stats(self) -> SessionStats:
+        """A snapshot of this session's client counters (``holdfast.sdk.SessionStats``):
+        buffered PUTs and bytes, ACKs by status, reconnects, retransmits, posts that
+        waited, messages delivered, confirmed and rejected. Thread-safe and cheap."""
+        with self._lock:
+            return self._engine.stats()
 
     def commit_mark(
         self,

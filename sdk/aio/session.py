@@ -26,6 +26,7 @@ from holdfast.sdk.failover import parse_addresses
 from holdfast.sdk.options import QueueOptions, SessionOptions, default_address
 from holdfast.sdk.rpc.caller import Caller
 from holdfast.sdk.rpc.values import Reply
+from holdfast.sdk.stats import SessionStats
 from holdfast.sdk.transports.base import AsyncTransport
 from holdfast.sdk.types import Ack, Message
 
@@ -103,6 +104,12 @@ class Session:
     def connected(self) -> bool:
         """True while the broker has answered Hello on the current connection."""
         return self._core.engine.connected
+
+    def stats(self) -> SessionStats:
+        """A snapshot of this session's client counters (``holdfast.sdk.SessionStats``):
+        buffered PUTs and bytes, ACKs by status, reconnects, retransmits, posts that
+        waited, messages delivered, confirmed and rejected."""
+        return self._core.engine.stats()
 
     async def open_queue(
         self,
@@ -223,6 +230,8 @@ class Session:
         engine = self._core.engine
         now = since = time.monotonic()
         while (delay := engine.admit_post(since, now, queue_id)) > 0:
+            if now == since:
+                engine.note_admission_wait(queue_id)
             await self._core.driver.wait_changed(delay)
             now = time.monotonic()
         guid = engine.post(queue_id, payload, properties, on_ack, now, guid)
