@@ -25,6 +25,7 @@ from holdfast.sdk.errors import ConfirmDroppedError, InvalidArgumentError, Reque
 from holdfast.sdk.events import SessionEvent, log_event
 from holdfast.sdk.failover import parse_addresses
 from holdfast.sdk.handlers import reject_on_failure
+from holdfast.sdk.inbox import Inbox, Inboxes
 from holdfast.sdk.marks import CommitMark, call_commit_mark
 from holdfast.sdk.options import QueueOptions, SessionOptions, default_address
 from holdfast.sdk.queue import Queue
@@ -88,10 +89,17 @@ class Session(RequestReply):
         self._addresses = parse_addresses(address or default_address())
         self._options = options or SessionOptions()
         self._dispatcher = Dispatcher("holdfast-dispatch")
+        self._inboxes = Inboxes()
+        application_on_event = on_event or log_event
+
+        def route_event(event: SessionEvent) -> None:
+            self._inboxes.on_event(event)  # message iterators first: they may end now
+            application_on_event(event)
+
         self._engine = SessionEngine(
             client_id=str(uuid.uuid4()),
             client_name=self._options.client_name,
-            on_event=on_event or log_event,
+            on_event=route_event,
             confirmer=self._confirm,
             high_watermark_bytes=self._options.high_watermark_bytes,
             max_disconnected_buffer_bytes=self._options.max_disconnected_buffer_bytes,
@@ -189,23 +197,34 @@ class Session(RequestReply):
     ) -> Queue:
         """Open ``hf://<domain>/<queue>`` and block until the broker has opened it.
 
-        ``on_message`` is required with ``read=True``; a message it raises on is
-        rejected with requeue after a back-off (``QueueOptions.retry_delay``), never
-        left unconfirmed. ``on_ack`` is the default ACK callback for PUTs posted
-        without one. If the link is down the open is
-        sent when it comes back; ``RequestTimeoutError`` after ``timeout`` seconds.
+        With ``read=True``, ``on_message`` is called with each message on the SDK's
+        dispatcher thread; a message it raises on is rejected with requeue after a
+        back-off (``QueueOptions.retry_delay``), never left unconfirmed. Without
+        ``on_message``, read the queue in your own thread with ``queue.messages()``.
+        ``on_ack`` is the default ACK callback for PUTs posted without one. If the
+        link is down the open is sent when it comes back; ``RequestTimeoutError``
+        after ``timeout`` seconds.
         """
         driver = self._driver
         options = options or QueueOptions()
+        inbox: Inbox | None = None
+        handler: Callable[[Message], Any] | None = None
+        if on_message is not None:
+            handler = reject_on_failure(on_message, options)
+        elif read:
+            inbox = Inbox()
+            handler = inbox.put
         with self._lock:
             record, request_id = self._engine.open_queue(
                 uri,
                 read=read,
                 write=write,
                 options=options,
-                on_message=None if on_message is None else reject_on_failure(on_message, options),
+                on_message=handler,
                 on_ack=on_ack,
             )
+            if inbox is not None:
+                self._inboxes.add(inbox, record)
             driver.expect(request_id)
             driver.after_input()
         try:
@@ -215,7 +234,7 @@ class Session(RequestReply):
                 self._engine.abandon_open(record.queue_id)
                 driver.after_input()
             raise
-        return Queue(self, record)
+        return Queue(self, record, inbox)
 
     def has_workers(self, uri: str, timeout: float = 10.0) -> bool:
         """True if ``uri`` has a live consumer now (request/reply service discovery).
@@ -268,6 +287,7 @@ class Session(RequestReply):
         with _interrupts_deferred() as deferred:
             self._driver.stop()  # reports what is still pending UNKNOWN
             self._dispatcher.stop(10)  # runs those on_ack callbacks
+            self._inboxes.end_all()  # SessionClosed did, unless the dispatcher was stuck
         interrupted = interrupted or deferred.interrupt
         if interrupted is not None:
             raise interrupted
