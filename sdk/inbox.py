@@ -33,6 +33,7 @@ from holdfast.sdk.events import (
     SessionEvent,
     SessionFailed,
 )
+from holdfast.sdk.instrument import ItemSpans
 from holdfast.sdk.state import QueueState
 from holdfast.sdk.types import Message
 
@@ -43,10 +44,12 @@ if TYPE_CHECKING:
 class Inbox:
     """Messages PUSHed to one queue, waiting for its iterators. Thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, traced: bool = False) -> None:
         self._ready = threading.Condition()
         self._messages: deque[Message] = deque()
         self._ended = False
+        self.traced = traced
+        """Its iterators give each item a ``process`` span (``holdfast.sdk.instrument``)."""
 
     def __len__(self) -> int:
         with self._ready:
@@ -101,8 +104,17 @@ def check_timeout(timeout: float | None) -> float | None:
 
 def iterate(inbox: Inbox, timeout: float | None) -> Iterator[Message]:
     """Yield the inbox's messages until it ends or ``timeout`` passes without one."""
-    while (message := inbox.get(timeout)) is not None:
-        yield message
+    if not inbox.traced:
+        while (message := inbox.get(timeout)) is not None:
+            yield message
+        return
+    spans = ItemSpans()
+    try:
+        while (message := inbox.get(timeout)) is not None:
+            spans.next(message)
+            yield message
+    finally:
+        spans.next(None)
 
 
 class Inboxes:

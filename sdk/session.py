@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from holdfast.proto import pb
+from holdfast.sdk import instrument, metrics, tracing
 from holdfast.sdk.dispatch import Dispatcher
 from holdfast.sdk.driver.threaded import ThreadDriver
 from holdfast.sdk.engine import SessionEngine
@@ -113,6 +114,9 @@ class Session(RequestReply):
         )
         self._lock = self._driver.lock
         self._closed = False
+        self._telemetry = self._options.telemetry and tracing.AVAILABLE
+        if self._telemetry:
+            metrics.watch(self)
         self._driver.start()
 
     def __enter__(self) -> Session:
@@ -134,6 +138,12 @@ class Session(RequestReply):
     def addresses(self) -> list[str]:
         """The addresses this session fails over across, in order."""
         return list(self._addresses)
+
+    @property
+    def client_id(self) -> str:
+        """The id this session announces to the broker (``holdfast.client.id`` in its
+        OpenTelemetry metrics)."""
+        return self._engine.client_id
 
     @property
     def pending_count(self) -> int:
@@ -210,9 +220,11 @@ class Session(RequestReply):
         inbox: Inbox | None = None
         handler: Callable[[Message], Any] | None = None
         if on_message is not None:
+            if self._telemetry:
+                on_message = instrument.traced_handler(on_message)
             handler = reject_on_failure(on_message, options)
         elif read:
-            inbox = Inbox()
+            inbox = Inbox(traced=self._telemetry)
             handler = inbox.put
         with self._lock:
             record, request_id = self._engine.open_queue(
@@ -284,6 +296,7 @@ class Session(RequestReply):
             self.flush(self._options.close_timeout if timeout is None else timeout)
         except KeyboardInterrupt as exc:
             interrupted = exc  # a (second) Ctrl-C: stop waiting, still report every PUT
+        metrics.unwatch(self)
         with _interrupts_deferred() as deferred:
             self._driver.stop()  # reports what is still pending UNKNOWN
             self._dispatcher.stop(10)  # runs those on_ack callbacks
@@ -302,6 +315,30 @@ class Session(RequestReply):
         on_ack: Callable[[Ack], Any] | None,
         guid: uuid.UUID | None,
     ) -> uuid.UUID:
+        if self._telemetry:
+            span, properties, on_ack = instrument.prepare_post(
+                self._engine.queue(queue_id),
+                properties,
+                on_ack,
+                guid is not None,
+                self._engine.limits,
+            )
+            if span is not None:
+                try:
+                    return self._post_now(queue_id, payload, properties, on_ack, guid)
+                except BaseException as error:
+                    tracing.fail(span, error)
+                    raise
+        return self._post_now(queue_id, payload, properties, on_ack, guid)
+
+    def _post_now(
+        self,
+        queue_id: int,
+        payload: bytes,
+        properties: Mapping[str, str] | None,
+        on_ack: Callable[[Ack], Any] | None,
+        guid: uuid.UUID | None,
+    ) -> uuid.UUID:
         driver = self._driver
         with self._lock:
             now = time.monotonic()
@@ -313,6 +350,13 @@ class Session(RequestReply):
         return guid
 
     def _confirm(self, message: Message, reject: Rejection | None = None) -> None:
+        if self._telemetry:
+            with instrument.settling(message, reject is not None):
+                self._confirm_now(message, reject)
+        else:
+            self._confirm_now(message, reject)
+
+    def _confirm_now(self, message: Message, reject: Rejection | None) -> None:
         driver = self._driver
         with self._lock:
             if driver.stopping:

@@ -6,7 +6,7 @@ import enum
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from holdfast.sdk.errors import InvalidArgumentError
 
@@ -93,6 +93,8 @@ class Message:
     _queue_id: int = field(repr=False)
     _generation: int = field(repr=False)
     _settled: bool = field(default=False, repr=False)
+    _span: Any = field(default=None, repr=False)
+    """Its OpenTelemetry ``process`` span, if one is recording (``holdfast.sdk.tracing``)."""
 
     def confirm(self) -> None:
         """Tell the broker the message is processed, so it is removed from the queue.

@@ -82,6 +82,7 @@ class BlockingView:
         self._session = session
         self._loop = loop
         self._dispatcher = _LoopThread(loop)
+        self._telemetry = session._telemetry
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run ``coroutine`` on the session's loop and wait for its result."""

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
+from holdfast.sdk import instrument, metrics, tracing
 from holdfast.sdk.aio.queue import Queue
 from holdfast.sdk.aio.rpc import BlockingView
 from holdfast.sdk.driver.aio_session import AsyncEngineSession
@@ -59,13 +60,17 @@ class Session:
     ) -> None:
         self._addresses = parse_addresses(address or default_address())
         self._options = options or SessionOptions()
+        self._telemetry = self._options.telemetry and tracing.AVAILABLE
         self._core = AsyncEngineSession(
             self._addresses,
             self._options,
             on_event or log_event,
             client_id=str(uuid.uuid4()),
             transport=transport,
+            telemetry=self._telemetry,
         )
+        if self._telemetry:
+            metrics.watch(self)
         self._started = False
         self._closed = False
         self._queues: weakref.WeakSet[Queue] = weakref.WeakSet()
@@ -94,6 +99,12 @@ class Session:
     def addresses(self) -> list[str]:
         """The addresses this session fails over across, in order."""
         return list(self._addresses)
+
+    @property
+    def client_id(self) -> str:
+        """The id this session announces to the broker (``holdfast.client.id`` in its
+        OpenTelemetry metrics)."""
+        return self._core.engine.client_id
 
     @property
     def pending_count(self) -> int:
@@ -134,6 +145,8 @@ class Session:
         if read and on_message is None:
             inbox = asyncio.Queue()
             on_message = inbox.put_nowait
+        elif on_message is not None and self._telemetry:
+            on_message = instrument.traced_handler(on_message)
         record = await self._core.open_queue(
             uri,
             read=read,
@@ -143,7 +156,7 @@ class Session:
             on_ack=on_ack,
             timeout=timeout,
         )
-        queue = Queue(self, record, inbox)
+        queue = Queue(self, record, inbox, traced=self._telemetry)
         self._queues.add(queue)
         return queue
 
@@ -208,6 +221,7 @@ class Session:
         if self._closed:
             return
         self._closed = True
+        metrics.unwatch(self)
         if self._caller is not None:
             # Off the loop: the caller's threads may be waiting on the loop right now.
             await asyncio.get_running_loop().run_in_executor(None, self._caller.close)
@@ -220,6 +234,27 @@ class Session:
     # ------------------------------------------------------------------ used by Queue
 
     async def _post(
+        self,
+        queue_id: int,
+        payload: bytes,
+        properties: Mapping[str, str] | None,
+        on_ack: Callable[[Ack], Any] | None,
+        guid: uuid.UUID | None,
+    ) -> uuid.UUID:
+        if self._telemetry:
+            engine = self._core.engine
+            span, properties, on_ack = instrument.prepare_post(
+                engine.queue(queue_id), properties, on_ack, guid is not None, engine.limits
+            )
+            if span is not None:
+                try:
+                    return await self._post_now(queue_id, payload, properties, on_ack, guid)
+                except BaseException as error:
+                    tracing.fail(span, error)
+                    raise
+        return await self._post_now(queue_id, payload, properties, on_ack, guid)
+
+    async def _post_now(
         self,
         queue_id: int,
         payload: bytes,

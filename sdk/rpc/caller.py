@@ -9,7 +9,7 @@ call completes exactly once.
 
 The broker ends a call first when it dead-letters the request: it was not picked
 up within its pickup TTL (sent a little under the pickup timeout,
-``_broker_pickup_ms``) or reached the service queue's delivery limit; its notice on
+``wire.broker_pickup_ms``) or reached the service queue's delivery limit; its notice on
 the reply queue becomes ``DeadLetteredError`` with the broker's reason. A timer
 thread ends the rest: at the pickup deadline if no worker has picked the request up
 and no notice came (the broker unreachable: ``DeadLetteredError``, reason
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from holdfast.proto.uri import parse_queue_uri
+from holdfast.sdk import tracing
 from holdfast.sdk.errors import (
     DeadLetteredError,
     HoldfastError,
@@ -50,6 +51,7 @@ from holdfast.sdk.guids import Uuid7Source
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.poolnames import key_queue_uri
 from holdfast.sdk.queue import Queue
+from holdfast.sdk.rpc import spans as rpc_spans
 from holdfast.sdk.rpc import wire
 from holdfast.sdk.rpc.values import Reply
 from holdfast.sdk.types import Ack, AckStatus, Message
@@ -98,6 +100,7 @@ class Caller:
 
     def __init__(self, session: Session) -> None:
         self._session = session
+        self._traced = session._telemetry
         self._lock = threading.Lock()
         self._open_lock = threading.Lock()
         self._calls: dict[bytes, _Call] = {}
@@ -149,16 +152,19 @@ class Caller:
             self._calls[guid.bytes] = call  # before the PUT: its reply may come at once
         future.add_done_callback(lambda f: self._on_done(call, f))
         expires = wire.wall_ms() + round(pickup * 1000)
+        properties = wire.request_properties(
+            user, reply_to, expires, key, wire.broker_pickup_ms(pickup)
+        )
+        span = rpc_spans.start_call(uri, guid, properties, future) if self._traced else None
         try:
-            target.post(
-                payload,
-                wire.request_properties(user, reply_to, expires, key, _broker_pickup_ms(pickup)),
-                lambda ack: self._on_request_ack(call, ack),
-                guid=guid,
-            )
-        except BaseException:
+            with tracing.current(span):  # the request's send span is the call's child
+                target.post(
+                    payload, properties, lambda ack: self._on_request_ack(call, ack), guid=guid
+                )
+        except BaseException as error:
             with self._lock:
                 self._calls.pop(guid.bytes, None)
+            tracing.fail(span, error)
             raise
         self._wakeup.set()
         return future
@@ -360,13 +366,6 @@ class Caller:
             else:
                 self._wakeup.wait(max(0.0, nearest - time.monotonic()))
             self._wakeup.clear()
-
-
-def _broker_pickup_ms(pickup: float) -> int:
-    """The pickup TTL the broker enforces: a margin under the caller's own pickup
-    deadline (a quarter of it, at most 1 s), so the broker's notice, with its reason,
-    normally arrives before the caller's timer gives up on its own."""
-    return max(1, round((pickup - min(pickup / 4, 1.0)) * 1000))
 
 
 def _domain(uri: str) -> str:

@@ -39,9 +39,11 @@ from typing import TYPE_CHECKING
 from cachetools import TTLCache
 
 from holdfast.proto.uri import parse_queue_uri
+from holdfast.sdk import tracing
 from holdfast.sdk.errors import HoldfastError, InvalidArgumentError, RequestTimeoutError
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.queue import Queue
+from holdfast.sdk.rpc import spans as rpc_spans
 from holdfast.sdk.rpc import wire
 from holdfast.sdk.rpc.options import WorkerOptions
 from holdfast.sdk.rpc.values import Request
@@ -98,6 +100,7 @@ class Worker:
         self.uri = uri
         self.options = options or WorkerOptions()
         self._session = session
+        self._traced = session._telemetry
         self._handler = handler
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -241,8 +244,10 @@ class Worker:
         guid = job.request.guid
         with self._lock:
             self.handler_runs += 1
+        span = rpc_spans.start_serve(self.uri, job.message) if self._traced else None
         try:
-            result = self._handler(job.request)
+            with tracing.current(span):
+                result = self._handler(job.request)
             if isinstance(result, tuple):
                 payload, properties = result
                 answer = (bytes(payload), wire.reply_properties(guid, _user(properties)))
@@ -251,6 +256,9 @@ class Worker:
         except Exception as error:  # the handler's failure is the caller's to see
             log.debug("handler raised for %s", guid, exc_info=True)
             answer = _handler_error(guid, error)
+            rpc_spans.end_serve(span, answer[1], error)
+            return answer
+        rpc_spans.end_serve(span, answer[1])
         return answer
 
     def _post_answer(self, job: _Job) -> None:

@@ -1,0 +1,243 @@
+"""OpenTelemetry spans and W3C trace context for Holdfast (the ``[otel]`` extra).
+
+The only module that imports ``opentelemetry``: without the extra installed every
+function here does nothing (and costs one flag test), so the SDK, the proxy and the
+broker work unchanged. With it, Holdfast uses the *global* tracer and meter
+providers (``opentelemetry.trace.set_tracer_provider``): configure them in your
+application as usual; until you do, the API's no-op providers make this cheap.
+
+Trace context travels in message properties, as W3C ``traceparent`` and
+``tracestate`` (``TRACEPARENT``, ``TRACESTATE``). ``post()`` writes them once, when
+the PUT is buffered, so every retransmit carries the same bytes and the broker's
+dedup (which compares properties) still recognises a replay. For the same reason a
+PUT posted with an explicit ``guid=`` (an idempotent producer that may post the same
+message again from another process) gets no trace context written for it; nor is
+one written when the application set ``traceparent`` itself or when it would not
+fit the broker's property limits. No hop rewrites them: the proxy and the broker
+read them to parent their own spans.
+
+Spans follow the OpenTelemetry messaging semantic conventions: ``messaging.system``
+is ``holdfast``, ``messaging.destination.name`` the queue URI,
+``messaging.message.id`` the message GUID, ``messaging.operation.type`` one of
+``send``, ``receive``, ``process``, ``settle`` (``send`` is what the conventions
+call the operation once named ``publish``), ``messaging.operation.name`` the
+Holdfast step. Spans by hop are listed in ``docs/observability.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from holdfast.proto.limits import Limits
+from holdfast.proto.validate import properties_size
+
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import metrics as otel_metrics
+    from opentelemetry import trace as otel_trace
+    from opentelemetry.trace import SpanKind, StatusCode
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    AVAILABLE = True
+except ImportError:  # the [otel] extra is not installed: every hook does nothing
+    AVAILABLE = False
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Span
+
+__all__ = [
+    "AVAILABLE",
+    "SYSTEM",
+    "TRACEPARENT",
+    "TRACESTATE",
+    "carrier",
+    "context_of",
+    "current",
+    "end",
+    "extract",
+    "fail",
+    "otel_metrics",
+    "start",
+    "start_send",
+    "with_trace_context",
+]
+
+SYSTEM = "holdfast"
+"""``messaging.system`` of every Holdfast span."""
+TRACEPARENT = "traceparent"
+"""The message property that carries the W3C trace context."""
+TRACESTATE = "tracestate"
+"""The message property that carries vendor trace state, when there is some."""
+SCOPE = "holdfast"
+"""The instrumentation scope of Holdfast's tracer and meter."""
+
+# Operation types of the messaging semantic conventions.
+SEND = "send"
+RECEIVE = "receive"
+PROCESS = "process"
+SETTLE = "settle"
+
+_tracer: Any = None
+_propagator: Any = None
+if AVAILABLE:
+    # A proxy tracer: it follows the global provider even if it is set later.
+    _tracer = otel_trace.get_tracer(SCOPE)
+    _propagator = TraceContextTextMapPropagator()
+
+
+def _kind(name: str) -> Any:
+    return getattr(SpanKind, name)
+
+
+def attributes(
+    operation_type: str, operation: str, uri: str, guid: object = None
+) -> dict[str, str | int]:
+    """The messaging attributes of a span about queue ``uri`` (and message ``guid``)."""
+    values: dict[str, str | int] = {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": operation_type,
+        "messaging.operation.name": operation,
+        "messaging.destination.name": uri,
+    }
+    if guid is not None:
+        values["messaging.message.id"] = str(guid)
+    return values
+
+
+def extract(properties: Mapping[str, str] | None) -> Context | None:
+    """The trace context a message carries (None: none, or no OpenTelemetry)."""
+    if not AVAILABLE or not properties or TRACEPARENT not in properties:
+        return None
+    carried = {TRACEPARENT: properties[TRACEPARENT]}
+    if TRACESTATE in properties:
+        carried[TRACESTATE] = properties[TRACESTATE]
+    context: Context = _propagator.extract(carried)
+    return context
+
+
+def carrier(span: Span | None) -> dict[str, str]:
+    """``traceparent`` (and ``tracestate``) naming ``span``; empty without a valid span."""
+    if not AVAILABLE or span is None or not span.get_span_context().is_valid:
+        return {}
+    carried: dict[str, str] = {}
+    _propagator.inject(carried, context=otel_trace.set_span_in_context(span))
+    return carried
+
+
+def start(
+    name: str,
+    kind: str,
+    attrs: Mapping[str, str | int],
+    parent: Context | None = None,
+    start_time: int | None = None,
+) -> Span | None:
+    """Start a span (``kind``: a ``SpanKind`` name) under ``parent``, or the current
+    context when None. None without OpenTelemetry."""
+    if not AVAILABLE:
+        return None
+    span: Span = _tracer.start_span(
+        name, context=parent, kind=_kind(kind), attributes=attrs, start_time=start_time
+    )
+    return span
+
+
+def end(
+    span: Span | None, error: str | None = None, attrs: Mapping[str, str | int] | None = None
+) -> None:
+    """End ``span`` (None: nothing) with ``attrs`` added, and an error status if
+    ``error`` is given."""
+    if span is None:
+        return
+    if attrs:
+        span.set_attributes(attrs)
+    if error is not None:
+        span.set_status(StatusCode.ERROR, error)
+    span.end()
+
+
+def fail(span: Span | None, error: BaseException) -> None:
+    """End ``span`` with ``error`` recorded on it."""
+    if span is None:
+        return
+    span.record_exception(error)
+    end(span, f"{type(error).__name__}: {error}")
+
+
+def context_of(span: Span | None) -> Context | None:
+    """A context whose current span is ``span`` (a parent for other spans)."""
+    if span is None:
+        return None
+    context: Context = otel_trace.set_span_in_context(span)
+    return context
+
+
+@contextlib.contextmanager
+def current(span: Span | None) -> Iterator[None]:
+    """Make ``span`` the current span in this block (nothing for None); it is not ended."""
+    if span is None:
+        yield
+        return
+    token = otel_context.attach(otel_trace.set_span_in_context(span))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
+def start_send(uri: str, inject: bool) -> Span | None:
+    """The ``send`` span of a post (PRODUCER, from ``post()`` to its ACK), or None
+    when nothing would record or carry it (no OpenTelemetry, no provider and no
+    trace to join). ``inject``: its context may be written into the properties."""
+    if not AVAILABLE:
+        return None
+    span: Span = _tracer.start_span(
+        f"send {uri}", kind=SpanKind.PRODUCER, attributes=attributes(SEND, SEND, uri)
+    )
+    if not span.is_recording() and not (inject and span.get_span_context().is_valid):
+        return None
+    return span
+
+
+def with_trace_context(
+    span: Span | None, properties: Mapping[str, str] | None, limits: Limits
+) -> Mapping[str, str] | None:
+    """``properties`` with ``span``'s ``traceparent``/``tracestate`` added, if they have
+    none yet and the result stays within ``limits``; else ``properties`` unchanged
+    (also when they are malformed: the post then refuses them with its usual error)."""
+    carried = carrier(span)
+    if not carried:
+        return properties
+    if not properties:
+        merged: dict[str, str] = {}
+    elif not isinstance(properties, Mapping) or TRACEPARENT in properties:
+        return properties
+    else:
+        merged = dict(properties)
+    try:
+        before = properties_size(merged)
+    except (AttributeError, TypeError, UnicodeEncodeError):
+        return properties
+    if (
+        len(merged) + len(carried) > limits.max_properties
+        or before + properties_size(carried) > limits.max_properties_bytes
+    ):
+        return properties  # the application's properties come first
+    merged.update(carried)
+    return merged
+
+
+def message_span(
+    operation: str, operation_type: str, kind: str, message: Any, parent: Context | None = None
+) -> Span | None:
+    """A span about one delivered ``Message`` (process or settle), under ``parent`` or
+    else the trace the message carries."""
+    if not AVAILABLE:
+        return None
+    attrs = attributes(operation_type, operation, message.queue_uri, message.guid)
+    attrs["messaging.holdfast.delivery_count"] = message.delivery_count
+    if parent is None:
+        parent = extract(message.properties)
+    return start(f"{operation} {message.queue_uri}", kind, attrs, parent)
