@@ -54,6 +54,7 @@ __all__ = [
     "TRACEPARENT",
     "TRACESTATE",
     "carrier",
+    "configured",
     "context_of",
     "current",
     "end",
@@ -86,6 +87,15 @@ if AVAILABLE:
     # A proxy tracer: it follows the global provider even if it is set later.
     _tracer = otel_trace.get_tracer(SCOPE)
     _propagator = TraceContextTextMapPropagator()
+
+
+def configured() -> bool:
+    """True once the process has set a tracer provider (until then the API's default
+    is a proxy with nothing behind it, and every span would be a no-op)."""
+    if not AVAILABLE:
+        return False
+    provider = otel_trace.get_tracer_provider()
+    return not isinstance(provider, otel_trace.ProxyTracerProvider | otel_trace.NoOpTracerProvider)
 
 
 def _kind(name: str) -> Any:
