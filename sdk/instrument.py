@@ -58,9 +58,25 @@ def prepare_post(
     return span, properties, acked
 
 
+class Untraced:
+    """An ``on_message`` handler of the SDK's own (request/reply's reply and control
+    queues) whose messages get no ``process`` span: heartbeats and cancels are not the
+    application's messages, and the ``call`` span covers the reply."""
+
+    __slots__ = ("handler",)
+
+    def __init__(self, handler: Callable[[Message], Any]) -> None:
+        self.handler = handler
+
+    def __call__(self, message: Message) -> Any:
+        return self.handler(message)
+
+
 def traced_handler(handler: Callable[[Message], Any]) -> Callable[[Message], Any]:
     """``handler`` run inside the message's ``process`` span (CONSUMER, the current span
-    while it runs, under the trace the message carries)."""
+    while it runs, under the trace the message carries); an ``Untraced`` one as it is."""
+    if isinstance(handler, Untraced):
+        return handler
 
     def process(message: Message) -> Any:
         span = start_process(message)
@@ -87,8 +103,12 @@ def start_process(message: Message) -> Span | None:
 @contextlib.contextmanager
 def settling(message: Message, reject: bool) -> Iterator[None]:
     """The ``settle`` span (CLIENT) of a CONFIRM or REJECT, under the message's process
-    span, else the trace it carries; a dropped one ends in error."""
-    parent = tracing.context_of(message._span)
+    span, else the trace it carries (none if neither: a settle span alone would be a
+    trace of its own); a dropped one ends in error."""
+    parent = tracing.context_of(message._span) or tracing.extract(message.properties)
+    if parent is None:
+        yield
+        return
     operation = "reject" if reject else "confirm"
     span = tracing.message_span(operation, tracing.SETTLE, "CLIENT", message, parent)
     try:
@@ -114,4 +134,11 @@ class ItemSpans:
         self._span = None if message is None else start_process(message)
 
 
-__all__ = ["ItemSpans", "prepare_post", "settling", "start_process", "traced_handler"]
+__all__ = [
+    "ItemSpans",
+    "Untraced",
+    "prepare_post",
+    "settling",
+    "start_process",
+    "traced_handler",
+]

@@ -27,6 +27,7 @@ Holdfast step. Spans by hop are listed in ``docs/observability.md``.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +64,7 @@ __all__ = [
     "otel_metrics",
     "start",
     "start_send",
+    "suppressed",
     "with_trace_context",
 ]
 
@@ -96,6 +98,20 @@ def configured() -> bool:
         return False
     provider = otel_trace.get_tracer_provider()
     return not isinstance(provider, otel_trace.ProxyTracerProvider | otel_trace.NoOpTracerProvider)
+
+
+_suppressed = contextvars.ContextVar("holdfast_tracing_suppressed", default=False)
+
+
+@contextlib.contextmanager
+def suppressed() -> Iterator[None]:
+    """No ``send`` span and no trace context for posts made in this block (the SDK's
+    own control messages: request/reply heartbeats and cancels)."""
+    token = _suppressed.set(True)
+    try:
+        yield
+    finally:
+        _suppressed.reset(token)
 
 
 def _kind(name: str) -> Any:
@@ -201,7 +217,7 @@ def start_send(uri: str, inject: bool) -> Span | None:
     """The ``send`` span of a post (PRODUCER, from ``post()`` to its ACK), or None
     when nothing would record or carry it (no OpenTelemetry, no provider and no
     trace to join). ``inject``: its context may be written into the properties."""
-    if not AVAILABLE:
+    if not AVAILABLE or _suppressed.get():
         return None
     span: Span = _tracer.start_span(
         f"send {uri}", kind=SpanKind.PRODUCER, attributes=attributes(SEND, SEND, uri)

@@ -48,6 +48,7 @@ from holdfast.sdk.errors import (
     WorkerLostError,
 )
 from holdfast.sdk.guids import Uuid7Source
+from holdfast.sdk.instrument import Untraced
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.poolnames import key_queue_uri
 from holdfast.sdk.queue import Queue
@@ -101,6 +102,7 @@ class Caller:
     def __init__(self, session: Session) -> None:
         self._session = session
         self._traced = session._telemetry
+        self._on_replies = Untraced(self._on_reply_message)  # the call span covers them
         self._lock = threading.Lock()
         self._open_lock = threading.Lock()
         self._calls: dict[bytes, _Call] = {}
@@ -309,7 +311,8 @@ class Caller:
         try:
             queue = self._open(self._workers, worker, {"write": True})
             self._workers.move_to_end(worker)
-            queue.post(b"", wire.cancel_properties(guid))
+            with tracing.suppressed():
+                queue.post(b"", wire.cancel_properties(guid))
             while len(self._workers) > MAX_WORKER_HANDLES:
                 _, old = self._workers.popitem(last=False)
                 old.close(timeout=5)
@@ -323,7 +326,7 @@ class Caller:
         return self._open(
             self._reply_queues,
             uri,
-            {"read": True, "on_message": self._on_reply_message, "options": REPLY_QUEUE_OPTIONS},
+            {"read": True, "on_message": self._on_replies, "options": REPLY_QUEUE_OPTIONS},
         )
 
     def _open(self, cache: dict[str, Queue], uri: str, how: dict[str, Any]) -> Queue:

@@ -41,6 +41,7 @@ from cachetools import TTLCache
 from holdfast.proto.uri import parse_queue_uri
 from holdfast.sdk import tracing
 from holdfast.sdk.errors import HoldfastError, InvalidArgumentError, RequestTimeoutError
+from holdfast.sdk.instrument import Untraced
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.queue import Queue
 from holdfast.sdk.rpc import spans as rpc_spans
@@ -121,7 +122,9 @@ class Worker:
         self._executor = concurrent.futures.ThreadPoolExecutor(concurrency, "holdfast-worker")
         self.control_uri = f"hf://{domain}/rpc-worker-{uuid.uuid4().hex}"
         """Where callers send cancels for the requests this worker runs."""
-        self._control = session.open_queue(self.control_uri, read=True, on_message=self._on_control)
+        self._control = session.open_queue(
+            self.control_uri, read=True, on_message=Untraced(self._on_control)
+        )
         self._beater = threading.Thread(target=self._beat_loop, name="holdfast-beat", daemon=True)
         self._beater.start()
         self._service = session.open_queue(
@@ -275,12 +278,13 @@ class Worker:
             self._posting[key] = [job]
         payload, properties = job.answer
         try:
-            job.queue.post(
-                payload,
-                properties,
-                lambda ack: self._on_reply_ack(key, ack),
-                guid=wire.reply_guid(job.request.guid),
-            )
+            with tracing.suppressed():  # the serve span covers the reply
+                job.queue.post(
+                    payload,
+                    properties,
+                    lambda ack: self._on_reply_ack(key, ack),
+                    guid=wire.reply_guid(job.request.guid),
+                )
         except HoldfastError as error:  # e.g. a reply over the broker's limits
             with self._lock:
                 jobs = self._posting.pop(key, [])
@@ -366,7 +370,7 @@ class Worker:
         properties = wire.beat_properties(
             job.request.guid, self.control_uri, self.options.heartbeat_interval
         )
-        with contextlib.suppress(HoldfastError):
+        with contextlib.suppress(HoldfastError), tracing.suppressed():
             self._reply_queue(job.reply_to).post(b"", properties)
 
     def _check_callers(self, jobs: list[_Job], now: float) -> None:

@@ -11,7 +11,7 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
-from holdfast.proto.limits import DEFAULT_MAX_PROPERTIES
+from holdfast.proto.limits import DEFAULT_MAX_PROPERTIES, DEFAULT_MAX_PROPERTIES_BYTES
 from holdfast.sdk import Ack, AckStatus, Message, Session, SessionOptions, aio
 from holdfast.sdk.testing import Broker
 from tests.otel.conftest import Telemetry
@@ -91,23 +91,26 @@ def test_no_trace_context_is_written_where_it_must_not_be(telemetry: Telemetry) 
     traceparent, and properties already at the broker's count limit are left alone."""
     got: list[Message] = []
     full = {f"p{i}": "v" for i in range(DEFAULT_MAX_PROPERTIES)}
+    big = {"big": "x" * (DEFAULT_MAX_PROPERTIES_BYTES - len("big") - 10)}  # 10 bytes spare
     own = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
     with Broker() as broker, Session(broker.address, transport=broker.transport()) as s:
         queue = s.open_queue(URI, write=True, read=True, on_message=got.append)
         queue.post(b"explicit", guid=uuid.uuid4())
         queue.post(b"own", properties=own)
         queue.post(b"full", properties=full)
+        queue.post(b"big", properties=big)
         queue.post(b"plain")
         assert s.flush(timeout=10)
-        wait_until(lambda: len(got) == 4, 10, "four deliveries")
+        wait_until(lambda: len(got) == 5, 10, "five deliveries")
         for message in got:
             message.confirm()
     by_payload = {m.payload: m.properties for m in got}
     assert "traceparent" not in by_payload[b"explicit"]
     assert by_payload[b"own"] == own
     assert by_payload[b"full"] == full
+    assert by_payload[b"big"] == big
     assert "traceparent" in by_payload[b"plain"]
-    assert len(telemetry.named("send ")) == 4  # every post still has its span
+    assert len(telemetry.named("send ")) == 5  # every post still has its span
 
 
 def test_a_failing_handler_records_the_error_and_the_automatic_reject(
