@@ -79,6 +79,8 @@ def traced_handler(handler: Callable[[Message], Any]) -> Callable[[Message], Any
         return handler
 
     def process(message: Message) -> Any:
+        if not tracing.configured():
+            return handler(message)
         span = start_process(message)
         try:
             with tracing.current(span):
@@ -105,6 +107,9 @@ def settling(message: Message, reject: bool) -> Iterator[None]:
     """The ``settle`` span (CLIENT) of a CONFIRM or REJECT, under the message's process
     span, else the trace it carries (none if neither: a settle span alone would be a
     trace of its own); a dropped one ends in error."""
+    if not tracing.configured():
+        yield
+        return
     parent = tracing.context_of(message._span) or tracing.extract(message.properties)
     if parent is None:
         yield

@@ -315,7 +315,7 @@ class Session(RequestReply):
         on_ack: Callable[[Ack], Any] | None,
         guid: uuid.UUID | None,
     ) -> uuid.UUID:
-        if self._telemetry:
+        if self._telemetry and tracing.configured():
             span, properties, on_ack = instrument.prepare_post(
                 self._engine.queue(queue_id),
                 properties,
@@ -350,7 +350,7 @@ class Session(RequestReply):
         return guid
 
     def _confirm(self, message: Message, reject: Rejection | None = None) -> None:
-        if self._telemetry:
+        if self._telemetry and tracing.configured():
             with instrument.settling(message, reject is not None):
                 self._confirm_now(message, reject)
         else:

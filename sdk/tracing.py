@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +63,7 @@ __all__ = [
     "extract",
     "fail",
     "otel_metrics",
+    "recheck",
     "start",
     "start_send",
     "suppressed",
@@ -91,13 +93,30 @@ if AVAILABLE:
     _propagator = TraceContextTextMapPropagator()
 
 
+RECHECK = 1.0
+"""Seconds between looks for a tracer provider while none is set."""
+
+_configured = False
+_next_check = 0.0
+
+
 def configured() -> bool:
-    """True once the process has set a tracer provider (until then the API's default
-    is a proxy with nothing behind it, and every span would be a no-op)."""
-    if not AVAILABLE:
+    """True once the process has set a tracer provider. Until then the API's default is
+    a proxy with nothing behind it, every span would be a no-op, and the hooks skip the
+    work (a provider set later is noticed within ``RECHECK`` seconds; it can be set
+    only once, so a yes is final). Called once per message: a flag and, at most every
+    ``RECHECK`` seconds, a look at the global provider."""
+    global _configured, _next_check
+    if _configured or not AVAILABLE:
+        return _configured
+    now = time.monotonic()
+    if now < _next_check:
         return False
+    _next_check = now + RECHECK
     provider = otel_trace.get_tracer_provider()
-    return not isinstance(provider, otel_trace.ProxyTracerProvider | otel_trace.NoOpTracerProvider)
+    unset = otel_trace.ProxyTracerProvider | otel_trace.NoOpTracerProvider
+    _configured = not isinstance(provider, unset)
+    return _configured
 
 
 _suppressed = contextvars.ContextVar("holdfast_tracing_suppressed", default=False)
@@ -112,6 +131,13 @@ def suppressed() -> Iterator[None]:
         yield
     finally:
         _suppressed.reset(token)
+
+
+def recheck() -> None:
+    """Look for a tracer provider at the next message, not up to ``RECHECK`` seconds
+    later (after ``set_tracer_provider``, when the very next messages must be traced)."""
+    global _next_check
+    _next_check = 0.0
 
 
 def _kind(name: str) -> Any:
@@ -162,7 +188,7 @@ def start(
 ) -> Span | None:
     """Start a span (``kind``: a ``SpanKind`` name) under ``parent``, or the current
     context when None. None without OpenTelemetry."""
-    if not AVAILABLE:
+    if not configured():
         return None
     span: Span = _tracer.start_span(
         name, context=parent, kind=_kind(kind), attributes=attrs, start_time=start_time
@@ -215,9 +241,10 @@ def current(span: Span | None) -> Iterator[None]:
 
 def start_send(uri: str, inject: bool) -> Span | None:
     """The ``send`` span of a post (PRODUCER, from ``post()`` to its ACK), or None
-    when nothing would record or carry it (no OpenTelemetry, no provider and no
-    trace to join). ``inject``: its context may be written into the properties."""
-    if not AVAILABLE or _suppressed.get():
+    when nothing would record or carry it (no OpenTelemetry, no provider configured,
+    or a span neither recorded nor part of a trace). ``inject``: its context may be
+    written into the properties."""
+    if not configured() or _suppressed.get():
         return None
     span: Span = _tracer.start_span(
         f"send {uri}", kind=SpanKind.PRODUCER, attributes=attributes(SEND, SEND, uri)
@@ -260,7 +287,7 @@ def message_span(
 ) -> Span | None:
     """A span about one delivered ``Message`` (process or settle), under ``parent`` or
     else the trace the message carries."""
-    if not AVAILABLE:
+    if not configured():
         return None
     attrs = attributes(operation_type, operation, message.queue_uri, message.guid)
     attrs["messaging.holdfast.delivery_count"] = message.delivery_count

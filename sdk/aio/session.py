@@ -241,7 +241,7 @@ class Session:
         on_ack: Callable[[Ack], Any] | None,
         guid: uuid.UUID | None,
     ) -> uuid.UUID:
-        if self._telemetry:
+        if self._telemetry and tracing.configured():
             engine = self._core.engine
             span, properties, on_ack = instrument.prepare_post(
                 engine.queue(queue_id), properties, on_ack, guid is not None, engine.limits

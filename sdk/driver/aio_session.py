@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from holdfast.sdk import instrument
+from holdfast.sdk import instrument, tracing
 from holdfast.sdk.driver.aio import AsyncDriver
 from holdfast.sdk.engine import QueueRecord, SessionEngine, WireAck, WirePush
 from holdfast.sdk.errors import RequestTimeoutError
@@ -127,7 +127,7 @@ class AsyncEngineSession:
     def confirm(self, message: Message, reject: Rejection | None = None) -> None:
         """CONFIRM (or REJECT) a message delivered on the current connection (rule 5
         otherwise)."""
-        if self.telemetry:
+        if self.telemetry and tracing.configured():
             with instrument.settling(message, reject is not None):
                 self.engine.confirm(message, reject)
         else:

@@ -19,6 +19,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from holdfast.sdk import tracing
+
 
 @dataclass
 class Telemetry:
@@ -73,6 +75,7 @@ def telemetry() -> Iterator[Telemetry]:
         reader = InMemoryMetricReader()
         metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
         _installed = Telemetry(exporter, reader)
+        tracing.recheck()  # earlier tests of this process saw no provider
     _installed.spans.clear()
     _Switch.on = True
     try:
