@@ -172,10 +172,17 @@ def extract(properties: Mapping[str, str] | None) -> Context | None:
 
 def carrier(span: Span | None) -> dict[str, str]:
     """``traceparent`` (and ``tracestate``) naming ``span``; empty without a valid span."""
-    if not AVAILABLE or span is None or not span.get_span_context().is_valid:
+    if span is None:
         return {}
-    carried: dict[str, str] = {}
-    _propagator.inject(carried, context=otel_trace.set_span_in_context(span))
+    context = span.get_span_context()
+    if not context.is_valid:
+        return {}
+    # What TraceContextTextMapPropagator.inject writes (version 00), without the
+    # context API's detours: this runs once per post.
+    traceparent = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+    carried = {TRACEPARENT: traceparent}
+    if context.trace_state:
+        carried[TRACESTATE] = context.trace_state.to_header()
     return carried
 
 

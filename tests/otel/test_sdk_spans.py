@@ -10,6 +10,7 @@ import uuid
 import pytest
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from holdfast.proto.limits import DEFAULT_MAX_PROPERTIES, DEFAULT_MAX_PROPERTIES_BYTES
 from holdfast.sdk import Ack, AckStatus, Message, Session, SessionOptions, aio
@@ -73,6 +74,34 @@ def test_a_post_inside_an_application_span_joins_its_trace(telemetry: Telemetry)
     [outer] = telemetry.named("handle web request")
     [send] = telemetry.named("send ")
     assert is_child(send, outer)
+
+
+def test_tracestate_travels_with_the_traceparent(telemetry: Telemetry) -> None:
+    """What the SDK writes is what OpenTelemetry's W3C propagator writes."""
+    incoming = {
+        "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "tracestate": "vendor=opaque,other=1",
+    }
+    got: list[Message] = []
+    tracer = trace.get_tracer("the application")
+    with Broker() as broker, Session(broker.address, transport=broker.transport()) as s:
+        queue = s.open_queue(URI, write=True, read=True, on_message=got.append)
+        with tracer.start_as_current_span(
+            "handle", context=TraceContextTextMapPropagator().extract(incoming)
+        ):
+            queue.post(b"m")
+        assert s.flush(timeout=10)
+        wait_until(lambda: got, 10, "the delivery")
+        got[0].confirm()
+    [send] = telemetry.named("send ")
+    expected: dict[str, str] = {}
+    context = send.get_span_context()
+    assert context is not None
+    TraceContextTextMapPropagator().inject(
+        expected, context=trace.set_span_in_context(trace.NonRecordingSpan(context))
+    )
+    assert {k: got[0].properties[k] for k in ("traceparent", "tracestate")} == expected
+    assert expected["tracestate"] == "vendor=opaque,other=1"
 
 
 def test_refused_and_unknown_outcomes_end_the_send_span_in_error(telemetry: Telemetry) -> None:
