@@ -75,7 +75,9 @@ def _snapshots() -> list[tuple[dict[str, str], SessionStats]]:
     for session in sessions:
         try:
             found.append(({"holdfast.client.id": session.client_id}, session.stats()))
-        except Exception:  # a session closing meanwhile: it has nothing to say
+        except Exception:
+            # A session closing meanwhile, or an asyncio one whose loop changed a
+            # counter while this thread copied it: skipped until the next collection.
             continue
     return found
 
