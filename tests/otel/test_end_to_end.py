@@ -6,9 +6,11 @@ send → relay → accept → deliver → process → confirm."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +25,7 @@ from holdfast.proxy.server import Proxy
 from holdfast.sdk import AckStatus, Message, ReconnectOptions, Session, SessionOptions
 from tests.otel.conftest import Telemetry
 from tests.otel.trace_support import attribute, is_child, names, trace_id
+from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_until
 
 URI = "hf://otel/e2e"
@@ -34,18 +37,23 @@ pytestmark = pytest.mark.timeout(60)
 class Servers:
     """A broker and a proxy in front of it, on a loop thread of this process."""
 
-    def __init__(self) -> None:
+    def __init__(self, store: str = "memory") -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
-        self.broker = Broker(BrokerConfig(listen="127.0.0.1:0", shutdown_grace=1.0))
+        config = BrokerConfig(listen="127.0.0.1:0", shutdown_grace=1.0, store=store)
+
+        async def make_broker() -> Broker:
+            return Broker(config)
+
+        self.broker: Broker = self._run(make_broker())
         self.broker_address: str = self._run(self.broker.start())
-        config = ProxyConfig(
+        proxy_config = ProxyConfig(
             listen="127.0.0.1:0", upstream=self.broker_address, upstream_options=FAST
         )
 
         async def make() -> Proxy:
-            return Proxy(config)
+            return Proxy(proxy_config)
 
         self.proxy: Proxy = self._run(make())
         self.address: str = self._run(self.proxy.start())
@@ -60,13 +68,20 @@ class Servers:
         self._thread.join(10)
 
 
-@pytest.fixture
-def servers(telemetry: Telemetry) -> Iterator[Servers]:
-    running = Servers()
-    try:
-        yield running
-    finally:
-        running.stop()
+@pytest.fixture(params=["memory", "redis"])
+def servers(
+    request: pytest.FixtureRequest, telemetry: Telemetry, tmp_path: Path
+) -> Iterator[Servers]:
+    """The proxy and a broker on the memory store, or on a Redis it starts."""
+    with contextlib.ExitStack() as stack:
+        store = "memory"
+        if request.param == "redis":
+            store = stack.enter_context(RedisServer(tmp_path / "redis")).url
+        running = Servers(store)
+        try:
+            yield running
+        finally:
+            running.stop()
 
 
 def test_one_trace_links_post_relay_accept_deliver_process_and_confirm(
