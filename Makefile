@@ -14,6 +14,8 @@ TYPES  := .typecheck/holdfast
 $(CORE_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	# The distribution was called holdfast before it became holdfast-mq: drop the old one.
+	$(BIN)/python -m pip uninstall --quiet --yes holdfast 2>/dev/null || true
 	$(BIN)/python -m pip install --quiet -e .
 	touch $(CORE_STAMP)
 
@@ -60,7 +62,7 @@ $(REDIS_STAMP): $(CORE_STAMP)
 	fi
 	touch $(REDIS_STAMP)
 
-pytest: $(STAMP) $(JAVA_STAMP) $(REDIS_STAMP)
+pytest: $(STAMP) $(JAVA_STAMP) $(REDIS_STAMP) $(TYPES)
 	$(BIN)/pytest -q
 
 # The long randomized fault schedule (HOLDFAST_CHAOS_SECONDS, HOLDFAST_CHAOS_SEED).

@@ -27,5 +27,8 @@ Run one in-process::
 from holdfast.broker.config import BrokerConfig
 from holdfast.broker.server import Broker
 from holdfast.broker.store import MemoryStore, RecoveredState, Store, StoreBatch
+from holdfast.proto.logs import quiet_library_logger
+
+quiet_library_logger()
 
 __all__ = ["Broker", "BrokerConfig", "MemoryStore", "RecoveredState", "Store", "StoreBatch"]

@@ -15,7 +15,7 @@ the queue. Each message is the row as JSON.
 Run with plain ``python`` it starts Spark in local mode (``--master``, default
 ``local[2,4]``: two task slots, four attempts per task, so failed tasks are retried);
 under ``spark-submit`` the master comes from spark-submit. The connector needs PySpark
->= 4.0, pyarrow (``pip install holdfast[spark]``) and Java 17. Executors
+>= 4.0, pyarrow (``pip install "holdfast-mq[spark]"``) and Java 17. Executors
 need ``holdfast`` installed (and ``HOLDFAST_ADDRESS`` or ``--address`` reachable
 from them).
 """

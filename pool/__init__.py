@@ -19,3 +19,7 @@ when the key goes idle. The pieces, each with one job:
 - ``leader``: one active manager per pool (a token message only one holds);
 - ``manager`` assembles them; ``cli`` is the command.
 """
+
+from holdfast.proto.logs import quiet_library_logger
+
+quiet_library_logger()

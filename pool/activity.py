@@ -3,7 +3,11 @@
 Workers post ``started`` and ``request-received`` to the pool's activity queue
 (``holdfast.sdk.pool.serve`` does). A busy key reports once per request; the tracker
 needs one touch per ``DEBOUNCE`` seconds to keep the key from going idle, so the
-rest are confirmed and dropped here.
+rest are confirmed and dropped here. Because of that, the tracker's last touch of a
+key can be up to ``DEBOUNCE`` seconds old: the tracker adds ``DEBOUNCE`` to its idle
+delays (``PoolTracker(activity_slack=...)``), so that no idle stage is ever shorter
+than configured. ``started`` reports also reach ``on_started`` (the supervisor),
+never debounced: they tell a worker that is ready from one that never was.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Callable
 
 from holdfast.pool.tracker import PoolTracker
 from holdfast.sdk.errors import HoldfastError
-from holdfast.sdk.poolnames import ACTIVITY_KEY, check_key
+from holdfast.sdk.poolnames import ACTIVITY_EVENT, ACTIVITY_KEY, ACTIVITY_WORKER, STARTED, check_key
 from holdfast.sdk.types import Message
 
 DEBOUNCE = 1.0
@@ -30,8 +34,10 @@ class ActivityReports:
         tracker: PoolTracker,
         debounce: float = DEBOUNCE,
         clock: Callable[[], float] = time.monotonic,
+        on_started: Callable[[str], None] | None = None,
     ) -> None:
         self._tracker = tracker
+        self._on_started = on_started
         self._debounce = debounce
         self._clock = clock
         self._last: dict[str, float] = {}
@@ -43,6 +49,9 @@ class ActivityReports:
     def on_message(self, message: Message) -> None:
         """Touch the report's key unless it was touched within the debounce."""
         key = message.properties.get(ACTIVITY_KEY)
+        worker = message.properties.get(ACTIVITY_WORKER)
+        if self._on_started and message.properties.get(ACTIVITY_EVENT) == STARTED and worker:
+            self._on_started(worker[:256])
         now = self._clock()
         with self._lock:
             self.received += 1

@@ -4,7 +4,8 @@
 
     holdfast-pool --address HOST:PORT --pool NAME --worker-command CMD
                   [--driver subprocess|noop] [--unbind-delay S] [--stop-delay S]
-                  [--max-deliveries N] [--admin-address HOST:PORT]
+                  [--max-deliveries N] [--processing-timeout S]
+                  [--admin-address HOST:PORT]
 
 ``NAME`` is the pool's URI, ``hf://<domain>/<pool>`` (``<domain>/<pool>`` works too).
 ``CMD`` is split like a shell would split it (``shlex``) but never run by a shell;
@@ -26,7 +27,7 @@ import threading
 from collections.abc import Sequence
 
 from holdfast.pool.drivers import DRIVERS, NoopDriver, SubprocessDriver, WorkerGroupDriver
-from holdfast.pool.manager import PoolManager, PoolSettings
+from holdfast.pool.manager import PoolManager, PoolSettings, PoolStartError
 from holdfast.sdk.errors import HoldfastError
 from holdfast.server.cli_support import add_common_flags, apply_environment, configure_logging
 from holdfast.server.serve import split_host_port
@@ -48,6 +49,12 @@ def parser() -> argparse.ArgumentParser:
     args.add_argument("--unbind-delay", type=float, default=30.0, help="seconds (default: 30)")
     args.add_argument("--stop-delay", type=float, default=60.0, help="seconds (default: 60)")
     args.add_argument("--max-deliveries", type=int, default=3, help="(default: 3)")
+    args.add_argument(
+        "--processing-timeout",
+        type=float,
+        metavar="S",
+        help="seconds a worker may spend on one request before it is replaced (default: none)",
+    )
     args.add_argument("--admin-address", help="the broker's HOST:PORT (default: --address)")
     args.add_argument("--token", help="an admin token for the pool's policies ($HOLDFAST_TOKEN)")
     args.add_argument("--tls-ca", metavar="PATH", help="PEM CA of the broker: TLS (workers too)")
@@ -77,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_deliveries=args.max_deliveries,
             token=args.token,
             tls_ca=args.tls_ca,
+            processing_timeout=args.processing_timeout,
         )
         driver = _driver(args.driver, args.worker_command)
     except (ValueError, HoldfastError) as error:
@@ -88,10 +96,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signum, lambda *_: stop.set())
     try:
         manager.start()
-    except HoldfastError as error:
-        print(f"holdfast-pool: cannot start: {str(error).splitlines()[0]}", file=sys.stderr)
+    except PoolStartError as error:
+        print(f"holdfast-pool: cannot start: {error}", file=sys.stderr)
         manager.stop()
-        return 3
+        return 2
     log.info("managing pool %s (driver %s)", settings.pool, args.driver)
     stop.wait()
     manager.stop()

@@ -13,6 +13,13 @@ driver restarts a dead one). STOPPED: the group keeps running until the key's qu
 is unbound and empty (nothing ready, nothing unconfirmed), then stops: a request
 that arrived before the unbind is served, one after goes to the orphans.
 
+The group loop runs the groups through the supervisor (``holdfast.pool.supervisor``:
+restarts, back-off, start failures, processing timeouts), stops any group the
+tracker no longer has, and stops every group when this manager stops being the
+active one: a pool never has two workers for one key because its manager lost its
+link. The queue loop also reconciles the pool's key queues with the tracker
+(``holdfast.pool.reconcile``).
+
 Each records the generation it converged on; neither acts for a manager that is not
 the active one.
 """
@@ -23,7 +30,9 @@ import logging
 import threading
 from collections.abc import Callable
 
-from holdfast.pool.drivers import WorkerGroup, WorkerGroupDriver
+from holdfast.pool.drivers import WorkerGroup
+from holdfast.pool.reconcile import Reconciler
+from holdfast.pool.supervisor import Supervisor
 from holdfast.pool.tracker import KeyRecord, KeyState, PoolTracker
 from holdfast.proto.policy import QueuePolicy
 from holdfast.sdk.admin import AdminClient
@@ -54,23 +63,50 @@ class ControlLoop:
     def stop(self) -> None:
         """Stop the loop and wait for its thread."""
         self._stopped.set()
-        self._thread.join(10)
+        if self._thread.ident is not None:  # started
+            self._thread.join(10)
 
     def _run(self) -> None:
+        was_active = False
         while not self._stopped.is_set():
-            if self._is_active():
-                self.before_pass()
-                for record in self._tracker.snapshot():
-                    try:
-                        self.converge(record)
-                    except HoldfastError as error:  # the broker is away: next pass
-                        log.warning("%s loop, key %r: %s", self.name, record.key[:64], error)
-                    except Exception:
-                        log.exception("%s loop, key %r", self.name, record.key[:64])
+            active = self._is_active()
+            try:
+                if active:
+                    if not was_active:
+                        self.became_active()
+                    self._pass()
+                elif was_active:
+                    self.became_standby()
+            except HoldfastError as error:  # the broker is away: next pass
+                log.warning("%s loop: %s", self.name, error)
+            except Exception:
+                log.exception("%s loop", self.name)
+            was_active = active
             self._tracker.wait_changed(TICK)
+
+    def _pass(self) -> None:
+        self.before_pass()
+        records = self._tracker.snapshot()
+        for record in records:
+            try:
+                self.converge(record)
+            except HoldfastError as error:  # the broker is away: next pass
+                log.warning("%s loop, key %r: %s", self.name, record.key[:64], error)
+            except Exception:
+                log.exception("%s loop, key %r", self.name, record.key[:64])
+        self.after_pass(records)
+
+    def became_active(self) -> None:
+        """This manager just became the active one (nothing by default)."""
+
+    def became_standby(self) -> None:
+        """This manager just stopped being the active one (nothing by default)."""
 
     def before_pass(self) -> None:
         """Run before each pass over the keys (nothing by default)."""
+
+    def after_pass(self, records: list[KeyRecord]) -> None:
+        """Run after each pass over the keys (nothing by default)."""
 
     def converge(self, record: KeyRecord) -> None:
         """Make the actual state of one key match ``record``."""
@@ -90,17 +126,24 @@ class QueueLoop(ControlLoop):
         names: PoolNames,
         max_deliveries: int,
         release: Callable[[str], None],
+        reconciler: Reconciler,
     ) -> None:
         super().__init__(tracker, is_active)
         self._admin = admin
         self._names = names
         self._bound = QueuePolicy(max_deliveries=max_deliveries, dead_letter=names.poison)
         self._release = release
+        self._reconciler = reconciler
+
+    def became_active(self) -> None:
+        """Reconcile at once: an earlier manager may have left key queues behind."""
+        self._reconciler.reset()
 
     def before_pass(self) -> None:
         """Apply the idle delays here, so that nothing changes state for a manager that
-        is not the active one."""
+        is not the active one; reconcile now and then."""
         self._tracker.expire()
+        self._reconciler.maybe_run()
 
     def converge(self, record: KeyRecord) -> None:
         """Bind an ACTIVE key's queue; unbind the others; delete a stopped one's."""
@@ -137,28 +180,50 @@ class GroupLoop(ControlLoop):
         is_active: Callable[[], bool],
         admin: AdminClient,
         names: PoolNames,
-        driver: WorkerGroupDriver,
+        supervisor: Supervisor,
         group_of: Callable[[str], WorkerGroup],
     ) -> None:
         super().__init__(tracker, is_active)
         self._admin = admin
         self._names = names
-        self._driver = driver
+        self._supervisor = supervisor
         self._group_of = group_of
+
+    def became_standby(self) -> None:
+        """Another manager acts now: stop this one's workers (it starts its own)."""
+        log.warning(
+            "pool %s: not the active manager any more: stopping its workers", self._names.uri
+        )
+        self._supervisor.stop_all()
+
+    def before_pass(self) -> None:
+        """Judge the workers that exited; adopt (or stop) workers of an earlier manager."""
+        driver = self._supervisor.driver
+        for stranger in self._supervisor.refresh():
+            if stranger.exit_status is None and driver.adopt(stranger):
+                self._supervisor.adopt(self._group_of(stranger.key), stranger)
+                self._tracker.touch(stranger.key)
+                log.info("adopted worker %s (key %r)", stranger.worker_id, stranger.key[:64])
+            else:
+                driver.stop(stranger.worker_id)
+
+    def after_pass(self, records: list[KeyRecord]) -> None:
+        """Stop the groups of keys the tracker no longer has."""
+        self._supervisor.retain(self._group_of(record.key).worker_id for record in records)
 
     def converge(self, record: KeyRecord) -> None:
         """Run the groups of ACTIVE and UNBOUND keys; stop a STOPPED key's once drained."""
         group = self._group_of(record.key)
         if record.state is not KeyState.STOPPED:
-            self._driver.ensure_running(group)
+            self._supervisor.ensure_running(group)
             self._tracker.converged(record.key, record.generation, queue=False)
             return
         if record.group_generation >= record.generation:
             return
         if record.queue_generation < record.generation or not self._drained(record.key):
-            self._driver.ensure_running(group)  # finish what the queue holds first
+            self._supervisor.ensure_running(group)  # finish what the queue holds first
             return
-        self._driver.stop(group)
+        self._supervisor.stop(group)
         self._tracker.converged(record.key, record.generation, queue=False)
 
     def _drained(self, key: str) -> bool:

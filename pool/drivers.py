@@ -1,39 +1,58 @@
-"""How a pool's worker groups run: the driver interface and two drivers.
+"""How a pool's workers run: the driver interface, and the ``noop`` and
+``subprocess`` drivers.
 
-A *worker group* serves one key. A driver is asked, on every tick of the group loop,
-to keep the groups of the ACTIVE and UNBOUND keys running (``ensure_running``: start
-one that is not running, restart one that died, with back-off) and to stop the groups
-of STOPPED keys once their queue is empty (``stop``). Each worker finds in its
-environment ``WORKER_ID``, ``WORKER_KEY``, ``WORKER_POOL`` (the pool URI),
-``WORKER_REQUESTS_QUEUE`` and ``HOLDFAST_ADDRESS``; ``holdfast.sdk.pool.serve`` reads
-them.
+A *worker group* serves one key. A driver knows how to start, stop, list and adopt
+workers, and nothing else: when to start, restart, back off or stop is the
+manager's (``holdfast.pool.supervisor``), so a third-party driver (containers, a
+cluster scheduler) implements these five methods and gets the manager's whole
+behaviour:
 
-A docker or Kubernetes driver implements the same three methods: ``ensure_running``
-creates the container (or scales a Deployment named after the group's
-``worker_id`` to its replicas) with ``group.environment()`` if it does not exist,
-``stop`` removes it, ``close`` stops what the driver started. They must be
-idempotent: the loop calls them again on every tick and after a manager restart.
+- ``start(group) -> WorkerInfo``: start one worker of ``group`` with
+  ``group.environment()`` added to its environment;
+- ``stop(worker_id)``: stop it (SIGTERM then SIGKILL, or the platform's equivalent)
+  and forget it; idempotent;
+- ``list() -> list[WorkerInfo]``: every worker of this pool the driver can see,
+  running or exited (``exit_status`` set, with the tail of its output), including
+  workers an earlier manager started if they can outlive it;
+- ``adopt(worker) -> bool``: take over a listed worker this manager did not start
+  (an earlier manager's), so ``stop`` and ``close`` cover it; False if it cannot,
+  and the manager then asks ``stop`` for it;
+- ``close()``: stop every worker the driver started or adopted.
+
+Each worker finds in its environment ``WORKER_ID``, ``WORKER_KEY``, ``WORKER_POOL``,
+``WORKER_REQUESTS_QUEUE`` and ``HOLDFAST_ADDRESS`` (and ``WORKER_PROCESSING_TIMEOUT``
+when the pool has one); ``holdfast.sdk.pool.serve`` reads them.
+
+The ``subprocess`` driver's workers never outlive their manager: each is started
+through ``holdfast.pool.lifeline``, which sets the parent-death signal (Linux
+``PR_SET_PDEATHSIG``, SIGKILL) and execs the worker command, from one thread that
+lives as long as the driver; so a manager killed with SIGKILL takes its workers with
+it and a restarted manager never finds a second worker for a key. Its ``list``
+therefore shows only its own children.
 """
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import contextlib
 import logging
 import os
 import signal
 import subprocess
+import sys
+import threading
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import IO, Protocol
 
 log = logging.getLogger(__name__)
 
 STOP_GRACE = 10.0
 """Seconds a worker gets after SIGTERM before SIGKILL."""
 
-RESTART_INITIAL = 0.5
-RESTART_MAXIMUM = 30.0
-"""Back-off, in seconds, before restarting a worker that died (doubling)."""
+OUTPUT_TAIL_LINES = 20
+"""Lines of a worker's stderr kept for the error that reports its failure."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,12 +68,16 @@ class WorkerGroup:
     """Where workers connect (``HOLDFAST_ADDRESS``)."""
     tls_ca: str | None = None
     """The CA workers trust for TLS (``HOLDFAST_TLS_CA``), if any."""
+    processing_timeout: float | None = None
+    """Seconds a worker may spend on one request (``WORKER_PROCESSING_TIMEOUT``)."""
 
     def environment(self) -> dict[str, str]:
         """What a worker of this group finds in its environment."""
-        tls = {"HOLDFAST_TLS_CA": self.tls_ca} if self.tls_ca else {}
+        extra = {"HOLDFAST_TLS_CA": self.tls_ca} if self.tls_ca else {}
+        if self.processing_timeout is not None:
+            extra["WORKER_PROCESSING_TIMEOUT"] = repr(self.processing_timeout)
         return {
-            **tls,
+            **extra,
             "WORKER_ID": self.worker_id,
             "WORKER_KEY": self.key,
             "WORKER_POOL": self.pool,
@@ -63,109 +86,183 @@ class WorkerGroup:
         }
 
 
-class WorkerGroupDriver(Protocol):
-    """Starts and stops worker groups (see the module docstring)."""
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """One worker as its driver sees it."""
 
-    def ensure_running(self, group: WorkerGroup) -> None:
-        """Make sure ``group`` runs (start, or restart after a crash with back-off)."""
+    worker_id: str
+    key: str
+    handle: str
+    """The driver's name for it: a PID, a container id."""
+    started_at: float
+    """Wall-clock seconds since the epoch when it was started."""
+    exit_status: int | None = None
+    """None while it runs; its exit status (negative: killed by that signal) after."""
+    output_tail: str = ""
+    """The last lines of its stderr (filled once it exited)."""
+
+
+class WorkerGroupDriver(Protocol):
+    """Starts, stops, lists and adopts workers (see the module docstring)."""
+
+    def start(self, group: WorkerGroup) -> WorkerInfo:
+        """Start one worker of ``group``."""
         ...
 
-    def stop(self, group: WorkerGroup) -> None:
-        """Stop ``group`` if it runs; idempotent."""
+    def stop(self, worker_id: str) -> None:
+        """Stop the worker ``worker_id`` if it runs, and forget it; idempotent."""
+        ...
+
+    def list(self) -> list[WorkerInfo]:
+        """Every worker of the pool the driver can see, running or exited."""
+        ...
+
+    def adopt(self, worker: WorkerInfo) -> bool:
+        """Take over a listed worker an earlier manager started; False if it cannot."""
         ...
 
     def close(self) -> None:
-        """Stop every group this driver started."""
+        """Stop every worker this driver started or adopted."""
         ...
 
 
 class NoopDriver:
-    """Workers are started by hand (or by another system): nothing to do."""
+    """Workers are started by hand (or by another system): nothing to do, and
+    nothing to see."""
 
-    def ensure_running(self, group: WorkerGroup) -> None:
-        """Nothing: the operator runs the group's workers."""
+    def start(self, group: WorkerGroup) -> WorkerInfo:
+        """Nothing is started: the operator runs the group's workers."""
+        return WorkerInfo(group.worker_id, group.key, "external", time.time())
 
-    def stop(self, group: WorkerGroup) -> None:
+    def stop(self, worker_id: str) -> None:
         """Nothing: the operator stops them."""
+
+    def list(self) -> list[WorkerInfo]:
+        """Nothing this driver can see."""
+        return []
+
+    def adopt(self, worker: WorkerInfo) -> bool:
+        """Workers run by hand are the operator's: nothing to take over."""
+        return False
 
     def close(self) -> None:
         """Nothing was started."""
 
 
 @dataclass(slots=True)
-class _Process:
-    popen: subprocess.Popen[bytes] | None
-    failures: int = 0
-    retry_at: float = 0.0
+class _Child:
+    group: WorkerGroup
+    popen: subprocess.Popen[bytes]
+    started_at: float
+    tail: collections.deque[str]
+    reader: threading.Thread
+
+    def info(self) -> WorkerInfo:
+        status = self.popen.poll()
+        if status is not None:
+            self.reader.join(1.0)  # the pipe is at EOF once the process is gone
+        return WorkerInfo(
+            self.group.worker_id,
+            self.group.key,
+            str(self.popen.pid),
+            self.started_at,
+            status,
+            "".join(self.tail) if status is not None else "",
+        )
 
 
 class SubprocessDriver:
     """One worker process per group: ``command`` (an argument list, never a shell
-    line) with the group's environment added to the manager's."""
+    line) with the group's environment added to the manager's. The worker's stderr
+    passes through to the manager's, and its last lines are kept for errors."""
 
     def __init__(self, command: list[str], stop_grace: float = STOP_GRACE) -> None:
         if not command:
             raise ValueError("the subprocess driver needs a worker command")
         self.command = list(command)
         self.stop_grace = stop_grace
-        self._processes: dict[str, _Process] = {}
-        self.starts = 0
-        """Worker processes started (restarts included)."""
+        self._children: dict[str, _Child] = {}
+        self._lock = threading.Lock()
+        # One long-lived thread forks every worker: the parent-death signal fires
+        # when the *thread* that forked a child ends, not only the process.
+        self._spawner = concurrent.futures.ThreadPoolExecutor(1, "holdfast-pool-spawner")
 
-    def pid(self, group: WorkerGroup) -> int | None:
-        """The running worker's PID, if any."""
-        process = self._processes.get(group.worker_id)
-        if process is None or process.popen is None or process.popen.poll() is not None:
-            return None
-        return process.popen.pid
+    def start(self, group: WorkerGroup) -> WorkerInfo:
+        """Start a worker process for ``group`` (stopping one that still runs)."""
+        self.stop(group.worker_id)
+        child = self._spawner.submit(self._spawn, group).result()
+        with self._lock:
+            self._children[group.worker_id] = child
+        log.info(
+            "started worker %s (key %r), pid %d", group.worker_id, group.key[:64], child.popen.pid
+        )
+        return child.info()
 
-    def ensure_running(self, group: WorkerGroup) -> None:
-        """Start the group's process unless it runs; restart a dead one after back-off."""
-        process = self._processes.get(group.worker_id)
-        now = time.monotonic()
-        if process is not None and process.popen is not None:
-            code = process.popen.poll()
-            if code is None:
-                return
-            process.failures += 1
-            delay = min(RESTART_INITIAL * 2 ** (process.failures - 1), RESTART_MAXIMUM)
-            process.retry_at, process.popen = now + delay, None
-            log.warning(
-                "worker %s (key %r) exited with %s; restarting in %.1f s",
-                group.worker_id,
-                group.key[:64],
-                code,
-                delay,
-            )
-        if process is not None and now < process.retry_at:
-            return
-        environment = {**os.environ, **group.environment()}
+    def _spawn(self, group: WorkerGroup) -> _Child:
+        lifeline = [sys.executable, "-m", "holdfast.pool.lifeline", str(os.getpid())]
         popen = subprocess.Popen(
-            self.command,
-            env=environment,
+            [*lifeline, *self.command],
+            env={**os.environ, **group.environment()},
             stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
             start_new_session=True,  # its own process group: signals stay ours to send
         )
-        self.starts += 1
-        log.info("started worker %s (key %r), pid %d", group.worker_id, group.key[:64], popen.pid)
-        if process is None:
-            self._processes[group.worker_id] = _Process(popen)
-        else:
-            process.popen = popen
+        tail: collections.deque[str] = collections.deque(maxlen=OUTPUT_TAIL_LINES)
+        assert popen.stderr is not None
+        reader = threading.Thread(
+            target=_pass_through,
+            args=(popen.stderr, tail),
+            name=f"holdfast-pool-stderr-{popen.pid}",
+            daemon=True,
+        )
+        reader.start()
+        return _Child(group, popen, time.time(), tail, reader)
 
-    def stop(self, group: WorkerGroup) -> None:
-        """SIGTERM the group's process, SIGKILL it after ``stop_grace``; by PID."""
-        process = self._processes.pop(group.worker_id, None)
-        if process is not None and process.popen is not None:
-            _terminate(process.popen, self.stop_grace)
-            log.info("stopped worker %s (key %r)", group.worker_id, group.key[:64])
+    def stop(self, worker_id: str) -> None:
+        """SIGTERM the worker, SIGKILL it after ``stop_grace``; by PID."""
+        with self._lock:
+            child = self._children.pop(worker_id, None)
+        if child is not None and child.popen.poll() is None:
+            _terminate(child.popen, self.stop_grace)
+            log.info("stopped worker %s (key %r)", worker_id, child.group.key[:64])
+
+    def list(self) -> list[WorkerInfo]:
+        """This driver's children (none outlive their manager), running or exited."""
+        with self._lock:
+            children = list(self._children.values())
+        return [child.info() for child in children]
+
+    def adopt(self, worker: WorkerInfo) -> bool:
+        """Only this driver's own children can be listed, and they are its already."""
+        with self._lock:
+            return worker.worker_id in self._children
+
+    def pid(self, worker_id: str) -> int | None:
+        """The running worker's PID, if any."""
+        with self._lock:
+            child = self._children.get(worker_id)
+        if child is None or child.popen.poll() is not None:
+            return None
+        return child.popen.pid
 
     def close(self) -> None:
-        """Stop every worker this driver started."""
-        for process in list(self._processes.values()):
-            if process.popen is not None:
-                _terminate(process.popen, self.stop_grace)
-        self._processes.clear()
+        """Stop every worker this driver started, then its spawning thread."""
+        with self._lock:
+            worker_ids = list(self._children)
+        for worker_id in worker_ids:
+            self.stop(worker_id)
+        self._spawner.shutdown(wait=True)
+
+
+def _pass_through(stream: IO[bytes], tail: collections.deque[str]) -> None:
+    """Copy a worker's stderr to ours line by line, keeping the last lines."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in iter(stream.readline, b""):
+            text = line.decode("utf-8", "replace")
+            tail.append(text)
+            sys.stderr.write(text)
+    with contextlib.suppress(OSError):
+        stream.close()
 
 
 def _terminate(popen: subprocess.Popen[bytes], grace: float) -> None:
@@ -183,4 +280,11 @@ def _terminate(popen: subprocess.Popen[bytes], grace: float) -> None:
 DRIVERS = ("subprocess", "noop")
 """``--driver`` values."""
 
-__all__ = ["DRIVERS", "NoopDriver", "SubprocessDriver", "WorkerGroup", "WorkerGroupDriver"]
+__all__ = [
+    "DRIVERS",
+    "NoopDriver",
+    "SubprocessDriver",
+    "WorkerGroup",
+    "WorkerGroupDriver",
+    "WorkerInfo",
+]

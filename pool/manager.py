@@ -6,15 +6,19 @@ import logging
 import os
 from dataclasses import dataclass
 
-from holdfast.pool.activity import ActivityReports
+from holdfast.pool.activity import DEBOUNCE, ActivityReports
 from holdfast.pool.control import GroupLoop, QueueLoop
 from holdfast.pool.drivers import WorkerGroup, WorkerGroupDriver
 from holdfast.pool.leader import Leadership
 from holdfast.pool.orphans import Forwarder, OrphanProcessor
+from holdfast.pool.reconcile import Reconciler
+from holdfast.pool.startfail import StartFailureReplies
+from holdfast.pool.supervisor import Supervisor
 from holdfast.pool.tracker import PoolTracker
 from holdfast.proto.policy import QueuePolicy
 from holdfast.sdk import events as ev
 from holdfast.sdk.admin import AdminClient
+from holdfast.sdk.errors import HoldfastError
 from holdfast.sdk.events import log_event
 from holdfast.sdk.options import SessionOptions
 from holdfast.sdk.poolnames import KEY_HASH_CHARS, PoolNames
@@ -48,6 +52,9 @@ class PoolSettings:
     pool's policies. Workers get ``$HOLDFAST_TOKEN`` from the manager's environment."""
     tls_ca: str | None = None
     """PEM CA of the broker's certificate: TLS; workers get it as ``HOLDFAST_TLS_CA``."""
+    processing_timeout: float | None = None
+    """Seconds a worker may spend on one request before it is replaced and the
+    request given back (``--processing-timeout``); None: no limit."""
 
     def __post_init__(self) -> None:
         PoolNames.of(self.pool)
@@ -55,6 +62,17 @@ class PoolSettings:
             raise ValueError("--unbind-delay and --stop-delay must be > 0 seconds")
         if self.max_deliveries < 1 or self.orphan_attempts < 1:
             raise ValueError("--max-deliveries must be >= 1")
+        if self.processing_timeout is not None and not self.processing_timeout > 0:
+            raise ValueError("--processing-timeout must be > 0 seconds")
+
+
+class PoolStartError(Exception):
+    """The manager could not start; ``flag`` names the setting to look at."""
+
+    def __init__(self, flag: str, value: str, cause: BaseException, hint: str = "") -> None:
+        reason = (str(cause).splitlines() or [type(cause).__name__])[0].strip("'\"")
+        super().__init__(f"{flag} {value}{hint}: {reason[:300]}")
+        self.flag = flag
 
 
 class PoolManager:
@@ -64,7 +82,9 @@ class PoolManager:
         self.settings = settings
         self.names = PoolNames.of(settings.pool)
         self.driver = driver
-        self.tracker = PoolTracker(settings.unbind_delay, settings.stop_delay)
+        self.tracker = PoolTracker(
+            settings.unbind_delay, settings.stop_delay, activity_slack=DEBOUNCE
+        )
         self.leadership = Leadership(self.names)
         self._session = Session(
             settings.address,
@@ -80,7 +100,10 @@ class PoolManager:
         self._forwarder = Forwarder(self._session)
         active = lambda: self.leadership.active  # noqa: E731
         self.orphans = OrphanProcessor(self.tracker, self.names, self._forwarder, active)
-        self.activity = ActivityReports(self.tracker)
+        self.start_failures = StartFailureReplies(self._session)
+        self.supervisor = Supervisor(driver, self.start_failures.fail, self.start_failures.clear)
+        self.activity = ActivityReports(self.tracker, on_started=self.supervisor.ready)
+        self.reconciler = Reconciler(self.tracker, self._admin, self.names)
         self._loops = (
             QueueLoop(
                 self.tracker,
@@ -89,8 +112,11 @@ class PoolManager:
                 self.names,
                 settings.max_deliveries,
                 self._forwarder.release,
+                self.reconciler,
             ),
-            GroupLoop(self.tracker, active, self._admin, self.names, driver, self.group_of),
+            GroupLoop(
+                self.tracker, active, self._admin, self.names, self.supervisor, self.group_of
+            ),
         )
         self._consumers: list[Queue] = []
 
@@ -105,23 +131,35 @@ class PoolManager:
             queue,
             self.settings.address,
             self.settings.tls_ca,
+            self.settings.processing_timeout,
         )
 
     def start(self) -> None:
         """Set the pool's policies, compete for leadership, consume orphans and
-        activity, run the control loops."""
+        activity, run the control loops. ``PoolStartError`` names the flag whose
+        broker refused or could not be reached."""
         names = self.names
-        self._admin.set_policy(names.key_template, QueuePolicy(redirect=names.orphans))
-        self._admin.set_policy(
-            names.orphans,
-            QueuePolicy(max_deliveries=self.settings.orphan_attempts, dead_letter=names.poison),
-        )
-        self.leadership.start(self._session)
-        for uri, handler in (
-            (names.orphans, self.orphans.on_message),
-            (names.activity, self.activity.on_message),
-        ):
-            self._consumers.append(self._session.open_queue(uri, read=True, on_message=handler))
+        try:
+            self._admin.set_policy(names.key_template, QueuePolicy(redirect=names.orphans))
+            self._admin.set_policy(
+                names.orphans,
+                QueuePolicy(max_deliveries=self.settings.orphan_attempts, dead_letter=names.poison),
+            )
+        except HoldfastError as error:
+            admin = self.settings.admin_address
+            if admin == self.settings.address:
+                hint = " (admin calls go there too unless --admin-address names a broker)"
+                raise PoolStartError("--address", admin, error, hint) from error
+            raise PoolStartError("--admin-address", admin, error) from error
+        try:
+            self.leadership.start(self._session)
+            for uri, handler in (
+                (names.orphans, self.orphans.on_message),
+                (names.activity, self.activity.on_message),
+            ):
+                self._consumers.append(self._session.open_queue(uri, read=True, on_message=handler))
+        except HoldfastError as error:
+            raise PoolStartError("--address", self.settings.address, error) from error
         for loop in self._loops:
             loop.start()
         log.info("pool %s: manager started", names.uri)
@@ -133,6 +171,7 @@ class PoolManager:
             loop.stop()
         self.leadership.stop()
         self.orphans.close()
+        self.start_failures.close()
         self._session.close(timeout=5)
         self.driver.close()
         self._admin.close()
@@ -143,4 +182,4 @@ class PoolManager:
         log_event(event)
 
 
-__all__ = ["PoolManager", "PoolSettings"]
+__all__ = ["PoolManager", "PoolSettings", "PoolStartError"]

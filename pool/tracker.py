@@ -52,11 +52,15 @@ class PoolTracker:
         unbind_delay: float,
         stop_delay: float,
         clock: Callable[[], float] = time.monotonic,
+        activity_slack: float = 0.0,
     ) -> None:
         if unbind_delay <= 0 or stop_delay <= 0:
             raise ValueError("unbind_delay and stop_delay must be > 0 seconds")
         self.unbind_delay = unbind_delay
         self.stop_delay = stop_delay
+        self.activity_slack = activity_slack
+        """Seconds a reported activity may be older than its touch (the reports'
+        debounce): added to both idle delays, so a stage is never shorter."""
         self._clock = clock
         self._keys: dict[str, KeyRecord] = {}
         self._changed = threading.Condition()
@@ -96,7 +100,9 @@ class PoolTracker:
         with self._changed:
             now = self._clock()
             for record in self._keys.values():
-                idle = now - max(record.last_activity, record.changed_at)
+                # The true last activity may be up to the slack after the touch.
+                since = max(record.last_activity + self.activity_slack, record.changed_at)
+                idle = now - since
                 if record.state is KeyState.ACTIVE and idle >= self.unbind_delay:
                     record.state = KeyState.UNBOUND
                 elif record.state is KeyState.UNBOUND and idle >= self.stop_delay:

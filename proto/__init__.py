@@ -10,6 +10,7 @@ broker share from it:
 - ``validate``: queue URI, open, PUT and property checks, bounded quoting;
 - ``credentials``: how a token travels (gRPC metadata);
 - ``policy``: queue policy values (limits, TTL, dead letters) for the broker and the admin client.
+- ``logs``: the library's top-level logger ``holdfast`` and its ``NullHandler``.
 
 The server shell the broker and the proxy share (a served session stream, its outbox,
 the guard, TLS, signals, the metrics endpoint) lives in ``holdfast.server``.
@@ -18,6 +19,9 @@ The contract's rules are described in ``docs/contract.md``.
 """
 
 from holdfast.proto import holdfast_pb2 as pb
+from holdfast.proto.logs import quiet_library_logger
+
+quiet_library_logger()
 
 PROTOCOL_VERSION = 1
 """The protocol version this code speaks."""

@@ -28,6 +28,7 @@ connector (``register(spark)``, then ``format("holdfast")``) and ``QueueSink`` f
 ``foreachPartition``/``foreachBatch``. ``marks`` serves ``Session.commit_mark``.
 """
 
+from holdfast.proto.logs import quiet_library_logger
 from holdfast.sdk.errors import (
     AuthenticationError,
     BandwidthLimitError,
@@ -65,6 +66,7 @@ from holdfast.sdk.errors import (
     TerminalTransportError,
     TransportError,
     WorkerLostError,
+    WorkerStartError,
 )
 from holdfast.sdk.events import (
     ConfirmRejected,
@@ -85,6 +87,8 @@ from holdfast.sdk.rpc import Reply, Request, Worker, WorkerOptions
 from holdfast.sdk.session import Session
 from holdfast.sdk.stats import SessionStats
 from holdfast.sdk.types import Ack, AckStatus, Message
+
+quiet_library_logger()
 
 __all__ = [
     "Ack",
@@ -146,5 +150,6 @@ __all__ = [
     "Worker",
     "WorkerLostError",
     "WorkerOptions",
+    "WorkerStartError",
     "log_event",
 ]

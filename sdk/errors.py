@@ -30,7 +30,8 @@
     │   ├── RpcCancelledError                the call was cancelled (its session closed)
     │   ├── DeadLetteredError                the request was dead-lettered; ``reason`` says why
     │   ├── RemoteHandlerError               the worker's handler raised; ``error_type``
-    │   └── RequestRefusedError              the broker refused the request PUT; ``status``
+    │   ├── RequestRefusedError              the broker refused the request PUT; ``status``
+    │   └── WorkerStartError                 the pool's worker for the key could not start
     ├── ProtocolError                        an input that the protocol does not allow
     │   ├── LocalProtocolError               from this side: a bug in the shell around the engine
     │   └── RemoteProtocolError              from the server: the connection is dropped
@@ -231,6 +232,20 @@ class RemoteHandlerError(RpcError):
     def __init__(self, error_type: str, message: str) -> None:
         super().__init__(f"{error_type}: {message}" if message else error_type)
         self.error_type = error_type
+        self.message = message
+
+
+class WorkerStartError(RpcError):
+    """The keyed worker pool could not start a worker for the call's key.
+
+    ``pool`` and ``key`` name the group; the message carries the worker's exit status
+    and the end of its stderr, as the pool manager saw them.
+    """
+
+    def __init__(self, pool: str, key: str, message: str) -> None:
+        super().__init__(message)
+        self.pool = pool
+        self.key = key
         self.message = message
 
 

@@ -22,6 +22,18 @@ A worker program is a few lines::
 the ``noop`` driver) and ``$HOLDFAST_ADDRESS``, reports ``started`` and
 ``request-received`` activity to the pool's activity queue (which keeps its group
 alive), and serves until SIGTERM or SIGINT.
+
+``started`` is posted, and its ACK awaited, before the first request is taken: the
+manager tells a worker that could not start (its callers are failed at once, with
+its exit status and stderr) from one that crashed on a request (redelivered).
+
+With ``WORKER_PROCESSING_TIMEOUT`` (the pool's ``--processing-timeout``), a watchdog
+thread ends the process with ``PROCESSING_TIMEOUT_EXIT`` when a handler runs longer:
+the broker gives the request back with its delivery count risen (so the pool's
+delivery limit still ends a request that always hangs) and the manager starts a
+fresh worker. A thread cannot be stopped in Python, and a hung handler may hold
+locks: ending the process is the only safe way out. (A hang inside C code that
+never releases the GIL stops the watchdog too; nothing in-process can catch that.)
 """
 
 from __future__ import annotations
@@ -31,7 +43,8 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 
 from holdfast.sdk.errors import HoldfastError, InvalidArgumentError
 from holdfast.sdk.options import SessionOptions
@@ -41,6 +54,8 @@ from holdfast.sdk.poolnames import (
     ACTIVITY_WORKER,
     ENVIRONMENT,
     MAX_KEY_BYTES,
+    PROCESSING_TIMEOUT,
+    PROCESSING_TIMEOUT_EXIT,
     REQUEST_RECEIVED,
     STARTED,
     PoolNames,
@@ -53,6 +68,9 @@ from holdfast.sdk.rpc.worker import HandlerResult, Worker
 from holdfast.sdk.session import Session
 
 log = logging.getLogger(__name__)
+
+STARTED_ACK_TIMEOUT = 30.0
+"""Seconds ``serve`` waits for the broker to take its ``started`` report."""
 
 
 def serve(
@@ -74,6 +92,7 @@ def serve(
         )
     names = PoolNames.of(env["WORKER_POOL"])
     key, worker_id, queue = env["WORKER_KEY"], env["WORKER_ID"], env["WORKER_REQUESTS_QUEUE"]
+    watchdog = Watchdog(_timeout(env.get(PROCESSING_TIMEOUT)), _exit_for_timeout)
     stop = stop or _stop_on_signals()
     link = SessionOptions(
         token=env.get("HOLDFAST_TOKEN") or None, tls_ca=env.get("HOLDFAST_TLS_CA") or None
@@ -88,12 +107,95 @@ def serve(
 
         def handle(request: Request) -> HandlerResult:
             report(REQUEST_RECEIVED)
-            return handler(request)
+            with watchdog.watching(request):
+                return handler(request)
 
+        report(STARTED)
+        session.flush(STARTED_ACK_TIMEOUT)
+        watchdog.start()
         with Worker(session, queue, handle, concurrency=concurrency, options=options):
-            report(STARTED)
             log.info("worker %s serving key %r of %s on %s", worker_id, key, names.uri, queue)
             stop.wait()
+        watchdog.stop()
+
+
+class Watchdog:
+    """Calls ``expire(request, seconds)`` when a handler runs past ``timeout``
+    (nothing when ``timeout`` is None)."""
+
+    def __init__(self, timeout: float | None, expire: Callable[[Request, float], None]) -> None:
+        self.timeout = timeout
+        self._expire = expire
+        self._running: dict[int, tuple[float, Request]] = {}
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="holdfast-pool-watchdog")
+        self._thread.daemon = True
+
+    def start(self) -> None:
+        """Start watching (a no-op without a timeout)."""
+        if self.timeout is not None:
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop watching."""
+        self._stopped.set()
+
+    @contextlib.contextmanager
+    def watching(self, request: Request) -> Iterator[None]:
+        """Time the handler run inside the ``with`` block."""
+        ident = threading.get_ident()
+        with self._lock:
+            self._running[ident] = (time.monotonic(), request)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running.pop(ident, None)
+
+    def overdue(self, now: float) -> tuple[Request, float] | None:
+        """The request that has run longest past the timeout, and for how long."""
+        if self.timeout is None:
+            return None
+        with self._lock:
+            runs = list(self._running.values())
+        for started, request in sorted(runs, key=lambda run: run[0]):
+            if now - started > self.timeout:
+                return request, now - started
+        return None
+
+    def _watch(self) -> None:
+        assert self.timeout is not None
+        tick = min(1.0, max(0.01, self.timeout / 4))
+        while not self._stopped.wait(tick):
+            late = self.overdue(time.monotonic())
+            if late is not None:
+                self._expire(*late)
+
+
+def _timeout(raw: str | None) -> float | None:
+    if not raw:
+        return None
+    try:
+        timeout = float(raw)
+    except ValueError:
+        raise InvalidArgumentError(f"{PROCESSING_TIMEOUT} is not a number: {raw[:32]!r}") from None
+    if not timeout > 0:
+        raise InvalidArgumentError(f"{PROCESSING_TIMEOUT} must be > 0 seconds, got {raw[:32]!r}")
+    return timeout
+
+
+def _exit_for_timeout(request: Request, seconds: float) -> None:
+    log.error(
+        "request %s has run %.1f s, past the processing timeout: this worker exits "
+        "(status %d) so that the request goes back to the broker and a fresh worker "
+        "takes over",
+        request.guid,
+        seconds,
+        PROCESSING_TIMEOUT_EXIT,
+    )
+    logging.shutdown()
+    os._exit(PROCESSING_TIMEOUT_EXIT)
 
 
 def _stop_on_signals() -> threading.Event:
@@ -108,6 +210,7 @@ __all__ = [
     "ENVIRONMENT",
     "MAX_KEY_BYTES",
     "PoolNames",
+    "Watchdog",
     "check_key",
     "key_queue_uri",
     "serve",

@@ -32,6 +32,14 @@ ACTIVITY_WORKER = "x-pool-worker"
 STARTED = "started"
 REQUEST_RECEIVED = "request-received"
 
+PROCESSING_TIMEOUT = "WORKER_PROCESSING_TIMEOUT"
+"""Seconds a worker may spend on one request (set when the pool has
+``--processing-timeout``); ``serve`` enforces it."""
+
+PROCESSING_TIMEOUT_EXIT = 75
+"""The exit status of a worker that ran a request past its processing timeout
+(``EX_TEMPFAIL``): the manager replaces it at once, and counts it."""
+
 ENVIRONMENT = ("WORKER_ID", "WORKER_KEY", "WORKER_POOL", "WORKER_REQUESTS_QUEUE")
 """What a worker process of a pool finds in its environment."""
 
@@ -70,6 +78,11 @@ class PoolNames:
         """The request queue of ``key``."""
         digest = hashlib.sha256(check_key(key).encode("utf-8")).hexdigest()
         return self._queue(f"key-{digest[:KEY_HASH_CHARS]}")
+
+    @property
+    def key_queue_prefix(self) -> str:
+        """What the URI of every key queue of the pool starts with."""
+        return self._queue("key-")
 
     @property
     def key_template(self) -> str:
@@ -126,6 +139,8 @@ __all__ = [
     "ENVIRONMENT",
     "KEY_HASH_CHARS",
     "MAX_KEY_BYTES",
+    "PROCESSING_TIMEOUT",
+    "PROCESSING_TIMEOUT_EXIT",
     "REQUEST_RECEIVED",
     "STARTED",
     "PoolNames",

@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from holdfast.proto.limits import Limits
@@ -67,6 +67,7 @@ __all__ = [
     "start",
     "start_send",
     "suppressed",
+    "suppressed_call",
     "with_trace_context",
 ]
 
@@ -138,6 +139,12 @@ def recheck() -> None:
     later (after ``set_tracer_provider``, when the very next messages must be traced)."""
     global _next_check
     _next_check = 0.0
+
+
+def suppressed_call(function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)`` in a ``suppressed()`` block (for an executor to run)."""
+    with suppressed():
+        return function(*args)
 
 
 def _kind(name: str) -> Any:

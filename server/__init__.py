@@ -10,3 +10,7 @@ and the code that decides what a frame means.
 
 The wire itself (generated code, validation, limits, policy values) is ``holdfast.proto``.
 """
+
+from holdfast.proto.logs import quiet_library_logger
+
+quiet_library_logger()

@@ -60,7 +60,7 @@ def version_text(program: str) -> str:
     from holdfast.proto import PROTOCOL_VERSION
 
     try:
-        installed = version("holdfast")
+        installed = version("holdfast-mq")
     except PackageNotFoundError:  # run from a source tree that was never installed
         installed = "unknown"
     return f"{program} {installed} (protocol {PROTOCOL_VERSION})"

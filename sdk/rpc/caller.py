@@ -1,20 +1,18 @@
 """The caller side of request/reply: ``Session.request`` and ``Session.request_async``.
 
 One ``Caller`` per session. It opens one reply queue per domain it calls into
-(``hf://<domain>/rpc-reply-<random>``), as an ordinary queue of the session, so
-the session reopens it after every reconnect. Calls are kept by request GUID;
-what arrives on the reply queue is matched to them, and anything about a call
-that is over (a late duplicate, a heartbeat) is confirmed and dropped, so each
-call completes exactly once.
+(``hf://<domain>/rpc-reply-<random>``), as an ordinary queue of the session, so the
+session reopens it after every reconnect. Calls are kept by request GUID; what arrives
+on the reply queue is matched to them, and anything about a call that is over (a late
+duplicate, a heartbeat) is confirmed and dropped, so each call completes exactly once.
 
-The broker ends a call first when it dead-letters the request: it was not picked
-up within its pickup TTL (sent a little under the pickup timeout,
+The broker ends a call first when it dead-letters the request: it was not picked up
+within its pickup TTL (sent a little under the pickup timeout,
 ``wire.broker_pickup_ms``) or reached the service queue's delivery limit; its notice on
-the reply queue becomes ``DeadLetteredError`` with the broker's reason. A timer
-thread ends the rest: at the pickup deadline if no worker has picked the request up
-and no notice came (the broker unreachable: ``DeadLetteredError``, reason
-``expired``), at the call's timeout
-otherwise (``WorkerLostError`` if the worker stopped heartbeating, else
+the reply queue becomes ``DeadLetteredError`` with the broker's reason. A timer thread
+ends the rest: at the pickup deadline if no worker has picked the request up and no
+notice came (the broker unreachable: ``DeadLetteredError``, reason ``expired``), at the
+call's timeout otherwise (``WorkerLostError`` if the worker stopped heartbeating, else
 ``RpcTimeoutError``), telling the worker to cancel. The futures are
 ``concurrent.futures.Future``; an asyncio front-end wraps them with
 ``asyncio.wrap_future``.
@@ -46,6 +44,7 @@ from holdfast.sdk.errors import (
     RpcError,
     RpcTimeoutError,
     WorkerLostError,
+    WorkerStartError,
 )
 from holdfast.sdk.guids import Uuid7Source
 from holdfast.sdk.instrument import Untraced
@@ -303,7 +302,7 @@ class Caller:
             call.cancelled_worker = worker
         # closing: the worker notices the caller is gone instead
         with contextlib.suppress(RuntimeError):
-            self._cancels.submit(self._post_cancel, worker, call.guid)
+            self._cancels.submit(tracing.suppressed_call, self._post_cancel, worker, call.guid)
 
     def _post_cancel(self, worker: str, guid: uuid.UUID) -> None:
         """On the cancel thread: post to the worker's control queue. Workers come and
@@ -311,8 +310,7 @@ class Caller:
         try:
             queue = self._open(self._workers, worker, {"write": True})
             self._workers.move_to_end(worker)
-            with tracing.suppressed():
-                queue.post(b"", wire.cancel_properties(guid))
+            queue.post(b"", wire.cancel_properties(guid))
             while len(self._workers) > MAX_WORKER_HANDLES:
                 _, old = self._workers.popitem(last=False)
                 old.close(timeout=5)
@@ -397,4 +395,6 @@ def _remote_error(properties: Mapping[str, str], payload: bytes) -> RpcError:
     text = payload[: wire.MAX_ERROR_TEXT].decode("utf-8", "replace")
     if properties.get(wire.ERROR) == wire.DEAD_LETTER:
         return DeadLetteredError(properties.get(wire.DEATH_REASON, "unknown")[:64], text)
+    if properties.get(wire.ERROR) == wire.WORKER_START:  # bounded by the broker's limits
+        return WorkerStartError(properties.get(wire.POOL, ""), properties.get(wire.KEY, ""), text)
     return RemoteHandlerError(properties.get(wire.ERROR_TYPE, "Exception")[:128], text)

@@ -37,6 +37,8 @@ KIND = "x-rpc-kind"
 REQUEST = "x-rpc-request"
 REPLY_TO = "x-rpc-reply-to"
 EXPIRES = "x-rpc-expires"
+POOL = "x-rpc-pool"
+"""The pool of a worker that could not start (on a ``worker-start`` error reply)."""
 KEY = "x-rpc-key"
 """The pool key of ``Session.request(key=...)``; carried for keyed worker pools (issue 16)."""
 WORKER = "x-rpc-worker"
@@ -53,6 +55,8 @@ CANCEL = "cancel"
 
 HANDLER_ERROR = "handler"
 DEAD_LETTER = "dead-letter"
+WORKER_START = "worker-start"
+"""The error kind of a call whose pool worker could not start (``holdfast.pool``)."""
 
 MAX_ERROR_TEXT = 1000
 """Characters of an error message carried in an error reply."""
@@ -173,7 +177,8 @@ def reply_properties(request_guid: uuid.UUID, user: Mapping[str, str]) -> dict[s
 def error_properties(
     request_guid: uuid.UUID, error: str, error_type: str, reason: str = ""
 ) -> dict[str, str]:
-    """The properties of an error reply (``error`` is ``handler`` or ``dead-letter``)."""
+    """The properties of an error reply (``error`` is ``handler``, ``dead-letter`` or
+    ``worker-start``)."""
     properties = {KIND: FAILURE, REQUEST: request_guid.hex, ERROR: error, ERROR_TYPE: error_type}
     if reason:
         properties[DEATH_REASON] = reason

@@ -15,7 +15,7 @@ Modules: ``guids`` (deterministic GUIDs, batch digests), ``rows`` (payloads),
 ``post`` (one partition into the queue), ``sink`` (``QueueSink`` for
 ``foreachPartition``/``foreachBatch``), ``options``, ``writer`` and ``source`` (the
 connector), ``connector`` (the data source and ``register``). The connector needs
-PySpark >= 4.0 and pyarrow (``pip install holdfast[spark]``) and Java 17; ``QueueSink``
+PySpark >= 4.0 and pyarrow (``pip install "holdfast-mq[spark]"``) and Java 17; ``QueueSink``
 alone imports no pyspark.
 """
 

@@ -17,7 +17,7 @@ import pytest
 from holdfast.sdk import DeadLetteredError, Session
 from holdfast.sdk.admin import AdminClient
 from holdfast.sdk.poolnames import PoolNames
-from tests.pools.support import WORKER, running_manager, who
+from tests.pools.support import WORKER, alive, running_manager, start_manager, who
 from tests.support.processes import BrokerProcess
 from tests.support.sessions import FAST
 from tests.support.waiting import wait_until
@@ -25,16 +25,6 @@ from tests.support.waiting import wait_until
 pytestmark = pytest.mark.timeout(120)
 
 POOL = "hf://infra/sim"
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie (exited, not reaped yet) counts as gone.
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().split()[2] != "Z"
 
 
 def test_the_first_request_for_a_key_starts_its_group_and_later_ones_reuse_it(
@@ -96,15 +86,7 @@ def test_a_request_that_crashes_its_workers_lands_in_the_poison_queue(
         assert poison.properties["x-death-reason"] == "delivery-limit"
         # The group was restarted after each crash and still serves the key.
         assert who(session.request(POOL, b"fine", key="9", timeout=60))[3] == b"fine"
-        assert manager.driver.starts >= 3  # type: ignore[attr-defined]
-
-
-def start_manager(command: list[str], log: Path) -> subprocess.Popen[bytes]:
-    """Start ``holdfast-pool`` logging to ``log``; return once it manages the pool."""
-    with log.open("wb") as sink:
-        process = subprocess.Popen(command, stderr=sink, start_new_session=True)
-    wait_until(lambda: b"managing pool" in log.read_bytes(), 30, f"{log.name} to start")
-    return process
+        assert manager.supervisor.starts >= 3
 
 
 def test_two_managers_on_one_pool_one_active_and_the_other_takes_over(
@@ -123,17 +105,23 @@ def test_two_managers_on_one_pool_one_active_and_the_other_takes_over(
     ]
     first = start_manager(command, tmp_path / "first.log")
     second = start_manager(command, tmp_path / "second.log")
+    workers: list[int] = []
     try:
         with Session(broker.address, options=FAST) as session:
             served = who(session.request(POOL, b"a", key="1", timeout=60))
             assert served[3] == b"a"
+            workers.append(served[2])
             logs = [(tmp_path / name).read_bytes() for name in ("first.log", "second.log")]
             assert sum(b"this manager is the active one" in log for log in logs) == 1
             # SIGKILL the active one: the other takes the token and serves the next key.
             active, standby = (first, second) if b"active one" in logs[0] else (second, first)
             active.send_signal(signal.SIGKILL)
             active.wait(10)
-            assert who(session.request(POOL, b"b", key="2", timeout=60))[3] == b"b"
+            # Its worker dies with it (parent-death signal): no orphan keeps serving.
+            wait_until(lambda: not alive(served[2]), 10, "the killed manager's worker to die")
+            again = who(session.request(POOL, b"b", key="1", timeout=60))
+            workers.append(again[2])
+            assert again[3] == b"b" and again[2] != served[2]
             assert standby.poll() is None
     finally:
         for process in (first, second):
@@ -144,18 +132,10 @@ def test_two_managers_on_one_pool_one_active_and_the_other_takes_over(
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait(10)
-    # The first manager was killed: its workers outlive it (their own sessions); kill
-    # any worker still running by its pid, taken from the processes' command lines.
-    _kill_strays()
-
-
-def _kill_strays() -> None:
-    out = subprocess.run(
-        ["pgrep", "-f", "tests.pools.worker_main"], capture_output=True, text=True
-    ).stdout
-    for pid in out.split():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(int(pid), signal.SIGKILL)
+        for pid in workers:  # only if an assertion failed before they died
+            if alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
 
 def test_the_noop_driver_serves_workers_started_by_hand(
@@ -205,3 +185,16 @@ def test_bad_command_lines_are_one_line_errors() -> None:
     assert done.returncode == 2 and "--address" in done.stderr
     done = run("--address", "127.0.0.1:1", "--pool", "hf://bad pool", "--driver", "noop")
     assert done.returncode == 2 and "invalid queue URI" in done.stderr
+    done = run("--address", "127.0.0.1:1", "--pool", POOL, "--processing-timeout", "0")
+    assert done.returncode == 2 and "--processing-timeout" in done.stderr
+    # Start-up failures name the flag to look at, in one line, exit code 2.
+    done = run("--address", "127.0.0.1:1", "--pool", POOL, "--worker-command", "true")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("holdfast-pool:")]
+    assert "--address 127.0.0.1:1" in line and "--admin-address" in line
+    done = run(
+        "--address", "127.0.0.1:1", "--admin-address", "127.0.0.1:2", "--pool", POOL,
+        "--driver", "noop",
+    )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "cannot start: --admin-address 127.0.0.1:2: UNAVAILABLE" in done.stderr

@@ -3,17 +3,28 @@ debounced activity, key naming, the subprocess driver's restarts."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 import threading
 import uuid
+from dataclasses import replace
 
 import pytest
 
-from holdfast.pool.activity import ActivityReports
-from holdfast.pool.drivers import SubprocessDriver, WorkerGroup
+from holdfast.pool.activity import DEBOUNCE, ActivityReports
+from holdfast.pool.drivers import SubprocessDriver, WorkerGroup, WorkerInfo
+from holdfast.pool.supervisor import RESTART_INITIAL, VERDICT_DELAY, Supervisor
 from holdfast.pool.tracker import KeyState, PoolTracker
 from holdfast.sdk.errors import InvalidArgumentError
-from holdfast.sdk.poolnames import ACTIVITY_KEY, MAX_KEY_BYTES, PoolNames, check_key
+from holdfast.sdk.poolnames import (
+    ACTIVITY_KEY,
+    MAX_KEY_BYTES,
+    PROCESSING_TIMEOUT_EXIT,
+    PoolNames,
+    check_key,
+)
 from holdfast.sdk.types import Message
 from tests.support.waiting import wait_until
 
@@ -101,21 +112,198 @@ def test_keys_are_data_with_a_bound() -> None:
         PoolNames.of("hf://d/" + "p" * 100)
 
 
-def test_the_subprocess_driver_restarts_a_dead_worker_after_a_back_off() -> None:
-    driver = SubprocessDriver([sys.executable, "-c", "import sys; sys.exit(1)"], stop_grace=2)
-    group = WorkerGroup("hf://d/p", "k", "p-1", "hf://d/p.key-x", "127.0.0.1:1")
+def test_a_debounced_activity_never_makes_an_idle_stage_shorter() -> None:
+    clock = Clock()
+    tracker = PoolTracker(1.0, 1.0, clock, activity_slack=DEBOUNCE)
+    reports = ActivityReports(tracker, clock=clock)
+    tracker.activate("k")
+    clock.now += 0.1
+    reports.on_message(_report("k"))  # passes: the tracker's last touch is 100.1
+    clock.now += 0.8
+    reports.on_message(_report("k"))  # debounced: the real last activity is 100.9
+    clock.now = 100.9 + 0.99
+    assert tracker.expire() == 0  # 0.99 s idle: not yet
+    clock.now = 100.9 + 1.0 + DEBOUNCE - 0.8
+    tracker.expire()
+    assert tracker.get("k").state is KeyState.UNBOUND  # type: ignore[union-attr]
+
+
+def _report(key: str) -> Message:
+    return Message(
+        uuid.uuid4(), b"", {ACTIVITY_KEY: key}, 1, "hf://d/p.activity", lambda m, r=None: None, 1, 1
+    )
+
+
+class FakeDriver:
+    """A driver whose workers exit when the test says so."""
+
+    def __init__(self) -> None:
+        self.workers: dict[str, WorkerInfo] = {}
+        self.started: list[str] = []
+
+    def start(self, group: WorkerGroup) -> WorkerInfo:
+        info = WorkerInfo(group.worker_id, group.key, str(len(self.started)), 0.0)
+        self.workers[group.worker_id] = info
+        self.started.append(group.worker_id)
+        return info
+
+    def exit(self, worker_id: str, status: int, tail: str = "") -> None:
+        self.workers[worker_id] = replace(
+            self.workers[worker_id], exit_status=status, output_tail=tail
+        )
+
+    def stop(self, worker_id: str) -> None:
+        self.workers.pop(worker_id, None)
+
+    def list(self) -> list[WorkerInfo]:
+        return list(self.workers.values())
+
+    def adopt(self, worker: WorkerInfo) -> bool:
+        return False
+
+    def close(self) -> None:
+        self.workers.clear()
+
+
+GROUP = WorkerGroup("hf://d/p", "k", "p-1", "hf://d/p.key-x", "127.0.0.1:1")
+
+
+def supervised() -> tuple[Supervisor, FakeDriver, Clock, list[str], list[str]]:
+    driver, clock = FakeDriver(), Clock()
+    failures: list[str] = []
+    cleared: list[str] = []
+    supervisor = Supervisor(
+        driver,
+        lambda group, text: failures.append(text),
+        lambda group: cleared.append(group.key),
+        clock,
+    )
+    return supervisor, driver, clock, failures, cleared
+
+
+def test_a_worker_that_exits_before_it_is_ready_is_a_start_failure_with_its_reason() -> None:
+    supervisor, driver, clock, failures, cleared = supervised()
+    supervisor.ensure_running(GROUP)
+    assert driver.started == ["p-1"] and cleared == ["k"]
+    driver.exit("p-1", 4, "Traceback...\nboom: no config\n")
+    supervisor.refresh()
+    supervisor.ensure_running(GROUP)  # being judged: a late "started" may still come
+    assert failures == [] and driver.started == ["p-1"]
+    clock.now += VERDICT_DELAY
+    supervisor.refresh()
+    (text,) = failures
+    assert "pool hf://d/p, key 'k'" in text and "status 4" in text and "boom: no config" in text
+    assert supervisor.start_failures == 1
+    supervisor.ensure_running(GROUP)  # backing off: not yet
+    assert driver.started == ["p-1"]
+    clock.now += RESTART_INITIAL
+    supervisor.ensure_running(GROUP)
+    assert driver.started == ["p-1", "p-1"] and cleared == ["k", "k"]
+    driver.exit("p-1", 4)  # fails again: the back-off doubles
+    supervisor.refresh()
+    clock.now += VERDICT_DELAY
+    supervisor.refresh()
+    clock.now += RESTART_INITIAL
+    supervisor.ensure_running(GROUP)
+    assert len(driver.started) == 2
+    clock.now += RESTART_INITIAL
+    supervisor.ensure_running(GROUP)
+    assert len(driver.started) == 3
+
+
+def test_a_ready_worker_that_exits_is_a_crash_and_a_late_started_report_counts() -> None:
+    supervisor, driver, clock, failures, _ = supervised()
+    supervisor.ensure_running(GROUP)
+    supervisor.ready("p-1")
+    driver.exit("p-1", 3)
+    supervisor.refresh()
+    assert (supervisor.crashes, failures) == (1, [])
+    clock.now += RESTART_INITIAL
+    supervisor.ensure_running(GROUP)
+    driver.exit("p-1", 3)
+    supervisor.refresh()
+    supervisor.ready("p-1")  # its report arrives after the exit was seen
+    clock.now += VERDICT_DELAY
+    supervisor.refresh()
+    assert (supervisor.crashes, supervisor.start_failures, failures) == (2, 0, [])
+
+
+def test_a_processing_timeout_replaces_the_worker_at_once_and_is_counted() -> None:
+    supervisor, driver, _, failures, _ = supervised()
+    supervisor.ensure_running(GROUP)
+    supervisor.ready("p-1")
+    driver.exit("p-1", PROCESSING_TIMEOUT_EXIT)
+    supervisor.refresh()
+    supervisor.ensure_running(GROUP)  # no back-off
+    assert (supervisor.processing_timeouts, len(driver.started), failures) == (1, 2, [])
+
+
+def test_groups_the_tracker_no_longer_has_are_stopped() -> None:
+    supervisor, driver, _, _, _ = supervised()
+    other = replace(GROUP, key="k2", worker_id="p-2")
+    supervisor.ensure_running(GROUP)
+    supervisor.ensure_running(other)
+    supervisor.retain(["p-2"])
+    assert list(driver.workers) == ["p-2"]
+    supervisor.stop_all()
+    assert driver.workers == {}
+
+
+def test_the_subprocess_driver_reports_exit_status_and_stderr_tail() -> None:
+    command = [sys.executable, "-c", "import sys; sys.stderr.write('no config\\n'); sys.exit(4)"]
+    driver = SubprocessDriver(command, stop_grace=2)
     try:
-        driver.ensure_running(group)
-        assert driver.starts == 1
-        wait_until(lambda: driver.pid(group) is None, 10, "the worker to exit")
-        driver.ensure_running(group)  # noticed dead: restart scheduled, not yet
-        assert driver.starts == 1
+        info = driver.start(GROUP)
+        assert info.exit_status is None and int(info.handle) > 0
 
-        def restarted() -> bool:
-            driver.ensure_running(group)
-            return driver.starts == 2
+        def exited() -> bool:
+            (listed,) = driver.list()
+            return listed.exit_status is not None
 
-        wait_until(restarted, 5, "a restart")
+        wait_until(exited, 10, "the worker to exit")
+        (listed,) = driver.list()
+        assert listed.exit_status == 4 and "no config" in listed.output_tail
     finally:
         driver.close()
-    assert driver.pid(group) is None
+    assert driver.list() == []
+
+
+MANAGER = """
+import sys, time
+from holdfast.pool.drivers import SubprocessDriver, WorkerGroup, WorkerInfo
+from holdfast.pool.supervisor import RESTART_INITIAL, VERDICT_DELAY, Supervisor
+driver = SubprocessDriver([sys.executable, "-c", "import time; time.sleep(120)"])
+info = driver.start(WorkerGroup("hf://d/p", "k", "p-1", "hf://d/p.key-x", "127.0.0.1:1"))
+print(info.handle, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_subprocess_workers_die_with_a_manager_killed_with_sigkill() -> None:
+    manager = subprocess.Popen(
+        [sys.executable, "-c", MANAGER], stdout=subprocess.PIPE, start_new_session=True
+    )
+    worker = 0
+    try:
+        assert manager.stdout is not None
+        worker = int(manager.stdout.readline())
+        assert alive(worker)
+        manager.send_signal(signal.SIGKILL)
+        manager.wait(10)
+        wait_until(lambda: not alive(worker), 10, "the worker to die with its manager")
+    finally:
+        if manager.poll() is None:
+            manager.kill()
+            manager.wait(10)
+        if worker and alive(worker):
+            os.kill(worker, signal.SIGKILL)
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -126,7 +126,7 @@ def test_the_admin_service_needs_an_admin_token(tls_broker: BrokerProcess, pki: 
         text=True,
         timeout=30,
     )  # fmt: skip
-    assert done.returncode == 1
+    assert done.returncode == 7  # EXIT_PERMISSION
     assert done.stderr.count("\n") == 1 and "PERMISSION_DENIED" in done.stderr
 
 
