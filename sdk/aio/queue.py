@@ -27,7 +27,9 @@ class Queue(QueueHandle):
     ``async for message in queue`` yields the messages PUSHed to a queue opened with
     ``read=True`` (and no ``on_message``), within its ``QueueOptions`` flow limits;
     call ``message.confirm()`` once each is processed. The iteration ends when the
-    queue or the session is closed. With OpenTelemetry each item has a ``process``
+    queue or the session is closed. Messages waiting when the connection drops are
+    discarded (the broker redelivers them), so the inbox never holds more than one
+    connection's flow limits. With OpenTelemetry each item has a ``process``
     span, ended when the next item is asked for or the queue or session is closed.
     """
 
@@ -74,6 +76,16 @@ class Queue(QueueHandle):
             await self._session._core.close_queue(self._record.queue_id, timeout)
         finally:
             self.end_iteration()
+
+    def discard_delivered(self) -> None:
+        """Forget the messages waiting in the inbox (their connection was lost)."""
+        if self._inbox is None:
+            return
+        ended = False
+        while not self._inbox.empty():
+            ended = self._inbox.get_nowait() is _END or ended
+        if ended:
+            self._inbox.put_nowait(_END)
 
     def end_iteration(self) -> None:
         """Let ``async for`` over this queue finish (no further message can come)."""

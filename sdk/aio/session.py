@@ -22,7 +22,7 @@ from holdfast.sdk.aio.queue import Queue
 from holdfast.sdk.aio.rpc import BlockingView
 from holdfast.sdk.driver.aio_session import AsyncEngineSession
 from holdfast.sdk.errors import SessionClosedError
-from holdfast.sdk.events import SessionEvent, log_event
+from holdfast.sdk.events import ConnectionLost, SessionEvent, log_event
 from holdfast.sdk.failover import parse_addresses
 from holdfast.sdk.options import QueueOptions, SessionOptions, default_address
 from holdfast.sdk.rpc.caller import Caller
@@ -61,10 +61,21 @@ class Session:
         self._addresses = parse_addresses(address or default_address())
         self._options = options or SessionOptions()
         self._telemetry = self._options.telemetry and tracing.AVAILABLE
+        application_on_event = on_event or log_event
+
+        def route_event(event: SessionEvent) -> None:
+            if isinstance(event, ConnectionLost):
+                # Deliveries of the lost connection are stale (their CONFIRM would be
+                # dropped; the broker redelivers them): iterators never see them, and
+                # an inbox holds at most one connection's flow limits.
+                for queue in list(self._queues):
+                    queue.discard_delivered()
+            application_on_event(event)
+
         self._core = AsyncEngineSession(
             self._addresses,
             self._options,
-            on_event or log_event,
+            route_event,
             client_id=str(uuid.uuid4()),
             transport=transport,
             telemetry=self._telemetry,

@@ -3,6 +3,7 @@ in-process test broker (``holdfast.sdk.testing``)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import Counter
@@ -16,6 +17,7 @@ from holdfast.sdk import (
     QueueOptions,
     QueueStateError,
     Session,
+    aio,
 )
 from holdfast.sdk.options import ReconnectOptions, SessionOptions
 from holdfast.sdk.testing import Broker
@@ -170,3 +172,28 @@ def test_several_threads_share_the_messages_each_once() -> None:
             thread.join(30)
         wait_until(lambda: broker.depth(URI) == 0, 10, "every CONFIRM")
     assert Counter(m.payload for m in seen) == Counter({b"%03d" % i: 1 for i in range(200)})
+
+
+def test_async_iteration_discards_the_deliveries_of_a_lost_connection_too() -> None:
+    async def main() -> Counter[bytes]:
+        got: Counter[bytes] = Counter()
+        with Broker() as broker:
+            async with aio.Session(
+                broker.address, transport=broker.async_transport(), options=FAST
+            ) as s:
+                queue = await s.open_queue(URI, write=True, read=True)
+                for i in range(10):
+                    await queue.post(b"%03d" % i)
+                while s.stats().messages_delivered < 10:
+                    await asyncio.sleep(0.01)  # polled within the test's timeout
+                broker.drop_connections()  # the 10 waiting in the inbox are stale now
+                while s.stats().reconnects < 1:
+                    await asyncio.sleep(0.01)
+                while sum(got.values()) < 10:
+                    message = await asyncio.wait_for(anext(queue), 10)
+                    got[message.payload] += 1
+                    assert message.delivery_count == 2
+                    message.confirm()  # would raise ConfirmDroppedError if stale
+        return got
+
+    assert asyncio.run(main()) == Counter({b"%03d" % i: 1 for i in range(10)})
