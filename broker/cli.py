@@ -31,6 +31,7 @@ from holdfast.server.cli_support import (
     apply_environment,
     configure_logging,
 )
+from holdfast.server.grpc_logs import route_grpc_logs
 from holdfast.server.security import SecurityError, add_security_flags, security_from_args
 from holdfast.server.serve import serve_until_signalled, split_host_port, tune_collector
 
@@ -245,6 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``holdfast-broker`` and ``python -m holdfast.broker``."""
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level, args.log_format)
+    route_grpc_logs()
     try:
         config = config_from_args(args)
         # Read the TLS and token files now: one error line before anything runs.

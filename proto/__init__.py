@@ -32,6 +32,9 @@ SESSION_METHOD = f"/{SERVICE_NAME}/Session"
 COMMIT_MARK = "CommitMark"
 COMMIT_MARK_METHOD = f"/{SERVICE_NAME}/{COMMIT_MARK}"
 """The unary call that reads and records commit marks (``holdfast.broker.marks``)."""
+NO_BROKER = "the proxy reaches no broker: "
+"""How a proxy's refusal of a session starts (gRPC ``UNAVAILABLE`` details) when it
+cannot reach any broker: the SDK fails a queue's first open at once with the rest."""
 ADMIN_SERVICE = "holdfast.v1.Admin"
 """The gRPC service of the admin calls (the broker serves it; ``holdfast`` calls it)."""
 

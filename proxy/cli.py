@@ -29,6 +29,7 @@ from holdfast.server.cli_support import (
     configure_logging,
     name_flags,
 )
+from holdfast.server.grpc_logs import route_grpc_logs
 from holdfast.server.security import SecurityError, add_security_flags, security_from_args
 from holdfast.server.serve import serve_until_signalled, tune_collector
 
@@ -168,6 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``holdfast-proxy`` and ``python -m holdfast.proxy``."""
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level, args.log_format)
+    route_grpc_logs()
     try:
         config = config_from_args(args)
         # Read the TLS and token files now: one error line before anything runs.

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from operator import itemgetter
 from typing import Any
 
-from holdfast.proto import pb
+from holdfast.proto import NO_BROKER, pb
 from holdfast.proto.limits import hello_reply
 from holdfast.proto.validate import Invalid, check_open, parse_queue_uri
 from holdfast.proxy.config import ProxyConfig
@@ -48,6 +48,9 @@ from holdfast.server.outbox import AckGroup
 from holdfast.server.stream import ContractStream
 
 log = logging.getLogger(__name__)
+
+UPSTREAM_CHECK = 0.25
+"""Seconds between looks at the upstream while a client's Hello waits for a broker."""
 
 _status_of = itemgetter(2)
 """The status of an ``AckEntry``."""
@@ -92,16 +95,24 @@ class ClientSession(ContractStream):
             self._spawn(self._greet_when_connected())
 
     async def _greet_when_connected(self) -> None:
+        """Wait for the first broker; refuse the client at once (naming the upstream and
+        why) when attempts to reach one have failed, so it fails a first open fast."""
         waited = 0.0
-        while not await self._upstream.wait_connected(self._config.hello_wait):
+        while not await self._upstream.wait_connected(UPSTREAM_CHECK):
             if self.ending:
                 return
-            waited += self._config.hello_wait
-            log.warning(
-                "no broker has answered for %g s: %s still waits for its HelloReply",
-                waited,
-                self.session_id,
-            )
+            why = self._upstream.unreachable()
+            if why is not None:
+                log.warning("refusing %s: no broker: %s", self.session_id, why)
+                self.refuse(NO_BROKER + why, "no broker")
+                return
+            waited += UPSTREAM_CHECK
+            if waited % self._config.hello_wait < UPSTREAM_CHECK:
+                log.warning(
+                    "no broker has answered for %g s: %s still waits for its HelloReply",
+                    waited,
+                    self.session_id,
+                )
         if not self.ending:
             self._send_hello_reply()
 

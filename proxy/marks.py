@@ -17,6 +17,7 @@ import grpc
 from holdfast.proto import COMMIT_MARK_METHOD, pb
 from holdfast.sdk.credentials import channel_credentials, open_aio_channel, token_metadata
 from holdfast.sdk.options import SessionOptions
+from holdfast.sdk.transport import classify_rpc_error
 from holdfast.server.guard import ServerGuard, unary_refusal
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ class MarkRelay:
                     request, timeout=FORWARD_TIMEOUT, metadata=self._metadata
                 )
             except grpc.RpcError as error:
-                failures.append(f"{address}: {error.code().name}")
+                failures.append(f"{address}: {classify_rpc_error(error)}")
                 continue
             return reply
         log.warning("commit mark call: no upstream broker answered (%s)", "; ".join(failures))

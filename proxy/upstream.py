@@ -51,6 +51,14 @@ class Upstream(AsyncEngineSession):
             wire_pushes=True,
         )
 
+    def unreachable(self) -> str | None:
+        """Why no broker has answered yet, once an attempt to reach one failed (None
+        while connected, or while the first attempts are still under way)."""
+        core = self.driver.core
+        if self.engine.connected or not core.failed_attempts:
+            return None
+        return core.why_not_connected()
+
     @property
     def limits(self) -> Limits:
         """What the broker last announced (defaults until it has)."""

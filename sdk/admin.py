@@ -112,7 +112,9 @@ class AdminClient:
         self.timeout = timeout
         # An admin token (--auth-file "admin": true); default $HOLDFAST_TOKEN.
         self._metadata = token_metadata(token or os.environ.get("HOLDFAST_TOKEN"))
-        self._channel = open_channel(address, channel_credentials(tls_ca, tls_cert, tls_key))
+        credentials = channel_credentials(tls_ca, tls_cert, tls_key)
+        self._channel = open_channel(address, credentials)
+        self._plaintext_address = None if credentials is not None else address
 
     def __enter__(self) -> AdminClient:
         return self
@@ -193,7 +195,7 @@ class AdminClient:
                     f"{self.address} does not serve the admin service (is it a proxy?): "
                     "point --address at a broker"
                 ) from None
-            raise classify_rpc_error(error) from None
+            raise classify_rpc_error(error, self._plaintext_address) from None
         problem = admin_error(reply.status, reply.message)
         if problem is not None:
             raise problem

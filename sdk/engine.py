@@ -40,6 +40,7 @@ from holdfast.sdk import events as ev
 from holdfast.sdk import restore
 from holdfast.sdk.discovery import ConsumerQueries
 from holdfast.sdk.errors import (
+    BrokerUnreachableError,
     ConfirmDroppedError,
     HoldfastError,
     LocalProtocolError,
@@ -344,6 +345,11 @@ class SessionEngine:
         (rule 6: while disconnected, or before its first open completed)."""
         self._check_usable()
         return self._queues.close(queue_id, connected=self.connected)
+
+    def no_broker(self, reason: str) -> None:
+        """The proxy refused the connection, reaching no broker: fail the queues' first
+        opens now, with ``reason`` (``BrokerUnreachableError``); the rest waits."""
+        self._queues.fail_first_opens(BrokerUnreachableError(f"not opened: {reason}"))
 
     def abandon_open(self, queue_id: int) -> None:
         """Give up a queue's first open (timed out, or closed before it completed).

@@ -23,6 +23,7 @@
     │   ├── PermissionDeniedError            the token may not do this (this request only)
     │   └── LimitExceededError               a per-session or per-token limit (this request)
     ├── RequestTimeoutError (TimeoutError)   an open/configure did not complete in time
+    │   └── BrokerUnreachableError           ... and cannot: the proxy reaches no broker
     ├── SessionClosedError                   the session was closed by the application
     ├── RpcError                             a request/reply call failed (holdfast.sdk.rpc)
     │   ├── RpcTimeoutError (TimeoutError)   no reply within the call's timeout
@@ -37,6 +38,7 @@
     │   └── RemoteProtocolError              from the server: the connection is dropped
     └── TransportError                       what the gRPC link reported
         ├── RetryableTransportError          link trouble: the session reconnects by itself
+        │   └── UpstreamUnavailableError     the proxy refused: it reaches no broker
         └── TerminalTransportError           reconnecting cannot help: the session fails
             ├── ProtocolVersionError         the broker speaks another protocol version
             └── AuthenticationError          no token, or one the server does not know
@@ -155,6 +157,12 @@ class RequestTimeoutError(HoldfastError, TimeoutError):
     """An open or configure did not complete within its timeout."""
 
 
+class BrokerUnreachableError(RequestTimeoutError):
+    """A queue's first open failed at once: the session reaches a proxy, and the proxy
+    reaches no broker; the message names the proxy's upstream and why. Queues already
+    open are not failed: they reopen when a broker is back."""
+
+
 class SessionClosedError(HoldfastError):
     """The session was closed by the application (or failed terminally)."""
 
@@ -180,6 +188,11 @@ class TransportError(HoldfastError):
 
 class RetryableTransportError(TransportError):
     """A link failure that reconnecting can cure (unavailable, reset, timed out)."""
+
+
+class UpstreamUnavailableError(RetryableTransportError):
+    """The proxy ended the connection because it cannot reach any broker (its message
+    says which and why); the session keeps reconnecting."""
 
 
 class TerminalTransportError(TransportError):

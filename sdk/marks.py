@@ -24,7 +24,7 @@ from holdfast.sdk.credentials import channel_credentials, open_channel, token_me
 from holdfast.sdk.errors import RequestTimeoutError, TerminalTransportError
 from holdfast.sdk.options import SessionOptions
 from holdfast.sdk.statuses import commit_mark_error
-from holdfast.sdk.transport import TERMINAL_CODES
+from holdfast.sdk.transport import classify_rpc_error
 
 RETRY_DELAY = 0.2
 """Seconds between rounds over the addresses while none answers."""
@@ -75,12 +75,12 @@ def call_commit_mark(
                         request, timeout=min(remaining, 10.0), metadata=metadata
                     )
                 except grpc.RpcError as error:
-                    code = error.code() if isinstance(error, grpc.Call) else None
-                    if code in TERMINAL_CODES:
+                    failure = classify_rpc_error(error)
+                    if isinstance(failure, TerminalTransportError):
                         raise TerminalTransportError(
-                            f"commit mark call to {address}: {code}"
+                            f"commit mark call to {address}: {failure}"
                         ) from error
-                    last = f"{address}: {code.name if code else error}"
+                    last = f"{address}: {failure}"
                     continue
             return _mark_of(reply)
         time.sleep(min(RETRY_DELAY, max(0.0, deadline - time.monotonic())))

@@ -280,6 +280,16 @@ class QueueTable:
         self._queues.pop(queue.queue_id, None)
         self.restoring.discard(queue.queue_id)
 
+    def fail_first_opens(self, error: HoldfastError) -> None:
+        """Fail the waiters of every queue whose first open has not completed, and
+        forget those queues (a proxy said it reaches no broker). Queues that were open
+        keep waiting for their reopen."""
+        for queue in list(self._queues.values()):
+            if queue.state is QueueState.OPENING and queue.waiters:
+                self.complete(queue.waiters, error)
+                queue.waiters = []
+                self.forget(queue)
+
     def end(self, error: HoldfastError) -> None:
         """The session is over: every waiter fails with ``error``."""
         for queue in list(self._queues.values()):

@@ -18,17 +18,23 @@ from typing import Any
 
 import grpc
 
+from holdfast.proto import NO_BROKER
 from holdfast.proto.limits import FRAME_CEILING
+from holdfast.proto.tls_failures import PLAINTEXT_TO_TLS, name_failure, speaks_tls
 from holdfast.sdk.errors import (
     RetryableTransportError,
     TerminalTransportError,
     TransportError,
+    UpstreamUnavailableError,
 )
 from holdfast.sdk.options import SessionOptions
 
 MAX_MESSAGE_BYTES = FRAME_CEILING
 """Largest frame either side of the link accepts: the channel exists before the broker
 announces its limits, so it takes the most any broker's limits may need."""
+
+PROBE_TIMEOUT = 0.5
+"""Seconds a diagnosis of a closed plaintext link may spend asking for TLS."""
 
 RETRYABLE_CODES = frozenset(
     {
@@ -59,11 +65,31 @@ TERMINAL_CODES = frozenset(
 """Codes no reconnect can cure: the peer is not a Holdfast broker, or refuses us."""
 
 
-def classify_rpc_error(error: grpc.RpcError) -> TransportError:
-    """Sort a gRPC failure into retryable or terminal (unknown codes are retryable)."""
-    code = error.code() if isinstance(error, grpc.Call) else None
-    details = (error.details() if isinstance(error, grpc.Call) else None) or str(error)
+def classify_rpc_error(
+    error: grpc.RpcError, plaintext_address: str | None = None
+) -> TransportError:
+    """Sort a gRPC failure into retryable or terminal (unknown codes are retryable),
+    naming a TLS failure first (``holdfast.proto.tls_failures``). A plaintext link
+    (``plaintext_address``) closed during its set-up is checked for a TLS server."""
+    # grpc.aio's AioRpcError is no grpc.Call, but has the same two methods; its str()
+    # is a multi-line repr that must never reach a user or a log line.
+    call = isinstance(error, grpc.Call | grpc.aio.AioRpcError)
+    code = error.code() if call else None
+    details = (error.details() if call else None) or str(error)
+    named = name_failure(details)
+    if (
+        named is None
+        and plaintext_address is not None
+        and code is grpc.StatusCode.UNAVAILABLE
+        and "Socket closed" in details
+        and speaks_tls(plaintext_address, PROBE_TIMEOUT)
+    ):
+        named = PLAINTEXT_TO_TLS
     text = f"{code.name if code else 'ERROR'}: {details}"
+    if code is grpc.StatusCode.UNAVAILABLE and details.startswith(NO_BROKER):
+        return UpstreamUnavailableError(details[:2000])
+    if named is not None:
+        text = f"{named} [{text}]"
     if code in TERMINAL_CODES:
         return TerminalTransportError(text)
     return RetryableTransportError(text)

@@ -331,6 +331,16 @@ class ContractStream(ABC):
                 "too many refused CONFIRMs a second: this client confirms what it does not hold",
             )
 
+    def refuse(self, details: str, reason: str) -> None:
+        """End the stream with gRPC ``UNAVAILABLE`` and ``details`` (nothing sent in
+        frames): a connection the client should retry, for a reason it can read."""
+        self._context.set_code(grpc.StatusCode.UNAVAILABLE)
+        self._context.set_details(details)
+        self._ending = True
+        self._end_reason = reason
+        if self._reader is not None:
+            self._reader.cancel()
+
     def fatal(self, status: pb.Status, message: str, reason: str | None = None) -> None:
         """Send a fatal Error and end the stream once it is written."""
         self.error(status, message, fatal=True)

@@ -22,7 +22,7 @@ from typing import Any
 
 from holdfast.sdk.driver.core import DriverCore
 from holdfast.sdk.engine import SessionEngine, WireAck
-from holdfast.sdk.errors import TransportError
+from holdfast.sdk.errors import HoldfastError, TransportError
 from holdfast.sdk.options import SessionOptions
 from holdfast.sdk.transports.base import AsyncConnection, AsyncTransport
 
@@ -107,6 +107,8 @@ class AsyncDriver:
         self.after_input()
         try:
             await asyncio.wait_for(future, timeout)
+        except HoldfastError:
+            raise  # the request's own error (some, like BrokerUnreachableError, are TimeoutErrors)
         except TimeoutError:
             raise self.core.timed_out(what, timeout) from None
         finally:

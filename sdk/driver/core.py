@@ -31,6 +31,7 @@ from holdfast.sdk.errors import (
     SessionClosedError,
     TerminalTransportError,
     TransportError,
+    UpstreamUnavailableError,
 )
 from holdfast.sdk.events import ConnectAttemptFailed
 from holdfast.sdk.failover import FailoverPolicy
@@ -164,6 +165,8 @@ class DriverCore:
             return None
         reason, bad = self._reason(error)
         self.engine.connection_lost(self.generation, reason)
+        if isinstance(error, UpstreamUnavailableError):
+            self.engine.no_broker(f"{self.address}: {error}")
         counts_as_failure = not self.established
         if bad:
             self._bad_connections += 1
@@ -191,6 +194,11 @@ class DriverCore:
         return RequestTimeoutError(
             f"{what} did not complete within {timeout:g} s" + (f": {why}" if why else "")
         )
+
+    @property
+    def failed_attempts(self) -> int:
+        """Connection attempts that failed since the last Hello was answered."""
+        return self._failed_attempts
 
     def why_not_connected(self) -> str | None:
         """Why the session has no live connection now, for the message of a request that

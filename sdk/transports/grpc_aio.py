@@ -28,6 +28,7 @@ class GrpcAioConnection:
         credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         self._channel = open_aio_channel(address, credentials, channel_options(options))
+        self._plaintext_address = None if credentials is not None else address
         # No (de)serializers: frames travel as bytes and the driver parses them.
         self._call: Any = self._channel.stream_stream(SESSION_METHOD)(
             metadata=token_metadata(options.token)
@@ -48,7 +49,7 @@ class GrpcAioConnection:
         try:
             frame = await self._call.read()
         except grpc.RpcError as exc:
-            raise classify_rpc_error(exc) from exc
+            raise classify_rpc_error(exc, self._plaintext_address) from exc
         if frame is grpc.aio.EOF:
             return None
         return bytes(frame)

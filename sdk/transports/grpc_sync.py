@@ -29,6 +29,7 @@ class GrpcConnection:
         credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         self._channel = open_channel(address, credentials, channel_options(options))
+        self._plaintext_address = None if credentials is not None else address
         self._metadata = token_metadata(options.token)
         # No (de)serializers: frames travel as bytes and the driver parses them.
         self._method = self._channel.stream_stream(SESSION_METHOD)
@@ -48,7 +49,7 @@ class GrpcConnection:
         try:
             yield from self._call
         except grpc.RpcError as exc:
-            raise classify_rpc_error(exc) from exc
+            raise classify_rpc_error(exc, self._plaintext_address) from exc
 
     def close(self) -> None:
         """Cancel the stream and close the channel (idempotent, any thread)."""

@@ -7,6 +7,7 @@ the SDK's engine; when the proxy itself dies, the SDK's own reconnect rules appl
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -31,7 +32,7 @@ from tests.support.processes import BrokerProcess, ProxyProcess
 from tests.support.recorder import AckRecorder, EventRecorder, MessageRecorder
 from tests.support.sessions import FAST, drain, unique_uri
 from tests.support.waiting import wait_until
-from tests.support.wire_client import WireClient
+from tests.support.wire_client import StreamEnded, WireClient
 
 
 def proxy_saw(proxy: ProxyProcess, text: str) -> bool:
@@ -284,17 +285,28 @@ def test_two_clients_posting_one_pending_guid_each_get_their_ack(
 def test_a_proxy_whose_broker_answers_late_announces_only_the_brokers_limits(
     free_port: int,
 ) -> None:
-    """No broker yet: the client's Hello waits (past the proxy's 5 s warning interval,
-    when a proxy used to answer with default limits); once the broker answers, the
-    client gets the broker's own window."""
+    """No broker yet: the client's Hello is never answered with limits of the proxy's
+    own (a proxy once answered with defaults): once an attempt to reach the broker has
+    failed, the stream ends UNAVAILABLE naming the upstream and why; once the broker
+    answers, a client gets the broker's own window."""
     with ProxyProcess(["--upstream", f"127.0.0.1:{free_port}"]) as proxy:
         with WireClient(proxy.address) as client:
             client.send_hello()
-            assert client.poll("hello_reply", 6.5) is None
-            with BrokerProcess(["--dedup-window", "6"], port=free_port):
-                reply = client.recv("hello_reply", timeout=20).hello_reply
-        assert "still waits for its HelloReply" in proxy.output
-    assert reply.dedup_window_ms == 6_000
+            with pytest.raises(StreamEnded) as ended:
+                client.recv("hello_reply", timeout=10)
+        assert "the proxy reaches no broker" in str(ended.value)
+        assert f"127.0.0.1:{free_port}" in str(ended.value)
+        with BrokerProcess(["--dedup-window", "6"], port=free_port):
+
+            def greeted() -> bool:
+                with WireClient(proxy.address) as client, contextlib.suppress(StreamEnded):
+                    client.send_hello()
+                    reply.append(client.recv("hello_reply", timeout=10).hello_reply)
+                return bool(reply)
+
+            reply: list[pb.HelloReply] = []
+            wait_until(greeted, 30, "a HelloReply")
+    assert reply[0].dedup_window_ms == 6_000
 
 
 @pytest.mark.parametrize("path", ["direct", "proxy"])
