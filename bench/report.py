@@ -172,6 +172,28 @@ def print_recovery(results: list[dict[str, Any]]) -> None:
     harness.print_table(table)
 
 
+def print_otel(rows: list[dict[str, Any]]) -> None:
+    """The OpenTelemetry cost table."""
+    table = Table(
+        "OpenTelemetry: one producer, 100-byte PUTs to a broker process",
+        ["set-up", "post()", "PUT->last ACK"],
+    )
+    names = {
+        "off": "telemetry=False",
+        "api": "API, no provider set",
+        "sampled": "SDK, 1 % sampled",
+        "recorded": "SDK, every span recorded",
+    }
+    for row in rows:
+        table.add(
+            names.get(row["mode"], row["mode"]),
+            f"{row['post_us']:.1f} us",
+            f"{rate(row['rate'])}/s",
+        )
+    table.notes = ["Each set-up in a subprocess of its own (global providers are set once)."]
+    harness.print_table(table)
+
+
 def print_memory(result: dict[str, Any]) -> None:
     """The memory table."""
     table = Table(

@@ -22,6 +22,8 @@ as subprocesses on free ports of 127.0.0.1 (stopped by PID however the run ends)
    plain gRPC unary call (``bench/rpcload.py``).
 8. Spark: rows/s per task of ``df.write.format("holdfast")``, direct and through the
    proxy (``bench/spark.py``; ``--spark-rows 0`` skips it).
+9. OpenTelemetry: a producer's ``post()`` cost with telemetry off, with the API and
+   no provider, sampled at 1 % and every span recorded (``bench/otelcost.py``).
 
 It prints tables to stdout (progress to stderr) and writes ``bench-results.json``.
 Targets are printed with PASS or MISS: these are figures, not tests, so the exit
@@ -50,6 +52,7 @@ import history
 import loads
 import memory
 import natsload
+import otelcost
 import proxy_memory
 import recovery
 import rpcload
@@ -66,6 +69,7 @@ from report import (
     print_loads,
     print_memory,
     print_nats,
+    print_otel,
     print_recovery,
     print_rpc,
     print_scale,
@@ -264,6 +268,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--depth", type=int, default=1_000_000, help="messages held unconsumed")
     parser.add_argument("--redis-count", type=int, default=100_000, help="Redis store messages")
+    parser.add_argument("--otel-count", type=int, default=50_000, help="traced posts per mode")
     parser.add_argument("--json", default=str(harness.REPO / "bench-results.json"))
     return parser.parse_args(argv)
 
@@ -339,6 +344,10 @@ def main(argv: list[str] | None = None) -> int:
         lambda: [dataclasses.asdict(f) for f in rpcload.measure(args.rpc_count)],
         no_rows,
     )
+    progress("OpenTelemetry cost per post (subprocesses)")
+    results["otel"] = guarded(
+        "otel", failures, lambda: otelcost.measure_all(args.otel_count), no_rows
+    )
     results["scale"] = scale.run_all(args, failures, guarded, progress)
     if args.spark_rows:
         progress("Spark connector (driver subprocesses)")
@@ -360,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
         print_history(results["history"])
     if results["rpc"]:
         print_rpc(results["rpc"])
+    if results["otel"]:
+        print_otel(results["otel"])
     for row in results.get("spark", []):
         print(
             f"{row['path']}: {row['rows']} rows over {row['tasks']} tasks: "

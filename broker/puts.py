@@ -50,6 +50,7 @@ from holdfast.proto.limits import Limits
 from holdfast.proto.policy import DEAD_LETTER_NOTIFY
 from holdfast.proto.validate import put_status
 from holdfast.server.outbox import AckEntry, AckGroup, Outbox
+from holdfast.server.spans import AcceptSpans
 
 log = logging.getLogger(__name__)
 
@@ -108,11 +109,12 @@ class PutPipeline:
         handles: Mapping[int, QueueHandle],
         outbox: Outbox,
         writer: Writer,
+        spans: AcceptSpans | None = None,
     ) -> None:
         """Handle one PutBatch frame of a session whose open queues are ``handles``; its
         ACKs go to ``outbox``, in PUT order, once they are final. What the broker would
         write elsewhere for these PUTs (a redirect, a dead-letter notice) is checked
-        against ``writer``'s token now."""
+        against ``writer``'s token now. ``spans`` end with the final ACKs."""
         group = AckGroup()
         acks = group.acks
         fresh: list[StoredMessage] = []
@@ -213,6 +215,8 @@ class PutPipeline:
         outbox.add_acks(group)
         if written is None and not waits:
             self.acks.update(map(_status_of, acks))
+            if spans is not None:
+                spans.finished(acks)
             outbox.acks_ready(group)
             return
         result: Awaitable[None] | None = None
@@ -223,7 +227,7 @@ class PutPipeline:
             except Exception as error:
                 result = _raise(error)
         task = asyncio.get_running_loop().create_task(
-            self._finish(result, written, fresh, fresh_queues, own, waits, group, outbox)
+            self._finish(result, written, fresh, fresh_queues, own, waits, group, outbox, spans)
         )
         self._tasks.add(task)
         task.add_done_callback(self._finished)
@@ -250,6 +254,7 @@ class PutPipeline:
         waits: list[tuple[int, asyncio.Future[bool]]],
         group: AckGroup,
         outbox: Outbox,
+        spans: AcceptSpans | None,
     ) -> None:
         """Wait for the store, then enqueue, record and make the ACKs final."""
         acks = group.acks
@@ -278,6 +283,8 @@ class PutPipeline:
             raise
         finally:
             self.acks.update(map(_status_of, acks))
+            if spans is not None:
+                spans.finished(acks)
             outbox.acks_ready(group)
 
     async def _settle_write(self, result: Awaitable[None], count: int) -> bool:

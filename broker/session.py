@@ -22,6 +22,7 @@ from holdfast.proto import pb
 from holdfast.proto.limits import hello_reply
 from holdfast.proto.validate import Invalid, check_open, parse_queue_uri
 from holdfast.server.guard import SessionGuard
+from holdfast.server.spans import accept_spans
 from holdfast.server.stream import ContractStream
 
 MAX_DELAY_MS = 3_600_000
@@ -125,7 +126,9 @@ class Session(ContractStream):
 
     def on_puts(self, batch: pb.PutBatch) -> None:
         """Validate, dedup, store and enqueue a batch of PUTs (see ``puts``)."""
-        self._puts.on_put_batch(batch.puts, self._handles, self.outbox, self._writer)
+        puts = batch.puts
+        spans = accept_spans(puts, self._handles)  # None unless a trace is being recorded
+        self._puts.on_put_batch(puts, self._handles, self.outbox, self._writer, spans)
 
     def on_confirms(self, batch: pb.ConfirmBatch) -> None:
         """Remove confirmed messages; refuse GUIDs this consumer does not hold."""

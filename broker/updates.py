@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,7 @@ from holdfast.broker.store import (
     StoredMessage,
     settle,
 )
+from holdfast.server import spans
 
 if TYPE_CHECKING:
     from holdfast.broker.consumers import Consumer
@@ -44,6 +46,8 @@ class Updates:
         self._pushes: list[PendingPush] = []
         self._scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self._since: int | None = None
+        """When the first delivery of this batch was decided (ns), for deliver spans."""
 
     def removed(self, queue_uri: str, guid: bytes) -> None:
         """``guid`` was confirmed and left ``queue_uri``."""
@@ -55,6 +59,8 @@ class Updates:
         PUSHes leave once the counts are durable."""
         self._batch.delivered.extend(updates)
         self._pushes.extend(pushes)
+        if self._since is None:
+            self._since = time.time_ns()
         self._schedule()
 
     def _schedule(self) -> None:
@@ -67,17 +73,24 @@ class Updates:
         self._scheduled = False
         batch, self._batch = self._batch, StoreBatch()
         pushes, self._pushes = self._pushes, []
+        since, self._since = self._since, None
         if batch:
             result = self._store.write(batch)
             if isinstance(result, Completed):
-                _send(pushes)
+                _send(pushes, since)
                 return
-            task = asyncio.get_running_loop().create_task(self._settle(result, batch, pushes))
+            task = asyncio.get_running_loop().create_task(
+                self._settle(result, batch, pushes, since)
+            )
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
     async def _settle(
-        self, result: Awaitable[None], batch: StoreBatch, pushes: list[PendingPush]
+        self,
+        result: Awaitable[None],
+        batch: StoreBatch,
+        pushes: list[PendingPush],
+        since: int | None,
     ) -> None:
         try:
             await settle(result)
@@ -89,7 +102,7 @@ class Updates:
                 len(batch.removed),
                 len(batch.delivered),
             )
-        _send(pushes)
+        _send(pushes, since)
 
     async def drain(self) -> None:
         """Flush and wait until every batch handed over has settled."""
@@ -98,12 +111,17 @@ class Updates:
             await asyncio.wait(list(self._tasks))
 
 
-def _send(pushes: list[PendingPush]) -> None:
+def _send(pushes: list[PendingPush], since: int | None) -> None:
     """PUSH what is still the consumer's under the same count (a consumer that left
     meanwhile gave its messages back; their next delivery counts higher)."""
+    sent: list[tuple[StoredMessage, int]] | None = [] if spans.active() else None
     for consumer, message, count in pushes:
         if consumer.unconfirmed.get(message.guid) is message and message.delivery_count == count:
             consumer.sink.push(consumer.queue_id, message, count)
+            if sent is not None:
+                sent.append((message, count))
+    if sent:
+        spans.delivered(sent, since)
 
 
 __all__ = ["PendingPush", "Updates"]

@@ -42,6 +42,7 @@ from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.outcomes import WirePush
 from holdfast.sdk.statuses import relay_status
 from holdfast.sdk.types import Rejection
+from holdfast.server import spans
 from holdfast.server.guard import SessionGuard
 from holdfast.server.outbox import AckGroup
 from holdfast.server.stream import ContractStream
@@ -78,6 +79,8 @@ class ClientSession(ContractStream):
         self._route_key = routes.register(self)
         self._relay = PutRelay(upstream, routes, self._route_key, self.guard, session_id, self.ack)
         self._handles: dict[int, ClientHandle] = {}
+        self._spans = spans.RelaySpans()
+        """``relay`` spans of this client's traced PUTs, until their ACK."""
         self._acks: AckGroup | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -251,10 +254,14 @@ class ClientSession(ContractStream):
 
     def on_puts(self, batch: pb.PutBatch) -> None:
         """Post each PUT upstream under the client's GUID (``relay.PutRelay``)."""
+        if spans.active():
+            self._spans.arrived(batch.puts, self._handles)
         self._counters.puts_relayed += self._relay.relay(batch.puts, self._handles)
 
     def ack(self, queue_id: int, guid: bytes, status: pb.Status) -> None:
         """Queue an ACK for this client; ACKs routed in one turn of the loop share a frame."""
+        if self._spans:
+            self._spans.acked(guid, status)
         if self.ending:
             return
         group = self._acks

@@ -17,7 +17,10 @@ in-memory), ``session`` (the synchronous front-end), ``transport`` (gRPC channel
 options and the sorting of its status codes), ``frames`` (batching into wire
 frames), ``dispatch`` (the callback thread), ``statuses`` (wire statuses to
 outcomes and errors), ``backoff``, ``queue``, ``types``, ``events``, ``options``,
-``errors``.
+``errors``; ``stats`` (``Session.stats()``: ``SessionStats``), ``inbox`` (the sync
+iterator ``queue.messages()``), ``tracing`` (the only module that imports
+OpenTelemetry, the ``[otel]`` extra), ``instrument`` (the front-ends' spans) and
+``metrics`` (``stats()`` as OpenTelemetry metrics).
 
 ``rpc`` is request/reply over queues: ``session.request(uri, payload)``,
 ``session.request_async``, ``session.has_workers(uri)`` and ``Worker(session, uri,
@@ -90,6 +93,7 @@ from holdfast.sdk.options import QueueOptions, ReconnectOptions, SessionOptions
 from holdfast.sdk.queue import Queue
 from holdfast.sdk.rpc import Reply, Request, Worker, WorkerOptions
 from holdfast.sdk.session import Session
+from holdfast.sdk.stats import SessionStats
 from holdfast.sdk.types import Ack, AckStatus, Message
 
 quiet_library_logger()
@@ -149,6 +153,7 @@ __all__ = [
     "SessionEvent",
     "SessionFailed",
     "SessionOptions",
+    "SessionStats",
     "StateRestored",
     "TerminalTransportError",
     "TransportError",

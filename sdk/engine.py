@@ -63,6 +63,7 @@ from holdfast.sdk.producer import HIGH_WATERMARK_WAIT, Producer
 from holdfast.sdk.putbuffer import PUT_OVERHEAD, SIZE, PutBuffer
 from holdfast.sdk.queue_table import QueueRecord, QueueTable
 from holdfast.sdk.state import WRITABLE_STATES, LinkEvent, LinkMachine, LinkState, QueueState
+from holdfast.sdk.stats import SessionStats, StatsCounters
 from holdfast.sdk.types import Ack, AckStatus, Message, Rejection, Settler
 
 log = logging.getLogger("holdfast.sdk.engine")
@@ -108,8 +109,14 @@ class SessionEngine:
 
         self._puts = PutBuffer()
         self._queues = QueueTable(self._queue_frame, self._report_queue_unknown)
+        self._counters = StatsCounters()
         self._out = Outcomes(
-            self._puts, self._queues, on_event, wire_acks=wire_acks, wire_pushes=wire_pushes
+            self._puts,
+            self._queues,
+            on_event,
+            wire_acks=wire_acks,
+            wire_pushes=wire_pushes,
+            counters=self._counters,
         )
         self._outbound = Outbound(high_watermark_bytes)
         self._producer = Producer(
@@ -153,6 +160,18 @@ class SessionEngine:
     def stale_acks(self) -> int:
         """ACKs for GUIDs no longer pending (for example, duplicates); ignored."""
         return self._out.stale_acks
+
+    def stats(self) -> SessionStats:
+        """A snapshot of the client counters (``holdfast.sdk.stats``)."""
+        return self._counters.snapshot(len(self._puts), self._puts.bytes)
+
+    def note_admission_wait(self, queue_id: int) -> None:
+        """The shell is about to make a post wait (``admit_post`` said so): count it as a
+        high-watermark wait, or as a wait on the broker's push-back on ``queue_id``."""
+        if self._producer.over_high_watermark() or not self._puts.holds_queue(queue_id):
+            self._counters.high_watermark_waits += 1
+        else:
+            self._counters.broker_busy_waits += 1
 
     def is_pending(self, guid: uuid.UUID) -> bool:
         """True while a PUT with this GUID waits for its ACK."""
@@ -376,6 +395,10 @@ class SessionEngine:
             delay_ms = round(reject.delay * 1000)
             item = RejectItem(queue.queue_id, guid, reject.requeue, delay_ms)
         self._outbound.add(item, CONFIRM_SIZE)
+        if reject is None:
+            self._counters.confirmed += 1
+        else:
+            self._counters.rejected += 1
 
     def emit(self, event: ev.SessionEvent) -> None:
         """Report an event the shell observed (such as a failed connection attempt)
@@ -408,6 +431,7 @@ class SessionEngine:
         self._link.apply(LinkEvent.HELLO_REPLY)
         self._reconnecting = self._has_connected
         if self._has_connected:
+            self._counters.reconnects += 1
             self._out.emit(ev.Reconnected(self._address, reply.broker_id))
         else:
             self._has_connected = True
@@ -426,6 +450,7 @@ class SessionEngine:
         retransmitted, expired = restore.retransmit(
             self._puts, self._queues, self._outbound, self._out, self.limits.dedup_window, now
         )
+        self._counters.retransmitted += retransmitted
         self._link.apply(LinkEvent.RESTORED)
         if self._reconnecting:  # every Reconnected is followed by one StateRestored
             self._out.emit(ev.StateRestored(retransmitted, expired))

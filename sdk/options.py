@@ -130,6 +130,10 @@ class SessionOptions:
     """PEM client certificate, for servers that require one (``--tls-client-ca``)."""
     tls_key: str | None = None
     """PEM private key of ``tls_cert``."""
+    telemetry: bool = True
+    """With the ``[otel]`` extra installed: trace this session's posts, deliveries and
+    settlements and export its ``stats()`` as OpenTelemetry metrics
+    (``holdfast.sdk.tracing``). False keeps it out of OpenTelemetry altogether."""
 
     def __post_init__(self) -> None:
         _require(

@@ -26,6 +26,7 @@ from holdfast.sdk.guids import uuid_from_bytes
 from holdfast.sdk.putbuffer import GUID, ON_ACK, QUEUE_ID, PendingPut, PutBuffer
 from holdfast.sdk.queue_table import QueueTable
 from holdfast.sdk.state import WRITABLE_STATES
+from holdfast.sdk.stats import StatsCounters
 from holdfast.sdk.statuses import ack_status, session_error, wire_status_of
 from holdfast.sdk.types import Ack, AckStatus, Message, Settler
 
@@ -67,7 +68,10 @@ class Outcomes:
         *,
         wire_acks: bool,
         wire_pushes: bool = False,
+        counters: StatsCounters | None = None,
     ) -> None:
+        self.counters = counters or StatsCounters()
+        """Outcomes by status and deliveries are counted here, where they are decided."""
         self._puts = puts
         self._wire_pushes = wire_pushes
         self._queues = queues
@@ -85,6 +89,7 @@ class Outcomes:
         """Remove a PUT from the buffer and report it once (its queue is still known)."""
         if self._puts.pop(put[GUID]) is None:
             return
+        self.counters.acks[status] += 1
         if self.wire_acks is not None:
             self.wire_acks.append((put[GUID], wire_status_of(status)))
             return
@@ -109,6 +114,9 @@ class Outcomes:
         append = self.callbacks.append
         held = puts.held
         busy = puts.busy
+        reported = 0
+        # Successes are counted once per frame; other statuses (rare) one by one.
+        by_status = self.counters.acks
         for ack in batch.acks:
             guid = ack.guid
             wire = ack.status
@@ -124,6 +132,10 @@ class Outcomes:
                 self.stale_acks += 1
                 continue
             released += put[6]
+            if wire == _STATUS_OK:
+                reported += 1
+            else:
+                by_status[ack_status(wire)] += 1
             if held:
                 held.pop(guid, None)
             if busy:
@@ -142,6 +154,8 @@ class Outcomes:
         if released:
             puts.bytes -= released
             puts.taken()
+        if reported:
+            by_status[_SUCCESS] += reported
 
     def pushes(self, batch: pb.PushBatch, generation: int, confirmer: Settler) -> None:
         """PUSHed messages to their queue's ``on_message``, tagged with the connection: as
@@ -156,10 +170,12 @@ class Outcomes:
         wire = self._wire_pushes
         # Wall clock, not the engine's monotonic ``now``: an acceptance date for users.
         arrived = time.time()
+        counters = self.counters
         for push in batch.pushes:
             queue = queues.get(push.queue_id)
             if queue is None or queue.on_message is None or queue.state not in WRITABLE_STATES:
                 continue  # closed meanwhile: the broker redelivers it elsewhere
+            counters.delivered += 1
             if wire:
                 append((queue.on_message, (push, generation)))
                 continue

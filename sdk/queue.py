@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from holdfast.sdk.engine import QueueRecord, QueueState
-from holdfast.sdk.errors import QueueNotOpenError
+from holdfast.sdk.errors import QueueNotOpenError, QueueStateError
+from holdfast.sdk.inbox import Inbox, check_timeout, iterate
 from holdfast.sdk.options import QueueOptions
-from holdfast.sdk.types import Ack
+from holdfast.sdk.types import Ack, Message
 
 if TYPE_CHECKING:
     from holdfast.sdk.session import Session
@@ -47,11 +48,45 @@ class QueueHandle:
 
 
 class Queue(QueueHandle):
-    """An open queue: post to it, reconfigure it, close it. Thread-safe."""
+    """An open queue: post to it, read it, reconfigure it, close it. Thread-safe."""
 
-    def __init__(self, session: Session, record: QueueRecord) -> None:
+    def __init__(self, session: Session, record: QueueRecord, inbox: Inbox | None = None) -> None:
         super().__init__(record)
         self._session = session
+        self._inbox = inbox
+
+    def messages(self, timeout: float | None = None) -> Iterator[Message]:
+        """Iterate the messages PUSHed to this queue, in the caller's thread::
+
+            queue = session.open_queue("hf://demo/orders", read=True)
+            for message in queue.messages(timeout=5.0):
+                handle(message.payload)
+                message.confirm()
+
+        ``timeout`` is how many seconds to wait for the *next* message before the
+        iteration ends (None: wait for ever; 0: take only what has arrived). It also
+        ends when the queue is closed (``close()``, or a reopen the broker refused) or
+        the session is closed or fails. Settle each message as with ``on_message``
+        (``confirm()`` or ``reject()``); an unsettled one counts against
+        ``QueueOptions.max_unconfirmed_messages`` and ``_bytes``, so once the limit is
+        reached no message comes until one is settled. Messages are held in memory
+        only within those limits; the ones delivered on a connection that dropped are
+        discarded (the broker redelivers them). Iterating again later goes on where
+        this one stopped; several threads may iterate at once, each message going to
+        one of them.
+
+        Only for a queue opened with ``read=True`` and no ``on_message``:
+        ``QueueStateError`` otherwise (the two would compete for the same messages).
+        ``QueueNotOpenError`` once the queue is closed.
+        """
+        self._check_open()
+        if self._inbox is None:
+            how = "with on_message" if self._record.read else "without read=True"
+            raise QueueStateError(
+                f"queue {self.uri} was opened {how}: messages() needs a queue opened "
+                "with read=True and no on_message"
+            )
+        return iterate(self._inbox, check_timeout(timeout))
 
     def post(
         self,
@@ -84,4 +119,8 @@ class Queue(QueueHandle):
         """Close the queue. While disconnected this is local: the queue is not
         reopened and its unacknowledged PUTs are reported ``UNKNOWN``."""
         self._check_open()
-        self._session._close_queue(self._record.queue_id, timeout)
+        try:
+            self._session._close_queue(self._record.queue_id, timeout)
+        finally:
+            if self._inbox is not None:
+                self._inbox.end()

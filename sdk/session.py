@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from holdfast.proto import pb
+from holdfast.sdk import instrument, metrics, tracing
 from holdfast.sdk.dispatch import Dispatcher
 from holdfast.sdk.driver.threaded import ThreadDriver
 from holdfast.sdk.engine import SessionEngine
@@ -25,10 +26,12 @@ from holdfast.sdk.errors import ConfirmDroppedError, InvalidArgumentError, Reque
 from holdfast.sdk.events import SessionEvent, log_event
 from holdfast.sdk.failover import parse_addresses
 from holdfast.sdk.handlers import reject_on_failure
+from holdfast.sdk.inbox import Inbox, Inboxes
 from holdfast.sdk.marks import CommitMark, call_commit_mark
 from holdfast.sdk.options import QueueOptions, SessionOptions, default_address
 from holdfast.sdk.queue import Queue
 from holdfast.sdk.rpc.api import RequestReply
+from holdfast.sdk.stats import SessionStats
 from holdfast.sdk.transports.base import SyncTransport
 from holdfast.sdk.transports.grpc_sync import GrpcSyncTransport
 from holdfast.sdk.types import Ack, Message, Rejection
@@ -87,10 +90,17 @@ class Session(RequestReply):
         self._addresses = parse_addresses(address or default_address())
         self._options = options or SessionOptions()
         self._dispatcher = Dispatcher("holdfast-dispatch")
+        self._inboxes = Inboxes()
+        application_on_event = on_event or log_event
+
+        def route_event(event: SessionEvent) -> None:
+            self._inboxes.on_event(event)  # message iterators first: they may end now
+            application_on_event(event)
+
         self._engine = SessionEngine(
             client_id=str(uuid.uuid4()),
             client_name=self._options.client_name,
-            on_event=on_event or log_event,
+            on_event=route_event,
             confirmer=self._confirm,
             high_watermark_bytes=self._options.high_watermark_bytes,
             max_disconnected_buffer_bytes=self._options.max_disconnected_buffer_bytes,
@@ -104,6 +114,9 @@ class Session(RequestReply):
         )
         self._lock = self._driver.lock
         self._closed = False
+        self._telemetry = self._options.telemetry and tracing.AVAILABLE
+        if self._telemetry:
+            metrics.watch(self)
         self._driver.start()
 
     def __enter__(self) -> Session:
@@ -127,6 +140,12 @@ class Session(RequestReply):
         return list(self._addresses)
 
     @property
+    def client_id(self) -> str:
+        """The id this session announces to the broker (``holdfast.client.id`` in its
+        OpenTelemetry metrics)."""
+        return self._engine.client_id
+
+    @property
     def pending_count(self) -> int:
         """PUTs posted and not yet reported to their ``on_ack``."""
         with self._lock:
@@ -137,6 +156,13 @@ class Session(RequestReply):
         """True while the broker has answered Hello on the current connection."""
         with self._lock:
             return self._engine.connected
+
+    def stats(self) -> SessionStats:
+        """A snapshot of this session's client counters (``holdfast.sdk.SessionStats``):
+        buffered PUTs and bytes, ACKs by status, reconnects, retransmits, posts that
+        waited, messages delivered, confirmed and rejected. Thread-safe and cheap."""
+        with self._lock:
+            return self._engine.stats()
 
     def commit_mark(
         self,
@@ -181,23 +207,36 @@ class Session(RequestReply):
     ) -> Queue:
         """Open ``hf://<domain>/<queue>`` and block until the broker has opened it.
 
-        ``on_message`` is required with ``read=True``; a message it raises on is
-        rejected with requeue after a back-off (``QueueOptions.retry_delay``), never
-        left unconfirmed. ``on_ack`` is the default ACK callback for PUTs posted
-        without one. If the link is down the open is
-        sent when it comes back; ``RequestTimeoutError`` after ``timeout`` seconds.
+        With ``read=True``, ``on_message`` is called with each message on the SDK's
+        dispatcher thread; a message it raises on is rejected with requeue after a
+        back-off (``QueueOptions.retry_delay``), never left unconfirmed. Without
+        ``on_message``, read the queue in your own thread with ``queue.messages()``.
+        ``on_ack`` is the default ACK callback for PUTs posted without one. If the
+        link is down the open is sent when it comes back; ``RequestTimeoutError``
+        after ``timeout`` seconds.
         """
         driver = self._driver
         options = options or QueueOptions()
+        inbox: Inbox | None = None
+        handler: Callable[[Message], Any] | None = None
+        if on_message is not None:
+            if self._telemetry:
+                on_message = instrument.traced_handler(on_message)
+            handler = reject_on_failure(on_message, options)
+        elif read:
+            inbox = Inbox(traced=self._telemetry)
+            handler = inbox.put
         with self._lock:
             record, request_id = self._engine.open_queue(
                 uri,
                 read=read,
                 write=write,
                 options=options,
-                on_message=None if on_message is None else reject_on_failure(on_message, options),
+                on_message=handler,
                 on_ack=on_ack,
             )
+            if inbox is not None:
+                self._inboxes.add(inbox, record)
             driver.expect(request_id)
             driver.after_input()
         try:
@@ -207,7 +246,7 @@ class Session(RequestReply):
                 self._engine.abandon_open(record.queue_id)
                 driver.after_input()
             raise
-        return Queue(self, record)
+        return Queue(self, record, inbox)
 
     def has_workers(self, uri: str, timeout: float = 10.0) -> bool:
         """True if ``uri`` has a live consumer now (request/reply service discovery).
@@ -257,9 +296,11 @@ class Session(RequestReply):
             self.flush(self._options.close_timeout if timeout is None else timeout)
         except KeyboardInterrupt as exc:
             interrupted = exc  # a (second) Ctrl-C: stop waiting, still report every PUT
+        metrics.unwatch(self)
         with _interrupts_deferred() as deferred:
             self._driver.stop()  # reports what is still pending UNKNOWN
             self._dispatcher.stop(10)  # runs those on_ack callbacks
+            self._inboxes.end_all()  # SessionClosed did, unless the dispatcher was stuck
         interrupted = interrupted or deferred.interrupt
         if interrupted is not None:
             raise interrupted
@@ -267,6 +308,30 @@ class Session(RequestReply):
     # ------------------------------------------------------------------ used by Queue and Message
 
     def _post(
+        self,
+        queue_id: int,
+        payload: bytes,
+        properties: Mapping[str, str] | None,
+        on_ack: Callable[[Ack], Any] | None,
+        guid: uuid.UUID | None,
+    ) -> uuid.UUID:
+        if self._telemetry and tracing.configured():
+            span, properties, on_ack = instrument.prepare_post(
+                self._engine.queue(queue_id),
+                properties,
+                on_ack,
+                guid is not None,
+                self._engine.limits,
+            )
+            if span is not None:
+                try:
+                    return self._post_now(queue_id, payload, properties, on_ack, guid)
+                except BaseException as error:
+                    tracing.fail(span, error)
+                    raise
+        return self._post_now(queue_id, payload, properties, on_ack, guid)
+
+    def _post_now(
         self,
         queue_id: int,
         payload: bytes,
@@ -285,6 +350,13 @@ class Session(RequestReply):
         return guid
 
     def _confirm(self, message: Message, reject: Rejection | None = None) -> None:
+        if self._telemetry and tracing.configured():
+            with instrument.settling(message, reject is not None):
+                self._confirm_now(message, reject)
+        else:
+            self._confirm_now(message, reject)
+
+    def _confirm_now(self, message: Message, reject: Rejection | None) -> None:
         driver = self._driver
         with self._lock:
             if driver.stopping:

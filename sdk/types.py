@@ -6,7 +6,7 @@ import enum
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from holdfast.sdk.errors import InvalidArgumentError
 
@@ -97,6 +97,8 @@ class Message:
     """When the broker accepted it (seconds since the epoch, this client's clock): the
     arrival time minus the age the broker gave the PUSH, so it is only as right as the
     two clocks' rates (not their offset); 0.0 if the message was made without one."""
+    _span: Any = field(default=None, repr=False)
+    """Its OpenTelemetry ``process`` span, if one is recording (``holdfast.sdk.tracing``)."""
 
     def confirm(self) -> None:
         """Tell the broker the message is processed, so it is removed from the queue.

@@ -27,6 +27,7 @@ from holdfast.proto.limits import Limits
 from holdfast.proto.policy import DEAD_LETTER_NOTIFY, PICKUP_TTL
 from holdfast.proto.validate import put_status
 from holdfast.server.outbox import AckGroup, Outbox
+from holdfast.server.spans import AcceptSpans
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +46,16 @@ class RedisPutPipeline:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def on_put_batch(
-        self, puts: Iterable[pb.Put], handles: Mapping[int, Any], outbox: Outbox, writer: Writer
+        self,
+        puts: Iterable[pb.Put],
+        handles: Mapping[int, Any],
+        outbox: Outbox,
+        writer: Writer,
+        spans: AcceptSpans | None = None,
     ) -> None:
         """Validate, then store each queue's PUTs with one script; ACK in PUT order. A
-        dead-letter notice or a redirect is checked against ``writer``'s token now."""
+        dead-letter notice or a redirect is checked against ``writer``'s token now.
+        ``spans`` end with the final ACKs."""
         group = AckGroup()
         acks = group.acks
         by_queue: dict[str, list[tuple[int, pb.Put]]] = {}
@@ -73,14 +80,20 @@ class RedisPutPipeline:
         outbox.add_acks(group)
         if not by_queue:
             self.acks.update(status for _, _, status in acks)
+            if spans is not None:
+                spans.finished(acks)
             outbox.acks_ready(group)
             return
-        task = asyncio.get_running_loop().create_task(self._store(by_queue, group, outbox))
+        task = asyncio.get_running_loop().create_task(self._store(by_queue, group, outbox, spans))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _store(
-        self, by_queue: dict[str, list[tuple[int, pb.Put]]], group: AckGroup, outbox: Outbox
+        self,
+        by_queue: dict[str, list[tuple[int, pb.Put]]],
+        group: AckGroup,
+        outbox: Outbox,
+        spans: AcceptSpans | None,
     ) -> None:
         acks = group.acks
         registry = self._registry
@@ -101,6 +114,8 @@ class RedisPutPipeline:
                 registry.wake(redirect or uri)
         finally:
             self.acks.update(status for _, _, status in acks)
+            if spans is not None:
+                spans.finished(acks)
             outbox.acks_ready(group)
 
     async def _put(self, uri: str, puts: list[pb.Put]) -> list[pb.Status]:

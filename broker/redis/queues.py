@@ -33,6 +33,7 @@ from holdfast.broker.lifecycle import release
 from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.store import NO_PROPERTIES, StoredMessage, StoreError
 from holdfast.proto.policy import REASON_REJECTED, QueuePolicy
+from holdfast.server import spans
 
 if TYPE_CHECKING:
     from holdfast.broker.redis.registry import RedisRegistry
@@ -220,6 +221,7 @@ class RedisQueue:
     def _hand_out(self, messages: list[StoredMessage]) -> list[StoredMessage]:
         consumers = self._consumers
         leftover: list[StoredMessage] = []
+        sent: list[tuple[StoredMessage, int]] | None = [] if spans.active() else None
         for message in messages:
             for _ in range(len(consumers)):
                 consumer = consumers[self._next % len(consumers)]
@@ -228,11 +230,15 @@ class RedisQueue:
                     consumer.unconfirmed[message.guid] = message
                     consumer.unconfirmed_bytes += len(message.payload)
                     consumer.sink.push(consumer.queue_id, message, message.delivery_count)
+                    if sent is not None:
+                        sent.append((message, message.delivery_count))
                     self.pushed += 1
                     self.redelivered += message.delivery_count > 1
                     break
             else:
                 leftover.append(message)
+        if sent:
+            spans.delivered(sent, None)  # the claim made the counts durable already
         return leftover
 
     async def _requeue(self, guids: list[bytes]) -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from holdfast.sdk.engine import QueueRecord
 from holdfast.sdk.errors import QueueStateError
+from holdfast.sdk.instrument import ItemSpans
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.queue import QueueHandle
 from holdfast.sdk.types import Ack, Message
@@ -26,15 +27,23 @@ class Queue(QueueHandle):
     ``async for message in queue`` yields the messages PUSHed to a queue opened with
     ``read=True`` (and no ``on_message``), within its ``QueueOptions`` flow limits;
     call ``message.confirm()`` once each is processed. The iteration ends when the
-    queue or the session is closed.
+    queue or the session is closed. Messages waiting when the connection drops are
+    discarded (the broker redelivers them), so the inbox never holds more than one
+    connection's flow limits. With OpenTelemetry each item has a ``process``
+    span, ended when the next item is asked for or the queue or session is closed.
     """
 
     def __init__(
-        self, session: Session, record: QueueRecord, inbox: asyncio.Queue[Message] | None
+        self,
+        session: Session,
+        record: QueueRecord,
+        inbox: asyncio.Queue[Message] | None,
+        traced: bool = False,
     ) -> None:
         super().__init__(record)
         self._session = session
         self._inbox = inbox
+        self._spans = ItemSpans() if traced else None
 
     async def post(
         self,
@@ -68,8 +77,20 @@ class Queue(QueueHandle):
         finally:
             self.end_iteration()
 
+    def discard_delivered(self) -> None:
+        """Forget the messages waiting in the inbox (their connection was lost)."""
+        if self._inbox is None:
+            return
+        ended = False
+        while not self._inbox.empty():
+            ended = self._inbox.get_nowait() is _END or ended
+        if ended:
+            self._inbox.put_nowait(_END)
+
     def end_iteration(self) -> None:
         """Let ``async for`` over this queue finish (no further message can come)."""
+        if self._spans is not None:
+            self._spans.next(None)  # an iteration left by ``break``: its item is done
         if self._inbox is not None:
             self._inbox.put_nowait(_END)
 
@@ -83,8 +104,12 @@ class Queue(QueueHandle):
 
     async def __anext__(self) -> Message:
         assert self._inbox is not None
+        if self._spans is not None:
+            self._spans.next(None)  # the previous item is done
         message = await self._inbox.get()
         if message is _END:
             self._inbox.put_nowait(_END)  # every later iteration ends too
             raise StopAsyncIteration
+        if self._spans is not None:
+            self._spans.next(message)
         return message

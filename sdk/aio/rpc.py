@@ -20,10 +20,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from holdfast.sdk import tracing
 from holdfast.sdk.errors import HoldfastError, RpcCancelledError, RpcError
 from holdfast.sdk.guids import Uuid7Source
+from holdfast.sdk.instrument import Untraced
 from holdfast.sdk.poolnames import key_queue_uri
 from holdfast.sdk.rpc import calls, wire
+from holdfast.sdk.rpc import spans as rpc_spans
 from holdfast.sdk.rpc.calls import ABANDONED_MEMORY, MAX_WORKER_HANDLES, CallState
 from holdfast.sdk.rpc.values import Reply
 from holdfast.sdk.types import Ack, Message
@@ -60,6 +63,8 @@ class AsyncCaller:
         self._guids = Uuid7Source()
         self._tag = uuid.uuid4().hex
         self._closed = False
+        self._traced = session._telemetry
+        self._on_replies = Untraced(self._on_reply_message)  # the call span covers them
 
     async def call(
         self,
@@ -87,13 +92,13 @@ class AsyncCaller:
         call.future = future
         self._calls[guid.bytes] = call  # before the PUT: its reply may come at once
         self._arm(call)
+        request = calls.request_properties(call, user, reply_to.uri, key)
+        span = rpc_spans.start_call(uri, guid, request, future) if self._traced else None
         try:
-            await target.post(
-                payload,
-                calls.request_properties(call, user, reply_to.uri, key),
-                lambda ack: self._on_request_ack(call, ack),
-                guid=guid,
-            )
+            with tracing.current(span):  # the request's send span is the call's child
+                await target.post(
+                    payload, request, lambda ack: self._on_request_ack(call, ack), guid=guid
+                )
             return await future
         except asyncio.CancelledError:
             self._end(call)  # the application cancelled: tell the worker
@@ -204,7 +209,8 @@ class AsyncCaller:
             if queue is None or not queue.is_open:
                 queue = self._workers[worker] = await self._session.open_queue(worker, write=True)
             self._workers.move_to_end(worker)
-            await queue.post(b"", wire.cancel_properties(guid))
+            with tracing.suppressed():
+                await queue.post(b"", wire.cancel_properties(guid))
             while len(self._workers) > MAX_WORKER_HANDLES:
                 _, old = self._workers.popitem(last=False)
                 await old.close(timeout=5)
@@ -216,7 +222,7 @@ class AsyncCaller:
     async def _reply_queue(self, domain: str) -> Queue:
         uri = f"hf://{domain}/rpc-reply-{self._tag}"
         options = calls.REPLY_QUEUE_OPTIONS
-        return await self._open(uri, read=True, on_message=self._on_reply_message, options=options)
+        return await self._open(uri, read=True, on_message=self._on_replies, options=options)
 
     async def _open(self, uri: str, **how: Any) -> Queue:
         """The open handle of ``uri``, opened now if needed; concurrent calls share one

@@ -16,16 +16,18 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
+from holdfast.sdk import instrument, metrics, tracing
 from holdfast.sdk.aio import durable as aio_durable
 from holdfast.sdk.aio.queue import Queue
 from holdfast.sdk.aio.rpc import AsyncCaller
 from holdfast.sdk.driver.aio_session import AsyncEngineSession
 from holdfast.sdk.errors import SessionClosedError
-from holdfast.sdk.events import SessionEvent, log_event
+from holdfast.sdk.events import ConnectionLost, SessionEvent, log_event
 from holdfast.sdk.failover import parse_addresses
 from holdfast.sdk.options import QueueOptions, SessionOptions, default_address
 from holdfast.sdk.rpc import durable
 from holdfast.sdk.rpc.values import Reply
+from holdfast.sdk.stats import SessionStats
 from holdfast.sdk.transports.base import AsyncTransport
 from holdfast.sdk.types import Ack, Message
 
@@ -55,13 +57,28 @@ class Session:
     ) -> None:
         self._addresses = parse_addresses(address or default_address())
         self._options = options or SessionOptions()
+        self._telemetry = self._options.telemetry and tracing.AVAILABLE
+        application_on_event = on_event or log_event
+
+        def route_event(event: SessionEvent) -> None:
+            if isinstance(event, ConnectionLost):
+                # Deliveries of the lost connection are stale (their CONFIRM would be
+                # dropped; the broker redelivers them): iterators never see them, and
+                # an inbox holds at most one connection's flow limits.
+                for queue in list(self._queues):
+                    queue.discard_delivered()
+            application_on_event(event)
+
         self._core = AsyncEngineSession(
             self._addresses,
             self._options,
-            on_event or log_event,
+            route_event,
             client_id=str(uuid.uuid4()),
             transport=transport,
+            telemetry=self._telemetry,
         )
+        if self._telemetry:
+            metrics.watch(self)
         self._started = False
         self._closed = False
         self._queues: weakref.WeakSet[Queue] = weakref.WeakSet()
@@ -92,6 +109,12 @@ class Session:
         return list(self._addresses)
 
     @property
+    def client_id(self) -> str:
+        """The id this session announces to the broker (``holdfast.client.id`` in its
+        OpenTelemetry metrics)."""
+        return self._core.engine.client_id
+
+    @property
     def pending_count(self) -> int:
         """PUTs posted and not yet reported to their ``on_ack``."""
         return self._core.engine.pending_count
@@ -100,6 +123,12 @@ class Session:
     def connected(self) -> bool:
         """True while the broker has answered Hello on the current connection."""
         return self._core.engine.connected
+
+    def stats(self) -> SessionStats:
+        """A snapshot of this session's client counters (``holdfast.sdk.SessionStats``):
+        buffered PUTs and bytes, ACKs by status, reconnects, retransmits, posts that
+        waited, messages delivered, confirmed and rejected."""
+        return self._core.engine.stats()
 
     async def open_queue(
         self,
@@ -124,6 +153,8 @@ class Session:
         if read and on_message is None:
             inbox = asyncio.Queue()
             on_message = inbox.put_nowait
+        elif on_message is not None and self._telemetry:
+            on_message = instrument.traced_handler(on_message)
         record = await self._core.open_queue(
             uri,
             read=read,
@@ -133,7 +164,7 @@ class Session:
             on_ack=on_ack,
             timeout=timeout,
         )
-        queue = Queue(self, record, inbox)
+        queue = Queue(self, record, inbox, traced=self._telemetry)
         self._queues.add(queue)
         return queue
 
@@ -223,6 +254,7 @@ class Session:
         if self._closed:
             return
         self._closed = True
+        metrics.unwatch(self)
         if self._caller is not None:
             await self._caller.close()
         if self._started:
@@ -241,9 +273,32 @@ class Session:
         on_ack: Callable[[Ack], Any] | None,
         guid: uuid.UUID | None,
     ) -> uuid.UUID:
+        if self._telemetry and tracing.configured():
+            engine = self._core.engine
+            span, properties, on_ack = instrument.prepare_post(
+                engine.queue(queue_id), properties, on_ack, guid is not None, engine.limits
+            )
+            if span is not None:
+                try:
+                    return await self._post_now(queue_id, payload, properties, on_ack, guid)
+                except BaseException as error:
+                    tracing.fail(span, error)
+                    raise
+        return await self._post_now(queue_id, payload, properties, on_ack, guid)
+
+    async def _post_now(
+        self,
+        queue_id: int,
+        payload: bytes,
+        properties: Mapping[str, str] | None,
+        on_ack: Callable[[Ack], Any] | None,
+        guid: uuid.UUID | None,
+    ) -> uuid.UUID:
         engine = self._core.engine
         now = since = time.monotonic()
         while (delay := engine.admit_post(since, now, queue_id)) > 0:
+            if now == since:
+                engine.note_admission_wait(queue_id)
             await self._core.driver.wait_changed(delay)
             now = time.monotonic()
         guid = engine.post(queue_id, payload, properties, on_ack, now, guid)

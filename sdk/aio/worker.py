@@ -31,9 +31,12 @@ from typing import TYPE_CHECKING, Any
 
 from cachetools import TTLCache
 
+from holdfast.sdk import tracing
 from holdfast.sdk.errors import HoldfastError, InvalidArgumentError
+from holdfast.sdk.instrument import Untraced
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.rpc import calls, wire
+from holdfast.sdk.rpc import spans as rpc_spans
 from holdfast.sdk.rpc.jobs import (
     Answer,
     Job,
@@ -75,6 +78,7 @@ class Worker:
         self.uri = uri
         self.options = options or WorkerOptions()
         self._session = session
+        self._traced = session._telemetry
         self._handler = handler
         self._coroutine = inspect.iscoroutinefunction(handler)
         self._concurrency = concurrency
@@ -103,7 +107,7 @@ class Worker:
     async def start(self) -> Worker:
         """Open the control and service queues; requests flow from now on."""
         self._control = await self._session.open_queue(
-            self.control_uri, read=True, on_message=self._on_control
+            self.control_uri, read=True, on_message=Untraced(self._on_control)
         )
         self._beater = asyncio.get_running_loop().create_task(self._beat_loop())
         limit = self._concurrency + self.options.prefetch(self._concurrency)
@@ -203,30 +207,39 @@ class Worker:
         task = asyncio.current_task()
         assert task is not None
         self._tasks[guid.bytes] = task
+        span = rpc_spans.start_serve(self.uri, job.message) if self._traced else None
         try:
-            if self._coroutine:
-                result = await self._handler(job.request)  # type: ignore[misc]
-            else:
-                loop = asyncio.get_running_loop()
-                result = await loop.run_in_executor(None, self._handler, job.request)
-            if inspect.isawaitable(result):  # a plain function that returned a coroutine
-                result = await result
-        except asyncio.CancelledError:
+            with tracing.current(span):
+                if self._coroutine:
+                    result = await self._handler(job.request)  # type: ignore[misc]
+                else:
+                    loop = asyncio.get_running_loop()
+                    result = await loop.run_in_executor(None, self._handler, job.request)
+                if inspect.isawaitable(result):  # a plain function that returned a coroutine
+                    result = await result
+        except asyncio.CancelledError as cancelled:
+            tracing.fail(span, cancelled)
             if self._stopping or not job.request.cancelled.is_set():
                 raise  # the worker is closing: the request goes back to the queue
             task.uncancel()
             return None  # cancelled by its caller
         except Exception as error:  # the handler's failure is the caller's to see
             log.debug("handler raised for %s", guid, exc_info=error)
-            return handler_error(guid, error)
+            answer = handler_error(guid, error)
+            rpc_spans.end_serve(span, answer[1], error)
+            return answer
         finally:
             self._tasks.pop(guid.bytes, None)
         if isinstance(result, tuple):
             payload, properties = result
-            return bytes(payload), wire.reply_properties(
-                guid, wire.check_user_properties(properties)
+            answer = (
+                bytes(payload),
+                wire.reply_properties(guid, wire.check_user_properties(properties)),
             )
-        return bytes(result), wire.reply_properties(guid, {})
+        else:
+            answer = bytes(result), wire.reply_properties(guid, {})
+        rpc_spans.end_serve(span, answer[1])
+        return answer
 
     async def _post_answer(self, job: Job) -> None:
         """Post the reply; confirm the request once the broker has it (one post per
@@ -248,12 +261,13 @@ class Worker:
             properties = kept
         try:
             queue = await self._reply_queue(job.reply_to)
-            await queue.post(
-                payload,
-                properties,
-                lambda ack: self._on_reply_ack(key, ack),
-                guid=wire.reply_guid(job.request.guid),
-            )
+            with tracing.suppressed():  # the serve span covers the reply
+                await queue.post(
+                    payload,
+                    properties,
+                    lambda ack: self._on_reply_ack(key, ack),
+                    guid=wire.reply_guid(job.request.guid),
+                )
         except HoldfastError as error:  # refused reply queue, reply over the limits
             jobs = self._posting.pop(key, [])
             if properties.get(wire.KIND) == wire.FAILURE:
@@ -317,7 +331,7 @@ class Worker:
                     beat = wire.beat_properties(
                         job.request.guid, self.control_uri, options.heartbeat_interval
                     )
-                    with contextlib.suppress(HoldfastError):
+                    with contextlib.suppress(HoldfastError), tracing.suppressed():
                         await (await self._reply_queue(job.reply_to)).post(b"", beat)
             if now >= next_check:
                 next_check = now + options.heartbeat_interval

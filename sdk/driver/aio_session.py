@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from holdfast.sdk import instrument, tracing
 from holdfast.sdk.driver.aio import AsyncDriver
 from holdfast.sdk.engine import QueueRecord, SessionEngine, WireAck, WirePush
 from holdfast.sdk.errors import RequestTimeoutError
@@ -37,8 +38,11 @@ class AsyncEngineSession:
         transport: AsyncTransport | None = None,
         on_wire_acks: Callable[[list[WireAck]], Any] | None = None,
         wire_pushes: bool = False,
+        telemetry: bool = False,
     ) -> None:
         self.options = options
+        self.telemetry = telemetry
+        """Settlements get OpenTelemetry spans (``holdfast.sdk.instrument``)."""
         self.engine = SessionEngine(
             client_id=client_id or str(uuid.uuid4()),
             client_name=options.client_name,
@@ -123,5 +127,9 @@ class AsyncEngineSession:
     def confirm(self, message: Message, reject: Rejection | None = None) -> None:
         """CONFIRM (or REJECT) a message delivered on the current connection (rule 5
         otherwise)."""
-        self.engine.confirm(message, reject)
+        if self.telemetry and tracing.configured():
+            with instrument.settling(message, reject is not None):
+                self.engine.confirm(message, reject)
+        else:
+            self.engine.confirm(message, reject)
         self.driver.outbound_queued()

@@ -94,6 +94,7 @@ class ThreadDriver:
         for this queue) pushes back; the time after the wait (``BandwidthLimitError``
         or ``BrokerBusyError`` after 5 s, from the engine)."""
         since = now
+        self.engine.note_admission_wait(queue_id)
         while (delay := self.engine.admit_post(since, now, queue_id)) > 0:
             self.changed.wait(delay)
             now = time.monotonic()

@@ -37,11 +37,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from holdfast.sdk import tracing
 from holdfast.sdk.errors import HoldfastError, RpcCancelledError, RpcError
 from holdfast.sdk.guids import Uuid7Source
+from holdfast.sdk.instrument import Untraced
 from holdfast.sdk.poolnames import key_queue_uri
 from holdfast.sdk.queue import Queue
 from holdfast.sdk.rpc import calls, wire
+from holdfast.sdk.rpc import spans as rpc_spans
 from holdfast.sdk.rpc.calls import ABANDONED_MEMORY, MAX_WORKER_HANDLES, CallState
 from holdfast.sdk.rpc.values import Reply
 from holdfast.sdk.types import Ack, Message
@@ -79,6 +82,8 @@ class Caller:
         self._guids = Uuid7Source()
         self._tag = uuid.uuid4().hex
         self._closed = False
+        self._traced = session._telemetry
+        self._on_replies = Untraced(self._on_reply_message)  # the call span covers them
         self._wakeup = threading.Event()
         self._edges: list[tuple[float, int, _Call]] = []
         self._order = itertools.count()
@@ -116,16 +121,17 @@ class Caller:
             self._schedule(call)
         future = call.future
         future.add_done_callback(lambda f: self._on_done(call, f))
+        request = calls.request_properties(call, user, reply_to, key)
+        span = rpc_spans.start_call(uri, guid, request, future) if self._traced else None
         try:
-            target.post(
-                payload,
-                calls.request_properties(call, user, reply_to, key),
-                lambda ack: self._on_request_ack(call, ack),
-                guid=guid,
-            )
-        except BaseException:
+            with tracing.current(span):  # the request's send span is the call's child
+                target.post(
+                    payload, request, lambda ack: self._on_request_ack(call, ack), guid=guid
+                )
+        except BaseException as error:
             with self._lock:
                 self._calls.pop(guid.bytes, None)
+            tracing.fail(span, error)
             raise
         return future
 
@@ -266,7 +272,7 @@ class Caller:
             return  # not picked up yet (its first heartbeat triggers it), or sent
         # closing: the worker notices the caller is gone instead
         with contextlib.suppress(RuntimeError):
-            self._cancels.submit(self._post_cancel, worker, call.guid)
+            self._cancels.submit(tracing.suppressed_call, self._post_cancel, worker, call.guid)
 
     def _post_cancel(self, worker: str, guid: uuid.UUID) -> None:
         """On the cancel thread: post to the worker's control queue. Workers come and
@@ -290,7 +296,7 @@ class Caller:
             uri,
             {
                 "read": True,
-                "on_message": self._on_reply_message,
+                "on_message": self._on_replies,
                 "options": calls.REPLY_QUEUE_OPTIONS,
             },
         )

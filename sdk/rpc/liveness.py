@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from holdfast.sdk import tracing
 from holdfast.sdk.errors import HoldfastError
 from holdfast.sdk.queue import Queue
 from holdfast.sdk.rpc import wire
@@ -77,7 +78,7 @@ class Beater:
         properties = wire.beat_properties(
             job.request.guid, self._control_uri, self._options.heartbeat_interval
         )
-        with contextlib.suppress(HoldfastError):
+        with contextlib.suppress(HoldfastError), tracing.suppressed():
             self._reply_queue(job.reply_to).post(b"", properties)
 
     def _check_callers(self, jobs: list[Job], now: float) -> None:

@@ -159,6 +159,14 @@ def dead_letter_text(properties: Mapping[str, str]) -> str:
     )
 
 
+def broker_pickup_ms(pickup: float) -> int:
+    """The pickup TTL the broker enforces for a call whose pickup timeout is ``pickup``
+    seconds: a margin under the caller's own pickup deadline (a quarter of it, at most
+    1 s), so the broker's notice, with its reason, normally arrives before the caller's
+    timer gives up on its own."""
+    return max(1, round((pickup - min(pickup / 4, 1.0)) * 1000))
+
+
 def request_properties(
     user: dict[str, str],
     reply_to: str,

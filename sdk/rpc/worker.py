@@ -45,9 +45,12 @@ from typing import TYPE_CHECKING
 from cachetools import TTLCache
 
 from holdfast.proto.uri import parse_queue_uri
+from holdfast.sdk import tracing
 from holdfast.sdk.errors import HoldfastError, InvalidArgumentError, RequestTimeoutError
+from holdfast.sdk.instrument import Untraced
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.queue import Queue
+from holdfast.sdk.rpc import spans as rpc_spans
 from holdfast.sdk.rpc import wire
 from holdfast.sdk.rpc.jobs import (
     Answer,
@@ -99,6 +102,7 @@ class Worker:
         self.uri = uri
         self.options = options or WorkerOptions()
         self._session = session
+        self._traced = session._telemetry
         self._handler = handler
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -118,7 +122,9 @@ class Worker:
         self._executor = concurrent.futures.ThreadPoolExecutor(concurrency, "holdfast-worker")
         self.control_uri = f"hf://{domain}/rpc-worker-{uuid.uuid4().hex}"
         """Where callers send cancels for the requests this worker runs."""
-        self._control = session.open_queue(self.control_uri, read=True, on_message=self._on_control)
+        self._control = session.open_queue(
+            self.control_uri, read=True, on_message=Untraced(self._on_control)
+        )
         self._beater = Beater(
             session,
             self.options,
@@ -250,8 +256,10 @@ class Worker:
         guid = job.request.guid
         with self._lock:
             self.handler_runs += 1
+        span = rpc_spans.start_serve(self.uri, job.message) if self._traced else None
         try:
-            result = self._handler(job.request)
+            with tracing.current(span):
+                result = self._handler(job.request)
             if isinstance(result, tuple):
                 payload, properties = result
                 answer = (bytes(payload), wire.reply_properties(guid, _user(properties)))
@@ -260,6 +268,9 @@ class Worker:
         except Exception as error:  # the handler's failure is the caller's to see
             log.debug("handler raised for %s", guid, exc_info=True)
             answer = handler_error(guid, error)
+            rpc_spans.end_serve(span, answer[1], error)
+            return answer
+        rpc_spans.end_serve(span, answer[1])
         return answer
 
     def _post_answer(self, job: Job) -> None:
@@ -285,12 +296,13 @@ class Worker:
                 return
             properties = kept
         try:
-            job.queue.post(
-                payload,
-                properties,
-                lambda ack: self._on_reply_ack(key, ack),
-                guid=wire.reply_guid(job.request.guid),
-            )
+            with tracing.suppressed():  # the serve span covers the reply
+                job.queue.post(
+                    payload,
+                    properties,
+                    lambda ack: self._on_reply_ack(key, ack),
+                    guid=wire.reply_guid(job.request.guid),
+                )
         except HoldfastError as error:  # e.g. a reply over the broker's limits
             with self._lock:
                 jobs = self._posting.pop(key, [])

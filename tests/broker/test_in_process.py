@@ -436,10 +436,10 @@ def test_a_failure_inside_one_session_ends_only_that_session() -> None:
     async def scenario(broker: Broker, store: GatedStore) -> None:
         original = broker.puts.on_put_batch
 
-        def explode(puts: Any, handles: Any, outbox: Any, writer: Any) -> None:
+        def explode(puts: Any, handles: Any, outbox: Any, writer: Any, spans: Any = None) -> None:
             if any(p.payload == b"boom" for p in puts):
                 raise RuntimeError("a bug in the PUT path")
-            original(puts, handles, outbox, writer)
+            original(puts, handles, outbox, writer, spans)
 
         broker.puts.on_put_batch = explode  # type: ignore[method-assign]
         victim = await AioClient.connect(broker.address)
