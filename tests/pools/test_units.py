@@ -15,8 +15,11 @@ import pytest
 
 from holdfast.pool.activity import DEBOUNCE, ActivityReports
 from holdfast.pool.drivers import SubprocessDriver, WorkerGroup, WorkerInfo
+from holdfast.pool.reconcile import Reconciler
 from holdfast.pool.supervisor import RESTART_INITIAL, VERDICT_DELAY, Supervisor
 from holdfast.pool.tracker import KeyState, PoolTracker
+from holdfast.proto.policy import QueuePolicy
+from holdfast.sdk.admin import PeekedMessage, QueueInfo
 from holdfast.sdk.errors import InvalidArgumentError
 from holdfast.sdk.poolnames import (
     ACTIVITY_KEY,
@@ -271,6 +274,7 @@ def test_the_subprocess_driver_reports_exit_status_and_stderr_tail() -> None:
 MANAGER = """
 import sys, time
 from holdfast.pool.drivers import SubprocessDriver, WorkerGroup, WorkerInfo
+from holdfast.pool.reconcile import Reconciler
 from holdfast.pool.supervisor import RESTART_INITIAL, VERDICT_DELAY, Supervisor
 driver = SubprocessDriver([sys.executable, "-c", "import time; time.sleep(120)"])
 info = driver.start(WorkerGroup("hf://d/p", "k", "p-1", "hf://d/p.key-x", "127.0.0.1:1"))
@@ -307,3 +311,53 @@ def alive(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+class FakeAdmin:
+    """The admin calls reconciliation makes, over a dict of queues."""
+
+    def __init__(self, queues: dict[str, tuple[int, bool, str | None]]) -> None:
+        self.queues_ = queues  # uri -> (ready, bound, key of its requests)
+        self.cleared: list[str] = []
+        self.deleted: list[str] = []
+
+    def queues(self) -> list[QueueInfo]:
+        infos = []
+        for uri, (ready, bound, _) in self.queues_.items():
+            policy = QueuePolicy(redirect=None if bound else "hf://d/p.orphans")
+            infos.append(QueueInfo(uri, ready, 0, 0, 0, 0, 0.0, 0, 0, 0, 0, 0, policy))
+        return infos
+
+    def peek(self, uri: str, count: int = 10) -> list[PeekedMessage]:
+        key = self.queues_[uri][2]
+        return [PeekedMessage(b"g" * 16, b"", {"x-rpc-key": key} if key else {}, 1, 0.0)]
+
+    def set_policy(self, uri: str, policy: QueuePolicy) -> QueuePolicy:
+        self.cleared.append(uri)
+        return policy
+
+    def delete(self, uri: str) -> int:
+        self.deleted.append(uri)
+        return 0
+
+
+def test_reconciliation_activates_keys_with_waiting_requests_and_unbinds_empty_queues() -> None:
+    names = PoolNames.of("hf://d/p")
+    waiting, empty, stray = names.key_queue("k1"), names.key_queue("k2"), names.key_queue("k3")
+    admin = FakeAdmin(
+        {
+            waiting: (2, True, "k1"),
+            empty: (0, True, None),
+            stray: (1, True, "not-k3"),  # a request whose key does not name the queue
+            "hf://d/p.orphans": (5, True, "k9"),  # not a key queue
+            names.key_queue("k4"): (0, False, None),  # unbound already: left alone
+        }
+    )
+    tracker = PoolTracker(1, 1, Clock())
+    reconciler = Reconciler(tracker, admin, names)  # type: ignore[arg-type]
+    reconciler.run()
+    assert [r.key for r in tracker.snapshot()] == ["k1"]
+    assert (admin.cleared, admin.deleted) == ([empty], [empty])
+    assert (reconciler.activated, reconciler.unbound) == (1, 1)
+    reconciler.run()  # k1 is tracked now: nothing more to do
+    assert reconciler.activated == 1
