@@ -28,6 +28,7 @@ from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, Wri
 from holdfast.sdk.errors import InvalidArgumentError
 from holdfast.sdk.spark.commit import abort_version, check_keys, commit_version, say
 from holdfast.sdk.spark.options import WriteOptions
+from holdfast.sdk.spark.spans import spark_span
 from holdfast.sdk.spark.task import TaskReport, write_task
 
 if TYPE_CHECKING:
@@ -76,15 +77,18 @@ class BatchWriter(DataSourceWriter):
 
     def write(self, iterator: Iterator[Row]) -> TaskReport:
         """Stage one partition (on an executor)."""
-        return write_task(self.options, iterator, self.run_id, 0, self.run_id)
+        with spark_span("stage", self.options.uri, self.run_id, 0):
+            return write_task(self.options, iterator, self.run_id, 0, self.run_id)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Make the committed attempts visible, record the mark (on the driver)."""
-        commit_version(self.options, messages, 0)
+        with spark_span("commit", self.options.uri, self.run_id, 0):
+            commit_version(self.options, messages, 0)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """The job failed: discard everything it staged."""
-        _aborted(self.options, messages, 0, self.run_id)
+        with spark_span("abort", self.options.uri, self.run_id, 0):
+            _aborted(self.options, messages, 0, self.run_id)
 
 
 class StreamWriter(DataSourceStreamWriter):
@@ -97,7 +101,10 @@ class StreamWriter(DataSourceStreamWriter):
     def write(self, iterator: Iterator[Row]) -> TaskReport:
         """Stage one partition of a micro-batch (on an executor)."""
         app_id, batch_id = self._task_run()
-        return write_task(self.options, iterator, app_id, batch_id, f"{app_id}/batch/{batch_id}")
+        with spark_span("stage", self.options.uri, app_id, batch_id):
+            return write_task(
+                self.options, iterator, app_id, batch_id, f"{app_id}/batch/{batch_id}"
+            )
 
     def _task_run(self) -> tuple[str, int]:
         from pyspark import TaskContext
@@ -114,7 +121,8 @@ class StreamWriter(DataSourceStreamWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Make the batch's committed attempts visible, record its mark (driver)."""
-        commit_version(self.options, messages, batchId)
+        with spark_span("commit", self.options.uri, self.options.run_id or "", batchId):
+            commit_version(self.options, messages, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """The batch failed: discard what it staged. Without a report or a ``runId`` the
