@@ -120,15 +120,26 @@ def test_round_robin_goes_on_with_the_next_consumer_after_a_detach(gone: int) ->
 def test_detaching_the_last_in_turn_wraps_to_the_first() -> None:
     queue, _, _ = make()
     sink = Sink()
-    a, b = consumers(sink, 2)
-    queue.attach(a)
-    queue.attach(b)
-    queue.enqueue([msg(b"1")])
-    queue.deliver()  # a took it: b is next
-    queue.detach(b)
-    queue.enqueue([msg(b"2")])
+    a, b, c = consumers(sink, 3)
+    for consumer in (a, b, c):
+        queue.attach(consumer)
+    queue.enqueue([msg(b"1"), msg(b"2")])
+    queue.deliver()  # a and b took one each: c is next
+    queue.detach(c)
+    queue.enqueue([msg(b"3")])
     queue.deliver()
-    assert [q for q, _, _ in sink.pushed] == [0, 0]
+    assert [q for q, _, _ in sink.pushed] == [0, 1, 0]
+
+
+def test_round_robin_wraps_over_many_consumers() -> None:
+    queue, _, _ = make()
+    sink = Sink()
+    many = consumers(sink, 300, room=2)
+    for consumer in many:
+        queue.attach(consumer)
+    queue.enqueue(msg(i.to_bytes(2, "big")) for i in range(302))
+    queue.deliver()
+    assert [q for q, _, _ in sink.pushed] == [*range(300), 0, 1]
 
 
 def test_detach_gives_back_what_the_consumer_held_and_resets_it() -> None:
@@ -279,7 +290,7 @@ def test_a_pickup_deadline_is_acceptance_plus_its_milliseconds() -> None:
     queue.forget(queue.ready.popleft())
     queue.enqueue([msg(b"a", at=100.0, pickup_ms=2500), msg(b"b", at=100.0, pickup_ms=4000)])
     assert queue._timed == {queue} and not queue.idle
-    assert queue.expire_pickups(102.49) == 0
+    assert queue.expire_pickups(102.4999) == 0
     assert queue.expire_pickups(102.5) == 1
     assert graveyard.buried == [(b"a", REASON_EXPIRED)] and queue.dead == {REASON_EXPIRED: 1}
     assert [m.guid for m in queue.ready] == [b"b"] and len(queue.pickups) == 1
@@ -372,3 +383,15 @@ def test_oldest_accepted_at_looks_at_ready_delayed_and_held() -> None:
     queue.deliver()
     assert list(wide.unconfirmed) == [b"6", b"7"] and queue.unconfirmed == 2
     assert queue.oldest_accepted_at() == 65.0
+
+
+def test_a_pickup_deadline_skips_a_message_being_moved_and_goes_on() -> None:
+    """A message taken out for a move (``take_ready``) is live but not ready: its
+    deadline passes it by, and the messages due after it are still looked at."""
+    graveyard = Graveyard()
+    queue, _, _ = make(graveyard)
+    queue.enqueue([msg(b"moving", pickup_ms=1000), msg(b"waiting", pickup_ms=1000)])
+    _, waiting = queue.take_ready()
+    queue.requeue_front([waiting])
+    assert queue.expire_pickups(101.0) == 1
+    assert graveyard.buried == [(b"waiting", REASON_EXPIRED)] and b"moving" in queue.live
