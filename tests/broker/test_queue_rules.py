@@ -6,87 +6,17 @@ first for the ``queues`` target: each pins a rule a one-token change would break
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import pytest
 
 from holdfast.broker.consumers import Consumer, FlowLimits
-from holdfast.broker.dedup import GuidHistory
-from holdfast.broker.queues import Queue
-from holdfast.broker.store import NO_PROPERTIES, DeliveryUpdate, MemoryStore, StoredMessage
-from holdfast.broker.updates import PendingPush, Updates
+from holdfast.broker.store import StoredMessage
 from holdfast.proto.policy import (
-    PICKUP_TTL,
     REASON_DELIVERY_LIMIT,
     REASON_EXPIRED,
     REASON_REJECTED,
     QueuePolicy,
 )
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Sink:
-    """PUSHes as (consumer id, guid, delivery count), in order."""
-
-    def __init__(self) -> None:
-        self.pushed: list[tuple[int, bytes, int]] = []
-
-    def push(self, queue_id: int, message: StoredMessage, delivery_count: int) -> None:
-        self.pushed.append((queue_id, message.guid, delivery_count))
-
-
-class SyncUpdates(Updates):
-    """PUSHes leave at once; removals and count updates are recorded."""
-
-    def __init__(self) -> None:
-        super().__init__(MemoryStore())
-        self.removals: list[bytes] = []
-        self.counts: list[tuple[bytes, int]] = []
-
-    def removed(self, queue_uri: str, guid: bytes) -> None:
-        self.removals.append(guid)
-
-    def delivered(self, updates: Iterable[DeliveryUpdate], pushes: list[PendingPush]) -> None:
-        self.counts += [(u.guid, u.delivery_count) for u in updates]
-        for consumer, message, count in pushes:
-            consumer.sink.push(consumer.queue_id, message, count)
-
-
-class Graveyard:
-    def __init__(self) -> None:
-        self.buried: list[tuple[bytes, str]] = []
-
-    def bury(self, queue: Queue, dead: list[tuple[StoredMessage, str]]) -> None:
-        for message, reason in dead:
-            self.buried.append((message.guid, reason))
-            queue.forget(message)
-
-
-def msg(
-    guid: bytes, size: int = 4, at: float = 100.0, pickup_ms: int | None = None
-) -> StoredMessage:
-    properties = NO_PROPERTIES if pickup_ms is None else {PICKUP_TTL: str(pickup_ms)}
-    return StoredMessage("hf://t/q", guid, b"x" * size, properties, at)
-
-
-def make(graveyard: Graveyard | None = None) -> tuple[Queue, Clock, SyncUpdates]:
-    clock = Clock()
-    updates = SyncUpdates()
-    timed: set[Queue] = set()
-    # The history keeps its own (real) clock: the queue's rules must read the queue's.
-    queue = Queue("hf://t/q", GuidHistory(), updates, graveyard, clock, timed)
-    return queue, clock, updates
-
-
-def consumers(sink: Sink, n: int, room: int = 100) -> list[Consumer]:
-    return [Consumer(i, sink, FlowLimits(max_messages=room)) for i in range(n)]
+from tests.broker.queue_kit import Graveyard, Sink, consumers, make, msg
 
 
 def test_a_fresh_queue_is_empty_idle_and_counts_nothing() -> None:
@@ -137,9 +67,12 @@ def test_round_robin_wraps_over_many_consumers() -> None:
     many = consumers(sink, 300, room=2)
     for consumer in many:
         queue.attach(consumer)
-    queue.enqueue(msg(i.to_bytes(2, "big")) for i in range(302))
+    queue.enqueue(msg(i.to_bytes(2, "big")) for i in range(299))
+    queue.deliver()  # the last consumer is next; it leaves
+    queue.detach(many[-1])
+    queue.enqueue(msg(i.to_bytes(2, "big")) for i in range(299, 302))
     queue.deliver()
-    assert [q for q, _, _ in sink.pushed] == [*range(300), 0, 1]
+    assert [q for q, _, _ in sink.pushed] == [*range(299), 0, 1, 2]
 
 
 def test_detach_gives_back_what_the_consumer_held_and_resets_it() -> None:
@@ -222,6 +155,23 @@ def test_delayed_messages_come_back_in_due_order_before_the_ready_ones() -> None
     queue.enqueue([msg(b"c")])
     assert queue.release_due(clock.now + 1.0) == 2
     assert [m.guid for m in queue.ready] == [b"b", b"a", b"c"]
+    queue.attach(consumer)  # takes b and a again
+    assert queue.reject(consumer, b"a", requeue=True, delay=5.0)
+    assert queue.reject(consumer, b"b", requeue=True, delay=1.0)
+    assert queue.release_due(clock.now + 1.0) == 1  # the earliest due, whatever the order
+    assert [e[2].guid for e in queue.delayed] == [b"a"]
+
+
+def test_a_reject_with_no_positive_delay_requeues_at_once() -> None:
+    queue, _, _ = make()
+    sink = Sink()
+    [consumer] = consumers(sink, 1, room=1)
+    queue.attach(consumer)
+    queue.enqueue([msg(b"a")])
+    queue.deliver()
+    assert queue.reject(consumer, b"a", requeue=True, delay=-1.0)
+    queue.deliver()
+    assert not queue.delayed and sink.pushed[-1] == (0, b"a", 2)
 
 
 def test_the_release_guards_apply_with_only_a_limit_or_only_a_ttl() -> None:
