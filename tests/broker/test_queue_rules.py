@@ -73,6 +73,13 @@ def test_round_robin_wraps_over_many_consumers() -> None:
     queue.enqueue(msg(i.to_bytes(2, "big")) for i in range(299, 302))
     queue.deliver()
     assert [q for q, _, _ in sink.pushed] == [*range(299), 0, 1, 2]
+    queue, _, _ = make()
+    sink = Sink()
+    for consumer in consumers(sink, 300, room=2):
+        queue.attach(consumer)
+    queue.enqueue(msg(i.to_bytes(2, "big")) for i in range(302))
+    queue.deliver()  # past the last consumer, back to the first
+    assert [q for q, _, _ in sink.pushed] == [*range(300), 0, 1]
 
 
 def test_detach_gives_back_what_the_consumer_held_and_resets_it() -> None:
