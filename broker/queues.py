@@ -261,7 +261,7 @@ class Queue:
             try:
                 self.ready.remove(message)
             except ValueError:
-                continue  # delayed after a reject: it was picked up
+                continue  # not ready: taken out for a move (take_ready)
             dead.append((message, REASON_EXPIRED))
         if dead:
             self._bury(dead)

@@ -6,10 +6,15 @@ every target this runs the tests once unmutated (they must pass and select at le
 test: a command that runs no test would "kill" every mutant), then lets cosmic-ray mutate
 the modules one change at a time, in place, and run the tests against each. It prints
 killed / survived per target and every survivor (file, line, operator), and exits 1 when
-fewer than ``--threshold`` percent (default 90) of the mutants were killed.
+any target had fewer than ``--threshold`` percent (default 90) of its mutants killed.
+``--sessions DIR`` keeps cosmic-ray's session files there; ``--report`` with it prints
+the outcome of sessions already run (after a change to the ``equivalent`` lists).
 
 Mutants marked ``# pragma: no mutate`` on their line are skipped (cosmic-ray's own
-filter); every such pragma says why in a comment beside it.
+filter); every such pragma says why in a comment beside it. A survivor that changes
+nothing anyone can observe (an equivalent mutant) is listed in its target's
+``equivalent`` entries (the source line, the operator, and why) and reported apart,
+not counted against the score: ``killed / (mutants - equivalent)``.
 
 Not part of ``make test``: it runs the target's tests once per mutant.
 """
@@ -32,6 +37,16 @@ BIN = Path(sys.executable).parent
 
 
 @dataclass(frozen=True, slots=True)
+class Equivalent:
+    """Survivors judged equivalent: the mutants of ``operator`` (a prefix of the
+    operator's name) on the source line ``code`` (stripped), and why."""
+
+    code: str
+    operator: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
 class Target:
     """Modules to mutate and the test command that must kill their mutants."""
 
@@ -39,6 +54,7 @@ class Target:
     modules: tuple[str, ...]
     tests: tuple[str, ...]
     timeout: float
+    equivalent: tuple[Equivalent, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +65,8 @@ class Survivor:
     line: int
     operator: str
     occurrence: int
+    code: str
+    """The mutated line of the unmutated source, stripped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,11 +78,17 @@ class Outcome:
     survived: list[Survivor]
     skipped: int
     seconds: float
+    equivalent: list[tuple[Survivor, Equivalent]]
 
     @property
     def total(self) -> int:
-        """Mutants that ran (skipped ones excluded)."""
+        """Mutants that ran and are not equivalent (skipped ones excluded)."""
         return self.killed + len(self.survived)
+
+    @property
+    def share(self) -> float:
+        """Percent of ``total`` killed."""
+        return 100.0 * self.killed / self.total if self.total else 100.0
 
 
 def load_targets(path: Path) -> list[Target]:
@@ -76,6 +100,10 @@ def load_targets(path: Path) -> list[Target]:
             modules=tuple(entry["modules"]),
             tests=tuple(entry["tests"]),
             timeout=float(entry.get("timeout", 120)),
+            equivalent=tuple(
+                Equivalent(e["code"].strip(), e["operator"], e["why"])
+                for e in entry.get("equivalent", ())
+            ),
         )
         for entry in data["target"]
     ]
@@ -179,43 +207,65 @@ def read_session(target: Target, session: Path, seconds: float) -> Outcome:
 
     killed = skipped = 0
     survived: list[Survivor] = []
+    equivalent: list[tuple[Survivor, Equivalent]] = []
+    lines: dict[Path, list[str]] = {}
     with use_db(str(session), WorkDB.Mode.open) as db:
         for item, result in db.completed_work_items:
             if result.worker_outcome == WorkerOutcome.SKIPPED:
                 skipped += 1
             elif result.test_outcome == TestOutcome.SURVIVED:
                 spec = item.mutations[0]
-                survived.append(
-                    Survivor(
-                        str(Path(spec.module_path).relative_to(ROOT)),
-                        spec.start_pos[0],
-                        spec.operator_name,
-                        spec.occurrence,
-                    )
+                module = Path(spec.module_path)
+                if module not in lines:
+                    lines[module] = module.read_text().splitlines()
+                survivor = Survivor(
+                    str(module.relative_to(ROOT)),
+                    spec.start_pos[0],
+                    spec.operator_name,
+                    spec.occurrence,
+                    lines[module][spec.start_pos[0] - 1].strip(),
                 )
+                why = next(
+                    (
+                        e
+                        for e in target.equivalent
+                        if e.code == survivor.code and survivor.operator.startswith(e.operator)
+                    ),
+                    None,
+                )
+                if why is None:
+                    survived.append(survivor)
+                else:
+                    equivalent.append((survivor, why))
             else:
                 # A mutant that hangs past the timeout counts as killed (cosmic-ray's rule):
                 # the tests noticed that something changed.
                 killed += 1
-    return Outcome(target, killed, survived, skipped, seconds)
+    return Outcome(target, killed, survived, skipped, seconds, equivalent)
 
 
 def report(outcomes: list[Outcome]) -> float:
-    """Print the table and the survivors; return the share killed over all targets."""
-    print(f"{'target':<22} {'mutants':>7} {'killed':>7} {'survived':>8} {'skipped':>7} {'s':>6}")
+    """Print the table, the equivalent mutants and the survivors; return the lowest
+    share killed of any target."""
+    print(
+        f"{'target':<22} {'mutants':>7} {'killed':>7} {'survived':>8} {'equiv':>6} "
+        f"{'skipped':>7} {'killed%':>7} {'s':>6}"
+    )
     for o in outcomes:
         print(
             f"{o.target.name:<22} {o.total:>7} {o.killed:>7} {len(o.survived):>8} "
-            f"{o.skipped:>7} {o.seconds:>6.0f}"
+            f"{len(o.equivalent):>6} {o.skipped:>7} {o.share:>7.1f} {o.seconds:>6.0f}"
         )
     total = sum(o.total for o in outcomes)
     killed = sum(o.killed for o in outcomes)
-    share = 100.0 * killed / total if total else 0.0
+    share = 100.0 * killed / total if total else 100.0
     print(f"{'all':<22} {total:>7} {killed:>7} {total - killed:>8}   killed {share:.1f}%")
     for o in outcomes:
+        for s, e in o.equivalent:
+            print(f"  equivalent: {s.module}:{s.line} {s.operator} #{s.occurrence}: {e.why}")
         for s in o.survived:
-            print(f"  survived: {s.module}:{s.line} {s.operator} #{s.occurrence}")
-    return share
+            print(f"  survived: {s.module}:{s.line} {s.operator} #{s.occurrence}: {s.code}")
+    return min((o.share for o in outcomes), default=100.0)
 
 
 def main() -> None:
@@ -223,15 +273,33 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("targets", nargs="*", help="target names (default: all)")
     parser.add_argument("--threshold", type=float, default=90.0)
+    parser.add_argument(
+        "--sessions",
+        type=Path,
+        help="keep cosmic-ray's session files (<target>.sqlite) in this directory",
+    )
+    parser.add_argument(
+        "--report", action="store_true", help="only report the sessions kept in --sessions"
+    )
     args = parser.parse_args()
+    if args.report and args.sessions is None:
+        parser.error("--report reads the sessions kept in --sessions DIR")
     targets = load_targets(ROOT / "mutation" / "targets.toml")
     unknown = set(args.targets) - {t.name for t in targets}
     if unknown:
         raise SystemExit(f"mutation: unknown target(s) {sorted(unknown)}")
     chosen = [t for t in targets if not args.targets or t.name in args.targets]
     os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
-    with tempfile.TemporaryDirectory(prefix="holdfast-mutation-") as tmp:
-        outcomes = [run_target(t, Path(tmp)) for t in chosen]
+    if args.report:
+        outcomes = [
+            read_session(t, args.sessions.resolve() / f"{t.name}.sqlite", 0.0) for t in chosen
+        ]
+    elif args.sessions is not None:
+        args.sessions.mkdir(parents=True, exist_ok=True)
+        outcomes = [run_target(t, args.sessions.resolve()) for t in chosen]
+    else:
+        with tempfile.TemporaryDirectory(prefix="holdfast-mutation-") as tmp:
+            outcomes = [run_target(t, Path(tmp)) for t in chosen]
     share = report(outcomes)
     sys.exit(0 if share >= args.threshold else 1)
 

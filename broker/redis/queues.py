@@ -9,7 +9,8 @@ delivered to its own consumers (``Consumer.unconfirmed``, as in memory):
   messages (``CLAIM``: one atomic move from the ready list to the node's deliveries,
   counting the delivery) and PUSHes them round-robin to its consumers. Nodes claim
   only for consumers with room, so flow limits hold across nodes and work spreads
-  over every node's consumers;
+  over every node's consumers; a claimed message no consumer can take any more (it
+  left while the claim was on its way) goes back as never claimed (``UNCLAIM``);
 - the policy applies where a message changes hands, as in memory: ``CLAIM`` hands
   back, uncounted, a message past its delivery limit, the queue's TTL or its pickup
   deadline, and the node buries it (``graveyard``); so is one rejected without
@@ -32,7 +33,7 @@ from holdfast.broker.consumers import Consumer
 from holdfast.broker.lifecycle import release
 from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.store import NO_PROPERTIES, StoredMessage, StoreError
-from holdfast.proto.policy import REASON_REJECTED, QueuePolicy
+from holdfast.proto.policy import PICKUP_TTL, REASON_REJECTED, QueuePolicy
 from holdfast.server import spans
 
 if TYPE_CHECKING:
@@ -214,7 +215,7 @@ class RedisQueue:
             registry.graveyard.bury(self.uri, dead)
         leftover = self._hand_out(messages)
         if leftover:
-            await self._requeue([m.guid for m in leftover])
+            await self._unclaim(leftover)
         if len(raw) == 5 * n:
             self.deliver()  # there may be more
 
@@ -240,6 +241,29 @@ class RedisQueue:
         if sent:
             spans.delivered(sent, None)  # the claim made the counts durable already
         return leftover
+
+    async def _unclaim(self, messages: list[StoredMessage]) -> None:
+        """Claimed messages no local consumer had room for (they left, or filled up,
+        while the claim was on its way) go back as if never claimed: PUSHed to nobody,
+        they were not delivered, so their delivery counts and pickup deadlines are
+        restored (``UNCLAIM``)."""
+        registry = self._registry
+        keys = self.keys
+        args: list[object] = []
+        for message in messages:
+            args += [message.guid, pickup_deadline_ms(message)]
+        try:
+            await registry.client.run(
+                "UNCLAIM",
+                [keys.ready, keys.count, keys.out(registry.node_id), keys.pickup, keys.stats],
+                args,
+            )
+        except StoreError as error:
+            # Still this node's deliveries: reclaimed when the node stops or dies.
+            log.error(
+                "%s: could not give back %d claimed messages: %s", self.uri, len(messages), error
+            )
+        registry.wake(self.uri)
 
     async def _requeue(self, guids: list[bytes]) -> None:
         await self._registry.requeue(self.uri, guids)
@@ -286,6 +310,13 @@ def parse_message(uri: str, guid: bytes, payload: bytes, meta: bytes, count: int
     )
 
 
+def pickup_deadline_ms(message: StoredMessage) -> int:
+    """A message's pickup deadline (``x-ttl-ms`` after its acceptance), in ms; 0 if it
+    has none (the PUT script's convention)."""
+    ttl_ms = message.properties.get(PICKUP_TTL) if message.properties else None
+    return 0 if ttl_ms is None else round(message.accepted_at * 1000) + int(ttl_ms)
+
+
 def message_meta(message: StoredMessage) -> str:
     """The meta a script keeps for ``message`` (see ``parse_message``)."""
     properties = dict(message.properties)
@@ -293,4 +324,11 @@ def message_meta(message: StoredMessage) -> str:
     return f"{message.digest}|{round(message.accepted_at * 1000)}|{text}"
 
 
-__all__ = ["CLAIM_BATCH", "RedisQueue", "RemoteDepth", "message_meta", "parse_message"]
+__all__ = [
+    "CLAIM_BATCH",
+    "RedisQueue",
+    "RemoteDepth",
+    "message_meta",
+    "parse_message",
+    "pickup_deadline_ms",
+]

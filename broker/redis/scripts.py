@@ -1,5 +1,5 @@
-"""The Lua scripts of a queue's life on the Redis store: PUT, CLAIM, CONFIRM, REQUEUE
-and RECLAIM (policies, moves and the admin's scripts are in ``policy_scripts``).
+"""The Lua scripts of a queue's life on the Redis store: PUT, CLAIM, UNCLAIM, CONFIRM,
+REQUEUE and RECLAIM (policies, moves and the admin's scripts are in ``policy_scripts``).
 
 Every script touches the keys of one queue only (one hash tag), so it runs on the
 one cluster node that holds the queue. Statuses returned by ``PUT`` are the wire
@@ -177,6 +177,32 @@ end
 return n
 """
 
+UNCLAIM = """
+-- KEYS: ready, count, out(node), pickup, stats.
+-- ARGV: per message, in claim order: guid, pickup deadline ms (0: none).
+-- Claimed messages the node had no consumer for (they left while the claim was on
+-- its way): back to the head, in order, as if never claimed. Their delivery is
+-- uncounted (CLAIM counted it) and one never delivered gets its pickup deadline back.
+-- Returns how many.
+local n, redelivered = 0, 0
+for i = #ARGV - 1, 1, -2 do
+  local guid = ARGV[i]
+  if redis.call('ZREM', KEYS[3], guid) == 1 then
+    local count = redis.call('HINCRBY', KEYS[2], guid, -1)
+    if count > 0 then
+      redelivered = redelivered + 1
+    else
+      redis.call('HDEL', KEYS[2], guid)
+      if ARGV[i + 1] ~= '0' then redis.call('ZADD', KEYS[4], ARGV[i + 1], guid) end
+    end
+    redis.call('LPUSH', KEYS[1], guid)
+    n = n + 1
+  end
+end
+if redelivered > 0 then redis.call('HINCRBY', KEYS[5], 'redelivered', -redelivered) end
+return n
+"""
+
 RECLAIM = """
 -- KEYS: ready, out(dead node), consumers, handles. ARGV: dead node id.
 -- A dead node's deliveries go back to the head of the queue, oldest first.
@@ -190,6 +216,6 @@ redis.call('HDEL', KEYS[4], ARGV[1])
 return #guids
 """
 
-__all__ = ["CLAIM", "CONFIRM", "PUT", "RECLAIM", "REQUEUE"]
+__all__ = ["CLAIM", "CONFIRM", "PUT", "RECLAIM", "REQUEUE", "UNCLAIM"]
 """The scripts, each registered by this name (``ACCEPTED``, ``EMIT`` and ``DROP`` are
 pieces of them; ``PUT_OUTCOMES`` are the numbers ``PUT`` answers with)."""

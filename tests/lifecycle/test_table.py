@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -215,3 +216,17 @@ def test_admission_compares_real_64_bit_digests_by_value() -> None:
     assert admit(big, same, 0, 300_000, False, False) is Admission.DUPLICATE
     assert admit(big - 1, big, 0, 300_000, False, False) is Admission.CONFLICT
     assert admit(big + 1, big, 0, 300_000, False, False) is Admission.CONFLICT
+
+
+def test_the_table_and_its_records_cannot_change_in_place() -> None:
+    """Rows, rules, messages and outcomes are values: ``apply`` returns new ones, and
+    nobody can edit the table a store runs."""
+    outcome = apply(Message(State.READY), Event.DELIVER, 0.0, Rules())
+    for record, field in (
+        (TRANSITIONS[0], "target"),
+        (Rules(), "ttl"),
+        (outcome.message, "state"),
+        (outcome, "row"),
+    ):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(record, field, None)

@@ -1,0 +1,184 @@
+"""The Redis store of one lifecycle walk: two broker nodes' queue machinery on one
+redis-server, on a manual clock, driven one event at a time, and read back as
+lifecycle states.
+
+Node ``a`` PUTs, delivers, settles and sweeps; node ``b`` is the survivor that reaps
+``a`` when it is lost. No node loop runs (heartbeat, poll, wake-ups, sweeps): the walk
+calls each step itself, so nothing moves a message between two looks.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from holdfast.broker.consumers import Consumer, FlowLimits
+from holdfast.broker.lifecycle import State
+from holdfast.broker.redis.admin import RedisAdmin
+from holdfast.broker.redis.client import RedisClient, parse_redis_spec
+from holdfast.broker.redis.keys import NODES, QueueKeys
+from holdfast.broker.redis.nodes import NodeLife
+from holdfast.broker.redis.puts import RedisPutPipeline
+from holdfast.broker.redis.queues import RedisQueue, parse_message
+from holdfast.broker.redis.registry import RedisRegistry
+from holdfast.broker.redis.sweep import Sweeper
+from holdfast.broker.store import StoredMessage
+from holdfast.proto import pb
+from holdfast.proto.limits import Limits
+from holdfast.proto.policy import DEATH_REASON, DELIVERY_COUNT, PICKUP_TTL, QueuePolicy
+
+
+class Clock:
+    """Both nodes' wall clock (ms), moved by the walk only."""
+
+    def __init__(self) -> None:
+        self.ms = 1_700_000_000_000
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+class Sink:
+    """The consumer's PUSHes: delivery count by GUID, as last PUSHed."""
+
+    def __init__(self) -> None:
+        self.counts: dict[bytes, int] = {}
+
+    def push(self, queue_id: int, message: StoredMessage, delivery_count: int) -> None:
+        self.counts[message.guid] = delivery_count
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """Where the store has one message, as a lifecycle state."""
+
+    state: State | None
+    """``None``: gone from the queue and not dead-lettered (confirmed or purged)."""
+    delivery_count: int
+    reason: str | None = None
+
+
+class RedisWorld:
+    """One queue on Redis, its dead-letter queue, two nodes and one consumer."""
+
+    def __init__(self, url: str) -> None:
+        tag = uuid.uuid4().hex[:10]
+        self.uri = f"hf://walk/q-{tag}"
+        self.dead_letter = f"hf://walk/dlq-{tag}"
+        self.keys = QueueKeys(self.uri)
+        self.clock = Clock()
+        self.client = RedisClient(parse_redis_spec(url), retry_window=5.0)
+        self.a = RedisRegistry(self.client, f"walk-a-{tag}", self.clock)
+        self.b = RedisRegistry(self.client, f"walk-b-{tag}", self.clock)
+        self.survivor = NodeLife(self.client, self.b, lambda _why: None)
+        self.sweeper = Sweeper(self.a)
+        self.puts = RedisPutPipeline(self.a, Limits(), retention_ms=600_000)
+        self.sink = Sink()
+        self.consumer = Consumer(1, self.sink, FlowLimits(max_messages=1))
+        self.queue: RedisQueue = self.a.open(self.uri)
+
+    async def start(self) -> None:
+        """Keep the queue open on node ``a`` (so its sweep visits it) and list ``a``
+        among the nodes, with no liveness key: the survivor's reaper takes it for dead
+        whenever it looks."""
+        self.queue.handles = 1
+        await self.client.redis.hset(NODES, self.a.node_id, self.clock())
+        await self.settle()
+
+    async def close(self) -> None:
+        """Wait for the background work, take ``a`` off the node list, disconnect."""
+        await self.settle()
+        await self.client.redis.hdel(NODES, self.a.node_id)
+        await self.client.close()
+
+    async def settle(self) -> None:
+        """Let both nodes finish their background work (claims, requeues, burials)."""
+        await self.a.drain()
+        await self.b.drain()
+        await self.a.drain()
+
+    async def set_policy(self, max_deliveries: int | None, ttl: float | None) -> None:
+        """Set the queue's policy (with its dead-letter queue) and let both nodes read it."""
+        policy = QueuePolicy(max_deliveries=max_deliveries, ttl=ttl, dead_letter=self.dead_letter)
+        await self.a.policies.set(self.uri, policy)
+        await self.b.policies.refresh()
+
+    async def put(self, guid: bytes, pickup_s: float | None) -> None:
+        """PUT one message (with a pickup TTL of ``pickup_s`` seconds if given)."""
+        properties = {} if pickup_s is None else {PICKUP_TTL: str(round(pickup_s * 1000))}
+        put = pb.Put(queue_id=1, guid=guid, payload=b"walk", properties=properties)
+        [status] = await self.puts._put(self.uri, [put])
+        assert status == pb.STATUS_OK
+
+    async def deliver(self) -> None:
+        """The consumer attaches (or is attached) and node ``a`` claims for it."""
+        if self.consumer in self.queue.consumers:
+            self.queue.deliver()
+        else:
+            self.queue.attach(self.consumer)
+        await self.settle()
+
+    def held(self) -> bytes:
+        """The one GUID the consumer holds."""
+        [guid] = self.consumer.unconfirmed
+        return guid
+
+    async def confirm(self) -> None:
+        assert self.queue.confirm(self.consumer, self.held())
+        await self.settle()
+
+    async def reject(self, requeue: bool, delay: float = 0.0) -> None:
+        assert self.queue.reject(self.consumer, self.held(), requeue, delay)
+        await self.settle()
+
+    async def session_lost(self) -> None:
+        """The consumer's session closes: what it held goes back."""
+        self.queue.detach(self.consumer)
+        await self.settle()
+
+    async def node_lost(self) -> None:
+        """Node ``a`` is gone (no liveness key): the survivor's reaper reclaims its
+        deliveries, as its heartbeat does."""
+        await self.survivor._reap()
+        await self.settle()
+
+    async def sweep(self) -> None:
+        """Node ``a``'s sweep: reject delays over, TTLs, pickup deadlines."""
+        await self.sweeper.sweep()
+        await self.settle()
+
+    async def purge(self) -> None:
+        await RedisAdmin(self.a).purge(self.uri)
+        await self.settle()
+
+    async def seen(self, guid: bytes) -> Seen:
+        """Where the store has ``guid``; it must be in one place only."""
+        redis = self.client.redis
+        dlq = QueueKeys(self.dead_letter)
+        meta = await redis.hget(dlq.meta, guid)
+        if meta is not None:
+            assert await redis.hget(self.keys.body, guid) is None, "dead-lettered and kept"
+            copy = parse_message(self.dead_letter, guid, b"", meta, 0)
+            return Seen(
+                State.DEAD,
+                int(copy.properties[DELIVERY_COUNT]),
+                copy.properties[DEATH_REASON],
+            )
+        assert not await redis.hexists(self.keys.leaving, guid), "a burial did not finish"
+        places = []
+        if await redis.lpos(self.keys.ready, guid) is not None:
+            places.append(State.READY)
+        if await redis.zscore(self.keys.delayed, guid) is not None:
+            places.append(State.DELAYED)
+        for node in (self.a.node_id, self.b.node_id):
+            if await redis.zscore(self.keys.out(node), guid) is not None:
+                places.append(State.HELD)
+        count = int(await redis.hget(self.keys.count, guid) or 0)
+        if await redis.hget(self.keys.body, guid) is None:
+            assert not places, f"{guid!r} has no body but is listed in {places}"
+            return Seen(None, count)
+        assert len(places) == 1, f"{guid!r} is in {places}"
+        return Seen(places[0], count)
+
+
+__all__ = ["Clock", "RedisWorld", "Seen", "Sink"]

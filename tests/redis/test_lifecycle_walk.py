@@ -1,0 +1,268 @@
+"""Every row of the lifecycle table, walked on the Redis store (its Lua scripts and the
+Python around them), with ``lifecycle.apply`` as the model.
+
+One case per row of ``TRANSITIONS``, named after it: a short scenario brings one message
+into the row's state with the row's guard true (or every earlier guard of its cell
+false), then takes the row's event. After every step the message's place in Redis
+(ready list, delayed set, a node's deliveries, the dead-letter queue, or gone), its
+delivery count and its dead-letter reason must be what ``apply`` says, and the last
+step must have taken the row named. A rule missing from a script fails its row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from holdfast.broker.lifecycle import (
+    TRANSITIONS,
+    Event,
+    Guard,
+    Message,
+    Outcome,
+    Row,
+    Rules,
+    State,
+    apply,
+)
+from holdfast.proto.policy import REASON_EXPIRED
+from tests.redis.lifecycle_world import RedisWorld, Seen
+from tests.support.redis_server import RedisServer
+
+DELAY = 5.0
+"""Seconds of every reject delay in the walk."""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One thing that happens: ``kind`` names a ``RedisWorld`` action (or ``advance``
+    and ``policy``), ``value`` is its argument."""
+
+    kind: str
+    value: float | tuple[int | None, float | None] | None = None
+
+
+EVENT_OF = {
+    "deliver": Event.DELIVER,
+    "confirm": Event.CONFIRM,
+    "reject": Event.REJECT,
+    "requeue": Event.REQUEUE,
+    "delay": Event.DELAY,
+    "session-lost": Event.SESSION_LOST,
+    "node-lost": Event.NODE_LOST,
+    "purge": Event.PURGE,
+}
+STEP_OF = {event: kind for kind, event in EVENT_OF.items()} | {
+    Event.TICK: "sweep",
+    Event.DUE: "sweep",
+}
+PREFIX = {
+    State.READY: [Step("put")],
+    State.HELD: [Step("put"), Step("deliver")],
+    State.DELAYED: [Step("put"), Step("deliver"), Step("delay")],
+}
+"""How a message gets into each state."""
+
+POLICY = {
+    Guard.SPENT: Step("policy", (1, None)),
+    Guard.EXPIRED: Step("policy", (3, 10.0)),
+    Guard.ALWAYS: Step("policy", (3, 10.0)),
+}
+"""The policy that makes a row's guard true (SPENT: one delivery spends a message)."""
+
+SPECIAL: dict[tuple[State, Event, Guard], list[Step]] = {
+    # A READY message is spent only if the limit was lowered while it waited.
+    (State.READY, Event.DELIVER, Guard.SPENT): [
+        Step("policy", (2, None)),
+        Step("put"),
+        Step("deliver"),
+        Step("requeue"),
+        Step("policy", (1, None)),
+        Step("deliver"),
+    ],
+    (State.READY, Event.TICK, Guard.PICKUP_MISSED): [
+        Step("policy", (3, None)),
+        Step("put", 3.0),
+        Step("advance", 4.0),
+        Step("sweep"),
+    ],
+    (State.READY, Event.TICK, Guard.ALWAYS): [
+        Step("policy", (3, 10.0)),
+        Step("put", 3.0),
+        Step("advance", 1.0),
+        Step("sweep"),
+    ],
+    # A held message outlives its TTL while held.
+    (State.HELD, Event.TICK, Guard.ALWAYS): [
+        Step("policy", (3, 10.0)),
+        *PREFIX[State.HELD],
+        Step("advance", 11.0),
+        Step("sweep"),
+    ],
+}
+
+
+def scenario(row: Row) -> list[Step]:
+    """The steps that end by taking ``row``."""
+    special = SPECIAL.get((row.state, row.event, row.guard))
+    if special is not None:
+        return special
+    steps = [POLICY[row.guard], *PREFIX[row.state]]
+    if row.guard is Guard.EXPIRED:
+        steps.append(Step("advance", 11.0))
+    elif row.event is Event.DUE:
+        steps.append(Step("advance", DELAY + 1))
+    elif row.event is Event.TICK:
+        steps.append(Step("advance", 1.0))
+    return [*steps, Step(STEP_OF[row.event])]
+
+
+def row_id(row: Row) -> str:
+    return f"{row.state.value}-{row.event.value}-{row.guard.value}"
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One redis-server for the walk (each case has queues of its own)."""
+    with RedisServer(tmp_path_factory.mktemp("redis-walk"), aof=False) as server:
+        yield server.url
+
+
+class Walk:
+    """The world and its model, stepped together."""
+
+    def __init__(self, world: RedisWorld) -> None:
+        self.world = world
+        self.guid = b"\x01" * 16
+        self.rules = Rules()
+        self.model: Message | None = None
+        self.due = 0.0
+        self.last: Outcome | None = None
+
+    @property
+    def now(self) -> float:
+        return self.world.clock.ms / 1000
+
+    async def take(self, step: Step) -> None:
+        world = self.world
+        kind, value = step.kind, step.value
+        if kind == "policy":
+            assert isinstance(value, tuple)
+            self.rules = Rules(*value)
+            await world.set_policy(*value)
+            return
+        if kind == "advance":
+            assert isinstance(value, float)
+            world.clock.ms += round(value * 1000)
+            return
+        if kind == "put":
+            assert value is None or isinstance(value, float)
+            await world.put(self.guid, value)
+            deadline = None if value is None else self.now + value
+            self.model = Message(State.READY, accepted_at=self.now, pickup_deadline=deadline)
+            await self.check(kind)
+            return
+        assert self.model is not None
+        if kind == "sweep":
+            due = self.model.state is State.DELAYED and self.due <= self.now
+            event = Event.DUE if due else Event.TICK
+            await world.sweep()
+        else:
+            event = EVENT_OF[kind]
+            if kind == "deliver":
+                await world.deliver()
+            elif kind == "confirm":
+                await world.confirm()
+            elif kind in ("reject", "requeue", "delay"):
+                delay = DELAY if kind == "delay" else 0.0
+                await world.reject(requeue=kind != "reject", delay=delay)
+                self.due = self.now + delay
+            elif kind == "session-lost":
+                await world.session_lost()
+            elif kind == "node-lost":
+                await world.node_lost()
+            else:
+                await world.purge()
+        self.last = apply(self.model, event, self.now, self.rules)
+        self.model = self.last.message
+        await self.check(kind)
+
+    async def check(self, kind: str) -> None:
+        """The store has the message where the model says, with its count and reason."""
+        model = self.model
+        assert model is not None
+        seen = await self.world.seen(self.guid)
+        gone = model.state in (State.CONFIRMED, State.PURGED)
+        expected = (None if gone else model.state, model.delivery_count, model.reason)
+        if gone:
+            assert seen.state is None, f"after {kind}: {seen}, model {model}"
+        else:
+            assert (seen.state, seen.delivery_count, seen.reason) == expected, (
+                f"after {kind}: store {seen}, model {model}"
+            )
+        if model.state is State.HELD:
+            assert self.world.sink.counts[self.guid] == model.delivery_count
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("row", TRANSITIONS, ids=row_id)
+def test_redis_takes_the_row(row: Row, redis_url: str) -> None:
+    async def walk() -> None:
+        world = RedisWorld(redis_url)
+        await world.start()
+        try:
+            walker = Walk(world)
+            for step in scenario(row):
+                await walker.take(step)
+            assert walker.last is not None and walker.last.row == row, (
+                f"the scenario took {walker.last and walker.last.row}, not {row}"
+            )
+        finally:
+            await world.close()
+
+    asyncio.run(walk())
+
+
+def claim_and_leave(redis_url: str, then: str) -> None:
+    """A claim whose consumer left before it returned (a session closed in between):
+    node ``a`` claimed the message (counting a delivery) and had nobody to PUSH it to,
+    so it went back unseen. In the model it was never delivered."""
+
+    async def walk() -> None:
+        world = RedisWorld(redis_url)
+        await world.start()
+        guid = b"\x02" * 16
+        try:
+            await world.set_policy(1, None)
+            await world.put(guid, 3.0)
+            world.queue.attach(world.consumer)  # the claim is on its way
+            world.queue.detach(world.consumer)  # ...and its consumer goes
+            await world.settle()
+            assert await world.seen(guid) == Seen(State.READY, 0)
+            if then == "deliver":
+                # Not spent: the next consumer gets its first delivery.
+                await world.deliver()
+                assert await world.seen(guid) == Seen(State.HELD, 1)
+                assert world.sink.counts[guid] == 1
+            else:
+                # Never delivered: its pickup deadline still holds.
+                world.clock.ms += 4000
+                await world.sweep()
+                assert await world.seen(guid) == Seen(State.DEAD, 0, REASON_EXPIRED)
+        finally:
+            await world.close()
+
+    asyncio.run(walk())
+
+
+@pytest.mark.timeout(30)
+def test_a_claim_nobody_took_does_not_count_a_delivery(redis_url: str) -> None:
+    claim_and_leave(redis_url, "deliver")
+
+
+@pytest.mark.timeout(30)
+def test_a_claim_nobody_took_keeps_the_pickup_deadline(redis_url: str) -> None:
+    claim_and_leave(redis_url, "tick")
