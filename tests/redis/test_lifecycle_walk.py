@@ -207,8 +207,23 @@ class Walk:
             assert self.world.sink.counts[self.guid] == model.delivery_count
 
 
+NOT_ON_REDIS = pytest.mark.xfail(
+    strict=True,
+    reason="staging (transactional Spark writes, issue #30) is not implemented on the Redis "
+    "store yet: it answers the Staging call UNIMPLEMENTED",
+)
+
+
+def rows_on_redis() -> list[object]:
+    """Every row; those of the STAGED state (no staging on Redis yet) expected to fail."""
+    return [
+        pytest.param(row, marks=NOT_ON_REDIS) if row.state is State.STAGED else row
+        for row in TRANSITIONS
+    ]
+
+
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("row", TRANSITIONS, ids=row_id)
+@pytest.mark.parametrize("row", rows_on_redis(), ids=row_id)
 def test_redis_takes_the_row(row: Row, redis_url: str) -> None:
     async def walk() -> None:
         world = RedisWorld(redis_url)
