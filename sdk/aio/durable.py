@@ -11,7 +11,9 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from holdfast.sdk import tracing
 from holdfast.sdk.errors import HoldfastError, RpcError
+from holdfast.sdk.instrument import Untraced
 from holdfast.sdk.rpc import calls, durable, wire
 from holdfast.sdk.rpc.values import Reply
 from holdfast.sdk.types import Ack, Message
@@ -58,7 +60,7 @@ async def fetch(session: Session, token: str | None, request_id: str, timeout: f
         rid.reply_uri,
         read=True,
         write=True,
-        on_message=inbox.put_nowait,
+        on_message=Untraced(inbox.put_nowait),  # request/reply's own message: untraced
         options=durable.ONE_AT_A_TIME,
     )
     try:
@@ -95,7 +97,8 @@ async def _keep_fetchable(
                 acked.set_result(ack.status.ok)
 
         try:
-            await queue.post(message.payload, kept, on_ack)
+            with tracing.suppressed():  # the SDK's own copy of the reply: no send span
+                await queue.post(message.payload, kept, on_ack)
             ok = await asyncio.wait_for(acked, max(1.0, deadline - time.monotonic()))
         except (HoldfastError, TimeoutError):
             return  # not copied: the delivered one stays (returned when the queue closes)

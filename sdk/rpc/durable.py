@@ -46,6 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from holdfast.sdk import tracing
 from holdfast.sdk.errors import (
     HoldfastError,
     InvalidArgumentError,
@@ -55,6 +56,7 @@ from holdfast.sdk.errors import (
     RpcTimeoutError,
     UnknownRequestError,
 )
+from holdfast.sdk.instrument import Untraced
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.queue import Queue
 from holdfast.sdk.rpc import calls, wire
@@ -218,7 +220,11 @@ def fetch(session: Session, token: str | None, request_id: str, timeout: float) 
     rid = start_fetch(request_id, token, timeout)
     inbox: stdqueue.SimpleQueue[Message] = stdqueue.SimpleQueue()
     queue = session.open_queue(
-        rid.reply_uri, read=True, write=True, on_message=inbox.put, options=ONE_AT_A_TIME
+        rid.reply_uri,
+        read=True,
+        write=True,
+        on_message=Untraced(inbox.put),  # request/reply's own message: no process span
+        options=ONE_AT_A_TIME,
     )
     try:
         deadline = time.monotonic() + timeout
@@ -255,7 +261,8 @@ def _keep_fetchable(queue: Queue, message: Message, rid: RequestId, deadline: fl
             acked.set()
 
         try:
-            queue.post(message.payload, kept, on_ack)
+            with tracing.suppressed():  # the SDK's own copy of the reply: no send span
+                queue.post(message.payload, kept, on_ack)
         except HoldfastError:
             return  # not copied: the delivered one stays (returned when the queue closes)
         if not (acked.wait(max(1.0, deadline - time.monotonic())) and all(ok)):
