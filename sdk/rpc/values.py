@@ -6,6 +6,7 @@ import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,3 +38,6 @@ class Request:
     cancelled: threading.Event = field(default_factory=threading.Event)
     """Set when the caller cancelled, timed out or went away: the handler may stop
     early (``request.cancelled.wait(t)``, ``is_set()``); its reply is then dropped."""
+    streams: Mapping[str, Any] = field(default_factory=dict)
+    """The request's data streams by name (``session.request(..., streams=...)``):
+    ``holdfast.sdk.rpc.streams.StreamReader`` objects, binary file-like (``read(n)``)."""

@@ -51,6 +51,7 @@ from holdfast.sdk.instrument import Untraced
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.queue import Queue
 from holdfast.sdk.rpc import spans as rpc_spans
+from holdfast.sdk.rpc import streams as streaming
 from holdfast.sdk.rpc import wire
 from holdfast.sdk.rpc.jobs import (
     Answer,
@@ -200,6 +201,9 @@ class Worker:
                     props.get(wire.KEY),
                     message.delivery_count,
                 )
+                if streaming.NAMES in props:
+                    domain = parse_queue_uri(self.uri).domain
+                    request.streams = streaming.readers(self._session, domain, message.guid, props)
                 job = Job(request, message, header.reply_to, time.monotonic(), header.keep_until_ms)
                 job.next_beat = job.started + self.options.first_beat_after
                 if expired:
@@ -258,8 +262,11 @@ class Worker:
             self.handler_runs += 1
         span = rpc_spans.start_serve(self.uri, job.message) if self._traced else None
         try:
-            with tracing.current(span):
-                result = self._handler(job.request)
+            try:
+                with tracing.current(span):
+                    result = self._handler(job.request)
+            finally:
+                streaming.close_all(job.request.streams)
             if isinstance(result, tuple):
                 payload, properties = result
                 answer = (bytes(payload), wire.reply_properties(guid, _user(properties)))
