@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import heapq
 import itertools
 import logging
@@ -241,6 +242,16 @@ class Caller:
                     call.on_beat(properties, time.monotonic())
             else:
                 outcome = calls.outcome(call.guid, message)
+                if isinstance(outcome, Reply) and streaming.NAMES in properties:
+                    outcome = dataclasses.replace(
+                        outcome,
+                        streams=streaming.readers(
+                            self._session,
+                            calls.domain_of(message.queue_uri),
+                            wire.reply_guid(call.guid),
+                            properties,
+                        ),
+                    )
                 if isinstance(outcome, Reply):
                     self._finish(call, reply=outcome)
                 elif outcome is not None:

@@ -19,6 +19,9 @@ class Reply:
     """Properties the handler returned (reserved ``x-rpc-`` ones removed)."""
     request_guid: uuid.UUID
     """The GUID of the request this answers."""
+    streams: Mapping[str, Any] = field(default_factory=dict)
+    """The reply's data streams by name, when the handler returned a
+    ``StreamingReply``: ``holdfast.sdk.rpc.streams.StreamReader`` objects (``read(n)``)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -41,3 +44,17 @@ class Request:
     streams: Mapping[str, Any] = field(default_factory=dict)
     """The request's data streams by name (``session.request(..., streams=...)``):
     ``holdfast.sdk.rpc.streams.StreamReader`` objects, binary file-like (``read(n)``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamingReply:
+    """What a ``Worker``'s handler returns to answer with data streams: the caller gets
+    ``payload`` and ``properties`` as ``Reply`` and reads each of ``streams`` (binary
+    file-like objects with ``read(n)``) as ``reply.streams[name]``."""
+
+    payload: bytes
+    """The reply payload."""
+    properties: Mapping[str, str] = field(default_factory=dict)
+    """The reply properties."""
+    streams: Mapping[str, Any] = field(default_factory=dict)
+    """Stream name -> binary file-like object, sent after the handler returned."""

@@ -63,7 +63,7 @@ from holdfast.sdk.rpc.jobs import (
 )
 from holdfast.sdk.rpc.liveness import Beater
 from holdfast.sdk.rpc.options import WorkerOptions
-from holdfast.sdk.rpc.values import Request
+from holdfast.sdk.rpc.values import Request, StreamingReply
 from holdfast.sdk.types import Ack, AckStatus, Message
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("holdfast.sdk.rpc.worker")
 
-HandlerResult = bytes | tuple[bytes, Mapping[str, str]]
+HandlerResult = bytes | tuple[bytes, Mapping[str, str]] | StreamingReply
 Handler = Callable[[Request], HandlerResult]
 
 MAX_REPLY_HANDLES = 1024
@@ -267,7 +267,20 @@ class Worker:
                     result = self._handler(job.request)
             finally:
                 streaming.close_all(job.request.streams)
-            if isinstance(result, tuple):
+            if isinstance(result, StreamingReply):
+                names = streaming.check_names(result.streams)
+                headers = wire.reply_properties(guid, _user(result.properties))
+                headers[streaming.NAMES] = ",".join(names)
+                answer = (bytes(result.payload), headers)
+                streaming.start_senders(
+                    self._session,
+                    parse_queue_uri(job.reply_to).domain,
+                    wire.reply_guid(guid),
+                    result.streams,
+                    self._stopping.is_set,
+                    lambda error: log.warning("reply stream of %s failed: %s", guid, error),
+                )
+            elif isinstance(result, tuple):
                 payload, properties = result
                 answer = (bytes(payload), wire.reply_properties(guid, _user(properties)))
             else:

@@ -5,13 +5,14 @@ call with ``StreamError`` on both sides."""
 from __future__ import annotations
 
 import hashlib
+import io
 import random
 import threading
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from holdfast.sdk import Request, Session, StreamError, Worker
+from holdfast.sdk import Request, Session, StreamError, StreamingReply, Worker
 from holdfast.sdk.rpc import streams as streaming
 from tests.support.processes import BrokerProcess, ProxyProcess
 from tests.support.sessions import FAST, unique_uri
@@ -148,3 +149,44 @@ def test_bad_stream_names_are_refused(broker: BrokerProcess) -> None:
 
     with Session(broker.address, options=FAST) as caller, pytest.raises(InvalidArgumentError):
         caller.request(unique_uri("x"), b"", streams={"a,b": Source(1)}, timeout=1)
+
+
+def test_reply_streams_and_a_stream_each_way(
+    worker_session: Session, broker: BrokerProcess
+) -> None:
+    uri = unique_uri("streams-reply")
+    sources: list[Source] = []
+
+    def handle(request: Request) -> StreamingReply:
+        received = digest_handler(request)  # read the request stream first
+        source = Source(20 * MB + 17)
+        sources.append(source)
+        return StreamingReply(received, {"kind": "echo"}, {"out": source, "empty": io.BytesIO()})
+
+    source = Source(20 * MB)
+    with Worker(worker_session, uri, handle), Session(broker.address, options=FAST) as caller:
+        reply = caller.request(uri, b"", streams={"data": source}, timeout=120)
+        assert reply.payload.decode() == f"{20 * MB}:{source.digest.hexdigest()}"
+        assert reply.properties == {"kind": "echo"}
+        digest = hashlib.sha256()
+        for chunk in reply.streams["out"]:
+            digest.update(chunk)
+        assert digest.hexdigest() == sources[0].digest.hexdigest()
+        assert reply.streams["empty"].read() == b""
+
+
+def test_a_failing_reply_stream_fails_the_callers_reader(
+    worker_session: Session, broker: BrokerProcess
+) -> None:
+    uri = unique_uri("streams-reply-fail")
+
+    def die() -> None:
+        raise OSError("worker disk gone")
+
+    def handle(request: Request) -> StreamingReply:
+        return StreamingReply(b"ok", {}, {"out": Source(10 * MB, {2 * MB: die})})
+
+    with Worker(worker_session, uri, handle), Session(broker.address, options=FAST) as caller:
+        reply = caller.request(uri, b"", timeout=60)
+        with pytest.raises(StreamError, match="worker disk gone"):
+            reply.streams["out"].read()
