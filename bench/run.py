@@ -19,7 +19,8 @@ as subprocesses on free ports of 127.0.0.1 (stopped by PID however the run ends)
 6. NATS JetStream with the same 100-byte publish-with-ack load, if one listens on
    127.0.0.1:4222 (``bench/natsload.py``);
 7. request/reply through the proxy and direct (calls/s, p50/p99 round trip) beside a
-   plain gRPC unary call (``bench/rpcload.py``).
+   plain gRPC unary call (``bench/rpcload.py``); request data streams: 1 GB caller ->
+   broker -> worker, MB/s and both processes' peak RSS (``bench/streamload.py``).
 8. Spark: rows/s per task of ``df.write.format("holdfast")``, direct and through the
    proxy (``bench/spark.py``; ``--spark-rows 0`` skips it).
 9. OpenTelemetry: a producer's ``post()`` cost with telemetry off, with the API and
@@ -58,6 +59,7 @@ import recovery
 import rpcload
 import scale
 import spark
+import streamload
 from harness import rate
 from report import (
     LARGE,
@@ -344,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
         lambda: [dataclasses.asdict(f) for f in rpcload.measure(args.rpc_count)],
         no_rows,
     )
+    progress("request data streams: 1 GB caller -> broker -> worker (subprocesses)")
+    results["streams"] = guarded("streams", failures, streamload.measure, no_result)
     progress("OpenTelemetry cost per post (subprocesses)")
     results["otel"] = guarded(
         "otel", failures, lambda: otelcost.measure_all(args.otel_count), no_rows
@@ -369,6 +373,13 @@ def main(argv: list[str] | None = None) -> int:
         print_history(results["history"])
     if results["rpc"]:
         print_rpc(results["rpc"])
+    if results["streams"]:
+        streams = results["streams"]
+        print(
+            f"\nrequest data stream, {streams['megabytes']} MB: {streams['mb_per_s']} MB/s, "
+            f"peak RSS caller {streams['caller_peak_rss_mb']} MB, "
+            f"worker {streams['worker_peak_rss_mb']} MB"
+        )
     if results["otel"]:
         print_otel(results["otel"])
     for row in results.get("spark", []):

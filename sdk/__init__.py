@@ -68,6 +68,7 @@ from holdfast.sdk.errors import (
     RpcError,
     RpcTimeoutError,
     SessionClosedError,
+    StreamError,
     TerminalTransportError,
     TransportError,
     UnknownRequestError,
@@ -91,7 +92,7 @@ from holdfast.sdk.events import (
 )
 from holdfast.sdk.options import QueueOptions, ReconnectOptions, SessionOptions
 from holdfast.sdk.queue import Queue
-from holdfast.sdk.rpc import Reply, Request, Worker, WorkerOptions
+from holdfast.sdk.rpc import Reply, Request, StreamingReply, Worker, WorkerOptions
 from holdfast.sdk.session import Session
 from holdfast.sdk.stats import SessionStats
 from holdfast.sdk.types import Ack, AckStatus, Message
@@ -155,6 +156,8 @@ __all__ = [
     "SessionOptions",
     "SessionStats",
     "StateRestored",
+    "StreamError",
+    "StreamingReply",
     "TerminalTransportError",
     "TransportError",
     "UnknownRequestError",

@@ -29,6 +29,7 @@
     │   ├── RpcTimeoutError (TimeoutError)   no reply within the call's timeout
     │   │   └── WorkerLostError              ... and the worker that had it stopped heartbeating
     │   ├── RpcCancelledError                the call was cancelled (its session closed)
+    │   ├── StreamError                      a data stream of a call could not complete
     │   ├── DeadLetteredError                the request was dead-lettered; ``reason`` says why
     │   ├── RemoteHandlerError               the worker's handler raised; ``error_type``
     │   ├── RequestRefusedError              the broker refused the request PUT; ``status``
@@ -232,6 +233,12 @@ class WorkerLostError(RpcTimeoutError):
 
 class RpcCancelledError(RpcError):
     """The call was cancelled before its reply arrived (for example, its session closed)."""
+
+
+class StreamError(RpcError):
+    """A data stream of a request (``session.request(..., streams=...)``) could not
+    complete: its sender failed or went away, or no chunk came within the stall timeout.
+    Raised by the caller's call and by the worker's ``request.streams[name].read``."""
 
 
 class DeadLetteredError(RpcError):

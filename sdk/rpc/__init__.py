@@ -17,14 +17,15 @@ Modules: ``wire`` (reserved properties, reply GUIDs, message kinds), ``calls`` (
 rules of one call, shared by both callers), ``caller`` (``Session.request`` /
 ``request_async``), ``durable`` (``request_durable`` / ``fetch_reply``, replies by
 id), ``worker`` (``Worker``) with ``jobs`` and ``liveness``, ``values`` (``Reply``,
-``Request``), ``options`` (``WorkerOptions``), ``api`` (the ``RequestReply`` mixin
+``Request``, ``StreamingReply``), ``streams`` (data streams), ``options``
+(``WorkerOptions``), ``api`` (the ``RequestReply`` mixin
 that gives ``Session`` its ``request`` methods). The asyncio caller and worker are
 ``holdfast.sdk.aio.rpc`` and ``holdfast.sdk.aio.worker``. Errors are under
 ``holdfast.sdk.errors.RpcError``.
 """
 
 from holdfast.sdk.rpc.options import WorkerOptions
-from holdfast.sdk.rpc.values import Reply, Request
+from holdfast.sdk.rpc.values import Reply, Request, StreamingReply
 from holdfast.sdk.rpc.worker import Worker
 
-__all__ = ["Reply", "Request", "Worker", "WorkerOptions"]
+__all__ = ["Reply", "Request", "StreamingReply", "Worker", "WorkerOptions"]

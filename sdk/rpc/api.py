@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, cast
 from holdfast.sdk.errors import SessionClosedError
 from holdfast.sdk.rpc import durable
 from holdfast.sdk.rpc.caller import Caller
+from holdfast.sdk.rpc.streams import Readable
 from holdfast.sdk.rpc.values import Reply
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ class RequestReply:
         timeout: float = 30.0,
         key: str | None = None,
         pickup_timeout: float | None = None,
+        streams: Mapping[str, Readable] | None = None,
     ) -> Reply:
         """Call the service whose workers consume ``uri``; block for its one reply.
 
@@ -44,7 +46,9 @@ class RequestReply:
         not picked up within ``pickup_timeout``, default ``timeout``),
         ``RemoteHandlerError``, ``RpcCancelledError``. With ``key`` the request goes to
         the key's queue of the keyed worker pool ``uri`` (``holdfast.sdk.pool``) and
-        carries the key as ``x-rpc-key``. See ``holdfast.sdk.rpc``.
+        carries the key as ``x-rpc-key``. ``streams`` maps names to binary file-like
+        objects sent to the handler as ``request.streams[name]`` (``StreamError`` if
+        one cannot complete). See ``holdfast.sdk.rpc``.
         """
         return self._rpc().call(
             uri,
@@ -53,6 +57,7 @@ class RequestReply:
             timeout=timeout,
             key=key,
             pickup_timeout=pickup_timeout,
+            streams=streams,
         )
 
     def request_async(
@@ -64,6 +69,7 @@ class RequestReply:
         timeout: float = 30.0,
         key: str | None = None,
         pickup_timeout: float | None = None,
+        streams: Mapping[str, Readable] | None = None,
     ) -> concurrent.futures.Future[Reply]:
         """``request`` without blocking: a future for the reply (``cancel()`` tells
         the worker to stop)."""
@@ -74,6 +80,7 @@ class RequestReply:
             timeout=timeout,
             key=key,
             pickup_timeout=pickup_timeout,
+            streams=streams,
         )
 
     def request_durable(

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import heapq
 import itertools
 import logging
@@ -45,6 +46,7 @@ from holdfast.sdk.poolnames import key_queue_uri
 from holdfast.sdk.queue import Queue
 from holdfast.sdk.rpc import calls, wire
 from holdfast.sdk.rpc import spans as rpc_spans
+from holdfast.sdk.rpc import streams as streaming
 from holdfast.sdk.rpc.calls import ABANDONED_MEMORY, MAX_WORKER_HANDLES, CallState
 from holdfast.sdk.rpc.values import Reply
 from holdfast.sdk.types import Ack, Message
@@ -103,10 +105,13 @@ class Caller:
         timeout: float = 30.0,
         key: str | None = None,
         pickup_timeout: float | None = None,
+        streams: Mapping[str, streaming.Readable] | None = None,
     ) -> concurrent.futures.Future[Reply]:
-        """Send a request to the service queue ``uri``; the future holds its reply."""
+        """Send a request to the service queue ``uri``; the future holds its reply
+        (``streams``: see ``holdfast.sdk.rpc.streams``)."""
         deadline, pickup_deadline = calls.deadlines(timeout, pickup_timeout)
         user = wire.check_user_properties(properties)
+        names = streaming.check_names(streams)
         route = self._routes.get((uri, key))
         if route is None or not (route[0].is_open and route[1].is_open):
             target, domain = self.target(uri, key)
@@ -122,6 +127,8 @@ class Caller:
         future = call.future
         future.add_done_callback(lambda f: self._on_done(call, f))
         request = calls.request_properties(call, user, reply_to, key)
+        if names:
+            request[streaming.NAMES] = ",".join(names)
         span = rpc_spans.start_call(uri, guid, request, future) if self._traced else None
         try:
             with tracing.current(span):  # the request's send span is the call's child
@@ -133,6 +140,15 @@ class Caller:
                 self._calls.pop(guid.bytes, None)
             tracing.fail(span, error)
             raise
+        if streams:
+            streaming.start_senders(
+                self._session,
+                calls.domain_of(uri),
+                guid,
+                streams,
+                future.done,
+                lambda error: self._finish(call, error=error),
+            )
         return future
 
     def call(
@@ -144,6 +160,7 @@ class Caller:
         timeout: float = 30.0,
         key: str | None = None,
         pickup_timeout: float | None = None,
+        streams: Mapping[str, streaming.Readable] | None = None,
     ) -> Reply:
         """``call_async(...).result()``: block until the reply or a typed ``RpcError``.
 
@@ -157,6 +174,7 @@ class Caller:
             timeout=timeout,
             key=key,
             pickup_timeout=pickup_timeout,
+            streams=streams,
         )
         try:
             return future.result()
@@ -224,6 +242,16 @@ class Caller:
                     call.on_beat(properties, time.monotonic())
             else:
                 outcome = calls.outcome(call.guid, message)
+                if isinstance(outcome, Reply) and streaming.NAMES in properties:
+                    outcome = dataclasses.replace(
+                        outcome,
+                        streams=streaming.readers(
+                            self._session,
+                            calls.domain_of(message.queue_uri),
+                            wire.reply_guid(call.guid),
+                            properties,
+                        ),
+                    )
                 if isinstance(outcome, Reply):
                     self._finish(call, reply=outcome)
                 elif outcome is not None:

@@ -6,6 +6,7 @@ import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +19,9 @@ class Reply:
     """Properties the handler returned (reserved ``x-rpc-`` ones removed)."""
     request_guid: uuid.UUID
     """The GUID of the request this answers."""
+    streams: Mapping[str, Any] = field(default_factory=dict)
+    """The reply's data streams by name, when the handler returned a
+    ``StreamingReply``: ``holdfast.sdk.rpc.streams.StreamReader`` objects (``read(n)``)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -37,3 +41,20 @@ class Request:
     cancelled: threading.Event = field(default_factory=threading.Event)
     """Set when the caller cancelled, timed out or went away: the handler may stop
     early (``request.cancelled.wait(t)``, ``is_set()``); its reply is then dropped."""
+    streams: Mapping[str, Any] = field(default_factory=dict)
+    """The request's data streams by name (``session.request(..., streams=...)``):
+    ``holdfast.sdk.rpc.streams.StreamReader`` objects, binary file-like (``read(n)``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamingReply:
+    """What a ``Worker``'s handler returns to answer with data streams: the caller gets
+    ``payload`` and ``properties`` as ``Reply`` and reads each of ``streams`` (binary
+    file-like objects with ``read(n)``) as ``reply.streams[name]``."""
+
+    payload: bytes
+    """The reply payload."""
+    properties: Mapping[str, str] = field(default_factory=dict)
+    """The reply properties."""
+    streams: Mapping[str, Any] = field(default_factory=dict)
+    """Stream name -> binary file-like object, sent after the handler returned."""

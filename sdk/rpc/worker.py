@@ -51,6 +51,7 @@ from holdfast.sdk.instrument import Untraced
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.queue import Queue
 from holdfast.sdk.rpc import spans as rpc_spans
+from holdfast.sdk.rpc import streams as streaming
 from holdfast.sdk.rpc import wire
 from holdfast.sdk.rpc.jobs import (
     Answer,
@@ -62,7 +63,7 @@ from holdfast.sdk.rpc.jobs import (
 )
 from holdfast.sdk.rpc.liveness import Beater
 from holdfast.sdk.rpc.options import WorkerOptions
-from holdfast.sdk.rpc.values import Request
+from holdfast.sdk.rpc.values import Request, StreamingReply
 from holdfast.sdk.types import Ack, AckStatus, Message
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("holdfast.sdk.rpc.worker")
 
-HandlerResult = bytes | tuple[bytes, Mapping[str, str]]
+HandlerResult = bytes | tuple[bytes, Mapping[str, str]] | StreamingReply
 Handler = Callable[[Request], HandlerResult]
 
 MAX_REPLY_HANDLES = 1024
@@ -200,6 +201,9 @@ class Worker:
                     props.get(wire.KEY),
                     message.delivery_count,
                 )
+                if streaming.NAMES in props:
+                    domain = parse_queue_uri(self.uri).domain
+                    request.streams = streaming.readers(self._session, domain, message.guid, props)
                 job = Job(request, message, header.reply_to, time.monotonic(), header.keep_until_ms)
                 job.next_beat = job.started + self.options.first_beat_after
                 if expired:
@@ -258,9 +262,25 @@ class Worker:
             self.handler_runs += 1
         span = rpc_spans.start_serve(self.uri, job.message) if self._traced else None
         try:
-            with tracing.current(span):
-                result = self._handler(job.request)
-            if isinstance(result, tuple):
+            try:
+                with tracing.current(span):
+                    result = self._handler(job.request)
+            finally:
+                streaming.close_all(job.request.streams)
+            if isinstance(result, StreamingReply):
+                names = streaming.check_names(result.streams)
+                headers = wire.reply_properties(guid, _user(result.properties))
+                headers[streaming.NAMES] = ",".join(names)
+                answer = (bytes(result.payload), headers)
+                streaming.start_senders(
+                    self._session,
+                    parse_queue_uri(job.reply_to).domain,
+                    wire.reply_guid(guid),
+                    result.streams,
+                    self._stopping.is_set,
+                    lambda error: log.warning("reply stream of %s failed: %s", guid, error),
+                )
+            elif isinstance(result, tuple):
                 payload, properties = result
                 answer = (bytes(payload), wire.reply_properties(guid, _user(properties)))
             else:

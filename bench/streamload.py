@@ -1,0 +1,119 @@
+"""Request data streams: 1 GB from a caller process to a worker process through a
+broker (memory store), the worker checking its SHA-256; prints MB/s and the peak RSS
+of the caller and of the worker (each process reports its own ``ru_maxrss``)."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import harness
+
+from holdfast.sdk import Request, Session, Worker
+
+URI = "hf://bench/streams"
+MB = 1024 * 1024
+BLOCK = os.urandom(MB)
+
+
+class _Source:
+    """``size`` bytes made of a repeated random block, hashed as they are read."""
+
+    def __init__(self, size: int) -> None:
+        self.left = size
+        self.digest = hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        data = BLOCK[: min(n, self.left, len(BLOCK))]
+        self.left -= len(data)
+        self.digest.update(data)
+        return data
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def _run_worker(address: str) -> None:
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+
+    def digest(request: Request) -> bytes:
+        sha = hashlib.sha256()
+        while chunk := request.streams["data"].read(MB):
+            sha.update(chunk)
+        return sha.hexdigest().encode()
+
+    with Session(address) as session, Worker(session, URI, digest, concurrency=1):
+        print("ready", flush=True)
+        stop.wait()
+    print(json.dumps({"worker_peak_rss_mb": round(_peak_rss_mb(), 1)}), flush=True)
+
+
+def _run_caller(address: str, size: int) -> None:
+    source = _Source(size)
+    with Session(address) as session:
+        started = time.perf_counter()
+        reply = session.request(URI, b"", streams={"data": source}, timeout=3600)
+        seconds = time.perf_counter() - started
+    if reply.payload.decode() != source.digest.hexdigest():
+        raise SystemExit("the worker's SHA-256 differs from the caller's")
+    figures = {"seconds": round(seconds, 2), "mb_per_s": round(size / MB / seconds, 1)}
+    figures["caller_peak_rss_mb"] = round(_peak_rss_mb(), 1)
+    print(json.dumps(figures), flush=True)
+
+
+def measure(size: int = 1024 * MB) -> dict[str, Any]:
+    """Stream ``size`` bytes caller -> broker -> worker; the figures as a dict."""
+    script = os.path.abspath(__file__)
+    with harness.running_broker(harness.memory_store()) as broker:
+        worker = subprocess.Popen(
+            [sys.executable, script, "worker", broker.address], stdout=subprocess.PIPE, text=True
+        )
+        assert worker.stdout is not None
+        try:
+            if worker.stdout.readline().strip() != "ready":
+                raise RuntimeError("the stream bench worker did not start")
+            caller = subprocess.run(
+                [sys.executable, script, "caller", broker.address, str(size)],
+                capture_output=True,
+                text=True,
+                timeout=3600,
+                check=True,
+            )
+            figures: dict[str, Any] = {"megabytes": size // MB}
+            figures.update(json.loads(caller.stdout.strip().splitlines()[-1]))
+        finally:
+            os.kill(worker.pid, signal.SIGTERM)
+            out, _ = worker.communicate(timeout=30)
+        figures.update(json.loads(out.strip().splitlines()[-1]))
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``worker ADDRESS``, ``caller ADDRESS SIZE``, or (no command) measure."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", nargs="?", choices=["worker", "caller"])
+    parser.add_argument("address", nargs="?")
+    parser.add_argument("size", nargs="?", type=int, default=1024 * MB)
+    args = parser.parse_args(argv)
+    if args.command == "worker":
+        _run_worker(args.address)
+    elif args.command == "caller":
+        _run_caller(args.address, args.size)
+    else:
+        print(json.dumps(measure(args.size)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
