@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
+
+# Before anything imports grpc: its fork handlers, in a process whose gRPC threads are
+# busy, can crash a child between fork and exec (seen: PySpark's JVM launcher, which
+# forks with a preexec_fn, exiting before it sent its port, in an xdist worker that
+# had run gRPC tests before its Spark module). The tests never fork a process that
+# then uses gRPC without exec, so the handlers buy nothing here.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+import contextlib
 import socket
 from collections.abc import Callable, Iterator
 from typing import Any

@@ -114,3 +114,11 @@ def test_asyncio_producer_and_consumer_through_the_proxy(broker: BrokerProcess) 
         out = run_example("aio_producer_consumer.py", "--address", proxy.address, "--count", "2000")
     assert "posted=2000 acked=2000 by_status={'SUCCESS': 2000}" in out
     assert "consumed=2000 distinct=2000" in out
+
+
+@pytest.mark.timeout(120)
+def test_rpc_streams_example_uploads_and_gets_a_stream_back(broker: BrokerProcess) -> None:
+    """The README's data-stream block: 8 MiB up, its digest and a report stream back."""
+    out = run_example("rpc_streams.py", env={"HOLDFAST_ADDRESS": broker.address})
+    assert "report: checked by the example worker" in out
+    assert "digest matches: True" in out
