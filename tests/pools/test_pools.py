@@ -17,7 +17,7 @@ import pytest
 from holdfast.sdk import DeadLetteredError, Session
 from holdfast.sdk.admin import AdminClient
 from holdfast.sdk.poolnames import PoolNames
-from tests.pools.support import WORKER, alive, running_manager, start_manager, who
+from tests.pools.support import WORKER, alive, running_manager, start_manager, stop, who
 from tests.support.processes import BrokerProcess
 from tests.support.sessions import FAST
 from tests.support.waiting import wait_until
@@ -125,13 +125,7 @@ def test_two_managers_on_one_pool_one_active_and_the_other_takes_over(
             assert standby.poll() is None
     finally:
         for process in (first, second):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(10)
+            stop(process)
         for pid in workers:  # only if an assertion failed before they died
             if alive(pid):
                 with contextlib.suppress(ProcessLookupError):
@@ -161,12 +155,7 @@ def test_the_noop_driver_serves_workers_started_by_hand(
             assert who(session.request(POOL, b"x", key="5", timeout=60))[:2] == ("5", "by-hand")
     finally:
         for process in (worker, manager):
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
+            stop(process)
     assert manager.returncode == 0
 
 
