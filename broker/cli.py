@@ -190,6 +190,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: %(default)s)",
     )
     parser.add_argument(
+        "--redis-lease",
+        type=_argument(_positive_float),
+        default=defaults.redis_lease,
+        metavar="SECONDS",
+        help="Redis store: a node stops delivering this long after its last lease renewal; "
+        "its peers reclaim its deliveries a third of it later (default: %(default)s)",
+    )
+    parser.add_argument(
         "--redis-ca", metavar="PATH", help="Redis store over TLS (rediss://): PEM CA of Redis"
     )
     parser.add_argument(
@@ -218,6 +226,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         metrics_listen=args.metrics_listen,
         redis_min_replicas=args.redis_min_replicas,
         redis_retry=args.redis_retry,
+        redis_lease=args.redis_lease,
         redis_tls=RedisTls(args.redis_ca, args.redis_cert, args.redis_key),
         security=security_from_args(args),
     )

@@ -71,6 +71,9 @@ class BrokerConfig:
     """Redis store: each PUT waits for ``WAIT N`` replicas; fewer in time: ACK UNKNOWN."""
     redis_retry: float = 30.0
     """Redis store: seconds an outage is retried before PUTs fail with STORE_ERROR."""
+    redis_lease: float = 3.0
+    """Redis store: seconds a node may deliver after its last lease renewal; its peers
+    reclaim its deliveries no sooner than a third of that later (``lease``)."""
     redis_tls: RedisTls = field(default_factory=lambda: RedisTls())
     """Redis store over TLS (``rediss://``): the CA and client certificate."""
     security: ServerSecurity = field(default_factory=ServerSecurity)
@@ -98,6 +101,7 @@ class BrokerConfig:
             split_host_port(self.metrics_listen)
         _check(self.redis_min_replicas >= 0, "redis_min_replicas must be >= 0")
         _check(self.redis_retry > 0, "redis_retry must be > 0 seconds")
+        _check(self.redis_lease >= 0.3, "redis_lease must be >= 0.3 seconds")
         _check(
             not self.redis_tls.configured or self.store.startswith("rediss://"),
             "--redis-ca, --redis-cert and --redis-key need a rediss:// store",

@@ -37,6 +37,11 @@ class PushSink(Protocol):
         """Queue a PUSH of ``message`` to the client under handle ``queue_id``."""
         ...
 
+    def revoke(self, queue_id: int, guids: list[bytes]) -> None:
+        """Tell the client that its deliveries ``guids`` under ``queue_id`` are void
+        (the node lost its lease: they will be delivered again, once)."""
+        ...
+
 
 class Consumer:
     """A queue handle opened with read: receives PUSHes within its flow limits."""

@@ -24,6 +24,7 @@ from holdfast.broker.config import BrokerConfig
 from holdfast.broker.dedup import BrokerClock
 from holdfast.broker.marks import MarkBook, mark_file_for
 from holdfast.broker.puts import PutPipeline
+from holdfast.broker.redis.losses import DataLoss
 from holdfast.broker.registry import SWEEP_INTERVAL, QueueRegistry
 from holdfast.broker.session import Session
 from holdfast.broker.staging import StagingBook
@@ -193,10 +194,14 @@ class Broker:
         if messages or guids:
             log.info("recovered %d messages and %d GUIDs of dedup history", messages, guids)
 
-    def _data_lost(self, message: str) -> None:
-        """Redis lost data: tell every connected session (an ERROR is logged too)."""
+    def _data_lost(self, loss: DataLoss) -> None:
+        """Redis lost data: tell every connected session (an ERROR is logged too), and
+        each session with a queue the loss hit, under that queue's handle too."""
         for session in list(self._sessions):
-            session.error(pb.STATUS_STORE_ERROR, message)
+            session.error(pb.STATUS_DATA_LOST, loss.message)
+            for uri in loss.queues:
+                for queue_id in session.queue_ids(uri):
+                    session.error(pb.STATUS_DATA_LOST, loss.message, queue_id=queue_id)
 
     async def _commit_mark(self, request: pb.CommitMarkRequest, context: Any) -> pb.CommitMarkReply:
         """``CommitMark``, for a token that may write (to record) or read the queue's

@@ -54,6 +54,10 @@ class Session(ContractStream):
         # PUSHes carry their message's age on the clock its acceptance time is on.
         self.outbox.clock = queues.now
 
+    def queue_ids(self, uri: str) -> list[int]:
+        """The handles this session has open on ``uri``."""
+        return [qid for qid, handle in self._handles.items() if handle.queue.uri == uri]
+
     def stop(self, message: str = "the broker is stopping") -> None:
         """End the session from the broker's side (see ``ContractStream.stop``)."""
         super().stop(message)

@@ -36,6 +36,8 @@ class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STATUS_PERMISSION_DENIED: _ClassVar[Status]
     STATUS_LIMIT_EXCEEDED: _ClassVar[Status]
     STATUS_NOT_FOUND: _ClassVar[Status]
+    STATUS_DATA_LOST: _ClassVar[Status]
+    STATUS_DELIVERIES_REVOKED: _ClassVar[Status]
 STATUS_UNSPECIFIED: Status
 STATUS_OK: Status
 STATUS_INVALID_ARGUMENT: Status
@@ -63,6 +65,8 @@ STATUS_UNAUTHENTICATED: Status
 STATUS_PERMISSION_DENIED: Status
 STATUS_LIMIT_EXCEEDED: Status
 STATUS_NOT_FOUND: Status
+STATUS_DATA_LOST: Status
+STATUS_DELIVERIES_REVOKED: Status
 
 class QueuePolicy(_message.Message):
     __slots__ = ("max_deliveries", "ttl_ms", "dead_letter_uri", "max_messages", "max_bytes", "redirect_uri")

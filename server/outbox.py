@@ -163,6 +163,20 @@ class Outbox:
             self._pushes = kept
             self._push_bytes = sum(len(m.payload) + _PUSH_OVERHEAD for _, m, _ in kept)
 
+    def revoke(self, queue_id: int, guids: list[bytes]) -> None:
+        """The deliveries ``guids`` under ``queue_id`` are void: PUSHes of the handle not
+        written yet are dropped, and the client is told which (``DELIVERIES_REVOKED``),
+        after the PUSHes already written."""
+        self.drop_pushes(queue_id)
+        error = pb.Error(
+            status=pb.STATUS_DELIVERIES_REVOKED,
+            message="the broker node lost its lease on the store: these deliveries are "
+            "void (CONFIRMs refused) and will be delivered again",
+            queue_id=queue_id,
+            guids=guids,
+        )
+        self.send(pb.ServerFrame(error=error))
+
     def finish(self) -> None:
         """The session is ending: drop PUSHes not written yet (their consumers are gone)
         and let the writer finish once the ordered lane is empty."""

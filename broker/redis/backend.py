@@ -9,6 +9,8 @@ from collections.abc import Callable
 
 from holdfast.broker.config import BrokerConfig
 from holdfast.broker.redis.client import RedisClient, parse_redis_spec
+from holdfast.broker.redis.lease import LeaseTiming
+from holdfast.broker.redis.losses import DataLoss
 from holdfast.broker.redis.nodes import NodeLife
 from holdfast.broker.redis.puts import RedisPutPipeline
 from holdfast.broker.redis.registry import RedisRegistry
@@ -26,7 +28,7 @@ class RedisBackend:
         self,
         config: BrokerConfig,
         node_id: str,
-        on_data_loss: Callable[[str], None],
+        on_data_loss: Callable[[DataLoss], None],
         now_ms: Callable[[], int] | None = None,
     ) -> None:
         spec = parse_redis_spec(config.store)
@@ -40,8 +42,10 @@ class RedisBackend:
         self.queues = RedisRegistry(
             self.client, node_id, _now_ms if now_ms is None else now_ms, retention_ms
         )
-        self.puts = RedisPutPipeline(self.queues, config.limits, retention_ms)
-        self.life = NodeLife(self.client, self.queues, on_data_loss)
+        self.life = NodeLife(
+            self.client, self.queues, on_data_loss, LeaseTiming(config.redis_lease)
+        )
+        self.puts = RedisPutPipeline(self.queues, config.limits, retention_ms, self.life.journal)
 
     async def start(self) -> None:
         """Reach Redis (``StoreError`` after the retry window), register the node."""

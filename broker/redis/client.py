@@ -26,14 +26,19 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.sentinel import Sentinel
+from redis.cluster import ClusterNode as SyncClusterNode
+from redis.cluster import RedisCluster as SyncRedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.sentinel import Sentinel as SyncSentinel
 
 from holdfast.broker.redis import policy_scripts, scripts
+from holdfast.broker.redis.lease_scripts import FENCED
 from holdfast.broker.redis.tls import RedisTls
 from holdfast.broker.store import StoreError
 
@@ -97,6 +102,17 @@ def parse_redis_spec(spec: str) -> RedisSpec:
     return RedisSpec(scheme, tuple(nodes), int(db_text or 0), service)
 
 
+class FencedError(StoreError):
+    """A delivery script refused to act: this node's lease had lapsed (``lease``)."""
+
+
+def _tls_options(spec: RedisSpec, tls: RedisTls | None) -> dict[str, Any]:
+    if spec.scheme != "rediss":
+        return {}
+    tls = tls if tls is not None else RedisTls()
+    return {"ssl": True, "ssl_ca_certs": tls.ca, "ssl_certfile": tls.cert, "ssl_keyfile": tls.key}
+
+
 class RedisClient:
     """One connection pool to Redis (or a cluster), the scripts, and retries."""
 
@@ -112,11 +128,10 @@ class RedisClient:
         self.retry_window = retry_window
         self.min_replicas = min_replicas
         self.replica_timeout = replica_timeout
+        self.tls = tls
         host, port = spec.nodes[0]
         common: dict[str, Any] = {"socket_timeout": 5.0, "socket_connect_timeout": 2.0}
-        if spec.scheme == "rediss":
-            tls = tls if tls is not None else RedisTls()
-            common.update(ssl=True, ssl_ca_certs=tls.ca, ssl_certfile=tls.cert, ssl_keyfile=tls.key)
+        common.update(_tls_options(spec, tls))
         self.redis: Any
         if spec.cluster:
             self.redis = RedisCluster(
@@ -166,6 +181,10 @@ class RedisClient:
                     warned = True
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAXIMUM)
+            except ResponseError as error:
+                if str(error).startswith(FENCED):
+                    raise FencedError(f"redis store {self.where}: {what}: {error}") from None
+                raise StoreError(f"redis store {self.where}: {what}: {error}") from None
             except RedisError as error:
                 raise StoreError(f"redis store {self.where}: {what}: {error}") from None
 
@@ -206,9 +225,25 @@ class RedisClient:
         statuses, acked = await self.call("PUT", put_and_wait)
         return [int(s) for s in statuses], int(acked) >= self.min_replicas
 
+    def connect_sync(self, timeout: float) -> Any:
+        """A blocking client of the same Redis with its own connection, whose calls
+        time out after ``timeout`` seconds (the lease keeper's: ``lease``)."""
+        common: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+        common.update(_tls_options(self.spec, self.tls))
+        spec = self.spec
+        if spec.cluster:
+            # redis-py's sync cluster and Sentinel constructors have no annotations.
+            nodes = [SyncClusterNode(h, p) for h, p in spec.nodes]  # type: ignore[no-untyped-call]
+            return SyncRedisCluster(startup_nodes=nodes, **common)
+        if spec.scheme == "redis+sentinel":
+            sentinels = SyncSentinel(list(spec.nodes), socket_timeout=timeout)  # type: ignore[no-untyped-call]
+            return sentinels.master_for(spec.service, db=spec.db, **common)  # type: ignore[no-untyped-call]
+        host, port = spec.nodes[0]
+        return redis.Redis(host=host, port=port, db=spec.db, **common)
+
     async def close(self) -> None:
         """Close the connections."""
         await self.redis.aclose()
 
 
-__all__ = ["DEFAULT_RETRY_WINDOW", "RedisClient", "RedisSpec", "parse_redis_spec"]
+__all__ = ["DEFAULT_RETRY_WINDOW", "FencedError", "RedisClient", "RedisSpec", "parse_redis_spec"]

@@ -61,7 +61,9 @@ class RedisGraveyard:
         for message, reason in dead:
             args += [message.guid, f"{reason}|{target or ''}"]
         try:
-            await registry.client.run("LEAVE", [keys.out(registry.node_id), keys.leaving], args)
+            await registry.client.run(
+                "LEAVE", [keys.out(registry.node_id), keys.leaving, registry.lease(keys)], args
+            )
         except StoreError as error:
             log.error("%s: %d dead messages stay for now: %s", uri, len(dead), error)
             await registry.requeue(uri, [message.guid for message, _ in dead])

@@ -6,7 +6,7 @@ Per queue (all with the hash tag ``{<uri>}``: one cluster slot per queue)::
     hf:{uri}:body         hash   GUID -> payload
     hf:{uri}:meta         hash   GUID -> "<digest>|<accepted_ms>|<properties JSON>"
     hf:{uri}:count        hash   GUID -> delivery count
-    hf:{uri}:out:<node>   zset   GUIDs delivered by a node, not yet confirmed (score:
+    hf:{uri}:out:<inc>    zset   GUIDs delivered by a node, not yet confirmed (score:
                                  time of delivery)
     hf:{uri}:g:<guid>     string the GUID's content digest, for the dedup window
                                  (expires after window + grace)
@@ -24,10 +24,16 @@ Per queue (all with the hash tag ``{<uri>}``: one cluster slot per queue)::
 
 Global::
 
-    hf:nodes              hash   node id -> last heartbeat (ms); the reaper's list
-    hf:node:<id>          string a node's liveness (expires after 3 heartbeats)
-    hf:node:<id>:queues   set    queues a node holds deliveries of
+    hf:nodes              hash   incarnation -> when it joined (ms); the reaper's list
+    hf:fence              string the fencing-token counter (only grows)
+    hf:lease:{<inc>}      string an incarnation's lease: its token, with a TTL (``lease``)
+    hf:mark:{<inc>}       string an incarnation's write mark, moved on by every renewal
+    hf:node:<inc>:queues  set    queues an incarnation holds deliveries of
     hf:generation         string a random id set once: gone means Redis lost data
+
+An incarnation is ``<node id>.<fencing token>``: a node that lost its lease rejoins
+under a new one. The reaper removes a dead incarnation's lease, mark, queue set,
+deliveries and counts (``reaper``).
     hf:wake               pub/sub channel: "a queue has new messages" (its URI)
     hf:queues             set    every queue URI a node opened, PUT to or gave a policy
     hf:policies           hash   queue URI or template -> policy JSON
@@ -101,9 +107,14 @@ class QueueKeys:
         return self.prefix + "out:" + node
 
 
-def node_key(node: str) -> str:
-    """A node's liveness key."""
-    return "hf:node:" + node
+def lease_key(incarnation: str) -> str:
+    """A node incarnation's lease (its fencing token, with a TTL: ``lease``)."""
+    return "hf:lease:{" + incarnation + "}"
+
+
+def mark_key(incarnation: str) -> str:
+    """A node incarnation's write mark (same slot as its lease: ``lease``)."""
+    return "hf:mark:{" + incarnation + "}"
 
 
 def node_queues(node: str) -> str:
@@ -121,6 +132,7 @@ __all__ = [
     "QUEUES",
     "WAKE",
     "QueueKeys",
-    "node_key",
+    "lease_key",
+    "mark_key",
     "node_queues",
 ]

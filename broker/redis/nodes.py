@@ -1,215 +1,191 @@
-"""Broker nodes sharing one Redis: liveness, reclaiming, wake-ups, data loss.
+"""Broker nodes sharing one Redis: leases, reclaiming, wake-ups, data loss.
 
-Halibut's way: every node writes its liveness key (``hf:node:<id>``) every
-``HEARTBEAT`` seconds with a TTL of ``MISSES`` heartbeats, and lists itself in
-``hf:nodes``. Every node also reaps: a node listed whose liveness key is gone has
-died, and its unconfirmed deliveries go back to the head of their queues
-(``RECLAIM``), so survivors redeliver them. A dead node's deliveries are back within
-``MISSES * HEARTBEAT + HEARTBEAT`` seconds (4 s with the defaults) of its last
-heartbeat. Reclaiming is idempotent: two survivors reaping the same node move each
-message once (the script empties the dead node's set as it moves it).
+A node delivers only while it holds a lease (``lease``: a fencing token, renewed
+by a thread of its own); a node whose lease lapsed stops claiming, voids what its
+consumers hold (they are told: ``DELIVERIES_REVOKED``), gives it back, and rejoins
+under a new token. Every node also reaps (``reaper``): the deliveries of an
+incarnation whose lease key expired go back to the head of their queues.
 
 Wake-ups use pub/sub (``hf:wake``, a queue URI per message), but pub/sub loses
 messages when a subscriber is disconnected, so every queue with consumers is also
 polled every ``POLL`` seconds. Policy changes and deleted queues are announced on
-``hf:changed``; the heartbeat re-reads the policies too. The timed rules (reject
+``hf:changed``; the refresh re-reads the policies too. The timed rules (reject
 delays, TTLs) run in ``sweep``.
 
-Data loss: at start a node sets ``hf:generation`` (a random id) unless it exists,
-and every heartbeat checks it. A generation that vanished or changed means Redis lost
-data (restarted without persistence, flushed, failed over to a replica that had not
-received it): the node logs an ERROR, counts it (``data_losses``), tells every
-connected session with a ``STORE_ERROR`` error frame, and adopts the new generation.
-The GUID history may have lost entries, so replays within the window may be taken
-again: the loss is reported, never passed over.
+Data loss: the lease keeper reads back its write mark and ``hf:generation`` at every
+renewal. When Redis went back in time or was emptied, the node logs LOST DATA with
+what it can count (``losses``), counts it (``data_losses``) and tells every
+connected session (``DATA_LOST``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
-import uuid
+import time
 from collections.abc import Callable
 from typing import Any
 
 from holdfast.broker.redis.client import RedisClient
-from holdfast.broker.redis.keys import (
-    CHANGED,
-    FORGET,
-    GENERATION,
-    NODES,
-    WAKE,
-    QueueKeys,
-    node_key,
-    node_queues,
+from holdfast.broker.redis.keys import CHANGED, FORGET, WAKE
+from holdfast.broker.redis.lease import (
+    LeaseEvent,
+    LeaseGained,
+    LeaseKeeper,
+    LeaseLost,
+    LeaseTiming,
+    StoreWentBack,
 )
+from holdfast.broker.redis.losses import AckJournal, DataLoss, describe
+from holdfast.broker.redis.reaper import Reaper
+from holdfast.broker.redis.refresh import refresh_queues
 from holdfast.broker.redis.registry import RedisRegistry
 from holdfast.broker.redis.sweep import FAST, Sweeper
 from holdfast.broker.store import StoreError
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT = 1.0
-"""Seconds between a node's heartbeats."""
-
-MISSES = 3
-"""Heartbeats a node may miss before it is presumed dead."""
-
 POLL = 0.2
 """Seconds between polls of the queues this node has consumers on."""
 
+REFRESH = 1.0
+"""Seconds between reads of the open queues' counts and the policies."""
+
 
 class NodeLife:
-    """This node's heartbeat, reaper, wake-up listener and data-loss check."""
+    """This node's lease, reaper, refresh, wake-up listener and data-loss reports."""
 
     def __init__(
         self,
         client: RedisClient,
         registry: RedisRegistry,
-        on_data_loss: Callable[[str], None],
+        on_data_loss: Callable[[DataLoss], None],
+        timing: LeaseTiming | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
         self.registry = registry
-        self.node_id = registry.node_id
         self._on_data_loss = on_data_loss
-        self._generation: bytes | None = None
+        self.timing = timing if timing is not None else LeaseTiming()
+        self.journal = AckJournal(clock)
+        """SUCCESS ACKs per queue and second, for the loss reports."""
+        self.keeper = LeaseKeeper(
+            client.connect_sync,
+            registry.node_id,
+            self.timing,
+            self._from_keeper,
+            registry.now_ms,
+            clock,
+        )
+        self.reaper = Reaper(registry)
+        self._joined = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.data_losses = 0
         """Times this node found that Redis had lost data."""
-        self.reclaimed = 0
-        """Deliveries of dead nodes this node put back."""
+        self.revoked = 0
+        """Deliveries voided because the lease lapsed."""
+
+    @property
+    def reclaimed(self) -> int:
+        """Deliveries of dead incarnations this node put back."""
+        return self.reaper.reclaimed
 
     async def start(self) -> None:
-        """Register, adopt the generation, and start the loops. Raises ``StoreError``
-        if Redis cannot be reached (within the retry window)."""
-        redis = self.client.redis
-        fresh = uuid.uuid4().hex.encode()
-        await self.client.call("SET generation", lambda: redis.set(GENERATION, fresh, nx=True))
-        self._generation = await self.client.call("GET generation", lambda: redis.get(GENERATION))
-        await self._beat()
+        """Take a lease and start the loops. Raises ``StoreError`` if Redis cannot be
+        reached within the retry window."""
+        self._loop = asyncio.get_running_loop()
+        self.registry.may_deliver = self.keeper.valid
+        self.keeper.start()
+        try:
+            await asyncio.wait_for(self._joined.wait(), self.client.retry_window)
+        except TimeoutError:
+            self.keeper.stop()
+            raise StoreError(
+                f"redis store {self.client.where}: no lease taken in "
+                f"{self.client.retry_window:g} s (is Redis reachable?)"
+            ) from None
         await self.registry.policies.refresh()
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         self._tasks = [
-            loop.create_task(self._heartbeats(), name="redis heartbeat"),
+            loop.create_task(self._every(self.timing.beat, self.reaper.reap), name="redis reaper"),
+            loop.create_task(self._every(REFRESH, self._refresh), name="redis refresh"),
             loop.create_task(self._poll(), name="redis poll"),
-            loop.create_task(self._sweeps(), name="redis sweep"),
+            loop.create_task(self._every(FAST, Sweeper(self.registry).sweep), name="redis sweep"),
         ]
         if not self.client.spec.cluster:  # cluster pub/sub is not in redis-py's asyncio API
             self._tasks.append(loop.create_task(self._listen(), name="redis wake-ups"))
 
     async def stop(self) -> None:
-        """Stop the loops and leave the node list (what this node delivered and was not
-        confirmed goes back at once instead of after the liveness timeout)."""
+        """Stop the loops and the lease, and give back what this node delivered and was
+        not confirmed (at once, instead of after the lease expires)."""
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await asyncio.to_thread(self.keeper.stop)
         with contextlib.suppress(StoreError):
-            await self._reclaim(self.node_id)
+            await self.reaper.reclaim(self.registry.node_id)
 
-    async def _beat(self) -> None:
-        redis = self.client.redis
-        ttl_ms = round(HEARTBEAT * MISSES * 1000)
-        now = self.registry.now_ms()
-        await self.client.call(
-            "heartbeat", lambda: redis.set(node_key(self.node_id), now, px=ttl_ms)
-        )
-        await self.client.call("node list", lambda: redis.hset(NODES, self.node_id, now))
+    # -- the keeper's reports, on the event loop ----------------------------------------
 
-    async def _heartbeats(self) -> None:
-        while True:
-            await asyncio.sleep(HEARTBEAT)
-            try:
-                await self._beat()
-                await self._check_generation()
-                await self._reap()
-                await self._refresh_queues()
-                await self.registry.policies.refresh()
-            except StoreError as error:
-                log.warning("redis heartbeat: %s", error)
-            except Exception:
-                log.exception("redis heartbeat failed")
+    def _from_keeper(self, event: LeaseEvent) -> None:
+        """Called on the keeper's thread: hand the event to the loop."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._on_event, event)
 
-    async def _check_generation(self) -> None:
-        redis = self.client.redis
-        current = await self.client.call("GET generation", lambda: redis.get(GENERATION))
-        if current == self._generation and current is not None:
-            return
+    def _on_event(self, event: LeaseEvent) -> None:
+        registry = self.registry
+        if isinstance(event, LeaseGained):
+            lapsed = registry.node_id if self._joined.is_set() else None
+            registry.rejoined(event.incarnation)
+            self._joined.set()
+            if lapsed is not None and lapsed != event.incarnation:
+                registry.spawn(self._give_back(lapsed))
+        elif isinstance(event, LeaseLost):
+            revoked = registry.revoke()
+            self.revoked += revoked
+            log.error(
+                "redis lease lapsed (%s): %d deliveries of this node's consumers revoked; "
+                "they go back to their queues",
+                event.why,
+                revoked,
+            )
+        elif isinstance(event, StoreWentBack):
+            self._lost(event)
+
+    async def _give_back(self, incarnation: str) -> None:
+        try:
+            moved = await self.reaper.reclaim(incarnation)
+            log.warning("gave back %d deliveries of lapsed incarnation %s", moved, incarnation)
+        except StoreError as error:  # the reapers finish it once its lease key expired
+            log.warning("could not give back lapsed incarnation %s yet: %s", incarnation, error)
+
+    def _lost(self, event: StoreWentBack) -> None:
         self.data_losses += 1
-        why = "the generation marker is gone" if current is None else "the generation changed"
-        message = (
-            f"redis store {self.client.where} LOST DATA ({why}): it restarted without "
-            "persistence, was flushed, or failed over to a replica that had not received "
-            "everything; ACKed messages and GUID history may be gone"
-        )
-        log.error("%s", message)
-        self._on_data_loss(message)
-        if current is None:
-            fresh = uuid.uuid4().hex.encode()
-            await self.client.call("SET generation", lambda: redis.set(GENERATION, fresh, nx=True))
-            current = await self.client.call("GET generation", lambda: redis.get(GENERATION))
-        self._generation = current
+        acked, covered = self.journal.since(event.since)
+        loss = describe(self.client.where, event.why, acked, covered)
+        log.error("%s", loss.message)
+        self._on_data_loss(loss)
 
-    async def _reap(self) -> None:
-        redis = self.client.redis
-        nodes = await self.client.call("node list", lambda: redis.hkeys(NODES))
-        for raw in nodes:
-            node = raw.decode() if isinstance(raw, bytes) else str(raw)
-            if node == self.node_id:
-                continue
-            alive = await self.client.call(
-                "liveness", functools.partial(redis.exists, node_key(node))
-            )
-            if not alive:
-                moved = await self._reclaim(node)
-                log.warning("node %s is gone: %d of its deliveries put back", node, moved)
+    # -- loops -------------------------------------------------------------------------
 
-    async def _reclaim(self, node: str) -> int:
-        redis = self.client.redis
-        queues = await self.client.call("node queues", lambda: redis.smembers(node_queues(node)))
-        moved = 0
-        for raw in queues:
-            uri = raw.decode() if isinstance(raw, bytes) else str(raw)
-            keys = QueueKeys(uri)
-            back = int(
-                await self.client.run(
-                    "RECLAIM",
-                    [keys.ready, keys.out(node), keys.consumers, keys.handles],
-                    [node],
-                )
-            )
-            moved += back
-            await self.registry.settle(uri, back)
-            # Its moves to dead-letter queues, unfinished, are finished now.
-            await self.registry.graveyard.finish_stale(uri, age=0)
-            self.registry.wake(uri)
-        await self.client.call("forget node", lambda: redis.delete(node_queues(node)))
-        await self.client.call("forget node", lambda: redis.hdel(NODES, node))
-        self.reclaimed += moved
-        return moved
+    async def _every(self, seconds: float, work: Callable[[], Any]) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            try:
+                await work()
+            except StoreError as error:
+                log.warning("redis: %s", error)
+            except Exception:
+                log.exception("redis background work failed")
 
-    async def _refresh_queues(self) -> None:
-        """Read each open queue's consumers on other nodes, depth and bytes (service
-        discovery and the metrics)."""
-        redis = self.client.redis
-        for queue in self.registry:
-            counts: dict[Any, Any] = await self.client.call(
-                "consumers", functools.partial(redis.hgetall, queue.keys.consumers)
-            )
-            keys = queue.keys
-            ready, delayed, size = await self.client.call(
-                "depth", functools.partial(_depth, redis, keys.ready, keys.delayed, keys.bytes)
-            )
-            queue.ready.count = int(ready) + int(delayed)
-            queue.live_bytes = int(size or 0)
-            queue.remote_consumers = sum(
-                int(v)
-                for k, v in counts.items()
-                if (k.decode() if isinstance(k, bytes) else k) != self.node_id
-            )
+    async def _refresh(self) -> None:
+        await refresh_queues(self.registry)
+        await self.registry.policies.refresh()
 
     async def _poll(self) -> None:
         while True:
@@ -217,15 +193,6 @@ class NodeLife:
             for queue in self.registry:
                 if queue.consumers:
                     queue.deliver()
-
-    async def _sweeps(self) -> None:
-        sweeper = Sweeper(self.registry)
-        while True:
-            await asyncio.sleep(FAST)
-            try:
-                await sweeper.sweep()
-            except Exception:
-                log.exception("redis sweep failed")
 
     async def _changed(self, what: str) -> None:
         if what.startswith(FORGET):
@@ -253,21 +220,11 @@ class NodeLife:
                 raise
             except Exception as error:  # a lost subscription: polling covers the gap
                 log.debug("redis wake-ups: %s", error)
-                await asyncio.sleep(HEARTBEAT)
+                await asyncio.sleep(REFRESH)
             finally:
                 if pubsub is not None:
                     with contextlib.suppress(Exception):
                         await pubsub.aclose()
 
 
-async def _depth(redis: Any, ready: str, delayed: str, size: str) -> list[Any]:
-    """LLEN, ZCARD and the byte count of one queue, in one round trip."""
-    pipe = redis.pipeline(transaction=False)
-    pipe.llen(ready)
-    pipe.zcard(delayed)
-    pipe.get(size)
-    result: list[Any] = await pipe.execute()
-    return result
-
-
-__all__ = ["HEARTBEAT", "MISSES", "POLL", "NodeLife"]
+__all__ = ["POLL", "REFRESH", "NodeLife"]

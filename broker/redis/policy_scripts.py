@@ -13,10 +13,15 @@ ends in exactly one queue.
 
 from __future__ import annotations
 
+from holdfast.broker.redis.lease_scripts import FENCE
 from holdfast.broker.redis.scripts import ACCEPTED, DROP, EMIT
 
-DELAY = """
--- KEYS: out(node), delayed. ARGV: due ms, guids. Rejected with a delay: held back.
+DELAY = (
+    FENCE
+    + """
+-- KEYS: out(node), delayed, lease. ARGV: due ms, guids. Rejected with a delay: held
+-- back.
+if fenced(KEYS[3]) then return redis.error_reply('FENCED: the node lease lapsed') end
 local n = 0
 for i = 2, #ARGV do
   if redis.call('ZREM', KEYS[1], ARGV[i]) == 1 then
@@ -26,6 +31,7 @@ for i = 2, #ARGV do
 end
 return n
 """
+)
 
 RELEASE = """
 -- KEYS: delayed, ready. ARGV: now ms. Due delayed messages go to the head, the
@@ -41,13 +47,15 @@ return #due
 EXPIRE = (
     ACCEPTED
     + EMIT
+    + FENCE
     + """
--- KEYS: ready, body, meta, count, out(node), pickup.
+-- KEYS: ready, body, meta, count, out(node), pickup, lease.
 -- ARGV: now ms, TTL cutoff ms (0: no TTL), most messages.
 -- Takes ready messages accepted at or before the cutoff (from the head: the ready
 -- list is in acceptance order) and never-delivered ones past their pickup deadline
 -- into the node's deliveries, for the node to bury. Returns guid, payload, meta,
 -- count for each.
+if fenced(KEYS[7]) then return redis.error_reply('FENCED: the node lease lapsed') end
 local now, cutoff, most = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local out = {}
 local function take(guid)
@@ -80,13 +88,15 @@ return out
 SETTLE = (
     ACCEPTED
     + EMIT
+    + FENCE
     + """
--- KEYS: ready, body, meta, count, out(node), pickup.
+-- KEYS: ready, body, meta, count, out(node), pickup, lease.
 -- ARGV: now ms, TTL cutoff ms (0: no TTL), max deliveries (0: no limit), n.
 -- The lifecycle's release guards (holdfast.broker.lifecycle.release) for the first n
 -- ready messages, just put back at the head (a reject delay over, a dead node's
 -- deliveries): one spent or past its TTL is taken into the node's deliveries for the
 -- node to bury. Returns guid, payload, meta, count and the reason for each.
+if fenced(KEYS[7]) then return redis.error_reply('FENCED: the node lease lapsed') end
 local now, cutoff, max_d = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local out = {}
 for _, guid in ipairs(redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)) do
@@ -135,9 +145,13 @@ end
 return added
 """
 
-LEAVE = """
--- KEYS: out(node), leaving. ARGV: now ms, then per message: guid, "<reason>|<target>".
--- The node's deliveries that are to move: leaving. Returns how many.
+LEAVE = (
+    FENCE
+    + """
+-- KEYS: out(node), leaving, lease. ARGV: now ms, then per message: guid,
+-- "<reason>|<target>". The node's deliveries that are to move: leaving. Returns how
+-- many.
+if fenced(KEYS[3]) then return redis.error_reply('FENCED: the node lease lapsed') end
 local n = 0
 for i = 2, #ARGV, 2 do
   if redis.call('ZREM', KEYS[1], ARGV[i]) == 1 then
@@ -147,6 +161,7 @@ for i = 2, #ARGV, 2 do
 end
 return n
 """
+)
 
 LEAVING = (
     EMIT

@@ -18,6 +18,7 @@ from typing import Any, cast
 
 from holdfast.broker.dedup import content_digest
 from holdfast.broker.redis.keys import QueueKeys
+from holdfast.broker.redis.losses import AckJournal
 from holdfast.broker.redis.registry import RedisRegistry
 from holdfast.broker.redis.scripts import PUT_REPLAYED, PUT_STORED
 from holdfast.broker.store import StoreError
@@ -37,8 +38,15 @@ _OK = pb.STATUS_OK
 class RedisPutPipeline:
     """PutBatch frames into Redis: one PUT script per queue per frame, then ACKs."""
 
-    def __init__(self, registry: RedisRegistry, limits: Limits, retention_ms: int) -> None:
+    def __init__(
+        self,
+        registry: RedisRegistry,
+        limits: Limits,
+        retention_ms: int,
+        journal: AckJournal | None = None,
+    ) -> None:
         self._registry = registry
+        self._journal = journal
         self.limits = limits
         self._retention_ms = retention_ms
         self._max_age_ms = round(limits.dedup_window * 1000)
@@ -107,10 +115,14 @@ class RedisPutPipeline:
                 redirect = registry.policies.effective(uri).redirect
                 statuses = await self._put(redirect or uri, [put for _, put in items])
                 queue = registry.get(uri)
+                stored = 0
                 for (index, put), status in zip(items, statuses, strict=True):
                     acks[index] = (put.queue_id, put.guid, status)
-                    if queue is not None and status == _OK:
-                        queue.accepted += 1
+                    stored += status == _OK
+                if queue is not None:
+                    queue.accepted += stored
+                if stored and self._journal is not None:
+                    self._journal.record(redirect or uri, stored)
                 registry.wake(redirect or uri)
         finally:
             self.acks.update(status for _, _, status in acks)

@@ -170,7 +170,7 @@ class RedisQueue:
 
     def deliver(self) -> None:
         """Claim as many messages as local consumers have room for, and PUSH them."""
-        if self._claiming or not self._consumers:
+        if self._claiming or not self._consumers or not self._registry.may_deliver():
             return
         room = sum(
             max(0, c.limits.max_messages - len(c.unconfirmed))
@@ -192,7 +192,7 @@ class RedisQueue:
             await registry.remember_queue(self.uri)
             raw = await registry.client.run(
                 "CLAIM",
-                [*keys.message_keys, keys.out(node), keys.pickup, keys.stats],
+                [*keys.message_keys, keys.out(node), keys.pickup, keys.stats, registry.lease(keys)],
                 [n, now, policy.max_deliveries or 0, cutoff],
             )
         except StoreError as error:
@@ -255,7 +255,14 @@ class RedisQueue:
         try:
             await registry.client.run(
                 "UNCLAIM",
-                [keys.ready, keys.count, keys.out(registry.node_id), keys.pickup, keys.stats],
+                [
+                    keys.ready,
+                    keys.count,
+                    keys.out(registry.node_id),
+                    keys.pickup,
+                    keys.stats,
+                    registry.lease(keys),
+                ],
                 args,
             )
         except StoreError as error:
@@ -273,7 +280,9 @@ class RedisQueue:
         due = registry.now_ms() + round(delay * 1000)
         try:
             await registry.client.run(
-                "DELAY", [self.keys.out(registry.node_id), self.keys.delayed], [due, guid]
+                "DELAY",
+                [self.keys.out(registry.node_id), self.keys.delayed, registry.lease(self.keys)],
+                [due, guid],
             )
         except StoreError as error:
             # Still this node's delivery: reclaimed if the node dies, requeued below.

@@ -11,7 +11,7 @@ from typing import Any
 
 from holdfast.broker.redis.client import RedisClient
 from holdfast.broker.redis.graveyard import RedisGraveyard
-from holdfast.broker.redis.keys import QUEUES, WAKE, QueueKeys, node_queues
+from holdfast.broker.redis.keys import QUEUES, WAKE, QueueKeys, lease_key, node_queues
 from holdfast.broker.redis.policies import PolicyBook
 from holdfast.broker.redis.queues import RedisQueue, parse_message
 from holdfast.broker.store import StoreError
@@ -35,6 +35,11 @@ class RedisRegistry:
     ) -> None:
         self.client = client
         self.node_id = node_id
+        """The incarnation this node delivers under (``lease``): its id and fencing
+        token, replaced when the node rejoins after its lease lapsed."""
+        self.may_deliver: Callable[[], bool] = lambda: True
+        """Whether the node's lease is valid now (its own timer: ``LeaseKeeper.valid``);
+        nothing is claimed while it is not."""
         self.now_ms = now_ms
         self.policies = PolicyBook(client)
         """Every queue's policy (``policies``)."""
@@ -51,6 +56,40 @@ class RedisRegistry:
         self._listed: set[str] = set()
         self.budget = None
         self.dropped_idle = 0
+
+    def lease(self, keys: QueueKeys) -> str:
+        """The lease key the delivery scripts of ``keys``'s queue check (``FENCE``). On
+        Redis Cluster a script may not read another slot: a key of the queue's own slot
+        that is no lease stands in, and the node's timer alone fences."""
+        if self.client.spec.cluster:
+            return keys.prefix + "unleased"
+        return lease_key(self.node_id)
+
+    def revoke(self) -> int:
+        """The lease lapsed: every delivery of this node's consumers is void (a peer may
+        reclaim it soon). Each session is told which (``DELIVERIES_REVOKED``); their
+        CONFIRMs are refused from now on. Returns how many deliveries."""
+        revoked = 0
+        for queue in self:
+            for consumer in queue.consumers:
+                guids = list(consumer.unconfirmed)
+                consumer.unconfirmed.clear()
+                consumer.unconfirmed_bytes = 0
+                if guids:
+                    consumer.sink.revoke(consumer.queue_id, guids)
+                    revoked += len(guids)
+        return revoked
+
+    def rejoined(self, incarnation: str) -> None:
+        """The node holds a lease again, under ``incarnation``: what it delivers from now
+        on is kept under it, and its counts are published under it."""
+        self.node_id = incarnation
+        self._remembered.clear()
+        self._confirms.clear()  # confirms of void deliveries: refused anyway
+        for queue in self:
+            self.consumers_changed(queue)
+            self.handles_changed(queue)
+            queue.deliver()
 
     def now(self) -> float:
         """Seconds on the shared clock ``accepted_at`` times are on (Redis: wall ms)."""
@@ -141,7 +180,13 @@ class RedisRegistry:
         keys = QueueKeys(uri)
         await self.client.run(
             "CONFIRM",
-            [keys.body, keys.meta, keys.count, keys.out(self.node_id), keys.bytes, keys.pickup],
+            [
+                *keys.message_keys[1:],
+                keys.out(self.node_id),
+                keys.bytes,
+                keys.pickup,
+                self.lease(keys),
+            ],
             guids,
         )
 
@@ -149,7 +194,9 @@ class RedisRegistry:
         """Put messages this node delivered back at the head of ``uri``, in order."""
         keys = QueueKeys(uri)
         try:
-            await self.client.run("REQUEUE", [keys.ready, keys.out(self.node_id)], guids)
+            await self.client.run(
+                "REQUEUE", [keys.ready, keys.out(self.node_id), self.lease(keys)], guids
+            )
         except StoreError as error:
             # Still in this node's deliveries: reclaimed if the node dies, else later.
             log.error("%s: could not requeue %d messages: %s", uri, len(guids), error)
@@ -167,7 +214,7 @@ class RedisRegistry:
         await self.remember_queue(uri)
         raw = await self.client.run(
             "SETTLE",
-            [keys.ready, keys.body, keys.meta, keys.count, keys.out(self.node_id), keys.pickup],
+            [*keys.message_keys, keys.out(self.node_id), keys.pickup, self.lease(keys)],
             [now, cutoff, policy.max_deliveries or 0, released],
         )
         dead = [
@@ -195,17 +242,23 @@ class RedisRegistry:
 
     def consumers_changed(self, queue: RedisQueue) -> None:
         """Publish this node's consumer count of ``queue`` (service discovery)."""
-        self._publish_count(queue.keys.consumers, len(queue.consumers))
+        self._publish_count(queue, queue.keys.consumers, len(queue.consumers))
 
     def handles_changed(self, queue: RedisQueue) -> None:
         """Publish this node's handle count of ``queue`` (deletes are refused while any
         node has it open)."""
-        self._publish_count(queue.keys.handles, queue.handles)
+        self._publish_count(queue, queue.keys.handles, queue.handles)
 
-    def _publish_count(self, key: str, count: int) -> None:
+    def _publish_count(self, queue: RedisQueue, key: str, count: int) -> None:
         redis = self.client.redis
         if count:
-            self.spawn(self.client.call("HSET", lambda: redis.hset(key, self.node_id, count)))
+
+            async def publish() -> None:
+                # Listed first, so that the reaper removes the count if the node dies.
+                await self.remember_queue(queue.uri)
+                await self.client.call("HSET", lambda: redis.hset(key, self.node_id, count))
+
+            self.spawn(publish())
         else:
             self.spawn(self.client.call("HDEL", lambda: redis.hdel(key, self.node_id)))
 

@@ -2,12 +2,15 @@
 REQUEUE and RECLAIM (policies, moves and the admin's scripts are in ``policy_scripts``).
 
 Every script touches the keys of one queue only (one hash tag), so it runs on the
-one cluster node that holds the queue. Statuses returned by ``PUT`` are the wire
-statuses' numbers. A message's meta is ``<digest>|<accepted_ms>|<properties JSON>``.
+one cluster node that holds the queue; those that change a delivery take the node's
+lease key last and refuse (``FENCED``) once it has lapsed (``lease``). Statuses
+returned by ``PUT`` are the wire statuses' numbers. A message's meta is
+``<digest>|<accepted_ms>|<properties JSON>``.
 """
 
 from __future__ import annotations
 
+from holdfast.broker.redis.lease_scripts import FENCE
 from holdfast.proto import pb
 
 ACCEPTED = """
@@ -104,13 +107,15 @@ return out
 
 CLAIM = (
     ACCEPTED
+    + FENCE
     + """
--- KEYS: ready, body, meta, count, out(node), pickup, stats.
+-- KEYS: ready, body, meta, count, out(node), pickup, stats, lease.
 -- ARGV: n, now ms, max deliveries (0: no limit), TTL cutoff ms (0: no TTL).
 -- Moves up to n ready messages to the node's deliveries. One that may still be
 -- delivered has its delivery counted; one past its delivery limit, the queue's TTL
 -- or its pickup deadline is not (the node buries it). Returns guid, payload, meta,
 -- count and the reason it is dead ('' if it is not) for each.
+if fenced(KEYS[8]) then return redis.error_reply('FENCED: the node lease lapsed') end
 local now, max_d, cutoff = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local out, redelivered = {}, 0
 for _ = 1, tonumber(ARGV[1]) do
@@ -151,9 +156,11 @@ return out
 
 CONFIRM = (
     DROP
+    + FENCE
     + """
--- KEYS: body, meta, count, out(node), bytes, pickup. ARGV: guids.
+-- KEYS: body, meta, count, out(node), bytes, pickup, lease. ARGV: guids.
 -- Removes each message the node delivered; returns how many.
+if fenced(KEYS[7]) then return redis.error_reply('FENCED: the node lease lapsed') end
 local n = 0
 for _, guid in ipairs(ARGV) do
   if redis.call('ZREM', KEYS[4], guid) == 1 then
@@ -165,8 +172,12 @@ return n
 """
 )
 
-REQUEUE = """
--- KEYS: ready, out(node). ARGV: guids in delivery order. Back to the head, in order.
+REQUEUE = (
+    FENCE
+    + """
+-- KEYS: ready, out(node), lease. ARGV: guids in delivery order. Back to the head,
+-- in order.
+if fenced(KEYS[3]) then return redis.error_reply('FENCED: the node lease lapsed') end
 local n = 0
 for i = #ARGV, 1, -1 do
   if redis.call('ZREM', KEYS[2], ARGV[i]) == 1 then
@@ -176,14 +187,18 @@ for i = #ARGV, 1, -1 do
 end
 return n
 """
+)
 
-UNCLAIM = """
--- KEYS: ready, count, out(node), pickup, stats.
+UNCLAIM = (
+    FENCE
+    + """
+-- KEYS: ready, count, out(node), pickup, stats, lease.
 -- ARGV: per message, in claim order: guid, pickup deadline ms (0: none).
 -- Claimed messages the node had no consumer for (they left while the claim was on
 -- its way): back to the head, in order, as if never claimed. Their delivery is
 -- uncounted (CLAIM counted it) and one never delivered gets its pickup deadline back.
 -- Returns how many.
+if fenced(KEYS[6]) then return redis.error_reply('FENCED: the node lease lapsed') end
 local n, redelivered = 0, 0
 for i = #ARGV - 1, 1, -2 do
   local guid = ARGV[i]
@@ -202,6 +217,7 @@ end
 if redelivered > 0 then redis.call('HINCRBY', KEYS[5], 'redelivered', -redelivered) end
 return n
 """
+)
 
 RECLAIM = """
 -- KEYS: ready, out(dead node), consumers, handles. ARGV: dead node id.

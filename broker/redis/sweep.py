@@ -98,7 +98,7 @@ class Sweeper:
         await registry.remember_queue(uri)
         raw = await client.run(
             "EXPIRE",
-            [keys.ready, keys.body, keys.meta, keys.count, keys.out(registry.node_id), keys.pickup],
+            [*keys.message_keys, keys.out(registry.node_id), keys.pickup, registry.lease(keys)],
             [now, cutoff, EXPIRE_BATCH],
         )
         if raw:

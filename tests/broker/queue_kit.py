@@ -31,6 +31,9 @@ class Sink:
     def push(self, queue_id: int, message: StoredMessage, delivery_count: int) -> None:
         self.pushed.append((queue_id, message.guid, delivery_count))
 
+    def revoke(self, queue_id: int, guids: list[bytes]) -> None:
+        raise AssertionError("only a Redis node that lost its lease revokes deliveries")
+
 
 class SyncUpdates(Updates):
     """PUSHes leave at once; removals and count updates are recorded."""

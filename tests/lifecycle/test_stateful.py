@@ -46,6 +46,9 @@ class Pushes:
     def push(self, queue_id: int, message: StoredMessage, delivery_count: int) -> None:
         self.counts[message.guid] = delivery_count
 
+    def revoke(self, queue_id: int, guids: list[bytes]) -> None:
+        raise AssertionError("only a Redis node that lost its lease revokes deliveries")
+
 
 class SyncUpdates(Updates):
     """``Updates`` without an event loop: PUSHes leave at once."""

@@ -16,10 +16,10 @@ from holdfast.broker.consumers import Consumer, FlowLimits
 from holdfast.broker.lifecycle import State
 from holdfast.broker.redis.admin import RedisAdmin
 from holdfast.broker.redis.client import RedisClient, parse_redis_spec
-from holdfast.broker.redis.keys import NODES, QueueKeys
-from holdfast.broker.redis.nodes import NodeLife
+from holdfast.broker.redis.keys import NODES, QueueKeys, lease_key
 from holdfast.broker.redis.puts import RedisPutPipeline
 from holdfast.broker.redis.queues import RedisQueue, parse_message
+from holdfast.broker.redis.reaper import Reaper
 from holdfast.broker.redis.registry import RedisRegistry
 from holdfast.broker.redis.sweep import Sweeper
 from holdfast.broker.store import StoredMessage
@@ -47,6 +47,9 @@ class Sink:
     def push(self, queue_id: int, message: StoredMessage, delivery_count: int) -> None:
         self.counts[message.guid] = delivery_count
 
+    def revoke(self, queue_id: int, guids: list[bytes]) -> None:
+        raise AssertionError("only a Redis node that lost its lease revokes deliveries")
+
 
 @dataclass(frozen=True, slots=True)
 class Seen:
@@ -70,7 +73,7 @@ class RedisWorld:
         self.client = RedisClient(parse_redis_spec(url), retry_window=5.0)
         self.a = RedisRegistry(self.client, f"walk-a-{tag}", self.clock)
         self.b = RedisRegistry(self.client, f"walk-b-{tag}", self.clock)
-        self.survivor = NodeLife(self.client, self.b, lambda _why: None)
+        self.survivor = Reaper(self.b)
         self.sweeper = Sweeper(self.a)
         self.puts = RedisPutPipeline(self.a, Limits(), retention_ms=600_000)
         self.sink = Sink()
@@ -78,9 +81,11 @@ class RedisWorld:
         self.queue: RedisQueue = self.a.open(self.uri)
 
     async def start(self) -> None:
-        """Keep the queue open on node ``a`` (so its sweep visits it) and list ``a``
-        among the nodes, with no liveness key: the survivor's reaper takes it for dead
-        whenever it looks."""
+        """Keep the queue open on node ``a`` (so its sweep visits it), give both nodes a
+        lease (no TTL: the walk's clock is not Redis's) and list ``a`` among the nodes:
+        the survivor's reaper takes it for dead once its lease is gone."""
+        for node in (self.a, self.b):
+            await self.client.redis.set(lease_key(node.node_id), 1)
         self.queue.handles = 1
         await self.client.redis.hset(NODES, self.a.node_id, self.clock())
         await self.settle()
@@ -89,6 +94,8 @@ class RedisWorld:
         """Wait for the background work, take ``a`` off the node list, disconnect."""
         await self.settle()
         await self.client.redis.hdel(NODES, self.a.node_id)
+        for node in (self.a, self.b):
+            await self.client.redis.delete(lease_key(node.node_id))
         await self.client.close()
 
     async def settle(self) -> None:
@@ -137,9 +144,13 @@ class RedisWorld:
         await self.settle()
 
     async def node_lost(self) -> None:
-        """Node ``a`` is gone (no liveness key): the survivor's reaper reclaims its
-        deliveries, as its heartbeat does."""
-        await self.survivor._reap()
+        """Node ``a`` is gone (its lease expired): the survivor's reaper reclaims its
+        deliveries."""
+        await self.client.redis.delete(lease_key(self.a.node_id))
+        await self.survivor.reap()
+        # The walk goes on with ``a`` as a node that rejoined (its old deliveries are
+        # the survivor's now), under the same name for the walk's bookkeeping.
+        await self.client.redis.set(lease_key(self.a.node_id), 1)
         await self.settle()
 
     async def sweep(self) -> None:

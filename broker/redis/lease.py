@@ -1,0 +1,296 @@
+"""A node's lease on the Redis store: fencing tokens, renewal, and the write mark.
+
+A node may deliver only while it holds a lease: the key ``hf:lease:{<incarnation>}``,
+whose value is a fencing token from ``hf:fence`` (a counter that only grows) and
+whose TTL is ``lease + grace``. The incarnation is ``<node id>.<token>``: everything
+the node delivers is kept under it (``hf:{uri}:out:<incarnation>``), and every
+delivery script checks that the lease key is still there (``FENCE``), so once it has
+lapsed nothing more can be claimed or moved under it.
+
+The keeper is a thread with its own connection, so that no work of the broker's
+event loop (thousands of queues, a slow batch) can delay a renewal. It renews every
+``beat`` seconds; the node counts its lease valid until ``lease`` seconds after it
+*sent* the last renewal that succeeded, which is at least ``grace`` before Redis lets
+the key expire and a peer may reclaim the node's deliveries (``reaper``). So a node
+whose link stalls or slows stops delivering, and tells its sessions, before any peer
+can reclaim; a renewal that comes back later than that is treated as lapsed too. A
+lapsed node rejoins under a new token: a new incarnation, whose deliveries are
+reclaimable when it dies in turn.
+
+Each renewal also moves the node's write mark (``hf:mark:{<incarnation>}``) on by one,
+atomically with the lease, after reading it back. A mark that is not the one the
+node wrote last means Redis went back in time (restarted from an older snapshot,
+failed over to a replica that had not received everything); a missing
+``hf:generation`` means it was flushed or restarted empty. Either way the keeper
+reports ``StoreWentBack`` with the time of the last write Redis still had, within one
+beat of the first renewal after the loss.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from holdfast.broker.redis.keys import GENERATION, NODES, lease_key, mark_key
+from holdfast.broker.redis.lease_scripts import LEASE_START, NEXT_TOKEN, RENEW
+
+log = logging.getLogger(__name__)
+
+FENCE_COUNTER = "hf:fence"
+"""The counter fencing tokens come from."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseTiming:
+    """How long a node's lease lasts (``--redis-lease``); the beat and the grace are a
+    third of it: a node renews every ``beat``, stops acting ``lease`` after its last
+    renewal, and its peers may reclaim ``lease + grace`` after it at the earliest."""
+
+    lease: float = 3.0
+    """Seconds a node may deliver after it sent its last successful renewal."""
+
+    def __post_init__(self) -> None:
+        if not self.lease >= 0.3:
+            raise ValueError("the Redis lease is at least 0.3 s")
+
+    @property
+    def beat(self) -> float:
+        """Seconds between renewals."""
+        return self.lease / 3
+
+    @property
+    def grace(self) -> float:
+        """Seconds between a node stopping and its lease key expiring in Redis."""
+        return self.lease / 3
+
+    @property
+    def ttl_ms(self) -> int:
+        """The lease key's TTL in Redis, ms."""
+        return round((self.lease + self.grace) * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseGained:
+    """The node holds a lease under ``incarnation`` (at start, and after each lapse)."""
+
+    incarnation: str
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseLost:
+    """The lease of ``incarnation`` lapsed: its deliveries are no longer the node's."""
+
+    incarnation: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoreWentBack:
+    """Redis lost writes: everything written after ``since`` (the keeper's clock) may
+    be gone."""
+
+    why: str
+    since: float
+
+
+LeaseEvent = LeaseGained | LeaseLost | StoreWentBack
+"""What the keeper reports to the node."""
+
+
+class LeaseKeeper:
+    """The thread that takes, renews and checks this node's lease."""
+
+    def __init__(
+        self,
+        connect: Callable[[float], Any],
+        node_id: str,
+        timing: LeaseTiming,
+        report: Callable[[LeaseEvent], None],
+        now_ms: Callable[[], int],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._connect = connect
+        self._node_id = node_id
+        self.timing = timing
+        self._report = report
+        self._now_ms = now_ms
+        self.clock = clock
+        self._redis: Any = None
+        self._scripts: dict[str, Any] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._token = 0
+        self._incarnation: str | None = None
+        self._valid_until = 0.0
+        self._mark = 0
+        self._mark_sent: dict[int, float] = {}
+        self._generation: bytes | None = None
+        self.renewals = 0
+        """Renewals that succeeded."""
+        self.lapses = 0
+        """Times the lease lapsed (the node rejoined under a new token after each)."""
+        self.last_renewal_seconds = 0.0
+        """How long the last renewal took (the heartbeat's cost, for the bench)."""
+
+    @property
+    def incarnation(self) -> str | None:
+        """The incarnation the node holds a lease under, if any."""
+        return self._incarnation
+
+    def valid(self) -> bool:
+        """Whether the node may act on deliveries now (its own timer, checked before
+        every claim: no peer can have reclaimed yet)."""
+        return self.clock() < self._valid_until
+
+    def start(self) -> None:
+        """Start the thread; it joins at once, then renews every beat."""
+        self._thread = threading.Thread(target=self._run, name="redis lease", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop renewing (the node gives its lease back itself: ``NodeLife.stop``)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.timing.lease + 5)
+        if self._redis is not None:
+            self._redis.close()
+
+    def _run(self) -> None:
+        wait = 0.0
+        while not self._stop.wait(wait):
+            started = self.clock()
+            try:
+                if self._incarnation is None:
+                    self._join()
+                else:
+                    self._renew()
+            except RedisError as error:
+                log.warning("redis lease: %s", error)
+                self._redis = None  # a fresh connection next time
+            except Exception:
+                log.exception("redis lease keeper failed")
+            if self._incarnation is not None and not self.valid():
+                self._lapse(f"no renewal succeeded for {self.timing.lease:g} s")
+            # A lapsed node rejoins at once; otherwise the next beat is a beat after
+            # this one started, however long it took.
+            elapsed = self.clock() - started
+            wait = 0.0 if self._incarnation is None else max(0.0, self.timing.beat - elapsed)
+            if self._incarnation is None and self._redis is None:
+                wait = self.timing.beat
+
+    def _client(self) -> Any:
+        if self._redis is None:
+            # A call may not outlast half a beat: the keeper must see a lapse in time.
+            self._redis = self._connect(self.timing.beat / 2)
+            self._scripts = {
+                name: self._redis.register_script(text)
+                for name, text in (("NEXT", NEXT_TOKEN), ("START", LEASE_START), ("RENEW", RENEW))
+            }
+        return self._redis
+
+    def _join(self) -> None:
+        redis = self._client()
+        if self._generation is None:
+            redis.set(GENERATION, uuid.uuid4().hex.encode(), nx=True)
+            self._generation = redis.get(GENERATION)
+        token = int(self._scripts["NEXT"](keys=[FENCE_COUNTER], args=[self._token]))
+        incarnation = f"{self._node_id}.{token}"
+        sent = self.clock()
+        self._scripts["START"](
+            keys=[lease_key(incarnation), mark_key(incarnation)], args=[token, self.timing.ttl_ms]
+        )
+        redis.hset(NODES, incarnation, self._now_ms())
+        self._token, self._incarnation = token, incarnation
+        self._valid_until = sent + self.timing.lease
+        self._mark, self._mark_sent = 0, {0: sent}
+        log.info("redis lease taken: incarnation %s (fencing token %d)", incarnation, token)
+        self._report(LeaseGained(incarnation, token))
+
+    def _renew(self) -> None:
+        incarnation = self._incarnation
+        assert incarnation is not None
+        redis = self._client()
+        mark = self._mark + 1
+        sent = self.clock()
+        ok, stored = self._scripts["RENEW"](
+            keys=[lease_key(incarnation), mark_key(incarnation)],
+            args=[self._token, self.timing.ttl_ms, mark],
+        )
+        generation = redis.get(GENERATION)
+        done = self.clock()
+        self.last_renewal_seconds = done - sent
+        stored_text = stored.decode() if isinstance(stored, bytes) else str(stored)
+        if not self._check_generation(generation):
+            pass
+        elif int(ok) or stored_text or done < self._valid_until:
+            # A lapsed lease whose mark is gone too was reaped if the node was late;
+            # if it was not, Redis lost both keys.
+            self._check_mark(stored_text)
+        if not int(ok):
+            self._lapse("the lease had expired in Redis")
+        elif done >= self._valid_until:
+            self._lapse(f"the renewal came back {done - sent:.2f} s later, after the lease")
+        else:
+            self.renewals += 1
+            self._valid_until = sent + self.timing.lease
+            self._mark = mark
+            self._mark_sent[mark] = sent
+            self._mark_sent.pop(mark - 10_000, None)  # hours of beats are plenty
+
+    def _check_generation(self, generation: bytes | None) -> bool:
+        """Whether ``hf:generation`` is the one this node adopted; if not, report the
+        loss and adopt the new one."""
+        if generation == self._generation:
+            return True
+        why = "the generation marker is gone" if generation is None else "it changed"
+        self._report(StoreWentBack(f"Redis was flushed or restarted empty ({why})", 0.0))
+        redis = self._client()
+        redis.set(GENERATION, uuid.uuid4().hex.encode(), nx=True)
+        self._generation = redis.get(GENERATION)
+        return False
+
+    def _check_mark(self, stored: str) -> None:
+        """Compare the mark Redis holds with the one this node wrote last."""
+        if stored == str(self._mark):
+            return
+        kept = int(stored) if stored.isdigit() else None
+        since = self._mark_sent.get(kept, 0.0) if kept is not None else 0.0
+        held = "none of its marks" if kept is None else f"its mark {kept} of {self._mark}"
+        self._report(
+            StoreWentBack(
+                f"Redis went back in time: it holds {held} (restarted from an older "
+                "snapshot, or failed over to a replica that had not received everything)",
+                since,
+            )
+        )
+        if kept is not None:
+            self._mark = max(self._mark, kept)
+
+    def _lapse(self, why: str) -> None:
+        incarnation = self._incarnation
+        if incarnation is None:
+            return
+        self._incarnation = None
+        self._valid_until = 0.0
+        self.lapses += 1
+        log.error("redis lease of %s lapsed (%s): it stops delivering", incarnation, why)
+        self._report(LeaseLost(incarnation, why))
+
+
+__all__ = [
+    "FENCE_COUNTER",
+    "LeaseEvent",
+    "LeaseGained",
+    "LeaseKeeper",
+    "LeaseLost",
+    "LeaseTiming",
+    "StoreWentBack",
+]

@@ -1,0 +1,58 @@
+"""The Lua of a node's lease: taking a fencing token, starting a lease, renewing it
+(and the node's write mark with it), and the check every delivery script makes.
+
+A node's lease key is ``hf:lease:{<incarnation>}`` (its value the fencing token, with
+a TTL); its write mark ``hf:mark:{<incarnation>}`` shares the hash tag, so both are
+one cluster slot and ``RENEW`` stays one atomic script.
+"""
+
+from __future__ import annotations
+
+NEXT_TOKEN = """
+-- KEYS: the fencing counter. ARGV: the highest token this node has seen.
+-- A counter that went back (Redis lost data) is first raised to what the node saw,
+-- so a token is never handed out twice.
+local seen = tonumber(ARGV[1])
+if tonumber(redis.call('GET', KEYS[1]) or '0') < seen then
+  redis.call('SET', KEYS[1], seen)
+end
+return redis.call('INCR', KEYS[1])
+"""
+
+LEASE_START = """
+-- KEYS: lease, mark. ARGV: token, lease ms. A new incarnation's lease and mark 0.
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[2], 0)
+return 1
+"""
+
+RENEW = """
+-- KEYS: lease, mark. ARGV: token, lease ms, next mark.
+-- Returns {1 if the lease was still this token's and is renewed (0 if it lapsed),
+-- the mark as it was before ('' if none)}. The mark moves on only with the lease, so
+-- a lapsed node never rewrites the keys its reaper deleted.
+local stored = redis.call('GET', KEYS[2]) or ''
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('SET', KEYS[2], ARGV[3])
+  return {1, stored}
+end
+return {0, stored}
+"""
+
+FENCE = """
+local function fenced(lease)
+  -- A node acts on deliveries only while its lease is alive. On Redis Cluster the
+  -- lease is in another slot: the broker passes a key of the queue's own slot that
+  -- is not a lease, and the node's own timer is the fence (see ``lease``).
+  return string.find(lease, 'hf:lease:', 1, true) == 1 and redis.call('EXISTS', lease) == 0
+end
+"""
+"""Lua: whether the node whose lease key is given has lost its lease (prefix of every
+delivery script; they answer the error ``FENCED`` and change nothing)."""
+
+FENCED = "FENCED"
+"""The error a delivery script answers when the caller's lease has lapsed (the Lua
+writes it out: ``redis.error_reply('FENCED: ...')``)."""
+
+__all__ = ["FENCE", "FENCED", "LEASE_START", "NEXT_TOKEN", "RENEW"]
