@@ -84,6 +84,10 @@ class ClientSession(ContractStream):
         self._acks: AckGroup | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
+    def handles_on(self, uri: str) -> list[ClientHandle]:
+        """This client's handles on ``uri``."""
+        return [handle for handle in self._handles.values() if handle.uri == uri]
+
     # -- the handshake ------------------------------------------------------------------
 
     def greet(self, hello: pb.Hello) -> None:

@@ -22,7 +22,13 @@ from holdfast.proxy.config import ProxyConfig
 from holdfast.proxy.marks import MarkRelay
 from holdfast.proxy.routes import ProxyCounters, Routes
 from holdfast.proxy.upstream import Upstream
-from holdfast.sdk.events import Reconnected, SessionEvent, log_event
+from holdfast.sdk.events import (
+    DataLost,
+    DeliveriesRevoked,
+    Reconnected,
+    SessionEvent,
+    log_event,
+)
 from holdfast.sdk.transports.base import AsyncTransport
 from holdfast.server.serve import split_host_port, start_server
 
@@ -143,7 +149,31 @@ class Proxy:
         self.events = [*self.events[-99:], event]
         if isinstance(event, Reconnected):
             self.counters.reconnects += 1
+        elif isinstance(event, DeliveriesRevoked | DataLost):
+            self._relay_report(event)
         log_event(event)
+
+    def _relay_report(self, event: DeliveriesRevoked | DataLost) -> None:
+        """A broker's report on its store reaches the clients it concerns: revoked
+        deliveries each client holds, under its handle; a data loss to every client
+        (under each handle on the queue it names, if it names one)."""
+        for session in list(self._sessions):
+            if isinstance(event, DataLost):
+                if event.queue_uri is None:
+                    session.error(pb.STATUS_DATA_LOST, event.message)
+                for handle in session.handles_on(event.queue_uri or ""):
+                    session.error(pb.STATUS_DATA_LOST, event.message, queue_id=handle.queue_id)
+                continue
+            for handle in session.handles_on(event.queue_uri):
+                held = [g.bytes for g in event.guids if g.bytes in handle.delivered]
+                if held:
+                    session.error(
+                        pb.STATUS_DELIVERIES_REVOKED,
+                        "the broker node lost its lease on the store: these deliveries are "
+                        "void (CONFIRMs refused) and will be delivered again",
+                        queue_id=handle.queue_id,
+                        guids=held,
+                    )
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop: tell clients SHUTTING_DOWN, give them ``grace`` seconds to receive what

@@ -7,7 +7,9 @@ dispatcher thread, in this order around an outage::
 
 ``Connected`` marks the first connection, ``ConnectAttemptFailed`` each failed
 attempt while (re)connecting, ``ConfirmRejected`` CONFIRMs the broker did not
-recognise, ``SessionFailed`` a terminal error and ``SessionClosed`` the end.
+recognise, ``DeliveriesRevoked`` deliveries a broker node voided (it lost its lease
+on a Redis store), ``DataLost`` a store that lost acknowledged data,
+``SessionFailed`` a terminal error and ``SessionClosed`` the end.
 """
 
 from __future__ import annotations
@@ -94,6 +96,29 @@ class ConfirmRejected(SessionEvent):
 
 
 @dataclass(frozen=True, slots=True)
+class DeliveriesRevoked(SessionEvent):
+    """The broker node lost its lease on its store (a Redis link that stalled or slowed
+    past the lease): these deliveries are void. Their CONFIRMs are refused
+    (``ConfirmRejected``) and each message is delivered again, once, by a node that
+    holds a lease. Work already done for them will be offered again."""
+
+    queue_uri: str
+    guids: tuple[uuid.UUID, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DataLost(SessionEvent):
+    """The broker's store lost data it had acknowledged (Redis restarted from an older
+    snapshot, failed over to a replica that lagged, or was flushed): messages ACKed
+    SUCCESS may be gone, and messages confirmed may be delivered again. ``queue_uri``
+    names a queue of this session the loss hit; None for the broker-wide report.
+    ``message`` says what the broker could count."""
+
+    message: str
+    queue_uri: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SessionFailed(SessionEvent):
     """A terminal error: the session stopped reconnecting. ``error`` says why."""
 
@@ -107,7 +132,13 @@ class SessionClosed(SessionEvent):
     unknown: int
 
 
-_WARNING_EVENTS = (ConnectionLost, ConnectAttemptFailed, ConfirmRejected, SessionFailed)
+_WARNING_EVENTS = (
+    ConnectionLost,
+    ConnectAttemptFailed,
+    ConfirmRejected,
+    DeliveriesRevoked,
+    SessionFailed,
+)
 
 
 ATTEMPT_LOG_INTERVAL = 10.0
@@ -130,7 +161,9 @@ def log_event(event: SessionEvent) -> None:
         with _attempts_lock:
             _attempts.pop(event.address, None)
     failed_reopen = isinstance(event, QueueReopened) and not event.ok
-    if failed_reopen or isinstance(event, _WARNING_EVENTS):
+    if isinstance(event, DataLost):
+        log.error("%s", event)
+    elif failed_reopen or isinstance(event, _WARNING_EVENTS):
         log.warning("%s", event)
     else:
         log.info("%s", event)

@@ -206,6 +206,14 @@ class Outcomes:
             guids = tuple(uuid.UUID(bytes=g) for g in error.guids if len(g) == 16)
             self.emit(ev.ConfirmRejected(queue.uri, guids, name))
             return None
+        if error.status == pb.STATUS_DELIVERIES_REVOKED and queue is not None:
+            guids = tuple(uuid.UUID(bytes=g) for g in error.guids if len(g) == 16)
+            self.emit(ev.DeliveriesRevoked(queue.uri, guids))
+            return None
+        if error.status == pb.STATUS_DATA_LOST:
+            uri = None if queue is None else queue.uri
+            self.emit(ev.DataLost(quote(error.message, 2000), uri))
+            return None
         log.warning(
             "broker reported %s: %s (fatal=%s)", name, quote(error.message, 200), error.fatal
         )

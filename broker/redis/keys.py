@@ -19,6 +19,9 @@ Per queue (all with the hash tag ``{<uri>}``: one cluster slot per queue)::
     hf:{uri}:stats        hash   counters: accepted, redelivered, rejected, dead:<reason>
     hf:{uri}:leaving      hash   GUID -> "<since ms>|<reason>|<target>": moving out (to a
                                  dead-letter queue, or replayed), not gone yet
+    hf:{uri}:unsynced     list   GUIDs stored but not yet on ``--redis-min-replicas``
+                                 replicas: not delivered until they are (``durable``)
+    hf:{uri}:synced       string a write that ``WAIT`` can vouch for (expires)
     hf:{uri}:mv:<id>      string a dead-letter or replay move already done (expires
                                  after window + grace): makes a repeated move a no-op
 
@@ -74,6 +77,7 @@ class QueueKeys:
         "prefix",
         "ready",
         "stats",
+        "unsynced",
         "uri",
     )
 
@@ -91,11 +95,17 @@ class QueueKeys:
         self.bytes = self.prefix + "bytes"
         self.stats = self.prefix + "stats"
         self.leaving = self.prefix + "leaving"
+        self.unsynced = self.prefix + "unsynced"
 
     @property
     def message_keys(self) -> tuple[str, str, str, str]:
         """ready, body, meta, count: the keys most scripts start with."""
         return (self.ready, self.body, self.meta, self.count)
+
+    @property
+    def synced(self) -> str:
+        """The key the durability check writes before ``WAIT`` (``durable``)."""
+        return self.prefix + "synced"
 
     @property
     def moves(self) -> str:

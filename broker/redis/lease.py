@@ -116,8 +116,10 @@ class LeaseKeeper:
         report: Callable[[LeaseEvent], None],
         now_ms: Callable[[], int],
         clock: Callable[[], float] = time.monotonic,
+        cluster: bool = False,
     ) -> None:
         self._connect = connect
+        self._cluster = cluster
         self._node_id = node_id
         self.timing = timing
         self._report = report
@@ -133,6 +135,7 @@ class LeaseKeeper:
         self._mark = 0
         self._mark_sent: dict[int, float] = {}
         self._generation: bytes | None = None
+        self._failing = False
         self.renewals = 0
         """Renewals that succeeded."""
         self.lapses = 0
@@ -173,10 +176,15 @@ class LeaseKeeper:
                 else:
                     self._renew()
             except RedisError as error:
-                log.warning("redis lease: %s", error)
+                # Once per outage at WARNING: the lapse that follows is an ERROR.
+                level = logging.DEBUG if self._failing else logging.WARNING
+                log.log(level, "redis lease: %s", error)
+                self._failing = True
                 self._redis = None  # a fresh connection next time
             except Exception:
                 log.exception("redis lease keeper failed")
+            else:
+                self._failing = False
             if self._incarnation is not None and not self.valid():
                 self._lapse(f"no renewal succeeded for {self.timing.lease:g} s")
             # A lapsed node rejoins at once; otherwise the next beat is a beat after
@@ -188,8 +196,9 @@ class LeaseKeeper:
 
     def _client(self) -> Any:
         if self._redis is None:
-            # A call may not outlast half a beat: the keeper must see a lapse in time.
-            self._redis = self._connect(self.timing.beat / 2)
+            # A call may not outlast the grace: a renewal sent just before the lease ends
+            # must come back (or fail) before any peer may reclaim.
+            self._redis = self._connect(self.timing.grace * 0.8)
             self._scripts = {
                 name: self._redis.register_script(text)
                 for name, text in (("NEXT", NEXT_TOKEN), ("START", LEASE_START), ("RENEW", RENEW))
@@ -220,11 +229,16 @@ class LeaseKeeper:
         redis = self._client()
         mark = self._mark + 1
         sent = self.clock()
-        ok, stored = self._scripts["RENEW"](
-            keys=[lease_key(incarnation), mark_key(incarnation)],
-            args=[self._token, self.timing.ttl_ms, mark],
-        )
-        generation = redis.get(GENERATION)
+        keys = [lease_key(incarnation), mark_key(incarnation)]
+        args = [self._token, self.timing.ttl_ms, mark]
+        if self._cluster:  # the two keys are in other slots: two calls
+            ok, stored = self._scripts["RENEW"](keys=keys, args=args)
+            generation = redis.get(GENERATION)
+        else:  # one round trip
+            pipe = redis.pipeline(transaction=False)
+            self._scripts["RENEW"](keys=keys, args=args, client=pipe)
+            pipe.get(GENERATION)
+            (ok, stored), generation = pipe.execute()
         done = self.clock()
         self.last_renewal_seconds = done - sent
         stored_text = stored.decode() if isinstance(stored, bytes) else str(stored)

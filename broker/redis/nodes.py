@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from holdfast.broker.redis.client import RedisClient
+from holdfast.broker.redis.durable import check_all
 from holdfast.broker.redis.keys import CHANGED, FORGET, WAKE
 from holdfast.broker.redis.lease import (
     LeaseEvent,
@@ -77,6 +78,7 @@ class NodeLife:
             self._from_keeper,
             registry.now_ms,
             clock,
+            client.spec.cluster,
         )
         self.reaper = Reaper(registry)
         self._joined = asyncio.Event()
@@ -112,6 +114,7 @@ class NodeLife:
             loop.create_task(self._every(self.timing.beat, self.reaper.reap), name="redis reaper"),
             loop.create_task(self._every(REFRESH, self._refresh), name="redis refresh"),
             loop.create_task(self._poll(), name="redis poll"),
+            loop.create_task(self._every(REFRESH, self._durable), name="redis durability"),
             loop.create_task(self._every(FAST, Sweeper(self.registry).sweep), name="redis sweep"),
         ]
         if not self.client.spec.cluster:  # cluster pub/sub is not in redis-py's asyncio API
@@ -186,6 +189,9 @@ class NodeLife:
     async def _refresh(self) -> None:
         await refresh_queues(self.registry)
         await self.registry.policies.refresh()
+
+    async def _durable(self) -> None:
+        await check_all(self.registry)
 
     async def _poll(self) -> None:
         while True:

@@ -238,10 +238,12 @@ return out
 )
 
 PURGE = """
--- KEYS: ready, delayed, body, meta, count, pickup, bytes. Removes every ready and
--- delayed message (consumers keep what they hold); returns how many.
+-- KEYS: ready, delayed, body, meta, count, pickup, bytes, unsynced. Removes every
+-- ready, delayed and unsynced message (consumers keep what they hold); returns how
+-- many.
 local guids = redis.call('LRANGE', KEYS[1], 0, -1)
 for _, guid in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do table.insert(guids, guid) end
+for _, guid in ipairs(redis.call('LRANGE', KEYS[8], 0, -1)) do table.insert(guids, guid) end
 local n = 0
 for _, guid in ipairs(guids) do
   local size = redis.call('HSTRLEN', KEYS[3], guid)
@@ -253,7 +255,7 @@ for _, guid in ipairs(guids) do
   redis.call('HDEL', KEYS[5], guid)
   redis.call('ZREM', KEYS[6], guid)
 end
-redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[8])
 return n
 """
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 from holdfast.broker.dedup import content_digest
+from holdfast.broker.redis.durable import promote
 from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.redis.losses import AckJournal
 from holdfast.broker.redis.registry import RedisRegistry
@@ -142,6 +143,7 @@ class RedisPutPipeline:
             now,
             policy.max_messages or 0,
             policy.max_bytes or 0,
+            1 if registry.client.min_replicas else 0,
         ]
         latest_pickup = 0
         for put in puts:
@@ -161,11 +163,14 @@ class RedisPutPipeline:
         try:
             await registry.list_queue(uri)
             raw, replicated = await registry.client.put(
-                [keys.ready, keys.body, keys.meta, keys.bytes, keys.stats, keys.pickup], args
+                [*keys.message_keys[:3], keys.bytes, keys.stats, keys.pickup, keys.unsynced],
+                args,
             )
         except StoreError as error:
             log.error("%s: %d PUTs not stored: %s", uri, len(puts), error)
             return [pb.STATUS_STORE_ERROR] * len(puts)
+        if registry.client.min_replicas:
+            replicated = await self._after_wait(uri, puts, raw, replicated)
         statuses: list[pb.Status] = []
         for code in raw:
             if code in (PUT_STORED, PUT_REPLAYED):
@@ -175,6 +180,23 @@ class RedisPutPipeline:
         if latest_pickup:
             registry.timed[uri] = max(registry.timed.get(uri, 0), latest_pickup)
         return statuses
+
+    async def _after_wait(
+        self, uri: str, puts: list[pb.Put], raw: list[int], replicated: bool
+    ) -> bool:
+        """With ``--redis-min-replicas``: messages replicas confirmed become deliverable;
+        the others wait for a later check (``durable``). Returns whether the PUTs may be
+        ACKed SUCCESS."""
+        stored = [put.guid for put, code in zip(puts, raw, strict=True) if code == PUT_STORED]
+        if replicated and stored:
+            try:
+                await promote(self._registry, uri, stored[-1])
+            except StoreError as error:  # stored and replicated: a later check promotes
+                log.warning("%s: promoting %d messages: %s", uri, len(stored), error)
+        if not replicated or len(stored) < len(puts):
+            # Too few replicas, or a replay of a message that may still wait.
+            self._registry.unsynced.add(uri)
+        return replicated
 
     async def drain(self) -> None:
         """Wait until every PUT batch in progress has finished."""

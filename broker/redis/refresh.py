@@ -28,12 +28,15 @@ async def refresh_queues(registry: RedisRegistry) -> None:
                 pipe.llen(keys.ready)
                 pipe.zcard(keys.delayed)
                 pipe.get(keys.bytes)
+                pipe.llen(keys.unsynced)
             result: list[Any] = await pipe.execute()
             return result
 
         values = await client.call("queue counts", read)
         for i, queue in enumerate(chunk):
-            counts, ready, delayed, size = values[4 * i : 4 * i + 4]
+            counts, ready, delayed, size, unsynced = values[5 * i : 5 * i + 5]
+            if int(unsynced) and client.min_replicas:
+                registry.unsynced.add(queue.uri)  # another node's, or one it died with
             queue.ready.count = int(ready) + int(delayed)
             queue.live_bytes = int(size or 0)
             queue.remote_consumers = sum(

@@ -45,6 +45,8 @@ class RedisRegistry:
         """Every queue's policy (``policies``)."""
         self.graveyard = RedisGraveyard(self, retention_ms)
         """Moves dead messages to dead-letter queues, and back (``graveyard``)."""
+        self.unsynced: set[str] = set()
+        """Queues holding messages not yet on enough replicas (``durable``)."""
         self.timed: dict[str, int] = {}
         """Queues this node delayed a reject or PUT a pickup TTL in -> the latest due
         time it knows of (ms): the sweep visits them often until then."""

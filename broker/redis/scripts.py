@@ -60,19 +60,22 @@ the generated enum, the two successes negative so that they are no wire status."
 PUT = (
     "".join(f"local {name} = {value}\n" for name, value in PUT_OUTCOMES.items())
     + """
--- KEYS: ready, body, meta, bytes, stats, pickup.
+-- KEYS: ready, body, meta, bytes, stats, pickup, unsynced.
 -- ARGV: history key prefix, retention ms, max age ms, now ms, max messages (0: no
--- limit), max bytes (0: no limit), then per PUT: guid, digest, age ms, properties
--- JSON, payload, pickup deadline ms (0: none).
+-- limit), max bytes (0: no limit), hold ('1': new messages wait in unsynced until
+-- replicas have them), then per PUT: guid, digest, age ms, properties JSON, payload,
+-- pickup deadline ms (0: none).
 -- Returns an outcome per PUT: STORED, REPLAYED, or the wire status CONFLICT,
 -- TOO_OLD or QUEUE_FULL (the numbers are put in from Python: see PUT_OUTCOMES).
 local prefix, retention, max_age, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local max_n, max_b = tonumber(ARGV[5]), tonumber(ARGV[6])
+local visible = KEYS[1]
+if ARGV[7] == '1' then visible = KEYS[7] end
 local n, b = 0, 0
 if max_n > 0 then n = redis.call('HLEN', KEYS[2]) end
 if max_b > 0 then b = tonumber(redis.call('GET', KEYS[4]) or '0') end
 local out, added = {}, 0
-local i = 7
+local i = 8
 while i <= #ARGV do
   local guid, digest, age, payload = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 4]
   local known = redis.call('HGET', KEYS[3], guid)
@@ -90,7 +93,7 @@ while i <= #ARGV do
     else
       redis.call('HSET', KEYS[2], guid, payload)
       redis.call('HSET', KEYS[3], guid, digest .. '|' .. now .. '|' .. ARGV[i + 3])
-      redis.call('RPUSH', KEYS[1], guid)
+      redis.call('RPUSH', visible, guid)
       redis.call('SET', prefix .. guid, digest, 'PX', retention)
       redis.call('INCRBY', KEYS[4], #payload)
       if ARGV[i + 5] ~= '0' then redis.call('ZADD', KEYS[6], ARGV[i + 5], guid) end
@@ -219,6 +222,18 @@ return n
 """
 )
 
+PROMOTE = """
+-- KEYS: unsynced, ready. ARGV: a GUID replicas are known to have.
+-- It and every GUID stored before it (replication keeps Redis's order) become
+-- ready, in order. Returns how many.
+local at = redis.call('LPOS', KEYS[1], ARGV[1])
+if not at then return 0 end
+local guids = redis.call('LRANGE', KEYS[1], 0, at)
+redis.call('LTRIM', KEYS[1], at + 1, -1)
+for _, guid in ipairs(guids) do redis.call('RPUSH', KEYS[2], guid) end
+return #guids
+"""
+
 RECLAIM = """
 -- KEYS: ready, out(dead node), consumers, handles. ARGV: dead node id.
 -- A dead node's deliveries go back to the head of the queue, oldest first.
@@ -232,6 +247,6 @@ redis.call('HDEL', KEYS[4], ARGV[1])
 return #guids
 """
 
-__all__ = ["CLAIM", "CONFIRM", "PUT", "RECLAIM", "REQUEUE", "UNCLAIM"]
+__all__ = ["CLAIM", "CONFIRM", "PROMOTE", "PUT", "RECLAIM", "REQUEUE", "UNCLAIM"]
 """The scripts, each registered by this name (``ACCEPTED``, ``EMIT`` and ``DROP`` are
 pieces of them; ``PUT_OUTCOMES`` are the numbers ``PUT`` answers with)."""
