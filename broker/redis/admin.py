@@ -77,7 +77,7 @@ class RedisAdmin:
         nodes = await self._call("HKEYS nodes", lambda: self._client.redis.hkeys(NODES))
         outs = [k.out(_text(node)) for node in nodes]
         keys = [k.handles, k.body, k.ready, k.delayed, k.meta, k.count, k.pickup, k.bytes]
-        keys += [k.stats, k.consumers, k.leaving, k.unsynced, *outs]
+        keys += [k.stats, k.consumers, k.leaving, k.unsynced, k.seq, *outs]
         result = int(await self._run("DELETE", keys, []))
         if result < 0:
             raise Invalid(

@@ -19,6 +19,8 @@ Per queue (all with the hash tag ``{<uri>}``: one cluster slot per queue)::
     hf:{uri}:stats        hash   counters: accepted, redelivered, rejected, dead:<reason>
     hf:{uri}:leaving      hash   GUID -> "<since ms>|<reason>|<target>": moving out (to a
                                  dead-letter queue, or replayed), not gone yet
+    hf:{uri}:seq          string the queue's write sequence: up one per PUT, claim and
+                                 confirm script that changed it (``losses``)
     hf:{uri}:unsynced     list   GUIDs stored but not yet on ``--redis-min-replicas``
                                  replicas: not delivered until they are (``durable``)
     hf:{uri}:synced       string a write that ``WAIT`` can vouch for (expires)
@@ -76,6 +78,7 @@ class QueueKeys:
         "pickup",
         "prefix",
         "ready",
+        "seq",
         "stats",
         "unsynced",
         "uri",
@@ -96,11 +99,26 @@ class QueueKeys:
         self.stats = self.prefix + "stats"
         self.leaving = self.prefix + "leaving"
         self.unsynced = self.prefix + "unsynced"
+        self.seq = self.prefix + "seq"
 
     @property
     def message_keys(self) -> tuple[str, str, str, str]:
         """ready, body, meta, count: the keys most scripts start with."""
         return (self.ready, self.body, self.meta, self.count)
+
+    @property
+    def put_keys(self) -> list[str]:
+        """The keys of the PUT script, in its order."""
+        return [
+            self.ready,
+            self.body,
+            self.meta,
+            self.bytes,
+            self.stats,
+            self.pickup,
+            self.unsynced,
+            self.seq,
+        ]
 
     @property
     def synced(self) -> str:

@@ -1,22 +1,29 @@
-"""What a node can say when Redis loses data: which queues, how many messages.
+"""Finding and reporting what a Redis store lost.
 
-Redis that goes back in time (``lease.StoreWentBack``) has lost every write made
-after some moment, and the node cannot read back what is gone. What it can count is
-what it ACKed SUCCESS itself since then: the journal keeps those counts per queue and
-per second of the lease keeper's clock, for the last ``SPAN`` seconds (a few KiB per
-busy queue and hour). The loss report names them; messages ACKed by other nodes are
-counted by those nodes' own reports.
+Every PUT, claim and confirm script moves its queue's write sequence
+(``hf:{uri}:seq``) on by one and returns it; the node keeps the highest it saw per
+queue, and when (``SeqBook``). Every beat it reads the sequences of the queues it
+wrote in the last ``SPAN`` seconds back (one pipeline per 500 queues): one that is
+lower than what the node saw means Redis went back in time for that queue —
+restarted from an older snapshot, failed over to a replica that lagged, flushed —
+and everything the node wrote there after that value is gone. The lease keeper's
+mark and ``hf:generation`` catch the same for the node as a whole (``lease``).
+
+What the node can count is what it ACKed SUCCESS itself since then: the journal
+keeps those counts per queue and per second for the last ``SPAN`` seconds. The
+report names the queues with their counts; messages ACKed by other nodes are counted
+by those nodes' own reports.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 SPAN = 3600
-"""Seconds of ACK counts the journal keeps."""
+"""Seconds of ACK counts and write sequences the node keeps."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,38 +35,84 @@ class DataLoss:
     queues: dict[str, int]
 
 
+class _PerSecond:
+    """(second, value) pairs of one queue, one per second at most, for ``SPAN`` s."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self) -> None:
+        self.entries: deque[list[int]] = deque()
+
+    def add(self, second: int, value: int, keep_max: bool) -> None:
+        entries = self.entries
+        if entries and entries[-1][0] == second:
+            last = entries[-1]
+            last[1] = max(last[1], value) if keep_max else last[1] + value
+        else:
+            entries.append([second, value])
+            while entries[0][0] <= second - SPAN:
+                entries.popleft()
+
+
 class AckJournal:
     """SUCCESS ACKs of this node per queue, per second, for the last ``SPAN`` s."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
-        self._seconds: deque[tuple[int, Counter[str]]] = deque()
+        self._queues: dict[str, _PerSecond] = {}
 
     def record(self, uri: str, acked: int) -> None:
         """``acked`` PUTs to ``uri`` were just ACKed SUCCESS."""
-        second = math.floor(self._clock())
-        if not self._seconds or self._seconds[-1][0] != second:
-            self._seconds.append((second, Counter()))
-            while self._seconds[0][0] <= second - SPAN:
-                self._seconds.popleft()
-        self._seconds[-1][1][uri] += acked
+        self._queues.setdefault(uri, _PerSecond()).add(math.floor(self._clock()), acked, False)
 
-    def since(self, moment: float) -> tuple[Counter[str], bool]:
-        """ACKs per queue from ``moment`` on (the second it falls in included), and
-        whether the journal reaches back that far."""
+    def since(self, uri: str, moment: float) -> int:
+        """ACKs to ``uri`` from ``moment`` on (the second it falls in included)."""
+        book = self._queues.get(uri)
         first = math.floor(moment)
-        total: Counter[str] = Counter()
-        for second, counts in self._seconds:
-            if second >= first:
-                total.update(counts)
-        covered = moment > 0 and (not self._seconds or self._seconds[0][0] <= first)
-        return total, covered
+        return 0 if book is None else sum(n for second, n in book.entries if second >= first)
+
+    def queues_since(self, moment: float) -> dict[str, int]:
+        """ACKs per queue from ``moment`` on, for the queues that had any."""
+        counts = {uri: self.since(uri, moment) for uri in list(self._queues)}
+        return {uri: n for uri, n in counts.items() if n}
 
 
-def describe(where: str, why: str, acked: Counter[str], covered: bool) -> DataLoss:
-    """The LOST DATA report for a loss found by the lease keeper."""
+class SeqBook:
+    """The write sequences this node saw per queue, with the second it saw each."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._queues: dict[str, _PerSecond] = {}
+
+    def saw(self, uri: str, seq: int) -> None:
+        """A script on ``uri`` returned the write sequence ``seq``."""
+        self._queues.setdefault(uri, _PerSecond()).add(math.floor(self._clock()), seq, True)
+
+    def queues(self) -> list[str]:
+        """The queues seen in the last ``SPAN`` seconds (older ones are forgotten)."""
+        oldest = math.floor(self._clock()) - SPAN
+        for uri in [u for u, book in self._queues.items() if book.entries[-1][0] <= oldest]:
+            del self._queues[uri]
+        return list(self._queues)
+
+    def went_back(self, uri: str, stored: int) -> float | None:
+        """If Redis holds ``stored`` for ``uri`` but the node saw more: the second from
+        which the node's writes there are lost (then the book adopts ``stored``);
+        None if nothing went back."""
+        book = self._queues.get(uri)
+        if book is None or stored >= book.entries[-1][1]:
+            return None
+        lost_from = next(second for second, seq in book.entries if seq > stored)
+        book.entries.clear()
+        book.entries.append([math.floor(self._clock()), stored])
+        return float(lost_from)
+
+
+def describe(where: str, why: str, acked: dict[str, int], covered: bool) -> DataLoss:
+    """The LOST DATA report: why, and what the node ACKed since the lost moment."""
     total = sum(acked.values())
-    shown = ", ".join(f"{uri} ({n})" for uri, n in acked.most_common(5))
+    ranked = sorted(acked.items(), key=lambda item: -item[1])
+    shown = ", ".join(f"{uri} ({n})" for uri, n in ranked[:5])
     more = f" and {len(acked) - 5} more queues" if len(acked) > 5 else ""
     bound = "up to" if covered else "at least"
     counted = (
@@ -74,4 +127,4 @@ def describe(where: str, why: str, acked: Counter[str], covered: bool) -> DataLo
     return DataLoss(message, dict(acked))
 
 
-__all__ = ["SPAN", "AckJournal", "DataLoss", "describe"]
+__all__ = ["SPAN", "AckJournal", "DataLoss", "SeqBook", "describe"]

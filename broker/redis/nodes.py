@@ -38,7 +38,8 @@ from holdfast.broker.redis.lease import (
     LeaseTiming,
     StoreWentBack,
 )
-from holdfast.broker.redis.losses import AckJournal, DataLoss, describe
+from holdfast.broker.redis.losscheck import LossCheck
+from holdfast.broker.redis.losses import AckJournal, DataLoss
 from holdfast.broker.redis.reaper import Reaper
 from holdfast.broker.redis.refresh import refresh_queues
 from holdfast.broker.redis.registry import RedisRegistry
@@ -67,7 +68,6 @@ class NodeLife:
     ) -> None:
         self.client = client
         self.registry = registry
-        self._on_data_loss = on_data_loss
         self.timing = timing if timing is not None else LeaseTiming()
         self.journal = AckJournal(clock)
         """SUCCESS ACKs per queue and second, for the loss reports."""
@@ -81,13 +81,17 @@ class NodeLife:
             client.spec.cluster,
         )
         self.reaper = Reaper(registry)
+        self.losses = LossCheck(registry, self.journal, on_data_loss, self.timing.lease, clock)
         self._joined = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self.data_losses = 0
-        """Times this node found that Redis had lost data."""
         self.revoked = 0
         """Deliveries voided because the lease lapsed."""
+
+    @property
+    def data_losses(self) -> int:
+        """Times this node found that Redis had lost data."""
+        return self.losses.losses
 
     @property
     def reclaimed(self) -> int:
@@ -113,6 +117,7 @@ class NodeLife:
         self._tasks = [
             loop.create_task(self._every(self.timing.beat, self.reaper.reap), name="redis reaper"),
             loop.create_task(self._every(REFRESH, self._refresh), name="redis refresh"),
+            loop.create_task(self._every(self.timing.beat, self.losses.check), name="redis losses"),
             loop.create_task(self._poll(), name="redis poll"),
             loop.create_task(self._every(REFRESH, self._durable), name="redis durability"),
             loop.create_task(self._every(FAST, Sweeper(self.registry).sweep), name="redis sweep"),
@@ -158,7 +163,7 @@ class NodeLife:
                 revoked,
             )
         elif isinstance(event, StoreWentBack):
-            self._lost(event)
+            registry.spawn(self.losses.check(event))
 
     async def _give_back(self, incarnation: str) -> None:
         try:
@@ -166,13 +171,6 @@ class NodeLife:
             log.warning("gave back %d deliveries of lapsed incarnation %s", moved, incarnation)
         except StoreError as error:  # the reapers finish it once its lease key expired
             log.warning("could not give back lapsed incarnation %s yet: %s", incarnation, error)
-
-    def _lost(self, event: StoreWentBack) -> None:
-        self.data_losses += 1
-        acked, covered = self.journal.since(event.since)
-        loss = describe(self.client.where, event.why, acked, covered)
-        log.error("%s", loss.message)
-        self._on_data_loss(loss)
 
     # -- loops -------------------------------------------------------------------------
 

@@ -162,10 +162,8 @@ class RedisPutPipeline:
             ]
         try:
             await registry.list_queue(uri)
-            raw, replicated = await registry.client.put(
-                [*keys.message_keys[:3], keys.bytes, keys.stats, keys.pickup, keys.unsynced],
-                args,
-            )
+            raw, replicated = await registry.client.put(keys.put_keys, args)
+            registry.seqs.saw(uri, raw.pop())
         except StoreError as error:
             log.error("%s: %d PUTs not stored: %s", uri, len(puts), error)
             return [pb.STATUS_STORE_ERROR] * len(puts)

@@ -192,9 +192,17 @@ class RedisQueue:
             await registry.remember_queue(self.uri)
             raw = await registry.client.run(
                 "CLAIM",
-                [*keys.message_keys, keys.out(node), keys.pickup, keys.stats, registry.lease(keys)],
+                [
+                    *keys.message_keys,
+                    keys.out(node),
+                    keys.pickup,
+                    keys.stats,
+                    registry.lease(keys),
+                    keys.seq,
+                ],
                 [n, now, policy.max_deliveries or 0, cutoff],
             )
+            registry.seqs.saw(self.uri, int(raw.pop()))
         except StoreError as error:
             log.warning("%s: claiming failed: %s", self.uri, error)
             raw = []

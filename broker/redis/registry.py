@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from holdfast.broker.redis.client import RedisClient
 from holdfast.broker.redis.graveyard import RedisGraveyard
 from holdfast.broker.redis.keys import QUEUES, WAKE, QueueKeys, lease_key, node_queues
+from holdfast.broker.redis.losses import SeqBook
 from holdfast.broker.redis.policies import PolicyBook
 from holdfast.broker.redis.queues import RedisQueue, parse_message
 from holdfast.broker.store import StoreError
@@ -45,6 +47,8 @@ class RedisRegistry:
         """Every queue's policy (``policies``)."""
         self.graveyard = RedisGraveyard(self, retention_ms)
         """Moves dead messages to dead-letter queues, and back (``graveyard``)."""
+        self.seqs = SeqBook(time.monotonic)
+        """The write sequences this node's scripts returned (``losses``)."""
         self.unsynced: set[str] = set()
         """Queues holding messages not yet on enough replicas (``durable``)."""
         self.timed: dict[str, int] = {}
@@ -180,7 +184,7 @@ class RedisRegistry:
     async def remove(self, uri: str, guids: list[bytes]) -> None:
         """Remove messages this node delivered (confirmed, or moved elsewhere)."""
         keys = QueueKeys(uri)
-        await self.client.run(
+        _, seq = await self.client.run(
             "CONFIRM",
             [
                 *keys.message_keys[1:],
@@ -188,9 +192,11 @@ class RedisRegistry:
                 keys.bytes,
                 keys.pickup,
                 self.lease(keys),
+                keys.seq,
             ],
             guids,
         )
+        self.seqs.saw(uri, int(seq))
 
     async def requeue(self, uri: str, guids: list[bytes]) -> None:
         """Put messages this node delivered back at the head of ``uri``, in order."""

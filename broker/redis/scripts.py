@@ -43,6 +43,16 @@ end
 """
 """Lua: remove a message for good (KEYS: body, meta, count, -, bytes, pickup)."""
 
+SEQ = """
+local function seq(key, wrote)
+  -- The queue's write sequence: up by one per script that changed the queue, read by
+  -- the node that ran it (``losses``): a Redis that goes back in time shows a lower one.
+  if wrote then return redis.call('INCR', key) end
+  return tonumber(redis.call('GET', key) or '0')
+end
+"""
+"""Lua: move a queue's write sequence on (when ``wrote``) and return it."""
+
 PUT_STORED = -1
 """The PUT script's outcome for a PUT it stored."""
 PUT_REPLAYED = -2
@@ -59,14 +69,16 @@ the generated enum, the two successes negative so that they are no wire status."
 
 PUT = (
     "".join(f"local {name} = {value}\n" for name, value in PUT_OUTCOMES.items())
+    + SEQ
     + """
--- KEYS: ready, body, meta, bytes, stats, pickup, unsynced.
+-- KEYS: ready, body, meta, bytes, stats, pickup, unsynced, seq.
 -- ARGV: history key prefix, retention ms, max age ms, now ms, max messages (0: no
 -- limit), max bytes (0: no limit), hold ('1': new messages wait in unsynced until
 -- replicas have them), then per PUT: guid, digest, age ms, properties JSON, payload,
 -- pickup deadline ms (0: none).
 -- Returns an outcome per PUT: STORED, REPLAYED, or the wire status CONFLICT,
--- TOO_OLD or QUEUE_FULL (the numbers are put in from Python: see PUT_OUTCOMES).
+-- TOO_OLD or QUEUE_FULL (the numbers are put in from Python: see PUT_OUTCOMES), then
+-- the queue's write sequence.
 local prefix, retention, max_age, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local max_n, max_b = tonumber(ARGV[5]), tonumber(ARGV[6])
 local visible = KEYS[1]
@@ -104,6 +116,7 @@ while i <= #ARGV do
   i = i + 6
 end
 if added > 0 then redis.call('HINCRBY', KEYS[5], 'accepted', added) end
+table.insert(out, seq(KEYS[8], added > 0))
 return out
 """
 )
@@ -111,13 +124,14 @@ return out
 CLAIM = (
     ACCEPTED
     + FENCE
+    + SEQ
     + """
--- KEYS: ready, body, meta, count, out(node), pickup, stats, lease.
+-- KEYS: ready, body, meta, count, out(node), pickup, stats, lease, seq.
 -- ARGV: n, now ms, max deliveries (0: no limit), TTL cutoff ms (0: no TTL).
 -- Moves up to n ready messages to the node's deliveries. One that may still be
 -- delivered has its delivery counted; one past its delivery limit, the queue's TTL
 -- or its pickup deadline is not (the node buries it). Returns guid, payload, meta,
--- count and the reason it is dead ('' if it is not) for each.
+-- count and the reason it is dead ('' if it is not) for each, then the write sequence.
 if fenced(KEYS[8]) then return redis.error_reply('FENCED: the node lease lapsed') end
 local now, max_d, cutoff = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local out, redelivered = {}, 0
@@ -153,6 +167,7 @@ for _ = 1, tonumber(ARGV[1]) do
   end
 end
 if redelivered > 0 then redis.call('HINCRBY', KEYS[7], 'redelivered', redelivered) end
+table.insert(out, seq(KEYS[9], #out > 0))
 return out
 """
 )
@@ -160,9 +175,10 @@ return out
 CONFIRM = (
     DROP
     + FENCE
+    + SEQ
     + """
--- KEYS: body, meta, count, out(node), bytes, pickup, lease. ARGV: guids.
--- Removes each message the node delivered; returns how many.
+-- KEYS: body, meta, count, out(node), bytes, pickup, lease, seq. ARGV: guids.
+-- Removes each message the node delivered; returns how many, and the write sequence.
 if fenced(KEYS[7]) then return redis.error_reply('FENCED: the node lease lapsed') end
 local n = 0
 for _, guid in ipairs(ARGV) do
@@ -171,7 +187,7 @@ for _, guid in ipairs(ARGV) do
     n = n + 1
   end
 end
-return n
+return {n, seq(KEYS[8], n > 0)}
 """
 )
 

@@ -83,6 +83,13 @@ class RedisServer:
         wait_until(lambda: self.cli("PING") == "PONG", 15, f"redis-server on {self.port}")
         return self
 
+    @property
+    def pid(self) -> int:
+        """The server's process id."""
+        if self._process is None:
+            raise RuntimeError("the server was never started")
+        return self._process.pid
+
     def cli(self, *args: str) -> str:
         """Run ``redis-cli -p PORT ARGS...``; its output (empty if it cannot connect)."""
         done = subprocess.run(

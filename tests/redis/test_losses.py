@@ -1,0 +1,182 @@
+"""Every loss of a Redis store detected (issue #32): Redis restarted from an older
+snapshot or flushed is reported LOST DATA with what the node can count and a
+``DataLost`` event, within a beat of the next renewal; AOF ``always`` loses nothing
+and reports nothing; with ``--redis-min-replicas`` a message is delivered only once
+replicas have it; a dead node's keys are all gone after twice the lease."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from holdfast.sdk import AckStatus, DataLost, QueueOptions, Session
+from tests.redis.fencing_kit import Deliveries, Events
+from tests.redis.test_nodes import Acks
+from tests.support.processes import BrokerProcess
+from tests.support.redis_server import RedisServer
+from tests.support.sessions import FAST
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+URI = "hf://loss/orders"
+LEASE = ["--redis-lease", "1.5"]
+
+
+def test_redis_back_from_an_older_snapshot_is_reported_with_what_was_acked(
+    tmp_path: Path,
+) -> None:
+    with (
+        RedisServer(tmp_path / "redis", aof=False) as redis,  # RDB only: Redis's default
+        BrokerProcess(["--store", redis.url, *LEASE]) as broker,
+    ):
+        events = Events()
+        with Session(broker.address, options=FAST, on_event=events) as session:
+            acks = Acks()
+            queue = session.open_queue(URI, write=True, on_ack=acks)
+            kept = [queue.post(b"kept-%d" % i) for i in range(100)]
+            assert session.flush(timeout=30)
+            assert redis.cli("SAVE") == "OK"
+            lost = [queue.post(b"lost-%d" % i) for i in range(1000)]
+            assert session.flush(timeout=30)
+            acks.exactly_one_success(kept + lost)
+            redis.restart()  # kill -9, then back from the snapshot
+            try:
+                wait_until(lambda: events.of(DataLost), 15, "a DataLost event")
+            except AssertionError:
+                print(broker.output)
+                raise
+            wait_until(lambda: len(events.of(DataLost)) >= 2, 5, "the queue's DataLost")
+            got = Deliveries()
+            session.open_queue(URI, read=True, on_message=got)
+            wait_until(lambda: got.count() >= 100, 15, "the snapshot's messages")
+        reports = [e for e, _ in events.of(DataLost)]
+        assert {e.queue_uri for e in reports} == {None, URI}  # type: ignore[attr-defined]
+        [line] = [line for line in broker.output.splitlines() if "LOST DATA" in line]
+        assert "went back" in line
+        counted = int(re.search(r"up to (\d+) messages", line).group(1))  # type: ignore[union-attr]
+        assert 1000 <= counted <= 1100, line
+        assert f"{URI} ({counted})" in line
+        assert set(got.guids()) == set(kept)
+
+
+def test_redis_flushed_is_reported_to_every_session(tmp_path: Path) -> None:
+    with (
+        RedisServer(tmp_path / "redis") as redis,
+        BrokerProcess(["--store", redis.url, *LEASE]) as broker,
+    ):
+        events = Events()
+        with Session(broker.address, options=FAST, on_event=events) as session:
+            queue = session.open_queue(URI, write=True)
+            for i in range(10):
+                queue.post(b"m%d" % i)
+            assert session.flush(timeout=30)
+            assert redis.cli("FLUSHALL") == "OK"
+            wait_until(lambda: events.of(DataLost), 15, "a DataLost event")
+    assert broker.count("LOST DATA") == 1
+    assert "flushed" in broker.output
+
+
+def test_redis_with_aof_always_restarts_without_loss_or_report(tmp_path: Path) -> None:
+    with (
+        RedisServer(tmp_path / "redis") as redis,  # appendfsync always
+        BrokerProcess(["--store", redis.url, *LEASE]) as broker,
+    ):
+        events = Events()
+        with Session(broker.address, options=FAST, on_event=events) as session:
+            queue = session.open_queue(URI, write=True)
+            guids = [queue.post(b"m%d" % i) for i in range(500)]
+            assert session.flush(timeout=30)
+            redis.restart()
+            got = Deliveries()
+            session.open_queue(URI, read=True, on_message=got)
+            wait_until(lambda: got.count() >= 500, 20, "every message")
+            time.sleep(2 * 1.5)  # two leases: renewals read the mark back meanwhile
+        assert sorted(got.guids()) == sorted(guids)
+        assert not events.of(DataLost)
+    assert broker.count("LOST DATA") == 0
+
+
+def _keys(server: RedisServer) -> set[bytes]:
+    client = redis.Redis(port=server.port)
+    try:
+        return set(client.scan_iter(count=1000))
+    finally:
+        client.close()
+
+
+def test_a_killed_nodes_keys_are_gone_after_twice_the_lease(tmp_path: Path) -> None:
+    with (
+        RedisServer(tmp_path / "redis") as redis,
+        BrokerProcess(["--store", redis.url, *LEASE]) as b,
+    ):
+        with Session(b.address, options=FAST) as session:
+            queue = session.open_queue(URI, write=True)
+            for i in range(50):
+                queue.post(b"m%d" % i)
+            assert session.flush(timeout=30)
+            # Deliver them once on B and give them back, so that their delivery counts
+            # (message content) exist before the count.
+            once = Deliveries(hold=True)
+            reader = session.open_queue(URI, read=True, on_message=once)
+            wait_until(lambda: once.count() >= 50, 15, "50 deliveries on B")
+            reader.close()
+        wait_until(lambda: redis.cli("LLEN", "hf:{" + URI + "}:ready") == "50", 10, "requeue")
+        before = _keys(redis)
+        with BrokerProcess(["--store", redis.url, *LEASE]) as a:
+            holder = Session(a.address, options=FAST)
+            held = Deliveries(hold=True)
+            holder.open_queue(
+                URI, read=True, on_message=held, options=QueueOptions(max_unconfirmed_messages=20)
+            )
+            holder.open_queue("hf://loss/other", write=True)
+            wait_until(lambda: held.count() >= 20, 15, "20 deliveries on A")
+            assert _keys(redis) - before, "node A wrote no keys of its own"
+            a.kill()
+            killed = time.monotonic()
+            holder.close(timeout=1)
+        wait_until(lambda: _keys(redis) == before, 10, "A's keys gone")
+        assert time.monotonic() - killed <= 2 * 1.5 + 1.0  # twice the lease, and a beat
+        assert redis.cli("LLEN", "hf:{" + URI + "}:ready") == "50"
+
+
+def test_with_min_replicas_a_message_is_delivered_once_replicas_have_it(tmp_path: Path) -> None:
+    with RedisServer(tmp_path / "primary") as primary:
+        replica = RedisServer(
+            tmp_path / "replica", extra=("--replicaof", "127.0.0.1", str(primary.port))
+        ).start()
+        try:
+            wait_until(
+                lambda: "state=online" in primary.cli("INFO", "replication"), 15, "replica in sync"
+            )
+            with (
+                BrokerProcess(["--store", primary.url, "--redis-min-replicas", "1"]) as broker,
+                Session(broker.address, options=FAST) as session,
+            ):
+                acks = Acks()
+                got = Deliveries()
+                queue = session.open_queue(URI, write=True, read=True, on_ack=acks, on_message=got)
+                synced = queue.post(b"synced")
+                assert session.flush(timeout=30)
+                wait_until(lambda: got.count() == 1, 10, "the replicated message")
+                os.kill(replica.pid, signal.SIGSTOP)  # it stops acknowledging
+                try:
+                    waiting = queue.post(b"waiting")
+                    assert session.flush(timeout=30)
+                    assert acks.statuses[waiting] == [AckStatus.UNKNOWN]
+                    deadline = time.monotonic() + 3
+                    while time.monotonic() < deadline:
+                        assert got.count() == 1, "delivered before any replica had it"
+                        time.sleep(0.05)
+                finally:
+                    os.kill(replica.pid, signal.SIGCONT)
+                wait_until(lambda: got.count() == 2, 15, "the message once replicated")
+                assert got.guids() == [synced, waiting]
+        finally:
+            replica.stop()
