@@ -88,8 +88,6 @@ class ClientSession(ContractStream):
         """This client's handles on ``uri``."""
         return [handle for handle in self._handles.values() if handle.uri == uri]
 
-    # -- the handshake ------------------------------------------------------------------
-
     def greet(self, hello: pb.Hello) -> None:
         """Answer Hello with the broker's limits, once the upstream has learnt them: a
         proxy never announces a dedup window or limit no broker announced."""

@@ -34,6 +34,7 @@
     │   ├── RemoteHandlerError               the worker's handler raised; ``error_type``
     │   ├── RequestRefusedError              the broker refused the request PUT; ``status``
     │   ├── ReplyExpiredError                a durable request's reply is past its keep time
+    │   ├── CallLostError                    the broker's store lost data during the call
     │   ├── UnknownRequestError (ValueError) not a request id of this token (fetch_reply)
     │   └── WorkerStartError                 the pool's worker for the key could not start
     ├── ProtocolError                        an input that the protocol does not allow
@@ -288,6 +289,12 @@ class RequestRefusedError(RpcError):
 class ReplyExpiredError(RpcError):
     """``fetch_reply``: the durable request's reply is past its keep time (the broker
     dropped it, or never got it in time); it can no longer be fetched."""
+
+
+class CallLostError(RpcError):
+    """The broker's store lost acknowledged data while the call was waiting (a
+    ``DataLost`` event): its request or its reply may be gone, so no reply may ever
+    come. The worker may or may not have run it; call again if that is safe."""
 
 
 class UnknownRequestError(RpcError, ValueError):

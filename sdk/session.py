@@ -95,6 +95,7 @@ class Session(RequestReply):
 
         def route_event(event: SessionEvent) -> None:
             self._inboxes.on_event(event)  # message iterators first: they may end now
+            self._rpc_event(event)
             application_on_event(event)
 
         self._engine = SessionEngine(

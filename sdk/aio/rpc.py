@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from holdfast.sdk import tracing
-from holdfast.sdk.errors import HoldfastError, RpcCancelledError, RpcError
+from holdfast.sdk.errors import CallLostError, HoldfastError, RpcCancelledError, RpcError
 from holdfast.sdk.guids import Uuid7Source
 from holdfast.sdk.instrument import Untraced
 from holdfast.sdk.poolnames import key_queue_uri
@@ -128,6 +128,12 @@ class AsyncCaller:
             self._finish(call, RpcCancelledError("the session closed during the call"))
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=5)
+
+    def store_lost(self, report: str) -> None:
+        """The broker's store lost data: every call waiting now fails at once with
+        ``CallLostError`` (as the synchronous ``Caller.store_lost``)."""
+        for call in list(self._calls.values()):
+            self._finish(call, CallLostError(f"the store lost data during the call: {report}"))
 
     # ------------------------------------------------------------------ replies
 

@@ -22,7 +22,7 @@ from holdfast.sdk.aio.queue import Queue
 from holdfast.sdk.aio.rpc import AsyncCaller
 from holdfast.sdk.driver.aio_session import AsyncEngineSession
 from holdfast.sdk.errors import SessionClosedError
-from holdfast.sdk.events import ConnectionLost, SessionEvent, log_event
+from holdfast.sdk.events import ConnectionLost, DataLost, SessionEvent, log_event
 from holdfast.sdk.failover import parse_addresses
 from holdfast.sdk.options import QueueOptions, SessionOptions, default_address
 from holdfast.sdk.rpc import durable
@@ -67,6 +67,8 @@ class Session:
                 # an inbox holds at most one connection's flow limits.
                 for queue in list(self._queues):
                     queue.discard_delivered()
+            elif isinstance(event, DataLost) and event.queue_uri is None and self._caller:
+                self._caller.store_lost(event.message)
             application_on_event(event)
 
         self._core = AsyncEngineSession(

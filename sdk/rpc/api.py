@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
 
 from holdfast.sdk.errors import SessionClosedError
+from holdfast.sdk.events import DataLost, SessionEvent
 from holdfast.sdk.rpc import durable
 from holdfast.sdk.rpc.caller import Caller
 from holdfast.sdk.rpc.streams import Readable
@@ -131,6 +132,12 @@ class RequestReply:
             if self._caller is None:
                 self._caller = Caller(cast("Session", self))
             return self._caller
+
+    def _rpc_event(self, event: SessionEvent) -> None:
+        """Session events that end calls: a store that lost data (``CallLostError``)."""
+        caller = self._caller
+        if caller is not None and isinstance(event, DataLost) and event.queue_uri is None:
+            caller.store_lost(event.message)
 
     def _close_rpc(self) -> None:
         """Cancel the calls still waiting (the session is closing)."""

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from holdfast.sdk import tracing
-from holdfast.sdk.errors import HoldfastError, RpcCancelledError, RpcError
+from holdfast.sdk.errors import CallLostError, HoldfastError, RpcCancelledError, RpcError
 from holdfast.sdk.guids import Uuid7Source
 from holdfast.sdk.instrument import Untraced
 from holdfast.sdk.poolnames import key_queue_uri
@@ -221,6 +221,14 @@ class Caller:
         self._wakeup.set()
         self._timer.join(5)
         self._cancels.shutdown(wait=True)
+
+    def store_lost(self, report: str) -> None:
+        """The store lost data: waiting calls fail at once (``CallLostError``), not
+        after their timeout; their workers are told to stop."""
+        with self._lock:
+            waiting = list(self._calls.values())
+        for call in waiting:
+            self._finish(call, error=CallLostError(f"the store lost data: {report}"))
 
     # ------------------------------------------------------------------ replies
 

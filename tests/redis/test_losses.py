@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from holdfast.sdk import AckStatus, DataLost, QueueOptions, Session
+from holdfast.sdk import AckStatus, CallLostError, DataLost, QueueOptions, Session
 from tests.redis.fencing_kit import Deliveries, Events
 from tests.redis.test_nodes import Acks
 from tests.support.processes import BrokerProcess
@@ -180,3 +180,20 @@ def test_with_min_replicas_a_message_is_delivered_once_replicas_have_it(tmp_path
                 assert got.guids() == [synced, waiting]
         finally:
             replica.stop()
+
+
+def test_a_call_in_flight_fails_at_once_when_the_store_loses_data(tmp_path: Path) -> None:
+    with (
+        RedisServer(tmp_path / "redis") as redis,
+        BrokerProcess(["--store", redis.url, *LEASE]) as broker,
+        Session(broker.address, options=FAST) as caller,
+    ):
+        # No worker: the call waits for a reply that, once Redis lost its request, would
+        # never come; it must not wait out its 60 s.
+        future = caller.request_async("hf://loss/service", b"question", timeout=60)
+        time.sleep(0.3)  # the request PUT is ACKed and waiting in Redis
+        started = time.monotonic()
+        assert redis.cli("FLUSHALL") == "OK"
+        with pytest.raises(CallLostError, match="LOST DATA"):
+            future.result(timeout=15)
+        assert time.monotonic() - started < 5
