@@ -163,6 +163,10 @@ class Broker:
                 ),
                 ready=lambda: self._server is not None and not self._stopping,
             )
+            if self.redis is not None:
+                from holdfast.broker.redis.metrics import RedisNodeCollector
+
+                self.metrics.registry.register(RedisNodeCollector(self.redis.life))
             try:
                 log.info("metrics on %s", self.metrics.start(metrics[1], metrics[0], metrics[2]))
             except OSError:

@@ -15,6 +15,7 @@ import pytest
 
 from holdfast.sdk import DeliveriesRevoked, QueueOptions, Session
 from tests.redis.fencing_kit import Deliveries, Events, redis_link
+from tests.support.metrics import metrics_address, scrape, value
 from tests.support.processes import BrokerProcess
 from tests.support.redis_server import RedisServer
 from tests.support.sessions import FAST
@@ -56,8 +57,8 @@ def test_a_stalled_node_revokes_before_its_peer_reclaims_then_rejoins_fenced(
     with (
         RedisServer(tmp_path / "redis") as redis,
         redis_link(tmp_path, redis.address) as (url_a, link),
-        BrokerProcess(["--store", url_a, *lease]) as a,
-        BrokerProcess(["--store", redis.url, *lease]) as b,
+        BrokerProcess(["--store", url_a, *lease, "--metrics-port", "0"]) as a,
+        BrokerProcess(["--store", redis.url, *lease, "--metrics-port", "0"]) as b,
     ):
         first = post(b.address, 100, "first")
         holder, held, events = hold(a.address, 50)
@@ -81,6 +82,10 @@ def test_a_stalled_node_revokes_before_its_peer_reclaims_then_rejoins_fenced(
         # The link is back: A rejoins under a new fencing token, and what it delivers
         # under that one is reclaimed when it is killed.
         wait_until(lambda: a.count("redis lease taken") >= 2, 15, "A to rejoin")
+        on_a_metrics = scrape(metrics_address(a))
+        assert value(on_a_metrics, "holdfast_broker_redis_lease_lapses_total") >= 1
+        assert value(on_a_metrics, "holdfast_broker_redis_revoked_total") == 50
+        assert value(scrape(metrics_address(b)), "holdfast_broker_redis_reclaimed_total") >= 50
         second = post(b.address, 40, "second")
         wait_until(lambda: set(second) <= set(held.guids()), 15, "A to deliver again")
         a.kill()
