@@ -170,29 +170,35 @@ class LeaseKeeper:
         wait = 0.0
         while not self._stop.wait(wait):
             started = self.clock()
-            try:
-                if self._incarnation is None:
-                    self._join()
-                else:
-                    self._renew()
-            except RedisError as error:
-                # Once per outage at WARNING: the lapse that follows is an ERROR.
-                level = logging.DEBUG if self._failing else logging.WARNING
-                log.log(level, "redis lease: %s", error)
-                self._failing = True
-                self._redis = None  # a fresh connection next time
-            except Exception:
-                log.exception("redis lease keeper failed")
-            else:
-                self._failing = False
-            if self._incarnation is not None and not self.valid():
-                self._lapse(f"no renewal succeeded for {self.timing.lease:g} s")
+            self.step()
             # A lapsed node rejoins at once; otherwise the next beat is a beat after
             # this one started, however long it took.
             elapsed = self.clock() - started
             wait = 0.0 if self._incarnation is None else max(0.0, self.timing.beat - elapsed)
             if self._incarnation is None and self._redis is None:
                 wait = self.timing.beat
+
+    def step(self) -> None:
+        """One beat: join if the node holds no lease, else renew and check; a lease
+        past its time lapses (the thread calls this; tests call it with a scripted
+        clock)."""
+        try:
+            if self._incarnation is None:
+                self._join()
+            else:
+                self._renew()
+        except RedisError as error:
+            # Once per outage at WARNING: the lapse that follows is an ERROR.
+            level = logging.DEBUG if self._failing else logging.WARNING
+            log.log(level, "redis lease: %s", error)
+            self._failing = True
+            self._redis = None  # a fresh connection next time
+        except Exception:
+            log.exception("redis lease keeper failed")
+        else:
+            self._failing = False
+        if self._incarnation is not None and not self.valid():
+            self._lapse(f"no renewal succeeded for {self.timing.lease:g} s")
 
     def _client(self) -> Any:
         if self._redis is None:

@@ -1,0 +1,157 @@
+"""The lease keeper, one beat at a time on a scripted clock, against a real Redis: a
+renewal that comes back after the lease is a lapse the node finds itself; a lapsed
+node rejoins under a larger token even if the counter went back; a mark or a
+generation that went back is reported; a delivery script refuses a lapsed lease."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from holdfast.broker.redis.client import FencedError, RedisClient, parse_redis_spec
+from holdfast.broker.redis.keys import QueueKeys, lease_key, mark_key
+from holdfast.broker.redis.lease import (
+    FENCE_COUNTER,
+    LeaseEvent,
+    LeaseGained,
+    LeaseKeeper,
+    LeaseLost,
+    LeaseTiming,
+    StoreWentBack,
+)
+from tests.support.redis_server import RedisServer
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Clock:
+    """A clock the test sets; ``during`` makes the next reading jump (a slow call)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.jumps: list[float] = []
+
+    def __call__(self) -> float:
+        if self.jumps:
+            self.now += self.jumps.pop(0)
+        return self.now
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with RedisServer(Path(tmp_path_factory.mktemp("lease"))) as running:
+        yield running
+
+
+@pytest.fixture
+def plain(server: RedisServer) -> Iterator[Any]:
+    client = redis.Redis(port=server.port)
+    client.flushall()
+    yield client
+    client.close()
+
+
+def keeper_on(server: RedisServer, clock: Clock) -> tuple[LeaseKeeper, list[LeaseEvent]]:
+    events: list[LeaseEvent] = []
+
+    def connect(timeout: float) -> Any:
+        return redis.Redis(port=server.port, socket_timeout=timeout, retry=Retry(NoBackoff(), 0))
+
+    keeper = LeaseKeeper(connect, "node", LeaseTiming(1.5), events.append, lambda: 0, clock)
+    return keeper, events
+
+
+def test_join_renew_and_a_late_renewal_is_a_lapse(server: RedisServer, plain: Any) -> None:
+    clock = Clock()
+    keeper, events = keeper_on(server, clock)
+    keeper.step()
+    assert events == [LeaseGained("node.1", 1)]
+    assert 1500 < plain.pttl(lease_key("node.1")) <= 2000  # lease + grace
+    clock.now += 0.5
+    keeper.step()
+    assert keeper.valid() and keeper.renewals == 1
+    assert plain.get(mark_key("node.1")) == b"1"
+    # The next renewal is sent in time but its answer comes 1.6 s later: past the
+    # lease the node counted from the send. Redis still has the key; the node lapses.
+    clock.now += 0.5
+    clock.jumps = [0.0, 1.6]
+    keeper.step()
+    assert events[-1] == LeaseLost("node.1", events[-1].why)  # type: ignore[union-attr]
+    assert "came back" in events[-1].why  # type: ignore[union-attr]
+    assert not keeper.valid() and keeper.incarnation is None
+    keeper.step()
+    assert events[-1] == LeaseGained("node.2", 2)
+
+
+def test_a_lapse_rejoins_above_a_counter_that_went_back(server: RedisServer, plain: Any) -> None:
+    clock = Clock()
+    keeper, events = keeper_on(server, clock)
+    keeper.step()
+    keeper.step()  # renewed
+    plain.set(FENCE_COUNTER, 0)  # Redis lost the counter
+    clock.now += 5  # no renewal for longer than the lease
+    keeper.step()
+    assert isinstance(events[-1], LeaseLost)
+    keeper.step()
+    assert events[-1] == LeaseGained("node.2", 2)  # not token 1 again
+
+
+def test_a_mark_that_went_back_is_reported_with_when(server: RedisServer, plain: Any) -> None:
+    clock = Clock()
+    keeper, events = keeper_on(server, clock)
+    keeper.step()
+    for _ in range(3):
+        clock.now += 0.5
+        keeper.step()
+    plain.set(mark_key("node.1"), 1)  # as if Redis came back from a snapshot at mark 1
+    clock.now += 0.5
+    keeper.step()
+    went_back = [e for e in events if isinstance(e, StoreWentBack)]
+    assert len(went_back) == 1
+    assert "mark 1 of 3" in went_back[0].why
+    assert went_back[0].since == 100.5  # when mark 1 was sent
+    assert keeper.valid()  # the lease itself held
+
+
+def test_a_flush_is_reported(server: RedisServer, plain: Any) -> None:
+    clock = Clock()
+    keeper, events = keeper_on(server, clock)
+    keeper.step()
+    plain.flushall()
+    clock.now += 0.5
+    keeper.step()
+    assert [type(e) for e in events] == [LeaseGained, StoreWentBack, LeaseLost]
+    assert "flushed" in events[1].why  # type: ignore[union-attr]
+
+
+def test_a_claim_under_a_lapsed_lease_is_refused(server: RedisServer, plain: Any) -> None:
+    async def claim() -> None:
+        client = RedisClient(parse_redis_spec(server.url), retry_window=2.0)
+        keys = QueueKeys("hf://lease/q")
+        try:
+            with pytest.raises(FencedError):
+                await client.run(
+                    "CLAIM",
+                    [
+                        *keys.message_keys,
+                        keys.out("gone.7"),
+                        keys.pickup,
+                        keys.stats,
+                        lease_key("gone.7"),
+                        keys.seq,
+                    ],
+                    [10, 0, 0, 0],
+                )
+        finally:
+            await client.close()
+
+    plain.rpush(QueueKeys("hf://lease/q").ready, b"g" * 16)
+    asyncio.run(claim())
+    assert plain.llen(QueueKeys("hf://lease/q").ready) == 1  # nothing moved
