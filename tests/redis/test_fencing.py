@@ -83,9 +83,10 @@ def test_a_stalled_node_revokes_before_its_peer_reclaims_then_rejoins_fenced(
         # under that one is reclaimed when it is killed.
         wait_until(lambda: a.count("redis lease taken") >= 2, 15, "A to rejoin")
         on_a_metrics = scrape(metrics_address(a))
-        assert value(on_a_metrics, "holdfast_broker_redis_lease_lapses_total") >= 1
+        assert (value(on_a_metrics, "holdfast_broker_redis_lease_lapses_total") or 0) >= 1
         assert value(on_a_metrics, "holdfast_broker_redis_revoked_total") == 50
-        assert value(scrape(metrics_address(b)), "holdfast_broker_redis_reclaimed_total") >= 50
+        reclaimed = value(scrape(metrics_address(b)), "holdfast_broker_redis_reclaimed_total")
+        assert (reclaimed or 0) >= 50
         second = post(b.address, 40, "second")
         wait_until(lambda: set(second) <= set(held.guids()), 15, "A to deliver again")
         a.kill()
