@@ -411,6 +411,25 @@ def print_scale(scale: dict[str, Any]) -> None:
             "commands are what the scripts run inside Redis per message.",
         ]
         harness.print_table(table)
+    if scale.get("heartbeat"):
+        table = Table(
+            "Redis node liveness by open queues (lease renewals sampled for 4 s)",
+            ["queues", "renewal p50", "renewal max", "lapses", "counts refresh", "loss check"],
+        )
+        for row in scale["heartbeat"]:
+            table.add(
+                f"{row['queues']:,}",
+                f"{row['renewal_p50_ms']:.1f} ms",
+                f"{row['renewal_max_ms']:.1f} ms",
+                row["lapses"],
+                f"{row['refresh_ms']:.0f} ms",
+                f"{row['loss_check_ms']:.1f} ms",
+            )
+        table.notes = [
+            "The renewal is one round trip on the lease thread's own connection; the counts",
+            "refresh (one pass over the open queues) and the loss check run on the event loop.",
+        ]
+        harness.print_table(table)
 
 
 def issue_20_targets(

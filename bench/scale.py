@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import harness
+import heartbeat
 import loads
 
 from holdfast.sdk import Session
@@ -281,6 +282,10 @@ def run_all(
         progress("Redis store: one node, two nodes")
         scale_results["redis"] = guarded(
             "redis", failures, lambda: redis_figures(args.redis_count), no_result
+        )
+        progress("Redis node lease at 1, 4,000 and 100,000 open queues")
+        scale_results["heartbeat"] = guarded(
+            "heartbeat", failures, heartbeat.heartbeat_figures, no_rows
         )
     return scale_results
 

@@ -5,6 +5,7 @@ wake-ups (the session code sees the same interface as ``broker.registry``)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +24,10 @@ log = logging.getLogger(__name__)
 
 def _text(raw: Any) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+LIST_BATCH = 10_000
+"""Most queues one SADD lists."""
 
 
 class RedisRegistry:
@@ -60,6 +65,7 @@ class RedisRegistry:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._remembered: set[str] = set()
         self._listed: set[str] = set()
+        self._to_list: dict[str, asyncio.Future[None]] = {}
         self.budget = None
         self.dropped_idle = 0
 
@@ -136,10 +142,37 @@ class RedisRegistry:
             self.release(queue)
 
     async def list_queue(self, uri: str) -> None:
-        """Add ``uri`` to ``hf:queues`` once (``StoreError`` if Redis is out too long)."""
-        if uri not in self._listed:
-            await self.client.call("SADD queues", lambda: self.client.redis.sadd(QUEUES, uri))
-            self._listed.add(uri)
+        """Add ``uri`` to ``hf:queues`` once (``StoreError`` if Redis is out too long).
+        The queues to list in one turn of the loop go in one SADD: a node that opens
+        thousands at once makes one call, not thousands of connections."""
+        if uri in self._listed:
+            return
+        future = self._to_list.get(uri)
+        if future is None:
+            if not self._to_list:
+                asyncio.get_running_loop().call_soon(lambda: self.spawn(self._list_batch()))
+            future = self._to_list[uri] = asyncio.get_running_loop().create_future()
+        await asyncio.shield(future)
+
+    async def _list_batch(self) -> None:
+        batch, self._to_list = self._to_list, {}
+        uris = list(batch)
+        try:
+            for start in range(0, len(uris), LIST_BATCH):
+                chunk = uris[start : start + LIST_BATCH]
+                await self.client.call(
+                    "SADD queues", functools.partial(self.client.redis.sadd, QUEUES, *chunk)
+                )
+        except StoreError as error:
+            for future in batch.values():
+                if not future.done():
+                    future.set_exception(error)
+                    future.exception()  # a waiter may be gone: not "never retrieved"
+            return
+        self._listed.update(uris)
+        for future in batch.values():
+            if not future.done():
+                future.set_result(None)
 
     def spawn(self, work: Any) -> None:
         """Run ``work`` on the loop, keeping a reference until it is done."""

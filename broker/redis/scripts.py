@@ -250,6 +250,25 @@ for _, guid in ipairs(guids) do redis.call('RPUSH', KEYS[2], guid) end
 return #guids
 """
 
+COUNTS = """
+-- KEYS: per queue: ready, delayed, bytes, unsynced, consumers. ARGV: this node's
+-- incarnation. Read-only; for many queues at once (not on a cluster, where each
+-- queue is a slot of its own). Returns per queue: ready + delayed, payload bytes,
+-- unsynced, and the consumers attached on other nodes.
+local out = {}
+for i = 1, #KEYS, 5 do
+  local others, counts = 0, redis.call('HGETALL', KEYS[i + 4])
+  for j = 1, #counts, 2 do
+    if counts[j] ~= ARGV[1] then others = others + tonumber(counts[j + 1]) end
+  end
+  table.insert(out, redis.call('LLEN', KEYS[i]) + redis.call('ZCARD', KEYS[i + 1]))
+  table.insert(out, tonumber(redis.call('GET', KEYS[i + 2]) or '0'))
+  table.insert(out, redis.call('LLEN', KEYS[i + 3]))
+  table.insert(out, others)
+end
+return out
+"""
+
 RECLAIM = """
 -- KEYS: ready, out(dead node), consumers, handles. ARGV: dead node id.
 -- A dead node's deliveries go back to the head of the queue, oldest first.
@@ -263,6 +282,6 @@ redis.call('HDEL', KEYS[4], ARGV[1])
 return #guids
 """
 
-__all__ = ["CLAIM", "CONFIRM", "PROMOTE", "PUT", "RECLAIM", "REQUEUE", "UNCLAIM"]
+__all__ = ["CLAIM", "CONFIRM", "COUNTS", "PROMOTE", "PUT", "RECLAIM", "REQUEUE", "UNCLAIM"]
 """The scripts, each registered by this name (``ACCEPTED``, ``EMIT`` and ``DROP`` are
 pieces of them; ``PUT_OUTCOMES`` are the numbers ``PUT`` answers with)."""
