@@ -65,10 +65,11 @@ $(REDIS_STAMP): $(CORE_STAMP)
 # Two workers (pytest-xdist), one test file per worker at a time: most tests wait on
 # servers they started, so two files run side by side in about the time of one, and
 # module-scoped fixtures stay in one worker. (One process passed 10 minutes once the
-# Spark, packaging and request/reply suites grew.)
+# Spark, packaging and request/reply suites grew.) Files go out in collection order,
+# longest first (tests/conftest.py, LONGEST_FIRST), not xdist's most-tests-first.
 PYTEST_WORKERS ?= 2
 pytest: $(STAMP) $(JAVA_STAMP) $(REDIS_STAMP) $(TYPES)
-	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The long randomized fault schedule (HOLDFAST_CHAOS_SECONDS, HOLDFAST_CHAOS_SEED).
 chaos: $(STAMP)

@@ -112,6 +112,10 @@ class NodeLife:
                 f"redis store {self.client.where}: no lease taken in "
                 f"{self.client.retry_window:g} s (is Redis reachable?)"
             ) from None
+        # Subscribed before the first read of the policies: a change made after the
+        # read is announced to this node, one made before it is in the read (another
+        # node's change while this one was starting was missed for a heartbeat).
+        pubsub = None if self.client.spec.cluster else await self._subscribe_once()
         await self.registry.policies.refresh()
         loop = self._loop
         self._tasks = [
@@ -123,7 +127,7 @@ class NodeLife:
             loop.create_task(self._every(FAST, Sweeper(self.registry).sweep), name="redis sweep"),
         ]
         if not self.client.spec.cluster:  # cluster pub/sub is not in redis-py's asyncio API
-            self._tasks.append(loop.create_task(self._listen(), name="redis wake-ups"))
+            self._tasks.append(loop.create_task(self._listen(pubsub), name="redis wake-ups"))
 
     async def stop(self) -> None:
         """Stop the loops and the lease, and give back what this node delivered and was
@@ -204,12 +208,42 @@ class NodeLife:
         else:
             await self.registry.policies.refresh()
 
-    async def _listen(self) -> None:
+    async def _subscribe(self) -> Any:
+        """Subscribe to ``WAKE`` and ``CHANGED`` and wait until Redis confirmed both, so
+        that every message published from then on reaches this node."""
+        pubsub = self.client.redis.pubsub()
+        try:
+            await pubsub.subscribe(WAKE, CHANGED)
+            deadline = time.monotonic() + self.client.retry_window
+            confirmed = 0
+            while confirmed < 2:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise StoreError("redis did not confirm the wake-up subscription")
+                message = await pubsub.get_message(timeout=left)
+                if message is not None and message.get("type") == "subscribe":
+                    confirmed += 1
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
+            raise
+        return pubsub
+
+    async def _subscribe_once(self) -> Any:
+        """``_subscribe``, or ``None`` if it failed (``_listen`` tries again)."""
+        try:
+            return await self._subscribe()
+        except Exception as error:  # polling and the refresh cover the gap
+            log.debug("redis wake-ups: %s", error)
+            return None
+
+    async def _listen(self, pubsub: Any = None) -> None:
         while True:
-            pubsub: Any = None
             try:
-                pubsub = self.client.redis.pubsub()
-                await pubsub.subscribe(WAKE, CHANGED)
+                if pubsub is None:
+                    pubsub = await self._subscribe()
+                    # What changed while this node was not subscribed.
+                    await self.registry.policies.refresh()
                 async for message in pubsub.listen():
                     if message.get("type") != "message":
                         continue
@@ -229,6 +263,7 @@ class NodeLife:
                 if pubsub is not None:
                     with contextlib.suppress(Exception):
                         await pubsub.aclose()
+                pubsub = None
 
 
 __all__ = ["POLL", "REFRESH", "NodeLife"]

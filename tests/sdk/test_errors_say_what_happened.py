@@ -126,9 +126,28 @@ def test_servers_print_their_version(program: str) -> None:
 
 
 CTRL_C = """
-import os, signal, threading, time
+import os, signal, sys, threading, time
 from holdfast.sdk import Session
 from holdfast.sdk.testing import Broker
+
+def waiting_in(caller):
+    # Whether the main thread waits in Session.flush() called from `caller`.
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "flush" and code.co_filename.endswith("session.py"):
+            return frame.f_back is not None and frame.f_back.f_code.co_name == caller
+        frame = frame.f_back
+    return False
+
+def ctrl_c_twice():
+    # Each Ctrl-C once the main thread waits where it is meant to land (a timer would
+    # land elsewhere on a busy machine): flush(), then the flush inside close().
+    for caller in ("<module>", "close"):
+        deadline = time.monotonic() + 30
+        while not waiting_in(caller) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
 
 acks = []
 with Broker() as broker:
@@ -139,10 +158,8 @@ with Broker() as broker:
             broker.delay(60)  # no ACK comes back: every PUT stays pending
             for i in range(100):
                 queue.post(b"m")
-            ctrl_c = lambda: os.kill(os.getpid(), signal.SIGINT)
-            threading.Timer(0.3, ctrl_c).start()  # Ctrl-C in flush()
-            threading.Timer(0.6, ctrl_c).start()  # and again in close()
-            session.flush(timeout=30)
+            threading.Thread(target=ctrl_c_twice, daemon=True).start()
+            session.flush(timeout=30)  # Ctrl-C here, and again in close()
     except KeyboardInterrupt:
         print("interrupted")
     print("seconds", round(time.monotonic() - started, 1))

@@ -1,4 +1,5 @@
-"""One local SparkSession per test module, and the JVM it runs on stopped by PID.
+"""One local SparkSession per test process (each xdist worker), and the JVM it runs on
+stopped by PID.
 
 Spark needs Java: ``make test`` installs a JRE when there is no ``java`` on PATH (or
 ``$JAVA_HOME``); without one the tests that use the ``spark`` fixture fail, saying
@@ -9,6 +10,7 @@ so, rather than skip. Executors are Python worker processes started by the JVM;
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.spark.helpers import NO_JAVA_REASON, java_available
+from tests.spark.helpers import JVM_OPTIONS, NO_JAVA_REASON, java_available
 
 MASTER = "local[2,4]"
 """Two task slots; in local mode the second number is ``spark.task.maxFailures``, so a
@@ -26,10 +28,12 @@ JVM_STOP_TIMEOUT = 20.0
 """Seconds the JVM may take to exit once its driver pipe is closed, before SIGKILL."""
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """A ``local[2,4]`` SparkSession shared by the tests of one module (JVM startup
-    costs seconds). At teardown the session is stopped and its JVM process ended by PID."""
+    """A ``local[2,4]`` SparkSession shared by every test of this process (a JVM start
+    costs 15-40 s on two busy cores, and the tests share nothing through it but the
+    JVM: each writes its own queue, run id and checkpoint). At teardown the session is
+    stopped and its JVM process ended by PID."""
     if not java_available():
         # Never a silent skip: `make test` installs Java when it is missing.
         pytest.fail(NO_JAVA_REASON + " (make test installs it: see the Makefile's java step)")
@@ -48,6 +52,7 @@ def spark() -> Iterator[Any]:
             .config("spark.default.parallelism", "4")
             .config("spark.driver.host", "127.0.0.1")
             .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
             .getOrCreate()
         )
         session.sparkContext.setLogLevel("ERROR")
@@ -57,9 +62,26 @@ def spark() -> Iterator[Any]:
         finally:
             session.stop()
             _stop_jvm(gateway)
-            # The next module launches a JVM of its own rather than reuse a dead one.
+            # A later session (another pytest run in this process) launches a JVM
+            # of its own rather than reuse a dead one.
             SparkContext._gateway = None
             SparkContext._jvm = None
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_running(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test that used the shared session: stop its streaming queries and
+    cancel its jobs, so that a test that failed or timed out half way through a job
+    leaves no tasks behind to hold the task slots of the next test (they would retry
+    against a broker already stopped)."""
+    yield
+    if "spark" not in request.fixturenames:
+        return
+    session = request.getfixturevalue("spark")
+    for query in session.streams.active:
+        with contextlib.suppress(Exception):
+            query.stop()
+    session.sparkContext.cancelAllJobs()
 
 
 def _stop_jvm(gateway: Any) -> None:

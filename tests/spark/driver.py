@@ -22,6 +22,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from holdfast.sdk.spark import register
+from tests.spark.helpers import JVM_OPTIONS
 
 
 def main() -> None:
@@ -43,6 +44,7 @@ def main() -> None:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 from holdfast.sdk.spark import QueueSink
 from tests.spark import faults
 from tests.spark.faults import ScriptedSerializer
+from tests.spark.helpers import JVM_OPTIONS
 from tests.support.processes import BrokerProcess, ProxyProcess
 from tests.support.sessions import drain_messages, unique_uri
 from tests.support.waiting import wait_until
@@ -252,6 +253,9 @@ def test_example_writes_a_dataframe_through_the_proxy(
     ]
     # Spark's own driver servers listen on loopback only, like every server a test starts.
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    # The test JVM options (helpers.JVM_OPTIONS) the way a user passes JVM options to a
+    # plain-python PySpark program; the example itself is run unchanged.
+    env["PYSPARK_SUBMIT_ARGS"] = f'--driver-java-options "{JVM_OPTIONS}" pyspark-shell'
     done = subprocess.run(command, capture_output=True, text=True, timeout=150, env=env)
     assert done.returncode == 0, f"spark_sink.py exited {done.returncode}:\n{done.stderr}"
     assert f"wrote 5000 rows to {uri} (run example-1)" in done.stdout
