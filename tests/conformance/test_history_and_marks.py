@@ -57,7 +57,7 @@ def test_a_full_history_pushes_back_until_entries_expire_then_takes_the_put_once
     with world.session() as session:
         queue = session.open_queue(uri, write=True, on_ack=acks.append)
         guids = [queue.post(b"m%d" % i) for i in range(BOUND + 1)]
-        wait_until(lambda: len(acks) == BOUND, 15, f"{BOUND} ACKs")
+        wait_until(lambda: len(acks) >= BOUND, 15, f"{BOUND} ACKs")
         assert not session.flush(timeout=0.5)
         assert len(peek(world, uri)) == BOUND
         # Consume what is queued (a live message's GUID stays known), then let the

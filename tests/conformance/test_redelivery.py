@@ -103,10 +103,15 @@ def test_a_killed_nodes_deliveries_come_back_through_another_node(
         held = Inbox()
         holder.open_queue(uri, read=True, on_message=held)
         assert sorted(m.payload for m in held.wait(3)) == [b"a", b"b", b"c"]
-        node.kill()  # kill -9 holding three deliveries
         with world.session() as survivor_session:
             again = Inbox(lambda m: m.confirm())
             survivor_session.open_queue(uri, read=True, on_message=again)
+            # While the node lives (its lease renewed), what it delivered stays its own:
+            # several leases pass and the other node's consumer gets nothing.
+            with pytest.raises(AssertionError, match="timed out"):
+                wait_until(lambda: again.messages, 2.0, "a delivery of a live node's message")
+            assert node.running
+            node.kill()  # kill -9 holding three deliveries
             # Lease 0.5 s, grace and a reaping pass: well inside 15 s.
             redelivered = again.wait(3, timeout=15)
             wait_until(lambda: world.admin.stats(uri).unconfirmed == 0, 10, "all confirmed")
