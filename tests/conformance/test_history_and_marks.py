@@ -43,8 +43,15 @@ def bounded_world(
     kind, path = request.param
     directory = tmp_path_factory.mktemp(f"{kind}-{path}-bounded")
     spec = store_spec(kind, request, directory)
-    config = {"dedup_max_guids": BOUND, "dedup_window": WINDOW, "dedup_grace": GRACE}
-    with open_world(kind, spec, path, directory, **config) as world:
+    with open_world(
+        kind,
+        spec,
+        path,
+        directory,
+        dedup_max_guids=BOUND,
+        dedup_window=WINDOW,
+        dedup_grace=GRACE,
+    ) as world:
         yield world
 
 
