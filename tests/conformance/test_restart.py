@@ -8,9 +8,10 @@ import uuid
 
 import pytest
 
+from holdfast.proto.policy import QueuePolicy
 from holdfast.sdk import AckStatus
 from tests.conformance.harness import World
-from tests.conformance.support import Inbox, post_and_wait, wait_ready
+from tests.conformance.support import Inbox, peek, post_and_wait, wait_ready
 
 pytestmark = [pytest.mark.conformance, pytest.mark.timeout(90)]
 
@@ -44,3 +45,30 @@ def test_a_guid_accepted_before_a_restart_is_still_known_after_it(durable_world:
         assert post_and_wait(session, uri, b"once", guid=guid) is AckStatus.SUCCESS
         assert post_and_wait(session, uri, b"other", guid=guid) is AckStatus.CONFLICT
     assert [m.payload for m in wait_ready(world, uri, 1)] == [b"once"]
+
+
+def test_delivery_counts_kept_across_a_restart_make_the_limit_hold_across_it(
+    durable_world: World,
+) -> None:
+    world = durable_world
+    uri, dead = world.uri("limit"), world.uri("dead")
+    world.admin.set_policy(uri, QueuePolicy(max_deliveries=3, dead_letter=dead))
+    with world.session() as session:
+        assert post_and_wait(session, uri, b"twice before") is AckStatus.SUCCESS
+        inbox = Inbox(lambda m: m.reject(requeue=True) if m.delivery_count == 1 else None)
+        reader = session.open_queue(uri, read=True, on_message=inbox)
+        inbox.wait(2)
+        reader.close()
+    [ready] = wait_ready(world, uri, 1)
+    assert ready.delivery_count == 2
+    world.broker.restart()
+    [ready] = wait_ready(world, uri, 1)
+    assert ready.delivery_count == 2
+    with world.session() as session:
+        inbox = Inbox(lambda m: m.reject(requeue=True))
+        session.open_queue(uri, read=True, on_message=inbox)
+        [letter] = wait_ready(world, dead, 1)
+        assert inbox.counts() == [3]
+    assert letter.properties["x-death-reason"] == "delivery-limit"
+    assert letter.properties["x-delivery-count"] == "3"
+    assert peek(world, uri) == []
