@@ -163,7 +163,13 @@ def check_properties(properties: object, limits: Limits) -> tuple[dict[str, str]
         )
     if len(properties) > limits.max_properties:
         raise Invalid(pb.STATUS_INVALID_PROPERTIES, _too_many(len(properties), limits))
-    copied = dict(properties)
+    # dict() of a dict is a C copy; protobuf's map (a relayed PUT) is a Mapping only by
+    # registration, so dict() would go through the pure-Python KeysView.
+    copied = (
+        dict(properties)
+        if type(properties) is dict
+        else {key: properties[key] for key in properties}
+    )
     # One pass: str.encode refuses what is not a str (TypeError) and a lone
     # surrogate (UnicodeEncodeError), and gives the size; the slow checks below only
     # run to name what is wrong.
