@@ -1,22 +1,13 @@
 """The caller side of request/reply: ``Session.request`` and ``Session.request_async``.
 
-One ``Caller`` per session. It opens one reply queue per domain it calls into
-(``hf://<domain>/rpc-reply-<random>``), as an ordinary queue of the session, so
-the session reopens it after every reconnect. Calls are kept by request GUID;
-what arrives on the reply queue is matched to them, and anything about a call
-that is over (a late duplicate, a heartbeat) is confirmed and dropped, so each
-call completes exactly once.
-
-The broker ends a call first when it dead-letters the request: it was not picked
-up within its pickup TTL (``calls.broker_pickup_ms``) or reached the service queue's
-delivery limit; its notice on the reply queue becomes ``DeadLetteredError`` with the
-broker's reason. A timer thread ends the rest: at the pickup deadline if no worker
-has picked the request up and no notice came (``DeadLetteredError``, reason
-``expired``), at the call's timeout otherwise (``WorkerLostError`` if the worker
-stopped heartbeating, else ``RpcTimeoutError``), telling the worker to cancel; a heap
-by next deadline times a call in O(log n). The futures are
-``concurrent.futures.Future``. The rules of one call are ``calls``, shared with the
-asyncio caller (``holdfast.sdk.aio.rpc``).
+One ``Caller`` per session, with one reply queue per domain it calls into
+(``hf://<domain>/rpc-reply-<random>``, reopened with the session). Replies are
+matched to calls by request GUID; anything about a call that is over is confirmed
+and dropped, so each call completes exactly once. The broker's dead-letter notice
+ends a call with ``DeadLetteredError``; a timer thread ends the rest at the pickup
+deadline or the timeout (``calls.CallState.due``) and tells the worker to cancel.
+The futures are ``concurrent.futures.Future``; the rules of one call are ``calls``,
+shared with the asyncio caller (``holdfast.sdk.aio.rpc``).
 """
 
 from __future__ import annotations
