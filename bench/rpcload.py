@@ -9,11 +9,19 @@ As a script it is one of the servers the measurement needs::
 or 64 tasks for the asyncio worker) and the unary server; one caller (this process)
 and the workers go through the proxy, once with the threaded ``Session``/``Worker``
 and once with the asyncio ones (``holdfast.sdk.aio``). For each it times
-``sequential`` calls one at a time (the p50/p99 round trip of one call at low load)
-and ``count`` pipelined calls with ``window`` in flight (calls/s). The payload is
-100 bytes, echoed back. ``BEFORE`` is the figure of issue #35 (threaded, one
-worker, 64 in flight); the first row measures that shape again in the same run, so
-the 5x target compares figures taken under the same load.
+``sequential`` calls one at a time (the p50/p99 round trip of one call at low load,
+and their rate) and ``count`` pipelined calls with ``window`` in flight (calls/s):
+``request_async`` futures for the threaded caller, ``window`` coroutines each
+awaiting one call after another for the asyncio one. The payload is 100 bytes,
+echoed back.
+
+The baseline, measured first in the same run: #35's old shape, the threaded
+caller with one worker process (8 threads) and 64 calls in flight, as the issue
+measured its 1.9k calls/s (``BEFORE``). The 5x target divides the best pipelined
+4-worker rate through the proxy by that row's rate; its one-at-a-time rate is
+printed beside it too (``sequential_rate``).
+
+    python bench/rpcload.py [--count N] [--window N]   # measure; prints one dict a row
 """
 
 from __future__ import annotations
@@ -65,6 +73,8 @@ class CallFigures:
     window: int
     sequential: int
     workers: int = 1
+    sequential_rate: float = 0.0
+    """Calls/s of the ``sequential`` calls, one at a time."""
 
 
 def _time_calls(
@@ -101,7 +111,7 @@ def _time_calls(
 
 def measure(count: int = 20_000, window: int = WINDOW) -> list[CallFigures]:
     """Request/reply through the proxy (threaded and asyncio), and the plain gRPC
-    unary call, in one run."""
+    unary call, in one run; the first row is the baseline (#35's old shape)."""
     results: list[CallFigures] = []
     with (
         harness.running_broker(harness.memory_store()) as broker,
@@ -109,10 +119,10 @@ def measure(count: int = 20_000, window: int = WINDOW) -> list[CallFigures]:
     ):
         with _worker(proxy.address, "hf://bench/rpc-before", 8):
             rate, latencies = _measure_threaded(
-                proxy.address, "hf://bench/rpc-before", count // 4, BEFORE_WINDOW
+                proxy.address, "hf://bench/rpc-before", count // 4, min(BEFORE_WINDOW, window)
             )
         name = "request/reply threaded, SDK->proxy->broker, #35's old shape"
-        results.append(_figures(name, rate, latencies, count // 4, BEFORE_WINDOW, 1))
+        results.append(_figures(name, rate, latencies, count // 4, min(BEFORE_WINDOW, window), 1))
         for flavour in ("threaded", "asyncio"):
             uri = f"hf://bench/rpc-{flavour}"
             with contextlib.ExitStack() as workers:
@@ -142,10 +152,17 @@ def measure(count: int = 20_000, window: int = WINDOW) -> list[CallFigures]:
             lambda: echo.future(PAYLOAD, timeout=60),
             lambda: echo(PAYLOAD, timeout=60),
             count // 4,
-            64,
+            min(64, window),
         )
         results.append(
-            _figures("plain gRPC unary (grpc.aio server)", rate, latencies, count // 4, 64, 0)
+            _figures(
+                "plain gRPC unary (grpc.aio server)",
+                rate,
+                latencies,
+                count // 4,
+                min(64, window),
+                0,
+            )
         )
     return results
 
@@ -173,14 +190,18 @@ async def _measure_aio(
             started = time.perf_counter()
             await session.request(uri, PAYLOAD, timeout=60)
             latencies.append(time.perf_counter() - started)
-        slots = asyncio.Semaphore(window)
+        left = [count]
 
-        async def one() -> None:
-            async with slots:
+        async def lane() -> None:
+            # One of ``window`` lanes, each a call at a time, so ``window`` are in
+            # flight without a task and a semaphore round per call.
+            while left[0] > 0:
+                left[0] -= 1
                 await session.request(uri, PAYLOAD, timeout=60)
 
         started = time.perf_counter()
-        await asyncio.wait_for(asyncio.gather(*(one() for _ in range(count))), 300)
+        lanes = min(window, count)
+        await asyncio.wait_for(asyncio.gather(*(lane() for _ in range(lanes))), 300)
         return count / (time.perf_counter() - started), latencies
 
 
@@ -196,6 +217,7 @@ def _figures(
         window,
         len(latencies),
         workers,
+        len(latencies) / sum(latencies) if latencies else 0.0,
     )
 
 
@@ -274,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     worker.add_argument("uri")
     worker.add_argument("--concurrency", type=int, default=8)
     worker.add_argument("--aio", action="store_true", help="the asyncio Worker")
+    parser.add_argument("--count", type=int, default=20_000, help="pipelined calls per row")
+    parser.add_argument("--window", type=int, default=WINDOW, help="calls in flight")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     if args.command == "unary":
@@ -284,7 +308,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             _run_worker(args.address, args.uri, args.concurrency)
     else:
-        for figures in measure():
+        # SIGTERM unwinds like Ctrl-C, so the finally blocks stop every server we started.
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+        for figures in measure(args.count, args.window):
             print(asdict(figures))
     return 0
 

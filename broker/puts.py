@@ -204,7 +204,10 @@ class PutPipeline:
                                 queue.uri,
                                 guid,
                                 payload,
-                                dict(properties) if properties else NO_PROPERTIES,
+                                # Not dict(): see validate.check_properties.
+                                {k: properties[k] for k in properties}
+                                if properties
+                                else NO_PROPERTIES,
                                 now,
                                 0,
                                 digest,

@@ -214,7 +214,7 @@ class PolicyReply(_message.Message):
     def __init__(self, status: _Optional[_Union[Status, str]] = ..., message: _Optional[str] = ..., policy: _Optional[_Union[QueuePolicy, _Mapping]] = ...) -> None: ...
 
 class ClientFrame(_message.Message):
-    __slots__ = ("hello", "open_queue", "configure_queue", "close_queue", "puts", "confirms", "rejects", "count_consumers")
+    __slots__ = ("hello", "open_queue", "configure_queue", "close_queue", "puts", "confirms", "rejects", "count_consumers", "batch")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     OPEN_QUEUE_FIELD_NUMBER: _ClassVar[int]
     CONFIGURE_QUEUE_FIELD_NUMBER: _ClassVar[int]
@@ -223,6 +223,7 @@ class ClientFrame(_message.Message):
     CONFIRMS_FIELD_NUMBER: _ClassVar[int]
     REJECTS_FIELD_NUMBER: _ClassVar[int]
     COUNT_CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     open_queue: OpenQueue
     configure_queue: ConfigureQueue
@@ -231,36 +232,53 @@ class ClientFrame(_message.Message):
     confirms: ConfirmBatch
     rejects: RejectBatch
     count_consumers: CountConsumers
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., open_queue: _Optional[_Union[OpenQueue, _Mapping]] = ..., configure_queue: _Optional[_Union[ConfigureQueue, _Mapping]] = ..., close_queue: _Optional[_Union[CloseQueue, _Mapping]] = ..., puts: _Optional[_Union[PutBatch, _Mapping]] = ..., confirms: _Optional[_Union[ConfirmBatch, _Mapping]] = ..., rejects: _Optional[_Union[RejectBatch, _Mapping]] = ..., count_consumers: _Optional[_Union[CountConsumers, _Mapping]] = ...) -> None: ...
+    batch: ClientFrames
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., open_queue: _Optional[_Union[OpenQueue, _Mapping]] = ..., configure_queue: _Optional[_Union[ConfigureQueue, _Mapping]] = ..., close_queue: _Optional[_Union[CloseQueue, _Mapping]] = ..., puts: _Optional[_Union[PutBatch, _Mapping]] = ..., confirms: _Optional[_Union[ConfirmBatch, _Mapping]] = ..., rejects: _Optional[_Union[RejectBatch, _Mapping]] = ..., count_consumers: _Optional[_Union[CountConsumers, _Mapping]] = ..., batch: _Optional[_Union[ClientFrames, _Mapping]] = ...) -> None: ...
+
+class ClientFrames(_message.Message):
+    __slots__ = ("frames",)
+    FRAMES_FIELD_NUMBER: _ClassVar[int]
+    frames: _containers.RepeatedCompositeFieldContainer[ClientFrame]
+    def __init__(self, frames: _Optional[_Iterable[_Union[ClientFrame, _Mapping]]] = ...) -> None: ...
 
 class ServerFrame(_message.Message):
-    __slots__ = ("hello_reply", "response", "acks", "pushes", "error", "consumer_count")
+    __slots__ = ("hello_reply", "response", "acks", "pushes", "error", "consumer_count", "batch")
     HELLO_REPLY_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
     PUSHES_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_COUNT_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     hello_reply: HelloReply
     response: Response
     acks: AckBatch
     pushes: PushBatch
     error: Error
     consumer_count: ConsumerCount
-    def __init__(self, hello_reply: _Optional[_Union[HelloReply, _Mapping]] = ..., response: _Optional[_Union[Response, _Mapping]] = ..., acks: _Optional[_Union[AckBatch, _Mapping]] = ..., pushes: _Optional[_Union[PushBatch, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., consumer_count: _Optional[_Union[ConsumerCount, _Mapping]] = ...) -> None: ...
+    batch: ServerFrames
+    def __init__(self, hello_reply: _Optional[_Union[HelloReply, _Mapping]] = ..., response: _Optional[_Union[Response, _Mapping]] = ..., acks: _Optional[_Union[AckBatch, _Mapping]] = ..., pushes: _Optional[_Union[PushBatch, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., consumer_count: _Optional[_Union[ConsumerCount, _Mapping]] = ..., batch: _Optional[_Union[ServerFrames, _Mapping]] = ...) -> None: ...
+
+class ServerFrames(_message.Message):
+    __slots__ = ("frames",)
+    FRAMES_FIELD_NUMBER: _ClassVar[int]
+    frames: _containers.RepeatedCompositeFieldContainer[ServerFrame]
+    def __init__(self, frames: _Optional[_Iterable[_Union[ServerFrame, _Mapping]]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("protocol_version", "client_id", "client_name")
+    __slots__ = ("protocol_version", "client_id", "client_name", "accepts_batches")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTS_BATCHES_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     client_id: str
     client_name: str
-    def __init__(self, protocol_version: _Optional[int] = ..., client_id: _Optional[str] = ..., client_name: _Optional[str] = ...) -> None: ...
+    accepts_batches: bool
+    def __init__(self, protocol_version: _Optional[int] = ..., client_id: _Optional[str] = ..., client_name: _Optional[str] = ..., accepts_batches: _Optional[bool] = ...) -> None: ...
 
 class HelloReply(_message.Message):
-    __slots__ = ("protocol_version", "session_id", "dedup_window_ms", "max_payload_bytes", "max_properties", "max_properties_bytes", "broker_id")
+    __slots__ = ("protocol_version", "session_id", "dedup_window_ms", "max_payload_bytes", "max_properties", "max_properties_bytes", "broker_id", "accepts_batches")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     DEDUP_WINDOW_MS_FIELD_NUMBER: _ClassVar[int]
@@ -268,6 +286,7 @@ class HelloReply(_message.Message):
     MAX_PROPERTIES_FIELD_NUMBER: _ClassVar[int]
     MAX_PROPERTIES_BYTES_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTS_BATCHES_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     session_id: str
     dedup_window_ms: int
@@ -275,7 +294,8 @@ class HelloReply(_message.Message):
     max_properties: int
     max_properties_bytes: int
     broker_id: str
-    def __init__(self, protocol_version: _Optional[int] = ..., session_id: _Optional[str] = ..., dedup_window_ms: _Optional[int] = ..., max_payload_bytes: _Optional[int] = ..., max_properties: _Optional[int] = ..., max_properties_bytes: _Optional[int] = ..., broker_id: _Optional[str] = ...) -> None: ...
+    accepts_batches: bool
+    def __init__(self, protocol_version: _Optional[int] = ..., session_id: _Optional[str] = ..., dedup_window_ms: _Optional[int] = ..., max_payload_bytes: _Optional[int] = ..., max_properties: _Optional[int] = ..., max_properties_bytes: _Optional[int] = ..., broker_id: _Optional[str] = ..., accepts_batches: _Optional[bool] = ...) -> None: ...
 
 class QueueOptions(_message.Message):
     __slots__ = ("max_unconfirmed_messages", "max_unconfirmed_bytes")

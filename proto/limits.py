@@ -125,6 +125,7 @@ def hello_reply(session_id: str, limits: Limits, broker_id: str) -> pb.ServerFra
             max_properties=limits.max_properties,
             max_properties_bytes=limits.max_properties_bytes,
             broker_id=broker_id,
+            accepts_batches=True,
         )
     )
 

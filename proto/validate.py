@@ -9,6 +9,7 @@ URI is answered with a short typed error, not with itself.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import NamedTuple
@@ -72,6 +73,13 @@ def parse_queue_uri(uri: object) -> QueueUri:
     (not even a newline)."""
     if not isinstance(uri, str):
         raise InvalidUri(f"queue URI must be a string, not {type(uri).__name__}")
+    return _parse_uri(uri)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_uri(uri: str) -> QueueUri:
+    # Cached: a request/reply message names the same few reply queues over and over,
+    # and every hop parses them. Only valid URIs are kept (an error is not cached).
     match = _URI.fullmatch(uri)
     if match is None:
         raise InvalidUri(
@@ -155,17 +163,22 @@ def check_properties(properties: object, limits: Limits) -> tuple[dict[str, str]
         )
     if len(properties) > limits.max_properties:
         raise Invalid(pb.STATUS_INVALID_PROPERTIES, _too_many(len(properties), limits))
-    copied: dict[str, str] = {}
-    for key, value in properties.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise Invalid(
-                pb.STATUS_INVALID_PROPERTIES,
-                f"property {quote(key)} must map str to str, not "
-                f"{type(key).__name__} to {type(value).__name__}",
-            )
-        copied[key] = value
+    # dict() of a dict is a C copy; protobuf's map (a relayed PUT) is a Mapping only by
+    # registration, so dict() would go through the pure-Python KeysView.
+    copied = (
+        dict(properties)
+        if type(properties) is dict
+        else {key: properties[key] for key in properties}
+    )
+    # One pass: str.encode refuses what is not a str (TypeError) and a lone
+    # surrogate (UnicodeEncodeError), and gives the size; the slow checks below only
+    # run to name what is wrong.
+    size = 0
     try:
-        size = properties_size(copied)
+        for key, value in copied.items():
+            size += len(_encode(key)) + len(_encode(value))
+    except TypeError:
+        raise Invalid(pb.STATUS_INVALID_PROPERTIES, _not_str(copied)) from None
     except UnicodeEncodeError as error:
         raise Invalid(
             pb.STATUS_INVALID_PROPERTIES,
@@ -177,6 +190,19 @@ def check_properties(properties: object, limits: Limits) -> tuple[dict[str, str]
     if problem is not None:
         raise Invalid(pb.STATUS_INVALID_PROPERTIES, problem)
     return copied, size
+
+
+_encode = str.encode
+
+
+def _not_str(properties: Mapping[object, object]) -> str:
+    for key, value in properties.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            return (
+                f"property {quote(key)} must map str to str, not "
+                f"{type(key).__name__} to {type(value).__name__}"
+            )
+    return "properties must map str to str"
 
 
 def check_payload(payload: bytes, limits: Limits) -> None:

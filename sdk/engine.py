@@ -99,6 +99,8 @@ class SessionEngine:
         self._link = LinkMachine()
         self.broker_id = ""
         """The ``broker_id`` of the last HelloReply."""
+        self.peer_batches = False
+        """Whether this connection's server reads ``ClientFrames`` (its HelloReply)."""
         self.generation = 0
         """Counts connections; frames and deliveries of older connections are stale."""
         self.failure: HoldfastError | None = None
@@ -234,12 +236,14 @@ class SessionEngine:
         self._link.apply(LinkEvent.CONNECT)
         self.generation += 1
         self._address = address
+        self.peer_batches = False  # until this server's HelloReply says otherwise
         self._queue_frame(
             pb.ClientFrame(
                 hello=pb.Hello(
                     protocol_version=PROTOCOL_VERSION,
                     client_id=self.client_id,
                     client_name=self._client_name,
+                    accepts_batches=True,
                 )
             )
         )
@@ -428,6 +432,7 @@ class SessionEngine:
             self._fail(error)
             return
         self.broker_id = reply.broker_id
+        self.peer_batches = reply.accepts_batches
         self._link.apply(LinkEvent.HELLO_REPLY)
         self._reconnecting = self._has_connected
         if self._has_connected:

@@ -63,18 +63,16 @@ def encode(
             age_ms = int((now - item[POSTED_AT]) * 1000.0)
             if age_ms < 0:
                 age_ms = 0
-            if item[PROPERTIES]:
-                puts.puts.add(
-                    queue_id=item[QUEUE_ID],
-                    guid=item[GUID],
-                    payload=item[PAYLOAD],
-                    properties=item[PROPERTIES],
-                    age_ms=age_ms,
-                )
-            else:
-                puts.puts.add(
-                    queue_id=item[QUEUE_ID], guid=item[GUID], payload=item[PAYLOAD], age_ms=age_ms
-                )
+            put = puts.puts.add(
+                queue_id=item[QUEUE_ID], guid=item[GUID], payload=item[PAYLOAD], age_ms=age_ms
+            )
+            properties = item[PROPERTIES]
+            if properties:
+                # Entry by entry: add(properties=...) fills protobuf's map through the
+                # pure-Python MutableMapping.update, a third slower.
+                map_ = put.properties
+                for key, value in properties.items():
+                    map_[key] = value
             put_bytes += size
             put_count += 1
         elif isinstance(item, ConfirmItem):

@@ -105,12 +105,14 @@ class _MemoryContext:
             if raw is not None:
                 return raw
 
-    async def write(self, frame: pb.ServerFrame) -> None:
+    async def write(self, frame: pb.ServerFrame | bytes) -> None:
         delay = self._faults.delay
         if delay > 0:
             await asyncio.sleep(delay)
         try:
-            self._endpoint.send(frame.SerializeToString())
+            # Bytes: frames the stream serialized already (a batch of them).
+            raw = frame if isinstance(frame, bytes) else frame.SerializeToString()
+            self._endpoint.send(raw)
         except RetryableTransportError:
             self._cancelled = True  # the client went away; the stream's reader ends it
 
@@ -119,16 +121,25 @@ class _MemoryContext:
         if not self._faults.fail_puts:
             return raw
         frame = pb.ClientFrame.FromString(raw)
-        if frame.WhichOneof("frame") != "puts":
+        kind = frame.WhichOneof("frame")
+        inner = list(frame.batch.frames) if kind == "batch" else [frame]
+        batches = [each.puts for each in inner if each.WhichOneof("frame") == "puts"]
+        if not batches:
             return raw
-        puts = frame.puts.puts
-        count, status = self._faults.take_failures(len(puts))
-        acks = pb.AckBatch()
-        for put in puts[:count]:
-            acks.acks.add(queue_id=put.queue_id, guid=put.guid, status=status)
-        await self.write(pb.ServerFrame(acks=acks))
-        del puts[:count]
-        return frame.SerializeToString() if len(puts) else None
+        left = 0
+        for batch in batches:
+            puts = batch.puts
+            count, status = self._faults.take_failures(len(puts))
+            acks = pb.AckBatch()
+            for put in puts[:count]:
+                acks.acks.add(queue_id=put.queue_id, guid=put.guid, status=status)
+            if count:
+                await self.write(pb.ServerFrame(acks=acks))
+            del puts[:count]
+            left += len(puts)
+        if kind == "puts" and not left:
+            return None
+        return frame.SerializeToString()
 
     def end(self) -> None:
         """The stream is over: the client sees an end (or the error the broker set)."""

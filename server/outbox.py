@@ -319,23 +319,19 @@ class Outbox:
             age_ms = 0
             if now is not None:
                 age_ms = max(0, int((now - getattr(message, "accepted_at", now)) * 1000))
+            item = add(
+                queue_id=queue_id,
+                guid=message.guid,
+                payload=message.payload,
+                delivery_count=delivery_count,
+                age_ms=age_ms,
+            )
             if properties:
-                add(
-                    queue_id=queue_id,
-                    guid=message.guid,
-                    payload=message.payload,
-                    properties=properties,
-                    delivery_count=delivery_count,
-                    age_ms=age_ms,
-                )
-            else:
-                add(
-                    queue_id=queue_id,
-                    guid=message.guid,
-                    payload=message.payload,
-                    delivery_count=delivery_count,
-                    age_ms=age_ms,
-                )
+                # Entry by entry: add(properties=...) fills protobuf's map through the
+                # pure-Python MutableMapping.update, a third slower.
+                map_ = item.properties
+                for key, value in properties.items():
+                    map_[key] = value
             size += len(message.payload) + _PUSH_OVERHEAD
             taken += 1
         if taken == len(pushes):

@@ -103,8 +103,9 @@ async def serve_until_signalled(stop: Callable[[], Awaitable[None]]) -> None:
     await stop()
 
 
-def _serialize(frame: pb.ServerFrame) -> bytes:
-    return frame.SerializeToString()
+def _serialize(frame: pb.ServerFrame | bytes) -> bytes:
+    # Bytes are frames serialized already (a batch of them: ``ContractStream``).
+    return frame if isinstance(frame, bytes) else frame.SerializeToString()
 
 
 def server_options(max_message_bytes: int) -> list[tuple[str, int]]:

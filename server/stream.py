@@ -17,6 +17,11 @@ Rules of the stream:
 * the first known frame must be a Hello of this protocol version; anything else, or
   a second Hello, is a fatal Error (PROTOCOL_ERROR, VERSION_MISMATCH): the error is
   sent and the stream ends;
+* a ``batch`` (``ClientFrames``) is handled frame by frame, in order, as if each had
+  come alone; a Hello or a batch inside one is a fatal PROTOCOL_ERROR. To a client
+  whose Hello set ``accepts_batches`` the writer sends what is ready as one
+  ``ServerFrames`` message (``holdfast.proto.batching``), never more than a frame's
+  size;
 * when the stream ends, however it ends, ``on_end()`` runs (the broker detaches
   consumers so their messages are redelivered; the proxy closes upstream handles).
 
@@ -35,6 +40,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from holdfast.proto import PROTOCOL_VERSION, pb, status_name
+from holdfast.proto.batching import BATCH_OVERHEAD, pack
 from holdfast.server.guard import ServerGuard, SessionGuard, pause
 from holdfast.server.outbox import Outbox
 
@@ -65,6 +71,8 @@ class ContractStream(ABC):
         """What this stream has to send; handlers queue answers here."""
         self._context = context
         self._greeted = False
+        self._peer_batches = False
+        """Whether the client reads ``ServerFrames`` (its Hello said so)."""
         self._ending = False
         self._end_reason = "stream cancelled"
         self._reader: asyncio.Task[None] | None = None
@@ -213,7 +221,25 @@ class ContractStream(ABC):
                     return
                 await outbox.wait_for_work()
                 continue
-            await write(frame)
+            if not self._peer_batches:
+                await write(frame)
+                continue
+            # What is ready leaves as one gRPC message (ServerFrames), in take order,
+            # up to a frame's size: an AckBatch and a PushBatch at once, typically.
+            data: bytes | None = frame.SerializeToString()
+            limit = outbox.max_frame_bytes
+            while data is not None:
+                group = [data]
+                size = len(data) + BATCH_OVERHEAD
+                data = None
+                while size < limit and (following := outbox.take()) is not None:
+                    data = following.SerializeToString()
+                    if size + len(data) + BATCH_OVERHEAD > limit:
+                        break  # it starts the next message
+                    group.append(data)
+                    size += len(data) + BATCH_OVERHEAD
+                    data = None
+                await write(group[0] if len(group) == 1 else pack(group))
 
     def _on_writer_done(self, writer: asyncio.Task[None]) -> None:
         if writer.cancelled():
@@ -228,7 +254,8 @@ class ContractStream(ABC):
     # -- frames -------------------------------------------------------------------------
 
     def on_bytes(self, raw: bytes) -> None:
-        """Parse one client frame and hand it to its handler."""
+        """Parse one client frame and hand it to its handler (each frame of a batch in
+        turn, as if it had come alone)."""
         try:
             frame = pb.ClientFrame.FromString(raw)
         except DecodeError as error:
@@ -237,9 +264,21 @@ class ContractStream(ABC):
                 f"{len(raw)} bytes that do not parse as a ClientFrame: {error}",
             )
             return
+        if frame.WhichOneof("frame") != "batch":
+            self._on_frame(frame, batched=False)
+            return
+        for each in frame.batch.frames:
+            if self._ending:
+                return  # a fatal error in an earlier frame ended the stream
+            self._on_frame(each, batched=True)
+
+    def _on_frame(self, frame: pb.ClientFrame, batched: bool) -> None:
         kind = frame.WhichOneof("frame")
         if kind is None:
             self.error(pb.STATUS_UNKNOWN_FRAME, "a ClientFrame with no frame this server knows")
+            return
+        if batched and kind in ("hello", "batch"):
+            self.fatal(pb.STATUS_PROTOCOL_ERROR, f"a {kind} frame inside a batch")
             return
         if not self._greeted and kind != "hello":
             self.fatal(pb.STATUS_PROTOCOL_ERROR, f"expected hello as the first frame, got {kind}")
@@ -262,6 +301,7 @@ class ContractStream(ABC):
             )
             return
         self._greeted = True
+        self._peer_batches = hello.accepts_batches
         self.client_id = hello.client_id
         self.client_name = hello.client_name
         self.greet(hello)

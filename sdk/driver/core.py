@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from google.protobuf.message import DecodeError
 
 from holdfast.proto import pb
+from holdfast.proto.batching import packed
 from holdfast.sdk.engine import OutboundItem, SessionEngine
 from holdfast.sdk.errors import (
     HoldfastError,
@@ -106,8 +107,20 @@ class DriverCore:
                 f"a server frame that does not parse ({len(data)} bytes, "
                 f"starting {data[:QUOTE_BYTES].hex()}): {exc}"
             ) from exc
-        self.engine.frame_received(generation, frame, now)
-        if self._bad_connections and frame.WhichOneof("frame") in _PROGRESS:
+        kind = frame.WhichOneof("frame")
+        if kind == "batch":
+            # Frames handled one by one, as if each had come alone (a HelloReply or a
+            # batch inside one is refused by the engine as an unknown or late frame).
+            inner = frame.batch.frames
+            for each in inner:
+                if each.WhichOneof("frame") == "hello_reply":
+                    raise RemoteProtocolError("the server sent a HelloReply inside a batch")
+                self.engine.frame_received(generation, each, now)
+            if any(each.WhichOneof("frame") in _PROGRESS for each in inner):
+                kind = _PROGRESS[0]
+        else:
+            self.engine.frame_received(generation, frame, now)
+        if self._bad_connections and kind in _PROGRESS:
             # Messages or ACKs flow again (a handshake and reopens alone do not count).
             self._bad_connections = 0
         if not self.established and self.engine.connected:
@@ -119,10 +132,18 @@ class DriverCore:
         """Batch taken outbound items into raw frames, each with the bytes it accounts for;
         each PUT carries its age at ``now``.
 
-        Pure: pumps call it outside their lock, on the writing thread or task.
+        Pure: pumps call it outside their lock, on the writing thread or task. To a
+        server that reads ``ClientFrames`` the frames of one take leave as one gRPC
+        message (``holdfast.proto.batching``): a PutBatch and a ConfirmBatch together.
         """
-        for frame, nbytes in encode(items, self.options.max_batch_bytes, now):
-            yield frame.SerializeToString(), nbytes
+        frames = (
+            (frame.SerializeToString(), nbytes)
+            for frame, nbytes in encode(items, self.options.max_batch_bytes, now)
+        )
+        if self.engine.peer_batches:
+            yield from packed(frames, self.options.max_batch_bytes)
+        else:
+            yield from frames
 
     # ------------------------------------------------------------------ timers
 

@@ -1,25 +1,13 @@
 """The caller side of request/reply: ``Session.request`` and ``Session.request_async``.
 
-One ``Caller`` per session. It opens one reply queue per domain it calls into
-(``hf://<domain>/rpc-reply-<random>``), as an ordinary queue of the session, so
-the session reopens it after every reconnect. Calls are kept by request GUID;
-what arrives on the reply queue is matched to them, and anything about a call
-that is over (a late duplicate, a heartbeat) is confirmed and dropped, so each
-call completes exactly once.
-
-The broker ends a call first when it dead-letters the request: it was not picked
-up within its pickup TTL (sent a little under the pickup timeout,
-``calls.broker_pickup_ms``) or reached the service queue's delivery limit; its notice on
-the reply queue becomes ``DeadLetteredError`` with the broker's reason. A timer
-thread ends the rest: at the pickup deadline if no worker has picked the request up
-and no notice came (the broker unreachable: ``DeadLetteredError``, reason
-``expired``), at the call's timeout
-otherwise (``WorkerLostError`` if the worker stopped heartbeating, else
-``RpcTimeoutError``), telling the worker to cancel; it keeps the calls on a heap
-by their next deadline, so timing a call costs O(log n) however many are in
-flight. The futures are ``concurrent.futures.Future``. The rules of one call
-(deadlines, heartbeats, what a reply means) are ``calls``, shared with the asyncio
-caller (``holdfast.sdk.aio.rpc``).
+One ``Caller`` per session, with one reply queue per domain it calls into
+(``hf://<domain>/rpc-reply-<random>``, reopened with the session). Replies are
+matched to calls by request GUID; anything about a call that is over is confirmed
+and dropped, so each call completes exactly once. The broker's dead-letter notice
+ends a call with ``DeadLetteredError``; a timer thread ends the rest at the pickup
+deadline or the timeout (``calls.CallState.due``) and tells the worker to cancel.
+The futures are ``concurrent.futures.Future``; the rules of one call are ``calls``,
+shared with the asyncio caller (``holdfast.sdk.aio.rpc``).
 """
 
 from __future__ import annotations
@@ -27,6 +15,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import heapq
 import itertools
 import logging
@@ -87,7 +76,8 @@ class Caller:
         self._traced = session._telemetry
         self._on_replies = Untraced(self._on_reply_message)  # the call span covers them
         self._wakeup = threading.Event()
-        self._edges: list[tuple[float, int, _Call]] = []
+        self._edges: list[tuple[float, int, bytes]] = []
+        """(edge, order, request GUID): an ended call is freed, not kept for the GC."""
         self._order = itertools.count()
         self._next_wake = 0.0
         self._cancels = concurrent.futures.ThreadPoolExecutor(1, "holdfast-rpc-cancel")
@@ -125,7 +115,8 @@ class Caller:
             self._calls[guid.bytes] = call  # before the PUT: its reply may come at once
             self._schedule(call)
         future = call.future
-        future.add_done_callback(lambda f: self._on_done(call, f))
+        # By GUID: a callback holding the call (which holds the future) is a cycle.
+        future.add_done_callback(functools.partial(self._on_done, guid.bytes))
         request = calls.request_properties(call, user, reply_to, key)
         if names:
             request[streaming.NAMES] = ",".join(names)
@@ -285,16 +276,25 @@ class Caller:
             else:
                 call.future.set_result(reply)  # type: ignore[arg-type]
         except concurrent.futures.InvalidStateError:
-            pass  # the application cancelled the future meanwhile
+            self._abandon(call)  # the application cancelled the future meanwhile
+            return
+        if error is not None and calls.ends_abandoned(error):
+            self._abandon(call)
 
-    def _on_done(self, call: _Call, future: concurrent.futures.Future[Reply]) -> None:
-        """Any end of a call: tell its worker to stop unless the worker answered. The
-        call is remembered for a while, so a worker that picks it up later (or a
-        redelivery) is told too, at its first heartbeat."""
-        if not future.cancelled() and not calls.ends_abandoned(future.exception()):
+    def _on_done(self, key: bytes, future: concurrent.futures.Future[Reply]) -> None:
+        """An application's cancel ends the call here; ``_finish`` ends the others."""
+        if not future.cancelled():
             return
         with self._lock:
-            self._calls.pop(call.guid.bytes, None)
+            call = self._calls.pop(key, None)
+        if call is not None:
+            self._abandon(call)
+
+    def _abandon(self, call: _Call) -> None:
+        """A call that ended without its reply: tell its worker to stop. The call is
+        remembered for a while, so a worker that picks it up later (or a redelivery)
+        is told too, at its first heartbeat."""
+        with self._lock:
             call.forget_at = max(call.deadline, time.monotonic()) + ABANDONED_MEMORY
             self._abandoned[call.guid.bytes] = call
         self._send_cancel(call)
@@ -360,16 +360,15 @@ class Caller:
             # Calls that ended stay in the heap until their edge: drop them now and
             # then, so it holds O(calls in flight), not every call of the last timeout.
             live = self._calls
-            self._edges = [e for e in self._edges if live.get(e[2].guid.bytes) is e[2]]
+            self._edges = [e for e in self._edges if e[2] in live]
             heapq.heapify(self._edges)
-        heapq.heappush(self._edges, (edge, next(self._order), call))
+        heapq.heappush(self._edges, (edge, next(self._order), call.guid.bytes))
         if edge < self._next_wake:
             self._next_wake = edge
             self._wakeup.set()
 
     def _run_timer(self) -> None:
-        """Ends the calls whose deadline passed: a heap of (edge, order, call), so a
-        call costs O(log n) to time, never a scan of every call in flight."""
+        """Ends the calls whose deadline passed (O(log n) a call: ``_edges``)."""
         next_purge = time.monotonic() + ABANDONED_MEMORY
         while True:
             with self._lock:
@@ -379,14 +378,15 @@ class Caller:
                 due: list[tuple[_Call, RpcError]] = []
                 edges = self._edges
                 while edges and edges[0][0] <= now:
-                    call = heapq.heappop(edges)[2]
-                    if self._calls.get(call.guid.bytes) is not call:
+                    key = heapq.heappop(edges)[2]
+                    call = self._calls.get(key)
+                    if call is None:
                         continue  # over already
                     error = call.due(now)
                     if error is not None:
                         due.append((call, error))
                     else:  # picked up since: its timeout is next
-                        heapq.heappush(edges, (call.next_edge(), next(self._order), call))
+                        heapq.heappush(edges, (call.next_edge(), next(self._order), key))
                 if now >= next_purge:
                     next_purge = now + ABANDONED_MEMORY
                     for key in [k for k, c in self._abandoned.items() if c.forget_at <= now]:

@@ -7,13 +7,16 @@ retransmitted after a reconnect is dropped by the broker's GUID dedup. Propertie
 carry the stream name, the sequence number and the end of the stream (or the
 sender's failure). The receiver reads with a bounded ``max_unconfirmed_messages``
 window, confirms a chunk once the reader has taken it, drops duplicates by sequence
-number and reorders within the window. The sender keeps at most ``WINDOW`` chunks
-not yet acknowledged by the broker, so its memory stays bounded whatever the size of
-the stream.
+number and reorders within the window. After a proxy or broker restart the broker
+redelivers what was not confirmed (a CONFIRM lost with the link included): the reader
+skips what it already read, so a stream has neither gaps nor repeats. The sender
+keeps at most ``WINDOW`` chunks not yet acknowledged by the broker, so its memory
+stays bounded whatever the size of the stream.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
@@ -21,7 +24,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from holdfast.sdk.errors import InvalidArgumentError, StreamError
+from holdfast.sdk.errors import ConfirmDroppedError, InvalidArgumentError, StreamError
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.types import Ack, AckStatus, Message
 
@@ -194,16 +197,16 @@ class StreamReader:
             try:
                 seq = int(got.properties.get(SEQ, ""))
             except ValueError:
-                got.confirm()  # not a chunk of ours
+                _confirm(got)  # not a chunk of ours
                 continue
             if seq < self._next or seq in self._early:
-                got.confirm()  # a duplicate
+                _confirm(got)  # a duplicate
             elif seq == self._next:
                 message = got
             else:
                 self._early[seq] = got
         self._next += 1
-        message.confirm()
+        _confirm(message)
         properties = message.properties
         if ABORT in properties:
             self.close()
@@ -213,6 +216,14 @@ class StreamReader:
             self.close()
             return
         self._buffer = memoryview(message.payload)
+
+
+def _confirm(message: Message) -> None:
+    """Confirm a chunk the reader has taken. A CONFIRM dropped with the link (or of a
+    chunk delivered on an earlier connection) is fine: the chunk itself is read, and
+    its redelivery is dropped as a duplicate by its sequence number."""
+    with contextlib.suppress(ConfirmDroppedError):
+        message.confirm()
 
 
 def start_senders(

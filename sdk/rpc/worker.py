@@ -27,12 +27,11 @@ heartbeats or caller checks; their reply is posted with the broker's pickup TTL 
 to the time left of the request's keep time (``wire.kept_reply``).
 
 Modules: ``jobs`` (one delivery and its answers), ``liveness`` (heartbeats and
-caller checks).
+caller checks), ``threads`` (the handler threads).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import logging
 import threading
@@ -63,6 +62,7 @@ from holdfast.sdk.rpc.jobs import (
 )
 from holdfast.sdk.rpc.liveness import Beater
 from holdfast.sdk.rpc.options import WorkerOptions
+from holdfast.sdk.rpc.threads import HandlerThreads
 from holdfast.sdk.rpc.values import Request, StreamingReply
 from holdfast.sdk.types import Ack, AckStatus, Message
 
@@ -120,7 +120,7 @@ class Worker:
         """How many times the handler was started (for tests and metrics)."""
         self.replies_replayed = 0
         """Redelivered requests answered from a kept reply, without the handler."""
-        self._executor = concurrent.futures.ThreadPoolExecutor(concurrency, "holdfast-worker")
+        self._executor = HandlerThreads(concurrency, "holdfast-worker")
         self.control_uri = f"hf://{domain}/rpc-worker-{uuid.uuid4().hex}"
         """Where callers send cancels for the requests this worker runs."""
         self._control = session.open_queue(
@@ -169,7 +169,7 @@ class Worker:
         self._beater.join(5)
         # A handler that ignores its cancel is left behind, not waited for forever:
         # its request goes back to the queue when the queue closes.
-        self._executor.shutdown(wait=not self._running, cancel_futures=True)
+        self._executor.shutdown(wait=not self._running)
         for queue in (self._service, self._control, *self._handles.values()):
             with contextlib.suppress(HoldfastError):
                 queue.close(timeout=5)

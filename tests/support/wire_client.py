@@ -221,9 +221,11 @@ class WireClient:
         client_id: str = "wire-client",
         client_name: str = "tests.support.wire_client",
         timeout: float = DEFAULT_TIMEOUT,
+        accepts_batches: bool = False,
     ) -> pb.HelloReply:
-        """Send Hello and return the HelloReply."""
-        self.send_hello(protocol_version, client_id, client_name)
+        """Send Hello and return the HelloReply (``accepts_batches``: the server may
+        then send ``ServerFrames``, which ``recv`` hands back as they are)."""
+        self.send_hello(protocol_version, client_id, client_name, accepts_batches)
         reply: pb.HelloReply = self.recv("hello_reply", timeout).hello_reply
         self.hello_reply = reply
         return reply
@@ -233,10 +235,14 @@ class WireClient:
         protocol_version: int = PROTOCOL_VERSION,
         client_id: str = "wire-client",
         client_name: str = "tests.support.wire_client",
+        accepts_batches: bool = False,
     ) -> None:
         """Send Hello without waiting for the answer."""
         hello = pb.Hello(
-            protocol_version=protocol_version, client_id=client_id, client_name=client_name
+            protocol_version=protocol_version,
+            client_id=client_id,
+            client_name=client_name,
+            accepts_batches=accepts_batches,
         )
         self.send(pb.ClientFrame(hello=hello))
 
