@@ -17,6 +17,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import harness  # noqa: F401  (puts the repository on sys.path, for tests.support)
+
 from holdfast.broker.redis.client import RedisClient, parse_redis_spec
 from holdfast.broker.redis.keys import QUEUES
 from holdfast.broker.redis.nodes import NodeLife
