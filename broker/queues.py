@@ -233,15 +233,23 @@ class Queue:
     def expire(self, now: float) -> int:
         """Dead-letter the ready messages past the policy's TTL; returns how many.
 
-        Ready messages are in acceptance order (returned ones, older, go to the front),
-        so the scan stops at the first message still within its TTL."""
+        Never-delivered messages are in acceptance order, but a released one goes to
+        the front and may be newer than those behind it: the scan steps over delivered
+        ones within their TTL and stops at the first never-delivered one within it."""
         ttl = self.policy.ttl
         if ttl is None:
             return 0
         ready = self.ready
         dead: list[tuple[StoredMessage, str]] = []
-        while ready and expired(ready[0].accepted_at, now, ttl):
-            dead.append((ready.popleft(), REASON_EXPIRED))
+        kept: list[StoredMessage] = []
+        while ready:
+            if expired(ready[0].accepted_at, now, ttl):
+                dead.append((ready.popleft(), REASON_EXPIRED))
+            elif ready[0].delivery_count > 0:
+                kept.append(ready.popleft())
+            else:
+                break
+        ready.extendleft(reversed(kept))
         if dead:
             self._bury(dead)
         return len(dead)

@@ -51,10 +51,12 @@ EXPIRE = (
     + """
 -- KEYS: ready, body, meta, count, out(node), pickup, lease.
 -- ARGV: now ms, TTL cutoff ms (0: no TTL), most messages.
--- Takes ready messages accepted at or before the cutoff (from the head: the ready
--- list is in acceptance order) and never-delivered ones past their pickup deadline
--- into the node's deliveries, for the node to bury. Returns guid, payload, meta,
--- count for each.
+-- Takes ready messages accepted at or before the cutoff and never-delivered ones past
+-- their pickup deadline into the node's deliveries, for the node to bury. Returns
+-- guid, payload, meta, count for each. Never-delivered messages are in acceptance
+-- order, but a released one goes to the head and may be newer than those behind it:
+-- the scan steps over delivered ones within the TTL and stops at the first
+-- never-delivered one within it.
 if fenced(KEYS[7]) then return redis.error_reply('FENCED: the node lease lapsed') end
 local now, cutoff, most = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local out = {}
@@ -63,16 +65,20 @@ local function take(guid)
   redis.call('ZADD', KEYS[5], now, guid)
   emit(out, guid, redis.call('HGET', KEYS[2], guid), KEYS[3], KEYS[4])
 end
+local at = 0
 while cutoff > 0 and #out < most * 4 do
-  local guid = redis.call('LINDEX', KEYS[1], 0)
+  local guid = redis.call('LINDEX', KEYS[1], at)
   if not guid then break end
   local meta = redis.call('HGET', KEYS[3], guid)
-  if meta then
-    if accepted(meta) > cutoff then break end
-    redis.call('LPOP', KEYS[1])
+  if not meta then
+    redis.call('LREM', KEYS[1], 1, guid)
+  elseif accepted(meta) <= cutoff then
+    redis.call('LREM', KEYS[1], 1, guid)
     take(guid)
+  elseif tonumber(redis.call('HGET', KEYS[4], guid) or '0') > 0 then
+    at = at + 1
   else
-    redis.call('LPOP', KEYS[1])
+    break
   end
 end
 local due = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, most)

@@ -238,6 +238,19 @@ def test_expiry_stops_at_the_first_message_within_its_ttl() -> None:
     assert [m.guid for m in queue.ready] == [b"b", b"c"]
 
 
+def test_expiry_steps_over_released_messages_within_their_ttl() -> None:
+    graveyard = Graveyard()
+    queue, _, _ = make(graveyard)
+    queue.policy = QueuePolicy(ttl=10.0)
+    newer, other = msg(b"n", at=105.0), msg(b"o", at=104.0)
+    newer.delivery_count = other.delivery_count = 1
+    # Released ones went back to the front, ahead of an older never-delivered one.
+    queue.enqueue([newer, other, msg(b"a", at=100.0), msg(b"b", at=103.0), msg(b"c", at=101.0)])
+    assert queue.expire(112.0) == 1  # a, behind the two released ones; b stops the scan
+    assert [m.guid for m in queue.ready] == [b"n", b"o", b"b", b"c"]
+    assert graveyard.buried == [(b"a", REASON_EXPIRED)]
+
+
 def test_a_pickup_deadline_is_acceptance_plus_its_milliseconds() -> None:
     graveyard = Graveyard()
     queue, _, _ = make(graveyard)

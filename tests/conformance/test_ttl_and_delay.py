@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from holdfast.proto.policy import QueuePolicy
-from holdfast.sdk import AckStatus
+from holdfast.sdk import AckStatus, QueueOptions
 from tests.conformance.harness import World
 from tests.conformance.support import Inbox, peek, post_and_wait, wait_ready
 from tests.support.waiting import wait_until
@@ -112,3 +112,32 @@ def test_a_pickup_ttl_ends_a_message_nobody_took(world: World) -> None:
     world.time.advance(1.5)
     wait_ready(world, dead, 1)
     assert dead_reasons(world, dead) == ["expired"]
+
+
+def test_a_ready_message_expires_behind_a_newer_one_that_came_back(world: World) -> None:
+    # A released message goes to the front, so the ready list is not in acceptance
+    # order: the sweep must still find the older message behind it.
+    uri, dead = with_ttl(world)
+    with world.session() as producer:
+        consumer = world.session()
+        try:
+            inbox = Inbox()
+            consumer.open_queue(
+                uri, read=True, on_message=inbox, options=QueueOptions(max_unconfirmed_messages=1)
+            )
+            assert post_and_wait(producer, uri, b"older") is AckStatus.SUCCESS
+            inbox.wait(1)[0].reject(requeue=True, delay=5.0)
+            wait_until(lambda: world.admin.stats(uri).unconfirmed == 0, 10, "the reject")
+            world.time.advance(2.5)
+            assert post_and_wait(producer, uri, b"newer") is AckStatus.SUCCESS
+            assert inbox.wait(2)[1].payload == b"newer"
+            world.time.advance(2.5)  # the older one's delay is over; the consumer is full
+            wait_ready(world, uri, 1)
+        finally:
+            consumer.close(timeout=2)
+    # The newer one, released, goes in front of the older one.
+    assert [m.payload for m in wait_ready(world, uri, 2)] == [b"newer", b"older"]
+    world.time.advance(6)  # the older one is past its TTL, the newer one is not
+    [letter] = wait_ready(world, dead, 1)
+    assert (letter.payload, letter.properties["x-death-reason"]) == (b"older", "expired")
+    assert [m.payload for m in peek(world, uri)] == [b"newer"]
