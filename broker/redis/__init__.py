@@ -18,6 +18,11 @@ the same queues: a consumer on node B gets what a producer posted on node A. The
 - ``policies``: every node's copy of the queue policies kept in Redis;
 - ``graveyard``: dead-letter moves and replays; ``sweep``: the timed rules;
 - ``admin``: the ``holdfast.v1.Admin`` service's work on Redis;
-- ``nodes``: node heartbeats, the reclaiming of dead nodes' deliveries, wake-ups
-  (pub/sub plus polling) and the data-loss check; ``backend`` starts them together.
+- ``lease`` (with ``lease_scripts``): a node's fenced lease, renewed on a thread of
+  its own; ``reaper``: reclaiming the deliveries of incarnations whose lease expired;
+  ``losses`` and ``losscheck``: write sequences read back, LOST DATA reports;
+  ``durable``: delivery only once ``--redis-min-replicas`` replicas have a message;
+  ``refresh``: the open queues' counts; ``metrics``: the node's Prometheus figures;
+- ``nodes``: the node's life (lease events, the loops, wake-ups by pub/sub plus
+  polling); ``backend`` starts everything together.
 """
