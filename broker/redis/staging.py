@@ -144,13 +144,11 @@ class RedisStaging:
         size = sum(len(put.payload) for put in batch.values())
         limits = self.limits
         budget = budget_key(token)
+        attempt = keys.attempt(key.partition, key.attempt)
+        taken = (0, 0)
         if batch:
-            took = await self._run(
-                "TAKE_BUDGET",
-                [budget],
-                [len(batch), size, *self._token_caps, self._ttl_ms],
-            )
-            if int(took[0]) == 0:
+            taken = await self._take_budget(budget, attempt, batch, size)
+            if taken is None:
                 return StageOutcome.OVER_TOKEN_LIMIT
         args: list[Any] = [
             key.app_id,
@@ -165,7 +163,6 @@ class RedisStaging:
         ]
         for guid, put in batch.items():
             args += [guid, row_value(put)]
-        attempt = keys.attempt(key.partition, key.attempt)
         staged: list[Any] = [b"", 0, 0]
         try:
             staged = await self._run(
@@ -176,9 +173,9 @@ class RedisStaging:
                 if _text(staged[0]) == "STAGED":
                     # The batch may have replaced rows staged before: give back what it
                     # did not add.
-                    back = (len(batch) - int(staged[1]), size - int(staged[2]))
+                    back = (taken[0] - int(staged[1]), taken[1] - int(staged[2]))
                 else:
-                    back = (len(batch), size)
+                    back = taken
                 if back != (0, 0):
                     await self._run("GIVE_BUDGET", [budget], list(back))
         outcome = _text(staged[0])
@@ -187,9 +184,32 @@ class RedisStaging:
         if outcome == "OVER_LIMIT":
             return StageOutcome.OVER_LIMIT
         if batch:
+            # A queue staged into is a queue (an operator can see and delete it).
+            await self._registry.list_queue(key.queue_uri)
             redis = self._client.redis
             await self._client.call("SADD staged", lambda: redis.sadd(STAGED_QUEUES, key.queue_uri))
         return StageOutcome.STAGED
+
+    async def _take_budget(
+        self, budget: str, attempt: str, batch: Mapping[bytes, pb.Put], size: int
+    ) -> tuple[int, int] | None:
+        """Take the rows and bytes ``batch`` may add from the token's budget; None if it
+        cannot hold them. First the whole batch (one call); at the edge of the budget,
+        only what the batch adds to its attempt (a retried call adds nothing), counted
+        by another call: the budget's key is in another slot than the attempt's."""
+        caps = (*self._token_caps, self._ttl_ms)
+        took = await self._run("TAKE_BUDGET", [budget], [len(batch), size, *caps])
+        if int(took[0]):
+            return len(batch), size
+        sizes: list[Any] = []
+        for guid, put in batch.items():
+            sizes += [guid, len(put.payload)]
+        rows, delta = (int(n) for n in await self._run("COUNT_NEW", [attempt], sizes))
+        want = (rows, max(delta, 0))
+        if want == (0, 0):
+            return want
+        took = await self._run("TAKE_BUDGET", [budget], [*want, *caps])
+        return want if int(took[0]) else None
 
     async def commit(
         self,
@@ -336,13 +356,16 @@ class RedisStaging:
                 key, rows, size, token, app = out[i : i + 5]
                 expired += int(rows)
                 await self._give_back([token, rows, size])
+                _, version, partition, attempt = _text(key).rsplit(":st:", 1)[-1].split(":")
                 log.warning(
-                    "staged rows expired: %d rows of %s application %r (attempt %s) were "
-                    "never committed within %g s and are discarded",
+                    "staged rows expired: %d rows of %s application %r version %s partition "
+                    "%s attempt %s were never committed within %g s and are discarded",
                     int(rows),
                     uri,
                     _text(app)[:100],
-                    _text(key).rsplit(":st:", 1)[-1],
+                    version,
+                    partition,
+                    attempt,
                     self.limits.retention,
                 )
             if not await client.call("ZCARD", lambda k=due: redis.zcard(k)):  # type: ignore[misc]

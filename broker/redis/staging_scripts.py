@@ -283,6 +283,22 @@ redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return {1}
 """
 
+COUNT_NEW = """
+-- KEYS: attempt. ARGV per row: guid, payload bytes.
+-- Returns the rows a STAGE_ROWS of these would add and the bytes it would add (less
+-- when it replaces bigger rows): what a token's budget must hold for it.
+local new_rows, delta = 0, 0
+for i = 1, #ARGV, 2 do
+  local old = redis.call('HGET', KEYS[1], ARGV[i])
+  if old then
+    delta = delta + tonumber(ARGV[i + 1]) - (#old - string.find(old, '\\n', 1, true))
+  else
+    new_rows, delta = new_rows + 1, delta + tonumber(ARGV[i + 1])
+  end
+end
+return {new_rows, delta}
+"""
+
 GIVE_BUDGET = """
 -- KEYS: a token's budget. ARGV: rows, bytes. Gives them back (never below 0).
 local rows = redis.call('HINCRBY', KEYS[1], 'rows', -tonumber(ARGV[1]))
@@ -305,6 +321,7 @@ STATUS = {
 __all__ = [
     "ABORT_STAGED",
     "COMMIT_STAGED",
+    "COUNT_NEW",
     "EXPIRE_STAGED",
     "GIVE_BUDGET",
     "RECORD_MARK",
