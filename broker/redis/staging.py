@@ -145,11 +145,11 @@ class RedisStaging:
         limits = self.limits
         budget = budget_key(token)
         attempt = keys.attempt(key.partition, key.attempt)
-        taken = (0, 0)
+        taken: tuple[int, int] | None = (0, 0)
         if batch:
             taken = await self._take_budget(budget, attempt, batch, size)
-            if taken is None:
-                return StageOutcome.OVER_TOKEN_LIMIT
+        if taken is None:
+            return StageOutcome.OVER_TOKEN_LIMIT
         args: list[Any] = [
             key.app_id,
             keys.app,

@@ -21,7 +21,7 @@ from holdfast.broker.server import Broker
 from holdfast.broker.staging import StagingLimits
 from holdfast.sdk.errors import LimitExceededError, RequestFailedError
 from holdfast.sdk.options import SessionOptions
-from holdfast.sdk.staging import Version, abort, commit, stage
+from holdfast.sdk.staging import StagedPut, Version, abort, commit, stage
 from holdfast.server.security import ServerSecurity
 from tests.conformance.conftest import PATHS, STORES, store_spec
 from tests.conformance.harness import World, open_world
@@ -116,7 +116,7 @@ def test_a_token_past_its_staged_bytes_is_refused_at_the_stage_call(
     world, (writer, _) = limited
     uri = world.uri("bytes")
     version = target(world, writer, uri, "app-bytes")
-    big = [(uuid.uuid4().bytes, b"x" * 40_000, {})]
+    big: list[StagedPut] = [(uuid.uuid4().bytes, b"x" * 40_000, {})]
     assert stage(version, 0, 0, big)
     with pytest.raises(LimitExceededError, match="64000 bytes"):
         stage(version, 1, 0, [(uuid.uuid4().bytes, b"y" * 30_000, {})])
