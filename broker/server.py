@@ -212,7 +212,7 @@ class Broker:
         if self.redis is not None:
             # Marks live in Redis with the staged rows: one history for every node.
             try:
-                return await self.redis.staging.mark(request)
+                return await self.redis.marks.handle(request)
             except StoreError as error:
                 return pb.CommitMarkReply(status=pb.STATUS_STORE_ERROR, message=str(error)[:500])
         return await self.marks.handle(request, context)

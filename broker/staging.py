@@ -22,8 +22,9 @@ always move together, so the book applies the table per attempt.
 
 Bounds: ``StagingLimits`` caps the rows and bytes staged per (queue, application)
 and per token (the name of the writer's token: every call without an auth file is
-``anonymous``), refused at the stage call that would pass a cap, and the time a row may
-stay staged (``retention``, default 7 days: far beyond any dedup
+``anonymous``), refused at the stage call that would pass a cap (an attempt belongs to
+the token that staged it first: another token's stage into it is refused), and the
+time a row may stay staged (``retention``, default 7 days: far beyond any dedup
 window); an expiry is logged at WARNING and counted (``expired_rows``), never silent.
 
 This module is the decision logic, with state in memory and, given a ``Journal``
@@ -101,6 +102,9 @@ class StageOutcome(Enum):
     """Over ``StagingLimits`` of the (queue, application): nothing of this call staged."""
     OVER_TOKEN_LIMIT = "over-token-limit"
     """Over ``StagingLimits`` of the token: nothing of this call staged."""
+    OTHER_TOKEN = "other-token"
+    """The attempt was staged by another token (its rows count against that one's
+    budget): nothing of this call staged."""
 
 
 class CommitOutcome(Enum):
@@ -123,7 +127,7 @@ class _Attempt:
     deadline: float = 0.0
     state: State = State.STAGED
     token: str = ANONYMOUS_TOKEN
-    """Whose per-token budget the rows count against (the last stage call's token)."""
+    """The token that staged the attempt: its rows count against that token's budget."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +239,8 @@ class StagingBook:
         if committed is not None and key.version <= committed:
             return StageOutcome.COMMITTED
         attempt = self._attempts.get(key)
+        if attempt is not None and attempt.token != token:
+            return StageOutcome.OTHER_TOKEN
         have = attempt.rows if attempt is not None else {}
         batch = {row.guid: row for row in rows}
         new_rows = sum(1 for guid in batch if guid not in have)
@@ -255,11 +261,6 @@ class StagingBook:
         deadline = self._clock() + limits.retention
         if self.journal is not None:
             self.journal.added(key, batch.values(), deadline, token)  # durable first
-        if attempt.token != token:
-            # The attempt's rows now count against the token that staged last.
-            self._count_token(attempt.token, -len(attempt.rows), -attempt.bytes)
-            self._count_token(token, len(attempt.rows), attempt.bytes)
-            attempt.token = token
         attempt.rows.update(batch)
         attempt.bytes += size
         attempt.deadline = deadline

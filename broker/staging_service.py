@@ -230,6 +230,14 @@ class StagingService:
                 "staged at once over every queue): nothing of this call was staged; commit "
                 "or abort versions first",
             )
+        if outcome is StageOutcome.OTHER_TOKEN:
+            stage = request.stage
+            return pb.StagingReply(
+                status=pb.STATUS_PERMISSION_DENIED,
+                message=f"partition {stage.partition} attempt {stage.attempt} of version "
+                f"{request.version} of {request.app_id[:100]!r} was staged by another token: "
+                "nothing of this call was staged",
+            )
         return pb.StagingReply(
             status=pb.STATUS_OK, committed_before=outcome is StageOutcome.COMMITTED
         )

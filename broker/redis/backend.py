@@ -13,6 +13,7 @@ from holdfast.broker.config import BrokerConfig
 from holdfast.broker.redis.client import RedisClient, parse_redis_spec
 from holdfast.broker.redis.lease import LeaseTiming
 from holdfast.broker.redis.losses import DataLoss
+from holdfast.broker.redis.marks import RedisMarks
 from holdfast.broker.redis.nodes import NodeLife
 from holdfast.broker.redis.puts import RedisPutPipeline
 from holdfast.broker.redis.registry import RedisRegistry
@@ -57,7 +58,9 @@ class RedisBackend:
         self.staging = RedisStaging(
             self.client, self.queues, config.staging, retention_ms, self.life.journal
         )
-        """Transactional writes' staged rows and commit marks, kept in Redis."""
+        """Transactional writes' staged rows, kept in Redis."""
+        self.marks = RedisMarks(self.client, self.queues.now_ms)
+        """Commit marks, kept in Redis."""
         self._staging_sweep: asyncio.Task[int] | None = None
         self._staging_swept = 0.0
 

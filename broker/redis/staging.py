@@ -1,6 +1,7 @@
-"""Transactional writes on the Redis store: staged rows, commits, aborts, expiry and
-commit marks, shared by every broker node on one Redis (the rules are
-``holdfast.broker.staging``'s; the scripts are ``staging_scripts``).
+"""Transactional writes on the Redis store: staged rows, commits, aborts and expiry,
+shared by every broker node on one Redis (the rules are ``holdfast.broker.staging``'s;
+the scripts are ``staging_scripts``; commit marks are ``marks``'s, token budgets
+``budgets``').
 
 Keys, all of the queue's hash tag ``{<uri>}`` but the token budgets (``<h>``: a hash of
 the application id)::
@@ -20,9 +21,11 @@ node sweeps ``hf:staged`` (``sweep``): an attempt past its deadline is discarded
 logged at WARNING and counted (``expired_rows``, and ``staged-expired`` in the queue's
 stats). Staging keys also carry a Redis TTL of twice the retention, refreshed by each
 stage call, which only a Redis with no broker node for that long would ever reach. Commit
-marks never expire (a version committed once stays committed); a token's budget expires
-with its staged rows' TTL (a node that died between taking budget and staging leaves
-at most that call's amount behind until then).
+marks never expire (a version committed once stays committed).
+
+With ``--redis-min-replicas N`` a stage and a commit ``WAIT N``: a stage too few
+replicas confirmed fails (the task is retried), a commit is answered UNKNOWN (it is on
+the primary; a failover may lose it).
 """
 
 from __future__ import annotations
@@ -30,18 +33,19 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from holdfast.broker.dedup import content_digest
-from holdfast.broker.marks import Mark, invalid_mark_request, mark_reply
 from holdfast.broker.redis import staging_scripts
+from holdfast.broker.redis.budgets import TokenBudgets
 from holdfast.broker.redis.client import RedisClient
 from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.redis.losses import AckJournal
+from holdfast.broker.redis.marks import marks_key, parse_mark
 from holdfast.broker.redis.registry import RedisRegistry
 from holdfast.broker.staging import AttemptKey, StageOutcome, StagingLimits
+from holdfast.broker.store import StoreError
 from holdfast.proto import pb
 from holdfast.proto.policy import PICKUP_TTL
 
@@ -59,11 +63,6 @@ def app_hash(app_id: str) -> str:
     return hashlib.sha256(app_id.encode()).hexdigest()[:32]
 
 
-def budget_key(token: str) -> str:
-    """The key of a token's staging budget (a slot of its own)."""
-    return "hf:stbudget:{" + token + "}"
-
-
 class VersionKeys:
     """The staging keys of one (queue, application, version)."""
 
@@ -77,7 +76,7 @@ class VersionKeys:
         self.index = self.prefix + "idx"
         self.usage = self.queue.prefix + "stusage"
         self.due = self.queue.prefix + "stdue"
-        self.marks = self.queue.prefix + "marks"
+        self.marks = marks_key(uri)
 
     def attempt(self, partition: int, attempt: int) -> str:
         """The hash of one attempt's rows."""
@@ -95,12 +94,6 @@ def row_value(put: pb.Put) -> bytes:
 
 def _text(raw: Any) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
-
-
-def parse_mark(raw: bytes) -> Mark:
-    """A mark as ``RECORD_MARK`` and ``COMMIT_STAGED`` keep it."""
-    version, rows, at, digest = raw.split(b"|", 3)
-    return Mark(int(version), digest, int(rows), int(at) / 1000)
 
 
 class RedisStaging:
@@ -121,11 +114,12 @@ class RedisStaging:
         self._journal = journal
         self._retention_ms = round(limits.retention * 1000)
         self._ttl_ms = 2 * self._retention_ms
-        self._token_caps = (limits.max_rows_per_token, limits.max_bytes_per_token)
+        self.budgets = TokenBudgets(client, limits, self._ttl_ms)
+        """The tokens' staging budgets."""
         self._scripts = {
             name: client.redis.register_script(getattr(staging_scripts, name))
             for name in staging_scripts.__all__
-            if name != "STATUS"
+            if name not in ("STATUS", "RECORD_MARK", "TAKE_BUDGET", "GIVE_BUDGET", "COUNT_NEW")
         }
         self.expired_rows = 0
         """Staged rows this node's sweep discarded at their deadline (logged too)."""
@@ -137,17 +131,38 @@ class RedisStaging:
     async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         return await self._client.script(name, self._scripts[name], keys, args)
 
+    async def _run_replicated(
+        self, name: str, keys: Sequence[str], args: Sequence[Any]
+    ) -> tuple[Any, bool]:
+        """Run a script that stages or publishes; with ``--redis-min-replicas N``, also
+        ``WAIT N`` on the same connection: the result, and whether N replicas confirmed."""
+        client, script = self._client, self._scripts[name]
+        if not client.min_replicas:
+            return await client.script(name, script, keys, args), True
+        timeout_ms = round(client.replica_timeout * 1000)
+
+        async def run_and_wait() -> list[Any]:
+            # A pipeline does not reload forgotten scripts by itself: load first.
+            await client.redis.script_load(script.script)
+            pipe = client.redis.pipeline(transaction=False)
+            await script(keys=list(keys), args=list(args), client=pipe)
+            pipe.execute_command("WAIT", client.min_replicas, timeout_ms)
+            done: list[Any] = await pipe.execute()
+            return done
+
+        result, acked = await client.call(name, run_and_wait)
+        return result, int(acked) >= client.min_replicas
+
     async def stage(self, key: AttemptKey, rows: Sequence[pb.Put], token: str) -> StageOutcome:
         """Stage ``rows`` (valid PUTs) for one task attempt, for ``token``."""
         keys = VersionKeys(key.queue_uri, key.app_id, key.version)
         batch = {put.guid: put for put in rows}
         size = sum(len(put.payload) for put in batch.values())
         limits = self.limits
-        budget = budget_key(token)
         attempt = keys.attempt(key.partition, key.attempt)
         taken: tuple[int, int] | None = (0, 0)
         if batch:
-            taken = await self._take_budget(budget, attempt, batch, size)
+            taken = await self.budgets.take(token, attempt, batch, size)
         if taken is None:
             return StageOutcome.OVER_TOKEN_LIMIT
         args: list[Any] = [
@@ -164,8 +179,9 @@ class RedisStaging:
         for guid, put in batch.items():
             args += [guid, row_value(put)]
         staged: list[Any] = [b"", 0, 0]
+        replicated = True
         try:
-            staged = await self._run(
+            staged, replicated = await self._run_replicated(
                 "STAGE_ROWS", [attempt, keys.index, keys.usage, keys.due, keys.marks], args
             )
         finally:
@@ -177,39 +193,27 @@ class RedisStaging:
                 else:
                     back = taken
                 if back != (0, 0):
-                    await self._run("GIVE_BUDGET", [budget], list(back))
+                    await self.budgets.give(token, *back)
         outcome = _text(staged[0])
         if outcome == "COMMITTED":
             return StageOutcome.COMMITTED
         if outcome == "OVER_LIMIT":
             return StageOutcome.OVER_LIMIT
+        if outcome == "OTHER_TOKEN":
+            return StageOutcome.OTHER_TOKEN
+        if not replicated:
+            # A failover could lose these rows: the task fails and Spark retries it
+            # (its commit would otherwise find them missing, later).
+            raise StoreError(
+                f"rows staged on the Redis primary, but fewer than {self._client.min_replicas} "
+                "replicas confirmed them in time"
+            )
         if batch:
             # A queue staged into is a queue (an operator can see and delete it).
             await self._registry.list_queue(key.queue_uri)
             redis = self._client.redis
             await self._client.call("SADD staged", lambda: redis.sadd(STAGED_QUEUES, key.queue_uri))
         return StageOutcome.STAGED
-
-    async def _take_budget(
-        self, budget: str, attempt: str, batch: Mapping[bytes, pb.Put], size: int
-    ) -> tuple[int, int] | None:
-        """Take the rows and bytes ``batch`` may add from the token's budget; None if it
-        cannot hold them. First the whole batch (one call); at the edge of the budget,
-        only what the batch adds to its attempt (a retried call adds nothing), counted
-        by another call: the budget's key is in another slot than the attempt's."""
-        caps = (*self._token_caps, self._ttl_ms)
-        took = await self._run("TAKE_BUDGET", [budget], [len(batch), size, *caps])
-        if int(took[0]):
-            return len(batch), size
-        sizes: list[Any] = []
-        for guid, put in batch.items():
-            sizes += [guid, len(put.payload)]
-        rows, delta = (int(n) for n in await self._run("COUNT_NEW", [attempt], sizes))
-        want = (rows, max(delta, 0))
-        if want == (0, 0):
-            return want
-        took = await self._run("TAKE_BUDGET", [budget], [*want, *caps])
-        return want if int(took[0]) else None
 
     async def commit(
         self,
@@ -241,7 +245,7 @@ class RedisStaging:
         for (partition, attempt), count in attempts.items():
             args += [f"{partition}:{attempt}", count]
         await registry.list_queue(uri)
-        result = await self._run(
+        result, replicated = await self._run_replicated(
             "COMMIT_STAGED",
             [
                 *(queue.ready, queue.body, queue.meta, queue.bytes, queue.stats, queue.pickup),
@@ -252,13 +256,13 @@ class RedisStaging:
         outcome = _text(result[0])
         what = f"version {version} of {app_id[:100]!r} on {uri}"
         if outcome == "ALREADY":
-            await self._give_back(result[2:])
+            await self.budgets.give_back(result[2:])
             return pb.StagingReply(
                 status=pb.STATUS_OK, committed_before=True, discarded=int(result[1])
             )
         if outcome == "PUBLISHED":
             published, discarded = int(result[1]), int(result[2])
-            await self._give_back(result[3:])
+            await self.budgets.give_back(result[3:])
             self.discarded_rows += discarded
             if published:
                 if self._journal is not None:
@@ -270,6 +274,15 @@ class RedisStaging:
                 published,
                 discarded,
             )
+            if not replicated:
+                return pb.StagingReply(
+                    status=pb.STATUS_UNKNOWN,
+                    published=published,
+                    discarded=discarded,
+                    message=f"{what} was committed on the Redis primary, but fewer than "
+                    f"{self._client.min_replicas} replicas confirmed it in time: a failover "
+                    "may lose it",
+                )
             return pb.StagingReply(status=pb.STATUS_OK, published=published, discarded=discarded)
         return pb.StagingReply(
             status=staging_scripts.STATUS[outcome],
@@ -286,57 +299,9 @@ class RedisStaging:
             [keys.app, keys.prefix],
         )
         discarded = int(result[0])
-        await self._give_back(result[1:])
+        await self.budgets.give_back(result[1:])
         self.discarded_rows += discarded
         return discarded
-
-    async def _give_back(self, released: Sequence[Any]) -> None:
-        """Give the rows and bytes of attempts that left back to their tokens."""
-        totals: Counter[tuple[str, str]] = Counter()
-        for i in range(0, len(released), 3):
-            token = _text(released[i])
-            totals[(token, "rows")] += int(released[i + 1])
-            totals[(token, "bytes")] += int(released[i + 2])
-        for token in {token for token, _ in totals}:
-            rows, size = totals[(token, "rows")], totals[(token, "bytes")]
-            if rows or size:
-                await self._run("GIVE_BUDGET", [budget_key(token)], [rows, size])
-
-    async def mark(self, request: pb.CommitMarkRequest) -> pb.CommitMarkReply:
-        """Serve ``CommitMark`` from the marks kept in Redis (``holdfast.broker.marks``'s
-        rules), so that every node and every restart sees one history."""
-        problem = invalid_mark_request(request)
-        if problem is not None:
-            return pb.CommitMarkReply(status=pb.STATUS_INVALID_ARGUMENT, message=problem)
-        key = VersionKeys(request.queue_uri, request.app_id, 0).marks
-        redis = self._client.redis
-        if not request.record:
-            raw = await self._client.call("HGET marks", lambda: redis.hget(key, request.app_id))
-            return mark_reply(None if raw is None else parse_mark(raw), request.app_id)
-        now = self._registry.now_ms()
-        changed, raw = await self._run(
-            "RECORD_MARK",
-            [key],
-            [request.app_id, request.version, request.digest, request.rows, now],
-        )
-        mark = parse_mark(raw)
-        reply = mark_reply(mark, request.app_id)
-        if not int(changed) and mark.version == request.version and mark.digest != request.digest:
-            reply.status = pb.STATUS_CONFLICT
-            reply.message = (
-                f"version {request.version} of {request.app_id[:100]!r} on "
-                f"{request.queue_uri[:100]} was committed with other content ({mark.rows} "
-                f"rows; this one has {request.rows})"
-            )
-        elif int(changed):
-            log.info(
-                "commit mark: %s on %s at version %d (%d rows)",
-                request.app_id[:100],
-                request.queue_uri,
-                mark.version,
-                mark.rows,
-            )
-        return reply
 
     async def sweep(self) -> int:
         """Discard the attempts past their deadline on every queue with staged rows
@@ -355,7 +320,7 @@ class RedisStaging:
             for i in range(0, len(out), 5):
                 key, rows, size, token, app = out[i : i + 5]
                 expired += int(rows)
-                await self._give_back([token, rows, size])
+                await self.budgets.give_back([token, rows, size])
                 _, version, partition, attempt = _text(key).rsplit(":st:", 1)[-1].split(":")
                 log.warning(
                     "staged rows expired: %d rows of %s application %r version %s partition "
@@ -414,7 +379,5 @@ __all__ = [
     "RedisStaging",
     "VersionKeys",
     "app_hash",
-    "budget_key",
-    "parse_mark",
     "row_value",
 ]

@@ -73,12 +73,20 @@ STAGE_ROWS = (
 -- KEYS: attempt, version index, usage, due, marks.
 -- ARGV: app id, app hash, version, attempt field, deadline ms, key TTL ms, max rows,
 -- max bytes (per queue and application), token, then per row: guid, value.
--- Returns {'COMMITTED'} (the version is committed: nothing staged), {'OVER_LIMIT',
--- rows, bytes} (staged now for the application), or {'STAGED', new rows, bytes added}.
+-- Returns {'COMMITTED'} (the version is committed: nothing staged), {'OTHER_TOKEN'}
+-- (another token staged the attempt), {'OVER_LIMIT', rows, bytes} (staged now for the
+-- application), or {'STAGED', new rows, bytes added}.
 if mark_version(redis.call('HGET', KEYS[5], ARGV[1])) >= tonumber(ARGV[3]) then
   return {'COMMITTED'}
 end
 if #ARGV < 10 then return {'STAGED', 0, 0} end
+local entry = redis.call('HGET', KEYS[2], ARGV[4])
+local held = 0
+if entry then
+  local bar = string.find(entry, '|', 1, true)
+  if string.sub(entry, bar + 1) ~= ARGV[9] then return {'OTHER_TOKEN'} end
+  held = tonumber(string.sub(entry, 1, bar - 1))
+end
 local function size(value) return #value - string.find(value, '\\n', 1, true) end
 local new_rows, delta = 0, 0
 for i = 10, #ARGV, 2 do
@@ -99,9 +107,6 @@ for i = 10, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 redis.call('HINCRBY', KEYS[3], 'r:' .. h, new_rows)
 redis.call('HINCRBY', KEYS[3], 'b:' .. h, delta)
 redis.call('HSET', KEYS[3], 'a:' .. h, ARGV[1])
-local entry = redis.call('HGET', KEYS[2], ARGV[4])
-local held = 0
-if entry then held = tonumber(string.sub(entry, 1, string.find(entry, '|', 1, true) - 1)) end
 redis.call('HSET', KEYS[2], ARGV[4], (held + delta) .. '|' .. ARGV[9])
 redis.call('ZADD', KEYS[4], ARGV[5], KEYS[1])
 for k = 1, 4 do redis.call('PEXPIRE', KEYS[k], ARGV[6]) end

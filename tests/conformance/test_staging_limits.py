@@ -1,7 +1,8 @@
 """Bounds of transactional writes on every store, directly and through the proxy: a
 token's staged rows and bytes are capped over every queue and application, and a stage
 call past a cap is refused whole (``LimitExceededError``) when it is made, staging
-nothing of it; what a commit or an abort takes out of staging is given back. Staged rows
+nothing of it; an attempt belongs to the token that staged it (``PermissionDeniedError``
+for another); what a commit or an abort takes out of staging is given back. Staged rows
 left uncommitted past the retention are discarded by the broker's sweep, logged at
 WARNING and counted, and a commit of them then fails loudly.
 
@@ -19,7 +20,7 @@ import pytest
 
 from holdfast.broker.server import Broker
 from holdfast.broker.staging import StagingLimits
-from holdfast.sdk.errors import LimitExceededError, RequestFailedError
+from holdfast.sdk.errors import LimitExceededError, PermissionDeniedError, RequestFailedError
 from holdfast.sdk.options import SessionOptions
 from holdfast.sdk.staging import StagedPut, Version, abort, commit, stage
 from holdfast.server.security import ServerSecurity
@@ -98,6 +99,9 @@ def test_a_token_past_its_staged_rows_is_refused_at_the_stage_call(
     if world.path == "direct":
         assert stage(someone_else, 0, 0, rows("o", 100))  # a budget of its own
         assert abort(someone_else) == 100
+        intruder = target(world, other, second, "app-b")
+        with pytest.raises(PermissionDeniedError, match="staged by another token"):
+            stage(intruder, 0, 0, rows("x", 1))  # an attempt belongs to its token
     else:
         with pytest.raises(LimitExceededError):  # the proxy's token, shared
             stage(someone_else, 0, 0, rows("o", 1))

@@ -2,7 +2,8 @@
 staged rows and commit marks; a commit is atomic (two nodes committing one version at
 once publish it once); a version committed once stays committed after its GUIDs left
 the dedup history; every staging key but the commit marks carries a TTL, and the
-sweep takes emptied queues off its list."""
+sweep takes emptied queues off its list; with too few replicas nothing is reported
+done."""
 
 from __future__ import annotations
 
@@ -12,11 +13,14 @@ from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 
+from holdfast.broker.redis.budgets import budget_key
 from holdfast.broker.redis.client import RedisClient, parse_redis_spec
 from holdfast.broker.redis.keys import QueueKeys
+from holdfast.broker.redis.marks import RedisMarks
 from holdfast.broker.redis.registry import RedisRegistry
-from holdfast.broker.redis.staging import STAGED_QUEUES, RedisStaging, budget_key
+from holdfast.broker.redis.staging import STAGED_QUEUES, RedisStaging
 from holdfast.broker.staging import ANONYMOUS_TOKEN, AttemptKey, StageOutcome, StagingLimits
+from holdfast.broker.store import StoreError
 from holdfast.proto import pb
 from tests.redis.lifecycle_world import Clock
 from tests.support.redis_server import RedisServer
@@ -65,7 +69,7 @@ def puts(tag: str, count: int) -> list[pb.Put]:
 
 def test_one_node_stages_another_commits_and_both_see_the_mark(redis_url: str) -> None:
     async def test(nodes: Nodes) -> None:
-        client, a, b, _ = nodes
+        client, a, b, clock = nodes
         uri, app = f"hf://staging/shared-{uuid.uuid4().hex[:8]}", "app"
         assert await a.stage(AttemptKey(uri, app, 3, 0, 1), puts("p", 20), ANONYMOUS_TOKEN) is (
             StageOutcome.STAGED
@@ -73,7 +77,9 @@ def test_one_node_stages_another_commits_and_both_see_the_mark(redis_url: str) -
         assert await client.redis.llen(QueueKeys(uri).ready) == 0
         reply = await b.commit(uri, app, 3, {(0, 1): 20}, b"digest", 20)
         assert (reply.status, reply.published) == (pb.STATUS_OK, 20)
-        mark = await a.mark(pb.CommitMarkRequest(queue_uri=uri, app_id=app))
+        mark = await RedisMarks(client, clock).handle(
+            pb.CommitMarkRequest(queue_uri=uri, app_id=app)
+        )
         assert (mark.found, mark.mark.version, mark.mark.digest, mark.mark.rows) == (
             True,
             3,
@@ -132,7 +138,9 @@ def test_staging_keys_expire_and_an_emptied_queue_leaves_the_sweep(redis_url: st
         uri, app = f"hf://staging/ttl-{uuid.uuid4().hex[:8]}", "app"
         await a.stage(AttemptKey(uri, app, 0, 0, 0), puts("t", 5), ANONYMOUS_TOKEN)
         await a.stage(AttemptKey(uri, app, 0, 1, 0), puts("u", 5), ANONYMOUS_TOKEN)
-        await a.mark(pb.CommitMarkRequest(queue_uri=uri, app_id="other", record=True, version=1))
+        await RedisMarks(client, clock).handle(
+            pb.CommitMarkRequest(queue_uri=uri, app_id="other", record=True, version=1)
+        )
         prefix = QueueKeys(uri).prefix
         keys = [k.decode() async for k in client.redis.scan_iter(match=prefix + "*")]
         keys.append(budget_key(ANONYMOUS_TOKEN))
@@ -153,3 +161,24 @@ def test_staging_keys_expire_and_an_emptied_queue_leaves_the_sweep(redis_url: st
         assert stats[b"staged-expired"] == b"10"
 
     run(redis_url, test)
+
+
+def test_with_too_few_replicas_a_stage_fails_and_a_commit_is_unknown(redis_url: str) -> None:
+    """``--redis-min-replicas 1`` on a Redis without replicas: nothing is reported done."""
+
+    async def main() -> None:
+        spec = parse_redis_spec(redis_url)
+        client = RedisClient(spec, retry_window=5.0, min_replicas=1, replica_timeout=0.05)
+        registry = RedisRegistry(client, "node-r", Clock())
+        staging = RedisStaging(client, registry, StagingLimits(retention=RETENTION), 600_000)
+        uri, app = f"hf://staging/replicas-{uuid.uuid4().hex[:8]}", "app"
+        try:
+            with pytest.raises(StoreError, match="fewer than 1 replicas confirmed"):
+                await staging.stage(AttemptKey(uri, app, 0, 0, 0), puts("w", 3), ANONYMOUS_TOKEN)
+            reply = await staging.commit(uri, app, 0, {(0, 0): 3}, b"d", 3)
+            assert reply.status == pb.STATUS_UNKNOWN, reply
+            assert "a failover may lose it" in reply.message
+        finally:
+            await client.close()
+
+    asyncio.run(main())
