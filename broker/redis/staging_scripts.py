@@ -188,6 +188,7 @@ local b = tonumber(redis.call('GET', KEYS[4]) or '0')
 if (max_n > 0 and n + add_n > max_n) or (max_b > 0 and b + add_b > max_b) then
   return {'FULL', n, b}
 end
+local pushed, added = {}, 0
 for _, j in ipairs(fresh) do
   local guid, value = guids[j], values[j]
   local nl = string.find(value, '\\n', 1, true)
@@ -198,11 +199,18 @@ for _, j in ipairs(fresh) do
   redis.call('HSET', KEYS[2], guid, payload)
   local properties = string.sub(value, p2 + 1, nl - 1)
   redis.call('HSET', KEYS[3], guid, digest .. '|' .. now .. '|' .. properties)
-  redis.call('RPUSH', KEYS[1], guid)
   redis.call('SET', history .. guid, digest, 'PX', ARGV[8])
-  redis.call('INCRBY', KEYS[4], #payload)
   if pickup > 0 then redis.call('ZADD', KEYS[6], tonumber(now) + pickup, guid) end
+  added = added + #payload
+  -- Pushed in publishing order, a thousand at a time (fewer calls, a bounded unpack).
+  table.insert(pushed, guid)
+  if #pushed == 1000 then
+    redis.call('RPUSH', KEYS[1], unpack(pushed))
+    pushed = {}
+  end
 end
+if #pushed > 0 then redis.call('RPUSH', KEYS[1], unpack(pushed)) end
+if added > 0 then redis.call('INCRBY', KEYS[4], added) end
 if #fresh > 0 then redis.call('HINCRBY', KEYS[5], 'accepted', #fresh) end
 redis.call('HSET', KEYS[7], app, ARGV[3] .. '|' .. ARGV[5] .. '|' .. now .. '|' .. ARGV[4])
 local discarded, released = discard_version(KEYS[8], KEYS[9], KEYS[10], prefix, h, named)

@@ -3,7 +3,7 @@ staged rows and commit marks; a commit is atomic (two nodes committing one versi
 once publish it once); a version committed once stays committed after its GUIDs left
 the dedup history; every staging key but the commit marks carries a TTL, and the
 sweep takes emptied queues off its list; with too few replicas nothing is reported
-done."""
+done; a call made while a long commit script holds Redis waits for it."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
+import redis as redis_sync
 
 from holdfast.broker.redis.budgets import budget_key
 from holdfast.broker.redis.client import RedisClient, parse_redis_spec
@@ -179,6 +180,33 @@ def test_with_too_few_replicas_a_stage_fails_and_a_commit_is_unknown(redis_url: 
             assert reply.status == pb.STATUS_UNKNOWN, reply
             assert "a failover may lose it" in reply.message
         finally:
+            await client.close()
+
+    asyncio.run(main())
+
+
+def test_a_call_made_while_a_long_script_holds_redis_waits_for_it(redis_url: str) -> None:
+    """A big staged commit is one long script: other calls meanwhile get BUSY from Redis,
+    and are retried until it is done rather than failed."""
+
+    async def main() -> None:
+        client = RedisClient(parse_redis_spec(redis_url), retry_window=10.0)
+        spec = client.spec.nodes[0]
+        blocker = redis_sync.Redis(host=spec[0], port=spec[1])
+        await client.redis.config_set("busy-reply-threshold", 50)
+        long_script = (
+            "local t = redis.call('TIME') local until_us = t[1] * 1e6 + t[2] + 1e6 "
+            "repeat t = redis.call('TIME') until t[1] * 1e6 + t[2] >= until_us return 1"
+        )
+        try:
+            holding = asyncio.get_running_loop().run_in_executor(None, blocker.eval, long_script, 0)
+            await asyncio.sleep(0.2)  # the script runs: Redis answers others BUSY
+            await client.call("SET", lambda: client.redis.set("hf:busy-test", 1, px=60_000))
+            assert await holding == 1
+            assert await client.redis.get("hf:busy-test") == b"1"
+        finally:
+            await client.redis.config_set("busy-reply-threshold", 5000)
+            blocker.close()
             await client.close()
 
     asyncio.run(main())
