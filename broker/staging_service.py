@@ -52,6 +52,7 @@ from holdfast.broker.stores import parse_store_spec
 from holdfast.broker.writer import Writer
 from holdfast.proto import pb
 from holdfast.proto.credentials import bearer_token
+from holdfast.proto.policy import DEAD_LETTER_NOTIFY
 from holdfast.proto.validate import parse_queue_uri, put_status
 from holdfast.server.guard import ServerGuard, unary_refusal
 from holdfast.server.outbox import AckGroup, Outbox
@@ -155,8 +156,15 @@ class StagingService:
     ) -> pb.StagingReply:
         """One call on a Redis store (its scripts are atomic: no lock needed)."""
         uri, app, version = request.queue_uri, request.app_id, request.version
+        redirect = redis.registry.policies.effective(uri).redirect
+        if redirect is not None and action != "abort":
+            # The target's keys are in another slot: no one script could publish there.
+            return _invalid(
+                f"{uri} redirects to {redirect}: on a Redis store a transactional write "
+                "goes to the queue itself; write to the target queue"
+            )
         if action == "stage":
-            refused = self._invalid_rows(request)
+            refused = self._invalid_rows(request) or self._invalid_notices(request, context, redis)
             if refused is not None:
                 return refused
             stage = request.stage
@@ -178,6 +186,27 @@ class StagingService:
         metadata = getattr(context, "invocation_metadata", None)
         session = self._guard.session(bearer_token(metadata() if metadata is not None else None))
         return session.grant.name if session.grant is not None else ANONYMOUS_TOKEN
+
+    def _invalid_notices(
+        self, request: pb.StagingRequest, context: Any, redis: RedisStaging
+    ) -> pb.StagingReply | None:
+        """A row naming a dead-letter notice queue its token may not write is refused
+        when it is staged (on a Redis store the commit's script publishes it unchecked)."""
+        metadata = getattr(context, "invocation_metadata", None)
+        writer = Writer(
+            self._guard.session(bearer_token(metadata() if metadata is not None else None)),
+            "staging",
+        )
+        for put in request.stage.rows:
+            if DEAD_LETTER_NOTIFY in put.properties:
+                status = writer.notify_status(put.properties[DEAD_LETTER_NOTIFY], redis.registry)
+                if status != pb.STATUS_OK:
+                    return pb.StagingReply(
+                        status=status,
+                        message=f"row {put.guid.hex()[:32]}: its dead-letter notice queue "
+                        f"{put.properties[DEAD_LETTER_NOTIFY][:100]}: {pb.Status.Name(status)}",
+                    )
+        return None
 
     def _invalid_rows(self, request: pb.StagingRequest) -> pb.StagingReply | None:
         limits = self._puts.limits

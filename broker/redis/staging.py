@@ -108,7 +108,8 @@ class RedisStaging:
         journal: AckJournal | None = None,
     ) -> None:
         self._client = client
-        self._registry = registry
+        self.registry = registry
+        """This node's queues (their policies; dead-letter notice checks)."""
         self.limits = limits
         self._history_ms = history_ms
         self._journal = journal
@@ -170,7 +171,7 @@ class RedisStaging:
             keys.app,
             key.version,
             f"{key.partition}:{key.attempt}",
-            self._registry.now_ms() + self._retention_ms,
+            self.registry.now_ms() + self._retention_ms,
             self._ttl_ms,
             limits.max_rows,
             limits.max_bytes,
@@ -210,7 +211,7 @@ class RedisStaging:
             )
         if batch:
             # A queue staged into is a queue (an operator can see and delete it).
-            await self._registry.list_queue(key.queue_uri)
+            await self.registry.list_queue(key.queue_uri)
             redis = self._client.redis
             await self._client.call("SADD staged", lambda: redis.sadd(STAGED_QUEUES, key.queue_uri))
         return StageOutcome.STAGED
@@ -227,7 +228,7 @@ class RedisStaging:
         """Commit ``version``: one ``COMMIT_STAGED`` script (see the module docstring)."""
         keys = VersionKeys(uri, app_id, version)
         queue = keys.queue
-        registry = self._registry
+        registry = self.registry
         policy = registry.policies.effective(uri)
         args: list[Any] = [
             app_id,
@@ -315,7 +316,7 @@ class RedisStaging:
             queue = QueueKeys(uri)
             due, usage = queue.prefix + "stdue", queue.prefix + "stusage"
             out = await self._run(
-                "EXPIRE_STAGED", [due, usage, queue.stats], [self._registry.now_ms(), EXPIRE_BATCH]
+                "EXPIRE_STAGED", [due, usage, queue.stats], [self.registry.now_ms(), EXPIRE_BATCH]
             )
             for i in range(0, len(out), 5):
                 key, rows, size, token, app = out[i : i + 5]

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from holdfast.sdk.errors import CommitMarkConflictError, RequestFailedError
+from holdfast.proto.policy import QueuePolicy
+from holdfast.sdk.errors import CommitMarkConflictError, InvalidArgumentError, RequestFailedError
 from holdfast.sdk.staging import Version, abort, commit, stage
 from tests.conformance.harness import World, open_world
 from tests.conformance.support import peek
@@ -100,3 +101,20 @@ def test_on_memory_a_restart_loses_staged_rows_and_the_commit_says_so(tmp_path: 
         with pytest.raises(RequestFailedError, match=r"NOT_FOUND: .*0 rows staged"):
             commit(version, {(0, 0): 5}, b"d", 5)
         assert peek(world, uri) == []
+
+
+def test_a_transactional_write_to_a_redirected_queue(world: World) -> None:
+    """Memory and sqlite publish into the redirect's target, as a PUT would go; Redis
+    refuses the write at its first stage (the target's keys are in another slot than
+    the staged rows, so no one script could publish there), loudly and typed."""
+    uri, moved_to = world.uri("redirected"), world.uri("moved-to")
+    world.admin.set_policy(uri, QueuePolicy(redirect=moved_to))
+    version = target(world, uri, 0)
+    if world.store_kind.startswith("redis"):
+        with pytest.raises(InvalidArgumentError, match="write to the target queue"):
+            stage(version, 0, 0, rows("m", 5))
+        assert peek(world, moved_to) == []
+        return
+    assert stage(version, 0, 0, rows("m", 5))
+    assert commit(version, {(0, 0): 5}, b"d", 5).published == 5
+    assert len(peek(world, moved_to)) == 5
