@@ -24,6 +24,7 @@ from holdfast.broker.config import BrokerConfig
 from holdfast.broker.redis.tls import RedisTls
 from holdfast.broker.server import Broker
 from holdfast.broker.sqlite_store import SYNC_MODES
+from holdfast.broker.staging import StagingLimits
 from holdfast.broker.store import Store, StoreError
 from holdfast.broker.stores import open_store, parse_store_spec
 from holdfast.server.cli_support import (
@@ -206,6 +207,30 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--redis-key", metavar="PATH", help="Redis store over TLS: PEM key of --redis-cert"
     )
+    parser.add_argument(
+        "--stage-retention",
+        type=_argument(_positive_float),
+        default=defaults.staging.retention,
+        metavar="SECONDS",
+        help="transactional writes: how long staged rows wait for their commit before they "
+        "are discarded (logged and counted) (default: %(default)s, 7 days)",
+    )
+    parser.add_argument(
+        "--stage-max-rows-per-token",
+        type=_argument(_positive_int),
+        default=defaults.staging.max_rows_per_token,
+        metavar="N",
+        help="transactional writes: rows one token may have staged at once; a stage call "
+        "past it is refused with LIMIT_EXCEEDED (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--stage-max-bytes-per-token",
+        type=_argument(_positive_int),
+        default=defaults.staging.max_bytes_per_token,
+        metavar="BYTES",
+        help="transactional writes: payload bytes one token may have staged at once "
+        "(default: %(default)s)",
+    )
     add_security_flags(parser)
     add_common_flags(parser, "holdfast-broker")
     apply_environment(parser)
@@ -229,6 +254,11 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         redis_lease=args.redis_lease,
         redis_tls=RedisTls(args.redis_ca, args.redis_cert, args.redis_key),
         security=security_from_args(args),
+        staging=StagingLimits(
+            retention=args.stage_retention,
+            max_rows_per_token=args.stage_max_rows_per_token,
+            max_bytes_per_token=args.stage_max_bytes_per_token,
+        ),
     )
 
 

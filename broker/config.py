@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from holdfast.broker.dedup import DEFAULT_GRACE, default_max_guids
 from holdfast.broker.redis.tls import RedisTls
 from holdfast.broker.sqlite_store import DEFAULT_SYNC, SYNC_MODES
+from holdfast.broker.staging import StagingLimits
 from holdfast.broker.stores import parse_store_spec
 from holdfast.proto.limits import (
     DEFAULT_BATCH_BYTES,
@@ -78,6 +79,9 @@ class BrokerConfig:
     """Redis store over TLS (``rediss://``): the CA and client certificate."""
     security: ServerSecurity = field(default_factory=ServerSecurity)
     """TLS, tokens and per-session limits (``holdfast.server.security``)."""
+    staging: StagingLimits = field(default_factory=StagingLimits)
+    """Transactional writes: rows and bytes staged at most per (queue, application) and
+    per token, and how long staged rows wait for their commit (``staging``)."""
 
     def __post_init__(self) -> None:
         split_host_port(self.listen)

@@ -128,18 +128,18 @@ class MarkBook:
         self, request: pb.CommitMarkRequest, context: Any = None
     ) -> pb.CommitMarkReply:
         """Serve one ``CommitMark`` call."""
-        problem = _invalid(request)
+        problem = invalid_mark_request(request)
         if problem is not None:
             return pb.CommitMarkReply(status=pb.STATUS_INVALID_ARGUMENT, message=problem)
         key = (request.queue_uri, request.app_id)
         if not request.record:
-            return _reply(self._marks.get(key), request.app_id)
+            return mark_reply(self._marks.get(key), request.app_id)
         # One recorder at a time, so that two replays of one version cannot both win.
         async with self._lock:
             stored = self._marks.get(key)
             if stored is not None and request.version <= stored.version:
                 if request.version == stored.version and request.digest != stored.digest:
-                    reply = _reply(stored, request.app_id)
+                    reply = mark_reply(stored, request.app_id)
                     reply.status = pb.STATUS_CONFLICT
                     reply.message = (
                         f"version {request.version} of {request.app_id[:QUOTE_LIMIT]!r} on "
@@ -147,7 +147,7 @@ class MarkBook:
                         f"({stored.rows} rows; this one has {request.rows})"
                     )
                     return reply
-                return _reply(stored, request.app_id)
+                return mark_reply(stored, request.app_id)
             mark = Mark(request.version, bytes(request.digest), request.rows, self._clock())
             if self._file is not None:
                 try:
@@ -166,7 +166,7 @@ class MarkBook:
                 mark.version,
                 mark.rows,
             )
-            return _reply(mark, request.app_id)
+            return mark_reply(mark, request.app_id)
 
     def close(self) -> None:
         """Close the mark file, if any."""
@@ -174,7 +174,8 @@ class MarkBook:
             self._file.close()
 
 
-def _invalid(request: pb.CommitMarkRequest) -> str | None:
+def invalid_mark_request(request: pb.CommitMarkRequest) -> str | None:
+    """What is wrong with a ``CommitMark`` request, or None."""
     try:
         parse_queue_uri(request.queue_uri)
     except ValueError as error:
@@ -188,7 +189,8 @@ def _invalid(request: pb.CommitMarkRequest) -> str | None:
     return None
 
 
-def _reply(mark: Mark | None, app_id: str) -> pb.CommitMarkReply:
+def mark_reply(mark: Mark | None, app_id: str) -> pb.CommitMarkReply:
+    """The OK reply that shows ``mark`` (None: no mark)."""
     if mark is None:
         return pb.CommitMarkReply(status=pb.STATUS_OK, found=False)
     return pb.CommitMarkReply(

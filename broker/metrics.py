@@ -39,14 +39,34 @@ Metrics (counters get Prometheus's ``_total`` suffix):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from holdfast.broker.queues import Queue
 from holdfast.broker.registry import QueueRegistry
-from holdfast.broker.staging import StagingBook
 from holdfast.proto import status_name
+
+
+class StagedCounts(Protocol):
+    """What the staging metrics read: a ``StagingBook``, or a Redis node's
+    ``RedisStaging`` (its counters are that node's, its total the last sweep's)."""
+
+    @property
+    def staged_total(self) -> int:
+        """Rows staged now."""
+        ...
+
+    @property
+    def expired_rows(self) -> int:
+        """Staged rows discarded at their deadline."""
+        ...
+
+    @property
+    def discarded_rows(self) -> int:
+        """Staged rows discarded by a commit of another attempt or an abort."""
+        ...
 
 
 def _oldest_age(queue: Queue, now: float | None) -> float:
@@ -70,7 +90,7 @@ class BrokerCollector(Collector):
         acks: dict[int, int],
         sessions: Callable[[], int],
         clock: Callable[[], float] | None = None,
-        staging: StagingBook | None = None,
+        staging: StagedCounts | None = None,
     ) -> None:
         self._queues = queues
         self._clock = clock

@@ -29,7 +29,7 @@ from holdfast.broker.registry import SWEEP_INTERVAL, QueueRegistry
 from holdfast.broker.session import Session
 from holdfast.broker.staging import StagingBook
 from holdfast.broker.staging_service import StagingService
-from holdfast.broker.store import Store
+from holdfast.broker.store import Store, StoreError
 from holdfast.broker.stores import open_store, parse_store_spec
 from holdfast.proto import pb
 from holdfast.proto.credentials import bearer_token
@@ -100,12 +100,12 @@ class Broker:
         """Commit marks of writer applications (``holdfast.broker.marks``); durable from
         ``start()`` on with a sqlite store."""
         self.staging = StagingService(
-            StagingBook(self.clock),
+            StagingBook(self.clock, config.staging),
             lambda: self.marks,
             self.queues,
             self.puts,
             self.guard,
-            enabled=self.redis is None,
+            None if self.redis is None else self.redis.staging,
         )
         """Transactional writes' staged rows (``holdfast.broker.staging_service``)."""
         self.address = ""
@@ -159,7 +159,7 @@ class Broker:
                     self.puts.acks if self.redis is None else self.redis.puts.acks,
                     lambda: len(self._sessions),
                     self.clock,
-                    self.staging.book if self.redis is None else None,
+                    self.staging.book if self.redis is None else self.redis.staging,
                 ),
                 ready=lambda: self._server is not None and not self._stopping,
             )
@@ -213,6 +213,12 @@ class Broker:
         refusal = unary_refusal(self.guard, context, request.queue_uri, request.record)
         if refusal is not None:
             return pb.CommitMarkReply(status=refusal[0], message=refusal[1])
+        if self.redis is not None:
+            # Marks live in Redis with the staged rows: one history for every node.
+            try:
+                return await self.redis.marks.handle(request)
+            except StoreError as error:
+                return pb.CommitMarkReply(status=pb.STATUS_STORE_ERROR, message=str(error)[:500])
         return await self.marks.handle(request, context)
 
     def start_sweeping(self) -> None:
@@ -226,7 +232,10 @@ class Broker:
             await asyncio.sleep(SWEEP_INTERVAL)
             try:
                 self.queues.sweep()
-                self.staging.book.sweep()
+                if self.redis is None:
+                    self.staging.book.sweep()
+                else:
+                    self.redis.sweep_staging()
             except Exception:
                 # A bug in one sweep must not stop TTLs and delays for good.
                 log.exception("sweeping the queues failed")

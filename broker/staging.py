@@ -21,7 +21,10 @@ READY on commit, -> DISCARDED on discard or past its deadline); rows of one atte
 always move together, so the book applies the table per attempt.
 
 Bounds: ``StagingLimits`` caps the rows and bytes staged per (queue, application)
-and the time a row may stay staged (``retention``, default 7 days: far beyond any dedup
+and per token (the name of the writer's token: every call without an auth file is
+``anonymous``), refused at the stage call that would pass a cap (an attempt belongs to
+the token that staged it first: another token's stage into it is refused), and the
+time a row may stay staged (``retention``, default 7 days: far beyond any dedup
 window); an expiry is logged at WARNING and counted (``expired_rows``), never silent.
 
 This module is the decision logic, with state in memory and, given a ``Journal``
@@ -44,15 +47,29 @@ log = logging.getLogger(__name__)
 DEFAULT_STAGE_RETENTION = 7 * 24 * 3600.0
 """Seconds a staged row may wait for its commit before it is discarded (7 days)."""
 
+ANONYMOUS_TOKEN = "anonymous"
+"""The token name of calls on a broker without an auth file."""
+
 
 @dataclass(frozen=True, slots=True)
 class StagingLimits:
-    """Per (queue, application): most rows and payload bytes staged at once, and the
-    seconds a row may stay staged."""
+    """Per (queue, application) and per token: most rows and payload bytes staged at
+    once; and the seconds a row may stay staged."""
 
     max_rows: int = 10_000_000
     max_bytes: int = 4 << 30
     retention: float = DEFAULT_STAGE_RETENTION
+    max_rows_per_token: int = 20_000_000
+    """Rows one token may have staged at once, over every queue and application."""
+    max_bytes_per_token: int = 8 << 30
+    """Payload bytes one token may have staged at once."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_rows", "max_bytes", "max_rows_per_token", "max_bytes_per_token"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"staging limit {name} must be >= 1")
+        if self.retention <= 0:
+            raise ValueError("the staging retention must be > 0 seconds")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +99,12 @@ class StageOutcome(Enum):
     COMMITTED = "committed"
     """The version is committed already: nothing staged; the task has nothing to do."""
     OVER_LIMIT = "over-limit"
-    """Over ``StagingLimits``: nothing of this call staged."""
+    """Over ``StagingLimits`` of the (queue, application): nothing of this call staged."""
+    OVER_TOKEN_LIMIT = "over-token-limit"
+    """Over ``StagingLimits`` of the token: nothing of this call staged."""
+    OTHER_TOKEN = "other-token"
+    """The attempt was staged by another token (its rows count against that one's
+    budget): nothing of this call staged."""
 
 
 class CommitOutcome(Enum):
@@ -104,6 +126,8 @@ class _Attempt:
     bytes: int = 0
     deadline: float = 0.0
     state: State = State.STAGED
+    token: str = ANONYMOUS_TOKEN
+    """The token that staged the attempt: its rows count against that token's budget."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +143,11 @@ class CommitResult:
 class Journal(Protocol):
     """Where a book writes its changes through to (``staging_file.StagingFile``)."""
 
-    def added(self, key: AttemptKey, rows: Iterable[StagedRow], deadline: float) -> None:
-        """``rows`` were staged under ``key``, which now ends at ``deadline``."""
+    def added(
+        self, key: AttemptKey, rows: Iterable[StagedRow], deadline: float, token: str
+    ) -> None:
+        """``rows`` were staged under ``key`` by ``token``; ``key`` now ends at
+        ``deadline``."""
         ...
 
     def removed(self, key: AttemptKey) -> None:
@@ -139,25 +166,28 @@ class StagingBook:
         self._attempts: dict[AttemptKey, _Attempt] = {}
         self._committed: dict[tuple[str, str], int] = {}
         self._usage: dict[tuple[str, str], tuple[int, int]] = {}
+        self._token_usage: dict[str, tuple[int, int]] = {}
         self.expired_rows = 0
         """Staged rows discarded at their deadline (logged too)."""
         self.discarded_rows = 0
         """Staged rows discarded by a commit of another attempt or an abort."""
 
-    def restore(self, journal: Journal, rows: Iterable[tuple[AttemptKey, StagedRow, float]]) -> int:
-        """Take back what ``journal`` kept (``rows`` of each attempt with its deadline),
-        and write every later change through to it; returns the rows restored."""
+    def restore(
+        self, journal: Journal, rows: Iterable[tuple[AttemptKey, StagedRow, float, str]]
+    ) -> int:
+        """Take back what ``journal`` kept (``rows`` of each attempt with its deadline
+        and token), and write every later change through to it; returns the rows
+        restored."""
         count = 0
-        for key, row, deadline in rows:
+        for key, row, deadline, token in rows:
             attempt = self._attempts.get(key)
             if attempt is None:
-                attempt = self._attempts[key] = _Attempt()
+                attempt = self._attempts[key] = _Attempt(token=token)
             attempt.rows[row.guid] = row
             attempt.bytes += len(row.payload)
             attempt.deadline = deadline
             app = (key.queue_uri, key.app_id)
-            used_rows, used_bytes = self._usage.get(app, (0, 0))
-            self._usage[app] = (used_rows + 1, used_bytes + len(row.payload))
+            self._count(app, attempt.token, 1, len(row.payload))
             count += 1
         self.journal = journal
         return count
@@ -181,31 +211,60 @@ class StagingBook:
         app = (queue_uri, app_id)
         self._committed[app] = max(version, self._committed.get(app, version))
 
-    def stage(self, key: AttemptKey, rows: Iterable[StagedRow]) -> StageOutcome:
-        """Add ``rows`` to attempt ``key`` (a task stages in several calls; a GUID staged
-        again replaces its row, so a retried call adds nothing)."""
+    def _count(self, app: tuple[str, str], token: str, rows: int, size: int) -> None:
+        """Add ``rows`` and ``size`` bytes (negative: take away) to the usage of ``app``
+        and of ``token``."""
+        used_rows, used_bytes = self._usage.get(app, (0, 0))
+        self._usage[app] = (used_rows + rows, used_bytes + size)
+        self._count_token(token, rows, size)
+
+    def _count_token(self, token: str, rows: int, size: int) -> None:
+        token_rows, token_bytes = self._token_usage.get(token, (0, 0))
+        if token_rows + rows <= 0 and token_bytes + size <= 0:
+            self._token_usage.pop(token, None)
+        else:
+            self._token_usage[token] = (token_rows + rows, token_bytes + size)
+
+    def token_usage(self, token: str) -> tuple[int, int]:
+        """Rows and payload bytes ``token`` has staged now."""
+        return self._token_usage.get(token, (0, 0))
+
+    def stage(
+        self, key: AttemptKey, rows: Iterable[StagedRow], token: str = ANONYMOUS_TOKEN
+    ) -> StageOutcome:
+        """Add ``rows`` to attempt ``key`` for ``token`` (a task stages in several calls;
+        a GUID staged again replaces its row, so a retried call adds nothing)."""
         app = (key.queue_uri, key.app_id)
         committed = self._committed.get(app)
         if committed is not None and key.version <= committed:
             return StageOutcome.COMMITTED
         attempt = self._attempts.get(key)
+        if attempt is not None and attempt.token != token:
+            return StageOutcome.OTHER_TOKEN
         have = attempt.rows if attempt is not None else {}
         batch = {row.guid: row for row in rows}
         new_rows = sum(1 for guid in batch if guid not in have)
         size = sum(len(row.payload) for row in batch.values())
         size -= sum(len(have[guid].payload) for guid in batch if guid in have)
         used_rows, used_bytes = self._usage.get(app, (0, 0))
-        if used_rows + new_rows > self.limits.max_rows or used_bytes + size > self.limits.max_bytes:
+        limits = self.limits
+        if used_rows + new_rows > limits.max_rows or used_bytes + size > limits.max_bytes:
             return StageOutcome.OVER_LIMIT
+        token_rows, token_bytes = self._token_usage.get(token, (0, 0))
+        if (
+            token_rows + new_rows > limits.max_rows_per_token
+            or token_bytes + size > limits.max_bytes_per_token
+        ):
+            return StageOutcome.OVER_TOKEN_LIMIT
         if attempt is None:
-            attempt = self._attempts[key] = _Attempt()
-        deadline = self._clock() + self.limits.retention
+            attempt = self._attempts[key] = _Attempt(token=token)
+        deadline = self._clock() + limits.retention
         if self.journal is not None:
-            self.journal.added(key, batch.values(), deadline)  # durable before it counts
+            self.journal.added(key, batch.values(), deadline, token)  # durable first
         attempt.rows.update(batch)
         attempt.bytes += size
         attempt.deadline = deadline
-        self._usage[app] = (used_rows + new_rows, used_bytes + size)
+        self._count(app, token, new_rows, size)
         return StageOutcome.STAGED
 
     def _of_version(self, queue_uri: str, app_id: str, version: int) -> list[AttemptKey]:
@@ -227,8 +286,7 @@ class StagingBook:
                 self.journal.removed(key)
             del self._attempts[key]
             app = (key.queue_uri, key.app_id)
-            used_rows, used_bytes = self._usage.get(app, (0, 0))
-            self._usage[app] = (used_rows - len(attempt.rows), used_bytes - attempt.bytes)
+            self._count(app, attempt.token, -len(attempt.rows), -attempt.bytes)
             if outcome.row.effect is Effect.DROP and event is not Event.TICK:
                 self.discarded_rows += len(attempt.rows)
         return attempt

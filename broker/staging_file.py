@@ -19,7 +19,8 @@ from holdfast.broker.staging import AttemptKey, StagedRow
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS staged (queue_uri TEXT, app_id TEXT, version INTEGER,"
     " partition INTEGER, attempt INTEGER, guid BLOB, payload BLOB, properties TEXT,"
-    " deadline REAL, PRIMARY KEY (queue_uri, app_id, version, partition, attempt, guid))"
+    " deadline REAL, token TEXT NOT NULL DEFAULT 'anonymous',"
+    " PRIMARY KEY (queue_uri, app_id, version, partition, attempt, guid))"
 )
 _KEY = "queue_uri = ? AND app_id = ? AND version = ? AND partition = ? AND attempt = ?"
 
@@ -38,37 +39,50 @@ class StagingFile:
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute(_SCHEMA)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(staged)")}
+            if "token" not in columns:
+                # A file from before per-token limits: its rows count as anonymous.
+                self._db.execute(
+                    "ALTER TABLE staged ADD COLUMN token TEXT NOT NULL DEFAULT 'anonymous'"
+                )
         except sqlite3.Error as error:
             raise OSError(f"cannot open the staging file {path}: {error}") from error
 
-    def added(self, key: AttemptKey, rows: Iterable[StagedRow], deadline: float) -> None:
-        """``rows`` were staged under ``key``, which now ends at ``deadline``."""
+    def added(
+        self, key: AttemptKey, rows: Iterable[StagedRow], deadline: float, token: str
+    ) -> None:
+        """``rows`` were staged under ``key`` by ``token``; ``key`` now ends at
+        ``deadline``."""
         values = [
-            (*_key(key), row.guid, row.payload, json.dumps(dict(row.properties)), deadline)
+            (*_key(key), row.guid, row.payload, json.dumps(dict(row.properties)), deadline, token)
             for row in rows
         ]
         with self._lock, self._db:
             self._db.execute("BEGIN")
             self._db.executemany(
-                "INSERT OR REPLACE INTO staged VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", values
+                "INSERT OR REPLACE INTO staged VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", values
             )
-            self._db.execute(f"UPDATE staged SET deadline = ? WHERE {_KEY}", (deadline, *_key(key)))
+            self._db.execute(
+                f"UPDATE staged SET deadline = ?, token = ? WHERE {_KEY}",
+                (deadline, token, *_key(key)),
+            )
 
     def removed(self, key: AttemptKey) -> None:
         """``key``'s rows left the book."""
         with self._lock:
             self._db.execute(f"DELETE FROM staged WHERE {_KEY}", _key(key))
 
-    def load(self) -> Iterator[tuple[AttemptKey, StagedRow, float]]:
-        """Every staged row, with its attempt and deadline."""
+    def load(self) -> Iterator[tuple[AttemptKey, StagedRow, float, str]]:
+        """Every staged row, with its attempt, deadline and token."""
         with self._lock:
             found = self._db.execute(
                 "SELECT queue_uri, app_id, version, partition, attempt, guid, payload,"
-                " properties, deadline FROM staged"
+                " properties, deadline, token FROM staged"
             ).fetchall()
-        for uri, app, version, partition, attempt, guid, payload, properties, deadline in found:
-            key = AttemptKey(uri, app, version, partition, attempt)
-            yield key, StagedRow(bytes(guid), bytes(payload), json.loads(properties)), deadline
+        for uri, app, version, part, attempt, guid, payload, props, deadline, token in found:
+            key = AttemptKey(uri, app, version, part, attempt)
+            row = StagedRow(bytes(guid), bytes(payload), json.loads(props))
+            yield key, row, deadline, token
 
     def close(self) -> None:
         """Close the file."""

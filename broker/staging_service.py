@@ -16,11 +16,14 @@ serves them. A commit, for one (queue, application, version) at a time:
    attempts. A failure before the mark leaves the rows staged: the writer's retry
    publishes them again and the broker's dedup absorbs what made it the first time.
 
-Stores: memory and sqlite. On a Redis store the call is answered UNIMPLEMENTED (what a
-broker without it answers), and the Spark writer falls back to posting directly. With
-a sqlite store staged rows are kept in ``PATH-staging`` (``staging_file``) and survive
-a restart; with memory they do not, and a commit then answers NOT_FOUND, which fails
-the write loudly (Spark runs it again).
+Stores: every one. With a sqlite store staged rows are kept in ``PATH-staging``
+(``staging_file``) and survive a restart; with memory they do not, and a commit then
+answers NOT_FOUND, which fails the write loudly (Spark runs it again). On a Redis store
+the rows, the commit marks and the decisions are Redis's (``holdfast.broker.redis.staging``:
+a commit is one script on the queue's slot), shared by every node.
+
+Limits (``StagingLimits``): a stage call that would pass the rows or bytes staged per
+(queue, application) or per token is refused whole with LIMIT_EXCEEDED at that call.
 """
 
 from __future__ import annotations
@@ -29,15 +32,14 @@ import asyncio
 import logging
 import sqlite3
 from collections.abc import Callable
-from typing import Any
-
-import grpc
+from typing import TYPE_CHECKING, Any
 
 from holdfast.broker.consumers import QueueHandle
 from holdfast.broker.marks import MarkBook
 from holdfast.broker.puts import PutPipeline
 from holdfast.broker.registry import QueueRegistry
 from holdfast.broker.staging import (
+    ANONYMOUS_TOKEN,
     AttemptKey,
     CommitOutcome,
     StagedRow,
@@ -45,13 +47,18 @@ from holdfast.broker.staging import (
     StagingBook,
 )
 from holdfast.broker.staging_file import StagingFile
+from holdfast.broker.store import StoreError
 from holdfast.broker.stores import parse_store_spec
 from holdfast.broker.writer import Writer
 from holdfast.proto import pb
 from holdfast.proto.credentials import bearer_token
+from holdfast.proto.policy import DEAD_LETTER_NOTIFY
 from holdfast.proto.validate import parse_queue_uri, put_status
 from holdfast.server.guard import ServerGuard, unary_refusal
 from holdfast.server.outbox import AckGroup, Outbox
+
+if TYPE_CHECKING:
+    from holdfast.broker.redis.staging import RedisStaging
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +85,8 @@ class _AckCollector(Outbox):
 
 
 class StagingService:
-    """Serves ``Staging`` for a broker on a memory or sqlite store."""
+    """Serves ``Staging`` for a broker: from ``book`` on a memory or sqlite store, from
+    ``redis`` on a Redis store."""
 
     def __init__(
         self,
@@ -87,14 +95,14 @@ class StagingService:
         queues: QueueRegistry,
         puts: PutPipeline,
         guard: ServerGuard,
-        enabled: bool = True,
+        redis: RedisStaging | None = None,
     ) -> None:
         self.book = book
         self._marks = marks
         self._queues = queues
         self._puts = puts
         self._guard = guard
-        self._enabled = enabled
+        self.redis = redis
         # Commits and aborts one at a time (they are one per version, and a commit's
         # publishing must not interleave with a retry of itself).
         self._lock = asyncio.Lock()
@@ -117,11 +125,6 @@ class StagingService:
 
     async def handle(self, request: pb.StagingRequest, context: Any) -> pb.StagingReply:
         """Serve one call, for a token that may write the queue's domain."""
-        if not self._enabled:
-            await context.abort(
-                grpc.StatusCode.UNIMPLEMENTED,
-                "transactional writes are not supported on this broker's store (Redis)",
-            )
         refusal = unary_refusal(self._guard, context, request.queue_uri, True)
         if refusal is not None:
             return pb.StagingReply(status=refusal[0], message=refusal[1])
@@ -132,43 +135,137 @@ class StagingService:
         if not request.app_id or len(request.app_id.encode()) > 1024:
             return _invalid("app_id must be 1 to 1024 bytes")
         action = request.WhichOneof("action")
-        if action == "stage":
-            return self._stage(request)
         if action is None:
             return _invalid("a Staging call needs stage, commit or abort")
+        if self.redis is not None:
+            try:
+                return await self._on_redis(self.redis, action, request, context)
+            except StoreError as error:
+                log.error("staging on the Redis store: %s", error)
+                return pb.StagingReply(status=pb.STATUS_STORE_ERROR, message=str(error)[:500])
+        if action == "stage":
+            return self._stage(request, context)
         async with self._lock:
             if action == "abort":
                 discarded = self.book.abort(request.queue_uri, request.app_id, request.version)
                 return pb.StagingReply(status=pb.STATUS_OK, discarded=discarded)
             return await self._commit(request, context)
 
-    def _stage(self, request: pb.StagingRequest) -> pb.StagingReply:
-        stage = request.stage
+    async def _on_redis(
+        self, redis: RedisStaging, action: str, request: pb.StagingRequest, context: Any
+    ) -> pb.StagingReply:
+        """One call on a Redis store (its scripts are atomic: no lock needed)."""
+        uri, app, version = request.queue_uri, request.app_id, request.version
+        redirect = redis.registry.policies.effective(uri).redirect
+        if redirect is not None and action != "abort":
+            # The target's keys are in another slot: no one script could publish there.
+            return _invalid(
+                f"{uri} redirects to {redirect}: on a Redis store a transactional write "
+                "goes to the queue itself; write to the target queue"
+            )
+        if action == "stage":
+            refused = self._invalid_rows(request) or self._invalid_notices(request, context, redis)
+            if refused is not None:
+                return refused
+            stage = request.stage
+            key = AttemptKey(uri, app, version, stage.partition, stage.attempt)
+            outcome = await redis.stage(key, stage.rows, self._token_name(context))
+            return self._staged(request, outcome, context)
+        if action == "abort":
+            return pb.StagingReply(
+                status=pb.STATUS_OK, discarded=await redis.abort(uri, app, version)
+            )
+        commit = request.commit
+        attempts = {(a.partition, a.attempt): a.rows for a in commit.attempts}
+        return await redis.commit(uri, app, version, attempts, commit.digest, commit.rows)
+
+    def _token_name(self, context: Any) -> str:
+        """The name of the token whose budget a stage call counts against."""
+        if self._guard.authorizer is None:
+            return ANONYMOUS_TOKEN
+        metadata = getattr(context, "invocation_metadata", None)
+        session = self._guard.session(bearer_token(metadata() if metadata is not None else None))
+        return session.grant.name if session.grant is not None else ANONYMOUS_TOKEN
+
+    def _invalid_notices(
+        self, request: pb.StagingRequest, context: Any, redis: RedisStaging
+    ) -> pb.StagingReply | None:
+        """A row naming a dead-letter notice queue its token may not write is refused
+        when it is staged (on a Redis store the commit's script publishes it unchecked)."""
+        metadata = getattr(context, "invocation_metadata", None)
+        writer = Writer(
+            self._guard.session(bearer_token(metadata() if metadata is not None else None)),
+            "staging",
+        )
+        for put in request.stage.rows:
+            if DEAD_LETTER_NOTIFY in put.properties:
+                status = writer.notify_status(put.properties[DEAD_LETTER_NOTIFY], redis.registry)
+                if status != pb.STATUS_OK:
+                    return pb.StagingReply(
+                        status=status,
+                        message=f"row {put.guid.hex()[:32]}: its dead-letter notice queue "
+                        f"{put.properties[DEAD_LETTER_NOTIFY][:100]}: {pb.Status.Name(status)}",
+                    )
+        return None
+
+    def _invalid_rows(self, request: pb.StagingRequest) -> pb.StagingReply | None:
         limits = self._puts.limits
-        for put in stage.rows:
+        for put in request.stage.rows:
             status = put_status(put.guid, put.payload, put.properties, limits)
             if status != pb.STATUS_OK:
                 return pb.StagingReply(
                     status=status, message=f"row {put.guid.hex()[:32]}: {pb.Status.Name(status)}"
                 )
+        return None
+
+    def _stage(self, request: pb.StagingRequest, context: Any) -> pb.StagingReply:
+        refused = self._invalid_rows(request)
+        if refused is not None:
+            return refused
+        stage = request.stage
         key = AttemptKey(
             request.queue_uri, request.app_id, request.version, stage.partition, stage.attempt
         )
         try:
             outcome = self.book.stage(
-                key, (StagedRow(p.guid, p.payload, dict(p.properties)) for p in stage.rows)
+                key,
+                (StagedRow(p.guid, p.payload, dict(p.properties)) for p in stage.rows),
+                self._token_name(context),
             )
         except (sqlite3.Error, OSError) as error:
             log.error("cannot keep staged rows: %s", error)
             return pb.StagingReply(
                 status=pb.STATUS_STORE_ERROR, message=f"cannot keep the staged rows: {error}"
             )
+        return self._staged(request, outcome, context)
+
+    def _staged(
+        self, request: pb.StagingRequest, outcome: StageOutcome, context: Any
+    ) -> pb.StagingReply:
+        """The reply to a stage call that got ``outcome``."""
+        limits = self.book.limits
         if outcome is StageOutcome.OVER_LIMIT:
             return pb.StagingReply(
                 status=pb.STATUS_LIMIT_EXCEEDED,
                 message=f"staging limits of {request.app_id[:100]!r} on {request.queue_uri} "
-                f"reached ({self.book.limits.max_rows} rows, {self.book.limits.max_bytes} "
-                "bytes): commit or abort versions first",
+                f"reached ({limits.max_rows} rows, {limits.max_bytes} bytes): commit or abort "
+                "versions first",
+            )
+        if outcome is StageOutcome.OVER_TOKEN_LIMIT:
+            return pb.StagingReply(
+                status=pb.STATUS_LIMIT_EXCEEDED,
+                message=f"staging limits of token {self._token_name(context)!r} reached "
+                f"({limits.max_rows_per_token} rows, {limits.max_bytes_per_token} bytes "
+                "staged at once over every queue): nothing of this call was staged; commit "
+                "or abort versions first",
+            )
+        if outcome is StageOutcome.OTHER_TOKEN:
+            stage = request.stage
+            return pb.StagingReply(
+                status=pb.STATUS_PERMISSION_DENIED,
+                message=f"partition {stage.partition} attempt {stage.attempt} of version "
+                f"{request.version} of {request.app_id[:100]!r} was staged by another token: "
+                "nothing of this call was staged",
             )
         return pb.StagingReply(
             status=pb.STATUS_OK, committed_before=outcome is StageOutcome.COMMITTED

@@ -4,7 +4,7 @@ Commit marks and staged rows belong to the broker (they must outlive any proxy),
 proxy keeps none: it forwards each call to the first upstream that answers, in failover order,
 and returns the broker's reply unchanged. Both calls are idempotent, so trying the
 next broker after an unreachable one is safe. A broker's own refusal (UNIMPLEMENTED:
-a store without staging) is passed on as it came.
+a broker older than staging) is passed on as it came.
 """
 
 from __future__ import annotations

@@ -205,8 +205,7 @@ class TerminalTransportError(TransportError):
 
 
 class UnsupportedCallError(TerminalTransportError):
-    """The server has no such call (gRPC ``UNIMPLEMENTED``): an older broker, or a store
-    that does not support it (transactional writes on Redis)."""
+    """The server has no such call (gRPC ``UNIMPLEMENTED``): an older broker or proxy."""
 
 
 class ProtocolVersionError(TerminalTransportError):

@@ -5,7 +5,7 @@ driver then commits the attempts that count (``commit``: published together, the
 version's commit mark recorded) or aborts (``abort``). See
 ``holdfast.broker.staging_service`` for the broker's rules. Every call is idempotent
 and retried across the addresses until its deadline (``marks.call_unary``); a broker
-that cannot stage (an older one, or a Redis store) raises ``UnsupportedCallError``.
+that cannot stage (an older one) raises ``UnsupportedCallError``.
 """
 
 from __future__ import annotations

@@ -8,8 +8,10 @@ markers, confirms, requeues and delays act only on what is still where they expe
 it. A claim (or an expiry) whose reply was lost leaves its messages among this node's
 deliveries unseen by any consumer: they come back when the node stops or dies (its
 deliveries are reclaimed), not sooner. Nothing is ACKed SUCCESS unless its script
-returned. With ``redis+sentinel://`` each new connection asks the Sentinels for the
-primary, so the retries reach a promoted replica after a failover.
+returned. A ``BUSY`` reply (Redis is running another client's long script, such as a
+big staged commit) is retried the same way: the call did not run. With
+``redis+sentinel://`` each new connection asks the Sentinels for the primary, so the
+retries reach a promoted replica after a failover.
 
 With ``min_replicas`` each PUT waits for ``WAIT min_replicas``; a PUT that Redis took
 but too few replicas confirmed in time is ACKed UNKNOWN (it is in the primary, and
@@ -184,6 +186,12 @@ class RedisClient:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAXIMUM)
             except ResponseError as error:
+                if str(error).startswith("BUSY") and time.monotonic() + delay <= deadline:
+                    # Another client's long script (a big staged commit) holds Redis:
+                    # ours has not run; it runs once that one is done.
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, RETRY_MAXIMUM)
+                    continue
                 if str(error).startswith(FENCED):
                     raise FencedError(f"redis store {self.where}: {what}: {error}") from None
                 raise StoreError(f"redis store {self.where}: {what}: {error}") from None

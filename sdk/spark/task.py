@@ -5,7 +5,7 @@ not written again, however late the replay (past the dedup window too): the task
 computes its digest, which the driver's commit compares with the recorded one; a mark
 *ahead* of the version is a loud reset (``history``). Otherwise the task **stages**
 its rows with the broker (``stage``): nothing is visible until the driver commits. A
-broker that cannot stage (``UnsupportedCallError``: an older broker, or a Redis store)
+broker that cannot stage (``UnsupportedCallError``: a broker older than staging)
 gets the rows **posted** directly instead (``post``: visible at once, protected
 against replays by the broker's dedup window and the commit mark only).
 """

@@ -7,7 +7,7 @@ Spark reports committed visible, together, and records the version's commit mark
 ``abort`` discards everything the version staged (``commit``). So a retried task, a
 speculative copy or a restart of any length adds nothing, and a failed job leaves
 nothing visible. A version committed once stays committed however late a replay comes
-(the mark, kept forever). A broker that cannot stage (an older one, or a Redis store)
+(the mark, kept forever), on every store. A broker that cannot stage (an older one)
 gets the rows posted directly, protected by the dedup window and the mark as before.
 
 Application id and version: a batch write is version 0 of a run id made once on the

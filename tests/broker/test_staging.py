@@ -6,9 +6,12 @@ expiry logged and counted), and the limits hold."""
 from __future__ import annotations
 
 import logging
+import sqlite3
+from pathlib import Path
 
 import pytest
 
+from holdfast.broker import cli as broker_cli
 from holdfast.broker.staging import (
     AttemptKey,
     CommitOutcome,
@@ -17,6 +20,7 @@ from holdfast.broker.staging import (
     StagingBook,
     StagingLimits,
 )
+from holdfast.broker.staging_file import StagingFile
 
 URI, APP = "hf://t/q", "query-1"
 
@@ -94,3 +98,57 @@ def test_the_limits_refuse_a_stage_whole() -> None:
     assert book.staged_rows(key(0, 1, 0)) == 0
     book.abort(URI, APP, 0)
     assert book.stage(key(0, 1, 0), rows("b", 3)) is StageOutcome.STAGED
+
+
+def test_a_token_budget_spans_queues_and_an_attempt_belongs_to_its_token() -> None:
+    book = StagingBook(Clock(), StagingLimits(max_rows_per_token=10, max_bytes_per_token=1000))
+    other = AttemptKey("hf://t/other", "query-2", 0, 0, 0)
+    assert book.stage(key(0, 0, 0), rows("a", 6), "alice") is StageOutcome.STAGED
+    assert book.stage(other, rows("b", 5), "alice") is StageOutcome.OVER_TOKEN_LIMIT
+    assert book.staged_rows(other) == 0  # nothing of a refused call
+    assert book.stage(other, rows("b", 5), "bob") is StageOutcome.STAGED
+    assert book.stage(key(0, 0, 0), rows("a", 6), "alice") is StageOutcome.STAGED  # a replay
+    assert book.stage(key(0, 0, 0), rows("z", 1), "bob") is StageOutcome.OTHER_TOKEN
+    assert (book.token_usage("alice"), book.token_usage("bob")) == ((6, 6), (5, 5))
+    assert book.stage(key(0, 1, 0), rows("c", 4), "alice") is StageOutcome.STAGED
+    assert book.commit(URI, APP, 0, {(0, 0): 6}).discarded == 4
+    assert book.token_usage("alice") == (0, 0) and book.token_usage("bob") == (5, 5)
+    with pytest.raises(ValueError, match="max_rows_per_token"):
+        StagingLimits(max_rows_per_token=0)
+
+
+def test_the_staging_file_keeps_each_rows_token_and_reads_an_older_file(tmp_path: Path) -> None:
+    path = str(tmp_path / "broker.db-staging")
+    old = sqlite3.connect(path)
+    old.execute(
+        "CREATE TABLE staged (queue_uri TEXT, app_id TEXT, version INTEGER, partition INTEGER,"
+        " attempt INTEGER, guid BLOB, payload BLOB, properties TEXT, deadline REAL,"
+        " PRIMARY KEY (queue_uri, app_id, version, partition, attempt, guid))"
+    )
+    old.execute(
+        "INSERT INTO staged VALUES (?, ?, 0, 0, 0, ?, ?, '{}', 5.0)", (URI, APP, b"g" * 16, b"p")
+    )
+    old.commit()
+    old.close()
+    file = StagingFile(path)
+    try:
+        file.added(key(1, 0, 0), rows("t", 2), 9.0, "alice")
+        book = StagingBook(Clock())
+        assert book.restore(file, file.load()) == 3
+        assert book.token_usage("anonymous") == (1, 1)
+        assert book.token_usage("alice") == (2, 2)
+    finally:
+        file.close()
+
+
+def test_the_broker_command_line_sets_the_staging_limits() -> None:
+    args = broker_cli.build_parser().parse_args(
+        [
+            *("--stage-retention", "3600"),
+            *("--stage-max-rows-per-token", "5"),
+            *("--stage-max-bytes-per-token", "100"),
+        ]
+    )
+    assert broker_cli.config_from_args(args).staging == StagingLimits(
+        retention=3600.0, max_rows_per_token=5, max_bytes_per_token=100
+    )

@@ -6,6 +6,7 @@ that would create a queue counts against the token's new-queues-a-minute limit."
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -14,7 +15,9 @@ import pytest
 from holdfast.proto.policy import QueuePolicy
 from holdfast.sdk import AckStatus
 from holdfast.sdk.admin import AdminClient
+from holdfast.sdk.errors import PermissionDeniedError
 from holdfast.sdk.options import SessionOptions
+from holdfast.sdk.staging import Version, commit, stage
 from holdfast.sdk.types import Ack
 from holdfast.server.guard import SessionLimits
 from holdfast.server.security import ServerSecurity
@@ -150,3 +153,21 @@ def test_notices_that_would_create_queues_count_against_the_token_s_limit(
         assert {a.status for a in acks} == {AckStatus.SUCCESS}
         # What is still pushed back is reported UNKNOWN at close: no 30 s wait here.
         session.close(timeout=0.1)
+
+
+def test_a_staged_row_with_a_notice_into_a_domain_the_token_may_not_write_is_refused(
+    secured_direct: World,
+) -> None:
+    """Transactional writes too: Redis refuses the row when it is staged, memory and
+    sqlite when the commit publishes it; nothing lands anywhere."""
+    world = secured_direct
+    uri = "hf://evil/" + world.uri().rsplit("/", 1)[1]
+    victim = "hf://victim/" + world.uri("staged").rsplit("/", 1)[1]
+    version = Version([world.address], uri, "app", 0, timeout=15.0, options=as_token("evil-token"))
+    notice = {"x-ttl-ms": "1", "x-dead-letter-notify": victim}
+    with pytest.raises(PermissionDeniedError):
+        stage(version, 0, 0, [(uuid.uuid4().bytes, b"x", notice)])
+        commit(version, {(0, 0): 1}, b"d", 1)
+    assert peek(world, uri) == []
+    world.time.advance(5)
+    assert peek(world, victim) == []

@@ -21,7 +21,9 @@ from holdfast.broker.redis.puts import RedisPutPipeline
 from holdfast.broker.redis.queues import RedisQueue, parse_message
 from holdfast.broker.redis.reaper import Reaper
 from holdfast.broker.redis.registry import RedisRegistry
+from holdfast.broker.redis.staging import RedisStaging, VersionKeys
 from holdfast.broker.redis.sweep import Sweeper
+from holdfast.broker.staging import ANONYMOUS_TOKEN, AttemptKey, StageOutcome, StagingLimits
 from holdfast.broker.store import StoredMessage
 from holdfast.proto import pb
 from holdfast.proto.limits import Limits
@@ -61,6 +63,13 @@ class Seen:
     reason: str | None = None
 
 
+STAGE_RETENTION = 100.0
+"""Seconds a staged row of the walk waits for its commit."""
+
+APP = "walk"
+"""The writer application of the walk's staged rows (version 1, partition 0, attempt 0)."""
+
+
 class RedisWorld:
     """One queue on Redis, its dead-letter queue, two nodes and one consumer."""
 
@@ -79,6 +88,10 @@ class RedisWorld:
         self.sink = Sink()
         self.consumer = Consumer(1, self.sink, FlowLimits(max_messages=1))
         self.queue: RedisQueue = self.a.open(self.uri)
+        self.staging = RedisStaging(
+            self.client, self.a, StagingLimits(retention=STAGE_RETENTION), 600_000
+        )
+        self.attempt = VersionKeys(self.uri, APP, 1).attempt(0, 0)
 
     async def start(self) -> None:
         """Keep the queue open on node ``a`` (so its sweep visits it), give both nodes a
@@ -117,6 +130,22 @@ class RedisWorld:
         [status] = await self.puts._put(self.uri, [put])
         assert status == pb.STATUS_OK
 
+    async def stage(self, guid: bytes) -> None:
+        """Stage one row for the walk's attempt."""
+        key = AttemptKey(self.uri, APP, 1, 0, 0)
+        put = pb.Put(guid=guid, payload=b"walk")
+        assert await self.staging.stage(key, [put], ANONYMOUS_TOKEN) is StageOutcome.STAGED
+
+    async def commit(self) -> None:
+        """The driver commits the walk's attempt."""
+        reply = await self.staging.commit(self.uri, APP, 1, {(0, 0): 1}, b"d", 1)
+        assert (reply.status, reply.published) == (pb.STATUS_OK, 1), reply
+        await self.settle()
+
+    async def discard(self) -> None:
+        """The driver aborts the walk's version."""
+        assert await self.staging.abort(self.uri, APP, 1) == 1
+
     async def deliver(self) -> None:
         """The consumer attaches (or is attached) and node ``a`` claims for it."""
         if self.consumer in self.queue.consumers:
@@ -154,8 +183,10 @@ class RedisWorld:
         await self.settle()
 
     async def sweep(self) -> None:
-        """Node ``a``'s sweep: reject delays over, TTLs, pickup deadlines."""
+        """Node ``a``'s sweep: reject delays over, TTLs, pickup deadlines, staged rows
+        past their deadline."""
         await self.sweeper.sweep()
+        await self.staging.sweep()
         await self.settle()
 
     async def purge(self) -> None:
@@ -176,6 +207,9 @@ class RedisWorld:
                 copy.properties[DEATH_REASON],
             )
         assert not await redis.hexists(self.keys.leaving, guid), "a burial did not finish"
+        if await redis.hexists(self.attempt, guid):
+            assert await redis.hget(self.keys.body, guid) is None, "staged and published"
+            return Seen(State.STAGED, 0)
         places = []
         if await redis.lpos(self.keys.ready, guid) is not None:
             places.append(State.READY)

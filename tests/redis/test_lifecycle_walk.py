@@ -29,7 +29,7 @@ from holdfast.broker.lifecycle import (
     apply,
 )
 from holdfast.proto.policy import REASON_EXPIRED
-from tests.redis.lifecycle_world import RedisWorld, Seen
+from tests.redis.lifecycle_world import STAGE_RETENTION, RedisWorld, Seen
 from tests.support.redis_server import RedisServer
 
 DELAY = 5.0
@@ -54,6 +54,8 @@ EVENT_OF = {
     "session-lost": Event.SESSION_LOST,
     "node-lost": Event.NODE_LOST,
     "purge": Event.PURGE,
+    "commit": Event.COMMIT,
+    "discard": Event.DISCARD,
 }
 STEP_OF = {event: kind for kind, event in EVENT_OF.items()} | {
     Event.TICK: "sweep",
@@ -63,6 +65,7 @@ PREFIX = {
     State.READY: [Step("put")],
     State.HELD: [Step("put"), Step("deliver")],
     State.DELAYED: [Step("put"), Step("deliver"), Step("delay")],
+    State.STAGED: [Step("stage")],
 }
 """How a message gets into each state."""
 
@@ -93,6 +96,17 @@ SPECIAL: dict[tuple[State, Event, Guard], list[Step]] = {
         Step("policy", (3, 10.0)),
         Step("put", 3.0),
         Step("advance", 1.0),
+        Step("sweep"),
+    ],
+    # A staged row is past its deadline only after the staging retention.
+    (State.STAGED, Event.TICK, Guard.STAGE_EXPIRED): [
+        Step("stage"),
+        Step("advance", STAGE_RETENTION + 1),
+        Step("sweep"),
+    ],
+    (State.STAGED, Event.TICK, Guard.ALWAYS): [
+        Step("stage"),
+        Step("advance", STAGE_RETENTION - 1),
         Step("sweep"),
     ],
     # A held message outlives its TTL while held.
@@ -165,6 +179,12 @@ class Walk:
             self.model = Message(State.READY, accepted_at=self.now, pickup_deadline=deadline)
             await self.check(kind)
             return
+        if kind == "stage":
+            await world.stage(self.guid)
+            deadline = self.now + STAGE_RETENTION
+            self.model = Message(State.STAGED, stage_deadline=deadline)
+            await self.check(kind)
+            return
         assert self.model is not None
         if kind == "sweep":
             due = self.model.state is State.DELAYED and self.due <= self.now
@@ -184,6 +204,10 @@ class Walk:
                 await world.session_lost()
             elif kind == "node-lost":
                 await world.node_lost()
+            elif kind == "commit":
+                await world.commit()
+            elif kind == "discard":
+                await world.discard()
             else:
                 await world.purge()
         self.last = apply(self.model, event, self.now, self.rules)
@@ -195,7 +219,7 @@ class Walk:
         model = self.model
         assert model is not None
         seen = await self.world.seen(self.guid)
-        gone = model.state in (State.CONFIRMED, State.PURGED)
+        gone = model.state in (State.CONFIRMED, State.PURGED, State.DISCARDED)
         expected = (None if gone else model.state, model.delivery_count, model.reason)
         if gone:
             assert seen.state is None, f"after {kind}: {seen}, model {model}"
@@ -207,23 +231,8 @@ class Walk:
             assert self.world.sink.counts[self.guid] == model.delivery_count
 
 
-NOT_ON_REDIS = pytest.mark.xfail(
-    strict=True,
-    reason="staging (transactional Spark writes, issue #30) is not implemented on the Redis "
-    "store yet: it answers the Staging call UNIMPLEMENTED",
-)
-
-
-def rows_on_redis() -> list[object]:
-    """Every row; those of the STAGED state (no staging on Redis yet) expected to fail."""
-    return [
-        pytest.param(row, marks=NOT_ON_REDIS) if row.state is State.STAGED else row
-        for row in TRANSITIONS
-    ]
-
-
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("row", rows_on_redis(), ids=row_id)
+@pytest.mark.parametrize("row", TRANSITIONS, ids=row_id)
 def test_redis_takes_the_row(row: Row, redis_url: str) -> None:
     async def walk() -> None:
         world = RedisWorld(redis_url)

@@ -1,0 +1,212 @@
+"""Transactional writes on the Redis store, seen in Redis itself: two broker nodes share
+staged rows and commit marks; a commit is atomic (two nodes committing one version at
+once publish it once); a version committed once stays committed after its GUIDs left
+the dedup history; every staging key but the commit marks carries a TTL, and the
+sweep takes emptied queues off its list; with too few replicas nothing is reported
+done; a call made while a long commit script holds Redis waits for it."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+
+import pytest
+import redis as redis_sync
+
+from holdfast.broker.redis.budgets import budget_key
+from holdfast.broker.redis.client import RedisClient, parse_redis_spec
+from holdfast.broker.redis.keys import QueueKeys
+from holdfast.broker.redis.marks import RedisMarks
+from holdfast.broker.redis.registry import RedisRegistry
+from holdfast.broker.redis.staging import STAGED_QUEUES, RedisStaging
+from holdfast.broker.staging import ANONYMOUS_TOKEN, AttemptKey, StageOutcome, StagingLimits
+from holdfast.broker.store import StoreError
+from holdfast.proto import pb
+from tests.redis.lifecycle_world import Clock
+from tests.support.redis_server import RedisServer
+
+pytestmark = pytest.mark.timeout(60)
+
+RETENTION = 30.0
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with RedisServer(tmp_path_factory.mktemp("redis-staging"), aof=False) as server:
+        yield server.url
+
+
+Nodes = tuple[RedisClient, RedisStaging, RedisStaging, Clock]
+
+
+def run(redis_url: str, test: Callable[[Nodes], Awaitable[None]]) -> None:
+    """Run ``test`` with two nodes' staging on one Redis, on a manual clock."""
+
+    async def main() -> None:
+        client = RedisClient(parse_redis_spec(redis_url), retry_window=5.0)
+        clock = Clock()
+        limits = StagingLimits(retention=RETENTION)
+        nodes = [
+            RedisStaging(client, RedisRegistry(client, f"node-{n}", clock), limits, 600_000)
+            for n in ("a", "b")
+        ]
+        try:
+            await test((client, nodes[0], nodes[1], clock))
+        finally:
+            await client.close()
+
+    asyncio.run(main())
+
+
+def puts(tag: str, count: int) -> list[pb.Put]:
+    return [
+        pb.Put(
+            guid=uuid.uuid5(uuid.NAMESPACE_URL, f"{tag}-{i}").bytes, payload=f"{tag}{i}".encode()
+        )
+        for i in range(count)
+    ]
+
+
+def test_one_node_stages_another_commits_and_both_see_the_mark(redis_url: str) -> None:
+    async def test(nodes: Nodes) -> None:
+        client, a, b, clock = nodes
+        uri, app = f"hf://staging/shared-{uuid.uuid4().hex[:8]}", "app"
+        assert await a.stage(AttemptKey(uri, app, 3, 0, 1), puts("p", 20), ANONYMOUS_TOKEN) is (
+            StageOutcome.STAGED
+        )
+        assert await client.redis.llen(QueueKeys(uri).ready) == 0
+        reply = await b.commit(uri, app, 3, {(0, 1): 20}, b"digest", 20)
+        assert (reply.status, reply.published) == (pb.STATUS_OK, 20)
+        mark = await RedisMarks(client, clock).handle(
+            pb.CommitMarkRequest(queue_uri=uri, app_id=app)
+        )
+        assert (mark.found, mark.mark.version, mark.mark.digest, mark.mark.rows) == (
+            True,
+            3,
+            b"digest",
+            20,
+        )
+        assert await a.stage(AttemptKey(uri, app, 2, 0, 9), puts("old", 1), ANONYMOUS_TOKEN) is (
+            StageOutcome.COMMITTED
+        )
+
+    run(redis_url, test)
+
+
+def test_two_nodes_committing_one_version_at_once_publish_it_once(redis_url: str) -> None:
+    async def test(nodes: Nodes) -> None:
+        client, a, b, _ = nodes
+        uri, app = f"hf://staging/race-{uuid.uuid4().hex[:8]}", "app"
+        await a.stage(AttemptKey(uri, app, 0, 0, 0), puts("r", 500), ANONYMOUS_TOKEN)
+        await a.stage(AttemptKey(uri, app, 0, 0, 1), puts("r", 500), ANONYMOUS_TOKEN)
+        replies = await asyncio.gather(
+            a.commit(uri, app, 0, {(0, 0): 500}, b"d", 500),
+            b.commit(uri, app, 0, {(0, 0): 500}, b"d", 500),
+        )
+        assert sorted(r.committed_before for r in replies) == [False, True]
+        assert sum(r.published for r in replies) == 500
+        assert sum(r.discarded for r in replies) == 500  # attempt 1, once
+        assert await client.redis.llen(QueueKeys(uri).ready) == 500
+
+    run(redis_url, test)
+
+
+def test_a_replay_after_the_dedup_history_expired_adds_nothing(redis_url: str) -> None:
+    async def test(nodes: Nodes) -> None:
+        client, a, b, _ = nodes
+        uri, app = f"hf://staging/late-{uuid.uuid4().hex[:8]}", "app"
+        await a.stage(AttemptKey(uri, app, 5, 0, 0), puts("l", 30), ANONYMOUS_TOKEN)
+        assert (await a.commit(uri, app, 5, {(0, 0): 30}, b"d", 30)).published == 30
+        # The history is gone (its TTL passed) and the messages were consumed.
+        queue = QueueKeys(uri)
+        history = [k async for k in client.redis.scan_iter(match=queue.prefix + "g:*")]
+        assert len(history) == 30
+        await client.redis.delete(*history, queue.ready, queue.body, queue.meta)
+        assert await b.stage(AttemptKey(uri, app, 5, 0, 7), puts("l", 30), ANONYMOUS_TOKEN) is (
+            StageOutcome.COMMITTED
+        )
+        again = await b.commit(uri, app, 5, {(0, 7): 30}, b"d", 30)
+        assert again.committed_before and again.published == 0
+        assert await client.redis.llen(queue.ready) == 0
+
+    run(redis_url, test)
+
+
+def test_staging_keys_expire_and_an_emptied_queue_leaves_the_sweep(redis_url: str) -> None:
+    async def test(nodes: Nodes) -> None:
+        client, a, _, clock = nodes
+        uri, app = f"hf://staging/ttl-{uuid.uuid4().hex[:8]}", "app"
+        await a.stage(AttemptKey(uri, app, 0, 0, 0), puts("t", 5), ANONYMOUS_TOKEN)
+        await a.stage(AttemptKey(uri, app, 0, 1, 0), puts("u", 5), ANONYMOUS_TOKEN)
+        await RedisMarks(client, clock).handle(
+            pb.CommitMarkRequest(queue_uri=uri, app_id="other", record=True, version=1)
+        )
+        prefix = QueueKeys(uri).prefix
+        keys = [k.decode() async for k in client.redis.scan_iter(match=prefix + "*")]
+        keys.append(budget_key(ANONYMOUS_TOKEN))
+        for key in keys:
+            ttl = await client.redis.pttl(key)
+            if key == prefix + "marks":
+                assert ttl == -1, "commit marks are kept forever"
+            else:
+                assert 0 < ttl <= 2 * RETENTION * 1000, (key, ttl)
+        assert uri.encode() in await client.redis.smembers(STAGED_QUEUES)
+        clock.ms += round(RETENTION * 1000)
+        assert await a.sweep() == 10
+        assert a.expired_rows == 10
+        assert uri.encode() not in await client.redis.smembers(STAGED_QUEUES)
+        left = [k.decode() async for k in client.redis.scan_iter(match=prefix + "st[:ud]*")]
+        assert left == [], left
+        stats = await client.redis.hgetall(QueueKeys(uri).stats)
+        assert stats[b"staged-expired"] == b"10"
+
+    run(redis_url, test)
+
+
+def test_with_too_few_replicas_a_stage_fails_and_a_commit_is_unknown(redis_url: str) -> None:
+    """``--redis-min-replicas 1`` on a Redis without replicas: nothing is reported done."""
+
+    async def main() -> None:
+        spec = parse_redis_spec(redis_url)
+        client = RedisClient(spec, retry_window=5.0, min_replicas=1, replica_timeout=0.05)
+        registry = RedisRegistry(client, "node-r", Clock())
+        staging = RedisStaging(client, registry, StagingLimits(retention=RETENTION), 600_000)
+        uri, app = f"hf://staging/replicas-{uuid.uuid4().hex[:8]}", "app"
+        try:
+            with pytest.raises(StoreError, match="fewer than 1 replicas confirmed"):
+                await staging.stage(AttemptKey(uri, app, 0, 0, 0), puts("w", 3), ANONYMOUS_TOKEN)
+            reply = await staging.commit(uri, app, 0, {(0, 0): 3}, b"d", 3)
+            assert reply.status == pb.STATUS_UNKNOWN, reply
+            assert "a failover may lose it" in reply.message
+        finally:
+            await client.close()
+
+    asyncio.run(main())
+
+
+def test_a_call_made_while_a_long_script_holds_redis_waits_for_it(redis_url: str) -> None:
+    """A big staged commit is one long script: other calls meanwhile get BUSY from Redis,
+    and are retried until it is done rather than failed."""
+
+    async def main() -> None:
+        client = RedisClient(parse_redis_spec(redis_url), retry_window=10.0)
+        spec = client.spec.nodes[0]
+        blocker = redis_sync.Redis(host=spec[0], port=spec[1])
+        await client.redis.config_set("busy-reply-threshold", 50)
+        long_script = (
+            "local t = redis.call('TIME') local until_us = t[1] * 1e6 + t[2] + 1e6 "
+            "repeat t = redis.call('TIME') until t[1] * 1e6 + t[2] >= until_us return 1"
+        )
+        try:
+            holding = asyncio.get_running_loop().run_in_executor(None, blocker.eval, long_script, 0)
+            await asyncio.sleep(0.2)  # the script runs: Redis answers others BUSY
+            await client.call("SET", lambda: client.redis.set("hf:busy-test", 1, px=60_000))
+            assert await holding == 1
+            assert await client.redis.get("hf:busy-test") == b"1"
+        finally:
+            await client.redis.config_set("busy-reply-threshold", 5000)
+            blocker.close()
+            await client.close()
+
+    asyncio.run(main())
