@@ -66,6 +66,23 @@ async def check(registry: RedisRegistry, uri: str) -> int:
     return moved
 
 
+async def published(registry: RedisRegistry, uri: str) -> None:
+    """Rows a staged commit published (one script, not a PUT): the node notes the
+    queue's write sequence (``losses``), makes them deliverable once replicas have them,
+    and wakes the consumers."""
+    client = registry.client
+    key = QueueKeys(uri).seq
+    try:
+        seq = await client.call("GET seq", lambda: client.redis.get(key))
+        registry.seqs.saw(uri, int(seq or 0))
+        if client.min_replicas:
+            registry.unsynced.add(uri)
+            await check(registry, uri)
+    except StoreError as error:  # every node's durability check goes on
+        log.warning("%s: after a staged commit: %s", uri, error)
+    registry.wake(uri)
+
+
 async def check_all(registry: RedisRegistry) -> None:
     """One check of every queue known to hold unsynced messages, side by side."""
     uris = list(registry.unsynced)
@@ -81,4 +98,4 @@ async def check_all(registry: RedisRegistry) -> None:
             log.info("%s: %d messages reached the replicas late; now deliverable", uri, result)
 
 
-__all__ = ["SYNCED_TTL_MS", "check", "check_all", "promote"]
+__all__ = ["SYNCED_TTL_MS", "check", "check_all", "promote", "published"]

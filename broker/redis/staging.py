@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from holdfast.broker.dedup import content_digest
-from holdfast.broker.redis import staging_scripts
+from holdfast.broker.redis import durable, staging_scripts
 from holdfast.broker.redis.budgets import TokenBudgets
 from holdfast.broker.redis.client import RedisClient
 from holdfast.broker.redis.keys import QueueKeys
@@ -249,8 +249,11 @@ class RedisStaging:
         result, replicated = await self._run_replicated(
             "COMMIT_STAGED",
             [
-                *(queue.ready, queue.body, queue.meta, queue.bytes, queue.stats, queue.pickup),
-                *(keys.marks, keys.index, keys.usage, keys.due),
+                # With --redis-min-replicas the rows wait in the unsynced list until
+                # replicas have them (``durable``), as PUTs do.
+                queue.unsynced if self._client.min_replicas else queue.ready,
+                *(queue.body, queue.meta, queue.bytes, queue.stats, queue.pickup),
+                *(keys.marks, keys.index, keys.usage, keys.due, queue.seq),
             ],
             args,
         )
@@ -268,7 +271,7 @@ class RedisStaging:
             if published:
                 if self._journal is not None:
                     self._journal.record(uri, published)
-                registry.wake(uri)
+                await durable.published(registry, uri)
             log.info(
                 "staging: committed %s: %d rows published, %d discarded",
                 what,

@@ -118,7 +118,8 @@ COMMIT_STAGED = (
     MARK_VERSION
     + DISCARD_VERSION
     + """
--- KEYS: ready, body, meta, bytes, stats, pickup, marks, version index, usage, due.
+-- KEYS: ready (the unsynced list with --redis-min-replicas: ``durable``), body, meta,
+-- bytes, stats, pickup, marks, version index, usage, due, write sequence.
 -- ARGV: app id, app hash, version, digest, rows, now ms, history key prefix, history
 -- retention ms, max messages (0: none), max bytes (0: none), attempt key prefix, then
 -- per named attempt: its field and the rows its task staged.
@@ -211,7 +212,10 @@ for _, j in ipairs(fresh) do
 end
 if #pushed > 0 then redis.call('RPUSH', KEYS[1], unpack(pushed)) end
 if added > 0 then redis.call('INCRBY', KEYS[4], added) end
-if #fresh > 0 then redis.call('HINCRBY', KEYS[5], 'accepted', #fresh) end
+if #fresh > 0 then
+  redis.call('HINCRBY', KEYS[5], 'accepted', #fresh)
+  redis.call('INCR', KEYS[11])  -- the queue's write sequence (``losses``)
+end
 redis.call('HSET', KEYS[7], app, ARGV[3] .. '|' .. ARGV[5] .. '|' .. now .. '|' .. ARGV[4])
 local discarded, released = discard_version(KEYS[8], KEYS[9], KEYS[10], prefix, h, named)
 if discarded > 0 then redis.call('HINCRBY', KEYS[5], 'staged-discarded', discarded) end

@@ -8,7 +8,7 @@ PUT gets no outcome; the SDK keeps it and it goes in once the history has room a
 Commit marks, on every store and both paths: a newer version replaces the mark, the
 same version and digest is a replay, other content is a conflict, an older version
 changes nothing; marks are per application and per queue. On sqlite they survive a
-broker restart (Redis nodes keep them in memory, as documented)."""
+broker restart (on Redis they are in Redis itself, tested in tests/redis/test_staging.py)."""
 
 from __future__ import annotations
 

@@ -210,3 +210,17 @@ def test_a_call_made_while_a_long_script_holds_redis_waits_for_it(redis_url: str
             await client.close()
 
     asyncio.run(main())
+
+
+def test_a_commit_moves_the_write_sequence_the_node_checks(redis_url: str) -> None:
+    async def test(nodes: Nodes) -> None:
+        client, a, _, _ = nodes
+        uri, app = f"hf://staging/seq-{uuid.uuid4().hex[:8]}", "app"
+        await a.stage(AttemptKey(uri, app, 1, 0, 1), puts("s", 5), ANONYMOUS_TOKEN)
+        reply = await a.commit(uri, app, 1, {(0, 1): 5}, b"digest", 5)
+        assert reply.published == 5
+        assert await client.redis.get(QueueKeys(uri).seq) == b"1"
+        # Redis going back past the commit is what the node's loss check sees.
+        assert a.registry.seqs.went_back(uri, 0) is not None
+
+    run(redis_url, test)
