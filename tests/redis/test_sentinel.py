@@ -80,7 +80,7 @@ def test_a_sentinel_failover_is_followed_and_loses_nothing_acked(tmp_path: Path)
             wait_until(lambda: _primary_port(sentinel_port) == replica.port, 30, "the failover")
             session.open_queue(URI, read=True, on_message=got)  # the same broker process
             got.wait_for(len(guids), timeout=30)
-            assert "LOST DATA" not in broker.output
+            assert "LOST DATA" not in broker.output, broker.output
     finally:
         os.kill(sentinel.pid, signal.SIGKILL)
         sentinel.wait(10)
