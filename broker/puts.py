@@ -1,6 +1,6 @@
 """The PUT path: validate, deduplicate, store, enqueue, ACK.
 
-Per PutBatch frame:
+Per PutBatch frame (its columns, read once: ``holdfast.proto.columns``):
 
 1. every PUT is validated on its own; an invalid one gets an ACK with its typed
    status and the rest of the batch carries on;
@@ -46,6 +46,7 @@ from holdfast.broker.registry import QueueRegistry
 from holdfast.broker.store import NO_PROPERTIES, Store, StoreBatch, StoredMessage
 from holdfast.broker.writer import Writer
 from holdfast.proto import pb
+from holdfast.proto.columns import PutColumns
 from holdfast.proto.limits import Limits
 from holdfast.proto.policy import DEAD_LETTER_NOTIFY
 from holdfast.proto.validate import put_status
@@ -105,7 +106,7 @@ class PutPipeline:
 
     def on_put_batch(
         self,
-        puts: Iterable[pb.Put],
+        puts: PutColumns,
         handles: Mapping[int, QueueHandle],
         outbox: Outbox,
         writer: Writer,
@@ -134,9 +135,13 @@ class PutPipeline:
         redirect_status = _OK
         max_age = self.max_age_ms
         budget = self._budget
-        for put in puts:
-            queue_id = put.queue_id
-            guid = put.guid
+        # The batch's columns, read once (``holdfast.proto.columns``); properties are
+        # looked up only for the PUTs that have them.
+        all_properties = puts.properties
+        no_properties: Mapping[str, str] = NO_PROPERTIES
+        for index, (queue_id, guid, payload, age_ms) in enumerate(
+            zip(puts.queue_ids, puts.guids, puts.payloads, puts.ages_ms, strict=True)
+        ):
             if queue_id != last_id:
                 handle = handles.get(queue_id)
                 last_id = queue_id
@@ -145,8 +150,9 @@ class PutPipeline:
             elif not handle.write:
                 status = pb.STATUS_NOT_WRITABLE
             else:
-                payload = put.payload
-                properties: Mapping[str, str] = put.properties
+                properties = (
+                    all_properties.get(index, no_properties) if all_properties else no_properties
+                )
                 status = put_status(guid, payload, properties, limits)
                 if status == _OK and properties and DEAD_LETTER_NOTIFY in properties:
                     status = writer.notify_status(properties[DEAD_LETTER_NOTIFY], self._queues)
@@ -180,7 +186,7 @@ class PutPipeline:
                         verdict := admit(
                             _known_digest(queue, guid),
                             digest,
-                            put.age_ms,
+                            age_ms,
                             max_age,
                             depth_limited and queue.full(1, len(payload)),
                             budget.full(),

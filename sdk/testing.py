@@ -41,6 +41,7 @@ from holdfast.broker.config import BrokerConfig
 from holdfast.broker.server import Broker as _RealBroker
 from holdfast.broker.store import MemoryStore
 from holdfast.proto import pb
+from holdfast.proto.columns import Malformed, ack_batch, put_batch, read_puts
 from holdfast.sdk.errors import RetryableTransportError
 from holdfast.sdk.statuses import wire_status_of
 from holdfast.sdk.transports.memory import (
@@ -121,14 +122,25 @@ class _MemoryContext:
         frame = pb.ClientFrame.FromString(raw)
         if frame.WhichOneof("frame") != "puts":
             return raw
-        puts = frame.puts.puts
-        count, status = self._faults.take_failures(len(puts))
-        acks = pb.AckBatch()
-        for put in puts[:count]:
-            acks.acks.add(queue_id=put.queue_id, guid=put.guid, status=status)
-        await self.write(pb.ServerFrame(acks=acks))
-        del puts[:count]
-        return frame.SerializeToString() if len(puts) else None
+        try:
+            puts = read_puts(frame.puts)
+        except Malformed:
+            return raw  # the broker answers it
+        rows = list(puts.rows())
+        count, status = self._faults.take_failures(len(rows))
+        refused = [(put.queue_id, put.guid, status) for put in rows[:count]]
+        await self.write(pb.ServerFrame(acks=ack_batch(refused)))
+        rest = rows[count:]
+        if not rest:
+            return None
+        batch = put_batch(
+            [put.queue_id for put in rest],
+            [put.guid for put in rest],
+            [put.payload for put in rest],
+            [put.age_ms for put in rest],
+            [(i, put.properties) for i, put in enumerate(rest) if put.properties],
+        )
+        return pb.ClientFrame(puts=batch).SerializeToString()
 
     def end(self) -> None:
         """The stream is over: the client sees an end (or the error the broker set)."""
