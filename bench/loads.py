@@ -20,6 +20,7 @@ import harness
 
 import holdfast.sdk.driver.core as driver_module
 from holdfast.sdk import Ack, AckStatus, Message, Session
+from tests.support.columns import puts_of
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -101,7 +102,7 @@ class PutFrameCounter:
             for frame, _ in frames:
                 if frame.WhichOneof("frame") == "puts":
                     self.frames += 1
-                    self.puts += len(frame.puts.puts)
+                    self.puts += len(puts_of(frame.puts))
             return frames
 
         driver_module.encode = counting  # type: ignore[attr-defined,assignment]
