@@ -62,7 +62,9 @@ def test_metrics_count_puts_dedup_hits_acks_depth_and_sessions() -> None:
                 assert value(samples, "holdfast_broker_messages_in_total", queue=uri) == 6
                 assert value(samples, "holdfast_broker_dedup_hits_total", queue=uri) == 1
                 assert value(samples, "holdfast_broker_acks_total", status="OK") == 7
-                assert value(samples, "holdfast_broker_acks_total", status="INVALID_PROPERTIES") == 1
+                assert (
+                    value(samples, "holdfast_broker_acks_total", status="INVALID_PROPERTIES") == 1
+                )
                 assert value(samples, "holdfast_broker_queue_depth", queue=uri) == 4
                 assert value(samples, "holdfast_broker_unconfirmed", queue=uri) == 2
 
