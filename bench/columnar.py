@@ -90,15 +90,17 @@ def child_rates(count: int, runs: int) -> dict[str, Any]:
 
     direct: list[float] = []
     proxied: list[float] = []
-    with harness.running_broker(harness.memory_store()) as broker:
-        with harness.running_proxy(broker.address) as proxy:
-            for run in range(runs):
-                meter = loads.CpuMeter({})
-                result = loads.produce(broker.address, f"hf://col/d{run}", count, SIZE, meter)
-                direct.append(result.rate)
-                meter = loads.CpuMeter({})
-                result = loads.produce(proxy.address, f"hf://col/p{run}", count, SIZE, meter)
-                proxied.append(result.rate)
+    with (
+        harness.running_broker(harness.memory_store()) as broker,
+        harness.running_proxy(broker.address) as proxy,
+    ):
+        for run in range(runs):
+            meter = loads.CpuMeter({})
+            result = loads.produce(broker.address, f"hf://col/d{run}", count, SIZE, meter)
+            direct.append(result.rate)
+            meter = loads.CpuMeter({})
+            result = loads.produce(proxy.address, f"hf://col/p{run}", count, SIZE, meter)
+            proxied.append(result.rate)
     return {"protocol": holdfast.proto.PROTOCOL_VERSION, "direct": direct, "proxy": proxied}
 
 
