@@ -305,6 +305,9 @@ def main() -> int:
     """Measure the baseline and this tree; print the table and one JSON line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline-ref", default="main")
+    parser.add_argument(
+        "--after-ref", default=None, help="measure this commit instead of the working tree"
+    )
     parser.add_argument("--count", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--callgrind-count", type=int, default=5_000)
@@ -314,18 +317,25 @@ def main() -> int:
         child = {"rates": child_rates, "memory": child_memory, "callgrind": child_callgrind}
         print(json.dumps(child[args.child](args.count, args.runs)), flush=True)
         return 0
-    results = run_all(args.baseline_ref, args.count, args.runs, args.callgrind_count)
+    results = run_all(
+        args.baseline_ref, args.after_ref, args.count, args.runs, args.callgrind_count
+    )
     print("\n".join(results["lines"]))
     print(json.dumps({k: v for k, v in results.items() if k != "lines"}))
     return 0
 
 
-def run_all(ref: str, count: int, runs: int, callgrind_count: int) -> dict[str, Any]:
-    """Before (``ref``) and after (this tree), and JetStream; ``lines`` is the table."""
+def run_all(
+    ref: str, after_ref: str | None, count: int, runs: int, callgrind_count: int
+) -> dict[str, Any]:
+    """Before (``ref``) and after (``after_ref``, or this working tree), and JetStream;
+    ``lines`` is the table."""
     with tempfile.TemporaryDirectory(prefix="holdfast-baseline-") as scratch:
         links = baseline_tree(ref, Path(scratch))
         before = measure_tree(links, count, runs, callgrind_count)
-    after = measure_tree(None, count, runs, callgrind_count)
+    with tempfile.TemporaryDirectory(prefix="holdfast-after-") as scratch:
+        after_links = None if after_ref is None else baseline_tree(after_ref, Path(scratch))
+        after = measure_tree(after_links, count, runs, callgrind_count)
     nats = jetstream_rate(count, runs)
     return {
         "baseline": ref,
