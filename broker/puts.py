@@ -305,20 +305,35 @@ class PutPipeline:
 
     @staticmethod
     def _accept(fresh: list[StoredMessage], fresh_queues: list[Queue], durable: bool) -> None:
-        touched: dict[int, Queue] = {}
+        """The batch's new messages are durable (or failed): leave ``in_flight``; when
+        durable, join their queues and histories a queue at a time (a frame's PUTs
+        mostly share one queue, so that is once per frame)."""
+        by_queue: dict[int, tuple[Queue, list[StoredMessage]]] = {}
         for message, queue in zip(fresh, fresh_queues, strict=True):
-            del queue.in_flight[message.guid]
-            queue.in_flight_bytes -= len(message.payload)
-            if durable:
-                queue.accepted += 1
-                # Admitted after a lookup that missed; in_flight kept it unique since.
-                queue.history.record(
-                    message.guid, message.digest, message.accepted_at, known_new=True
-                )
-                queue.add(message)
-                touched[id(queue)] = queue
-        for queue in touched.values():
-            queue.deliver()
+            entry = by_queue.get(id(queue))
+            if entry is None:
+                by_queue[id(queue)] = (queue, [message])
+            else:
+                entry[1].append(message)
+        for queue, messages in by_queue.values():
+            in_flight = queue.in_flight
+            for message in messages:
+                del in_flight[message.guid]
+            queue.in_flight_bytes -= sum(len(message.payload) for message in messages)
+            if not durable:
+                continue
+            queue.accepted += len(messages)
+            # Admitted after a lookup that missed; in_flight kept each unique since.
+            # One frame's messages share their acceptance time.
+            queue.history.record_new(
+                [message.guid for message in messages],
+                [message.digest for message in messages],
+                messages[0].accepted_at,
+            )
+            queue.enqueue(messages)
+        if durable:
+            for queue, _ in by_queue.values():
+                queue.deliver()
 
     async def drain(self) -> None:
         """Wait until every PUT batch in progress has finished."""
