@@ -78,7 +78,9 @@ def _properties(column: Iterable[pb.IndexedProperties], count: int) -> dict[int,
     for entry in column:
         if entry.index >= count:
             raise Malformed(f"properties for message {entry.index} of a batch of {count}")
-        found[entry.index] = entry.entries
+        # A dict of its own: a map of the frame would keep the whole frame alive for
+        # as long as the message is held (the proxy holds PUSHes until confirmed).
+        found[entry.index] = dict(entry.entries)
     return found
 
 
