@@ -294,11 +294,17 @@ def report(base: dict[str, Any], now: dict[str, Any], nats: dict[str, Any]) -> l
 
 def measure_tree(links: Path | None, count: int, runs: int, callgrind_count: int) -> dict[str, Any]:
     """Every child measurement of one tree."""
-    return {
-        "rates": run_child(links, "rates", count, runs),
-        "memory": run_child(links, "memory", 200_000, 1),
-        "callgrind": run_child(links, "callgrind", callgrind_count, 1),
-    }
+    tree = "this tree" if links is None else str(links.parent)
+    figures: dict[str, Any] = {}
+    for mode, n, rounds in (
+        ("rates", count, runs),
+        ("memory", 200_000, 1),
+        ("callgrind", callgrind_count, 1),
+    ):
+        figures[mode] = run_child(links, mode, n, rounds)
+        # As each figure comes, so a run cut short still leaves what it measured.
+        print(f"columnar {tree} {mode}: {json.dumps(figures[mode])}", file=sys.stderr, flush=True)
+    return figures
 
 
 def main() -> int:
@@ -337,6 +343,7 @@ def run_all(
         after_links = None if after_ref is None else baseline_tree(after_ref, Path(scratch))
         after = measure_tree(after_links, count, runs, callgrind_count)
     nats = jetstream_rate(count, runs)
+    print(f"columnar JetStream: {json.dumps(nats)}", file=sys.stderr, flush=True)
     return {
         "baseline": ref,
         "before": before,
