@@ -251,7 +251,16 @@ def report(base: dict[str, Any], now: dict[str, Any], nats: dict[str, Any]) -> l
     """The before/after table, with the issue's targets."""
     lines = ["", "Issue #33: columnar frames and batch-at-a-time (same run, same machine)"]
     js = _best(nats.get("rates", []))
-    lines.append(f"  JetStream publish_async + Nats-Msg-Id, memory: {js:,.0f} msg/s {nats}")
+    lines.append(f"  JetStream publish_async + Nats-Msg-Id, memory: best {js:,.0f} msg/s")
+
+    def rounds(values: list[float]) -> str:
+        return ", ".join(f"{v:,.0f}" for v in values)
+
+    lines.append("  rounds (before / after / JetStream, alternating):")
+    for key in ("direct", "proxy"):
+        before, after = base["rates"].get(key, []), now["rates"].get(key, [])
+        lines.append(f"    {key:6} before {rounds(before)} | after {rounds(after)}")
+    lines.append(f"    JetStream {rounds(nats.get('rates', []))}")
     header = f"  {'figure':44} {'before':>12} {'after':>12} {'target':>12}"
     lines += [header, "  " + "-" * (len(header) - 2)]
 
@@ -292,19 +301,38 @@ def report(base: dict[str, Any], now: dict[str, Any], nats: dict[str, Any]) -> l
     return lines
 
 
-def measure_tree(links: Path | None, count: int, runs: int, callgrind_count: int) -> dict[str, Any]:
-    """Every child measurement of one tree."""
-    tree = "this tree" if links is None else str(links.parent)
-    figures: dict[str, Any] = {}
-    for mode, n, rounds in (
-        ("rates", count, runs),
-        ("memory", 200_000, 1),
-        ("callgrind", callgrind_count, 1),
-    ):
-        figures[mode] = run_child(links, mode, n, rounds)
-        # As each figure comes, so a run cut short still leaves what it measured.
-        print(f"columnar {tree} {mode}: {json.dumps(figures[mode])}", file=sys.stderr, flush=True)
-    return figures
+def _merge_rates(into: dict[str, Any], rates: dict[str, Any]) -> None:
+    if "error" in rates:
+        into.setdefault("errors", []).append(rates["error"])
+        return
+    into["protocol"] = rates["protocol"]
+    for key in ("direct", "proxy"):
+        into.setdefault(key, []).extend(rates[key])
+
+
+def measure(
+    trees: dict[str, Path | None], count: int, runs: int, callgrind_count: int, slow: bool
+) -> dict[str, Any]:
+    """Rates in rounds that alternate before, after and JetStream (a shared host's load
+    swings by the minute: side by side, each round sees about the same), then each
+    tree's memory and instruction figures (``slow``)."""
+    figures: dict[str, dict[str, Any]] = {name: {"rates": {}} for name in trees}
+    nats: dict[str, Any] = {"rates": []}
+    for round_ in range(runs):
+        for name, links in trees.items():
+            rates = run_child(links, "rates", count, 1)
+            _merge_rates(figures[name]["rates"], rates)
+            print(f"columnar {name} round {round_ + 1}: {json.dumps(rates)}", file=sys.stderr)
+        js = jetstream_rate(count, 1)
+        nats["rates"] += js.get("rates", [])
+        if "error" in js:
+            nats["error"] = js["error"]
+        print(f"columnar JetStream round {round_ + 1}: {json.dumps(js)}", file=sys.stderr)
+    for name, links in trees.items():
+        for mode, n in (("memory", 200_000), ("callgrind", callgrind_count)):
+            figures[name][mode] = run_child(links, mode, n, 1) if slow else {}
+            print(f"columnar {name} {mode}: {json.dumps(figures[name][mode])}", file=sys.stderr)
+    return {"before": figures["before"], "after": figures["after"], "nats": nats}
 
 
 def main() -> int:
@@ -318,13 +346,21 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--callgrind-count", type=int, default=5_000)
     parser.add_argument("--child", choices=("rates", "memory", "callgrind"))
+    parser.add_argument(
+        "--rates-only", action="store_true", help="no memory or instruction figures"
+    )
     args = parser.parse_args()
     if args.child is not None:
         child = {"rates": child_rates, "memory": child_memory, "callgrind": child_callgrind}
         print(json.dumps(child[args.child](args.count, args.runs)), flush=True)
         return 0
     results = run_all(
-        args.baseline_ref, args.after_ref, args.count, args.runs, args.callgrind_count
+        args.baseline_ref,
+        args.after_ref,
+        args.count,
+        args.runs,
+        args.callgrind_count,
+        slow=not args.rates_only,
     )
     print("\n".join(results["lines"]))
     print(json.dumps({k: v for k, v in results.items() if k != "lines"}))
@@ -332,24 +368,28 @@ def main() -> int:
 
 
 def run_all(
-    ref: str, after_ref: str | None, count: int, runs: int, callgrind_count: int
+    ref: str,
+    after_ref: str | None,
+    count: int,
+    runs: int,
+    callgrind_count: int,
+    slow: bool = True,
 ) -> dict[str, Any]:
     """Before (``ref``) and after (``after_ref``, or this working tree), and JetStream;
     ``lines`` is the table."""
-    with tempfile.TemporaryDirectory(prefix="holdfast-baseline-") as scratch:
-        links = baseline_tree(ref, Path(scratch))
-        before = measure_tree(links, count, runs, callgrind_count)
-    with tempfile.TemporaryDirectory(prefix="holdfast-after-") as scratch:
-        after_links = None if after_ref is None else baseline_tree(after_ref, Path(scratch))
-        after = measure_tree(after_links, count, runs, callgrind_count)
-    nats = jetstream_rate(count, runs)
-    print(f"columnar JetStream: {json.dumps(nats)}", file=sys.stderr, flush=True)
+    with (
+        tempfile.TemporaryDirectory(prefix="holdfast-baseline-") as before_dir,
+        tempfile.TemporaryDirectory(prefix="holdfast-after-") as after_dir,
+    ):
+        trees = {
+            "before": baseline_tree(ref, Path(before_dir)),
+            "after": None if after_ref is None else baseline_tree(after_ref, Path(after_dir)),
+        }
+        figures = measure(trees, count, runs, callgrind_count, slow)
     return {
         "baseline": ref,
-        "before": before,
-        "after": after,
-        "nats": nats,
-        "lines": report(before, after, nats),
+        **figures,
+        "lines": report(figures["before"], figures["after"], figures["nats"]),
     }
 
 
