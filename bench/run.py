@@ -25,6 +25,9 @@ as subprocesses on free ports of 127.0.0.1 (stopped by PID however the run ends)
    proxy (``bench/spark.py``; ``--spark-rows 0`` skips it).
 9. OpenTelemetry: a producer's ``post()`` cost with telemetry off, with the API and
    no provider, sampled at 1 % and every span recorded (``bench/otelcost.py``).
+10. Issue #33 before/after: this tree against ``--columnar-baseline`` (``main``),
+   PUT->ACK direct and sidecar against JetStream, bytes per message, and callgrind
+   instructions per message per hop (``bench/columnar.py``).
 
 It prints tables to stdout (progress to stderr) and writes ``bench-results.json``.
 Targets are printed with PASS or MISS: these are figures, not tests, so the exit
@@ -47,6 +50,7 @@ from collections.abc import Callable
 from importlib import metadata
 from typing import Any, TypeVar
 
+import columnar
 import echo
 import harness
 import history
@@ -271,6 +275,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--depth", type=int, default=1_000_000, help="messages held unconsumed")
     parser.add_argument("--redis-count", type=int, default=100_000, help="Redis store messages")
     parser.add_argument("--otel-count", type=int, default=50_000, help="traced posts per mode")
+    parser.add_argument(
+        "--columnar-baseline",
+        default="main",
+        help="issue #33 before/after against this git ref (bench/columnar.py); '' skips it",
+    )
     parser.add_argument("--json", default=str(harness.REPO / "bench-results.json"))
     return parser.parse_args(argv)
 
@@ -443,6 +452,16 @@ def main(argv: list[str] | None = None) -> int:
         )
     targets += rpc_targets(results["rpc"])
     print_targets(targets)
+    if args.columnar_baseline:
+        progress(f"issue #33 before/after against {args.columnar_baseline}...")
+        columns: dict[str, Any] = guarded(
+            "columnar",
+            failures,
+            lambda: columnar.run_all(args.columnar_baseline, None, 100_000, 2, 3000),
+            {"lines": []},
+        )
+        print("\n".join(columns.pop("lines")))
+        results["columnar"] = columns
     results["targets"] = [{"target": t, "figure": f, "pass": ok} for t, f, ok in targets]
     results["failures"] = failures
 

@@ -223,6 +223,21 @@ class GuidHistory:
         self._count += 1
         self.budget.held += 1
 
+    def record_new(self, guids: list[bytes], digests: list[int], accepted_at: float) -> None:
+        """``record(..., known_new=True)`` for a whole PUT batch accepted at one time:
+        the bucket is chosen once and the GUIDs join the table together (the broker
+        admitted each after a lookup that missed, and ``in_flight`` kept it unique)."""
+        if not guids:
+            return
+        before = len(self._table)
+        self.record(guids[0], digests[0], accepted_at, known_new=True)
+        if len(self._table) == before or len(guids) == 1:
+            return  # past its retention already: none of them is kept
+        added = self._table.add_new(guids, digests, start=1)
+        self._buckets[-1][2] += added
+        self._count += added
+        self.budget.held += added
+
     def expire(self, now: float | None = None) -> int:
         """Drop the buckets whose retention has passed at ``now``; how many GUIDs went."""
         buckets = self._buckets

@@ -167,6 +167,20 @@ class PackedGuids:
             self.flush()
         return True
 
+    def add_new(self, guids: list[bytes], digests: list[int], start: int = 0) -> int:
+        """``add(..., known_new=True)`` for ``guids[start:]``, together; how many."""
+        young = self._young
+        added = 0
+        for guid, digest in zip(guids[start:], digests[start:], strict=True):
+            if len(guid) != GUID_BYTES:
+                self._odd[guid] = (digest, self.newest & TAG_MASK)
+            else:
+                young[guid] = digest
+            added += 1
+        if len(young) >= YOUNG_GUIDS:
+            self.flush()
+        return added
+
     def flush(self) -> None:
         """Pack the young GUIDs into their partitions, all at once.
 

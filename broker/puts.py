@@ -1,6 +1,6 @@
 """The PUT path: validate, deduplicate, store, enqueue, ACK.
 
-Per PutBatch frame:
+Per PutBatch frame (its columns, read once: ``holdfast.proto.columns``):
 
 1. every PUT is validated on its own; an invalid one gets an ACK with its typed
    status and the rest of the batch carries on;
@@ -46,6 +46,7 @@ from holdfast.broker.registry import QueueRegistry
 from holdfast.broker.store import NO_PROPERTIES, Store, StoreBatch, StoredMessage
 from holdfast.broker.writer import Writer
 from holdfast.proto import pb
+from holdfast.proto.columns import PutColumns
 from holdfast.proto.limits import Limits
 from holdfast.proto.policy import DEAD_LETTER_NOTIFY
 from holdfast.proto.validate import put_status
@@ -105,7 +106,7 @@ class PutPipeline:
 
     def on_put_batch(
         self,
-        puts: Iterable[pb.Put],
+        puts: PutColumns,
         handles: Mapping[int, QueueHandle],
         outbox: Outbox,
         writer: Writer,
@@ -134,9 +135,13 @@ class PutPipeline:
         redirect_status = _OK
         max_age = self.max_age_ms
         budget = self._budget
-        for put in puts:
-            queue_id = put.queue_id
-            guid = put.guid
+        # The batch's columns, read once (``holdfast.proto.columns``); properties are
+        # looked up only for the PUTs that have them.
+        all_properties = puts.properties
+        no_properties: Mapping[str, str] = NO_PROPERTIES
+        for index, (queue_id, guid, payload, age_ms) in enumerate(
+            zip(puts.queue_ids, puts.guids, puts.payloads, puts.ages_ms, strict=True)
+        ):
             if queue_id != last_id:
                 handle = handles.get(queue_id)
                 last_id = queue_id
@@ -145,8 +150,9 @@ class PutPipeline:
             elif not handle.write:
                 status = pb.STATUS_NOT_WRITABLE
             else:
-                payload = put.payload
-                properties: Mapping[str, str] = put.properties
+                properties = (
+                    all_properties.get(index, no_properties) if all_properties else no_properties
+                )
                 status = put_status(guid, payload, properties, limits)
                 if status == _OK and properties and DEAD_LETTER_NOTIFY in properties:
                     status = writer.notify_status(properties[DEAD_LETTER_NOTIFY], self._queues)
@@ -180,7 +186,7 @@ class PutPipeline:
                         verdict := admit(
                             _known_digest(queue, guid),
                             digest,
-                            put.age_ms,
+                            age_ms,
                             max_age,
                             depth_limited and queue.full(1, len(payload)),
                             budget.full(),
@@ -302,20 +308,35 @@ class PutPipeline:
 
     @staticmethod
     def _accept(fresh: list[StoredMessage], fresh_queues: list[Queue], durable: bool) -> None:
-        touched: dict[int, Queue] = {}
+        """The batch's new messages are durable (or failed): leave ``in_flight``; when
+        durable, join their queues and histories a queue at a time (a frame's PUTs
+        mostly share one queue, so that is once per frame)."""
+        by_queue: dict[int, tuple[Queue, list[StoredMessage]]] = {}
         for message, queue in zip(fresh, fresh_queues, strict=True):
-            del queue.in_flight[message.guid]
-            queue.in_flight_bytes -= len(message.payload)
-            if durable:
-                queue.accepted += 1
-                # Admitted after a lookup that missed; in_flight kept it unique since.
-                queue.history.record(
-                    message.guid, message.digest, message.accepted_at, known_new=True
-                )
-                queue.add(message)
-                touched[id(queue)] = queue
-        for queue in touched.values():
-            queue.deliver()
+            entry = by_queue.get(id(queue))
+            if entry is None:
+                by_queue[id(queue)] = (queue, [message])
+            else:
+                entry[1].append(message)
+        for queue, messages in by_queue.values():
+            in_flight = queue.in_flight
+            for message in messages:
+                del in_flight[message.guid]
+            queue.in_flight_bytes -= sum(len(message.payload) for message in messages)
+            if not durable:
+                continue
+            queue.accepted += len(messages)
+            # Admitted after a lookup that missed; in_flight kept each unique since.
+            # One frame's messages share their acceptance time.
+            queue.history.record_new(
+                [message.guid for message in messages],
+                [message.digest for message in messages],
+                messages[0].accepted_at,
+            )
+            queue.enqueue(messages)
+        if durable:
+            for queue, _ in by_queue.values():
+                queue.deliver()
 
     async def drain(self) -> None:
         """Wait until every PUT batch in progress has finished."""

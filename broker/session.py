@@ -19,6 +19,7 @@ from holdfast.broker.queues import Consumer, FlowLimits, Queue, QueueHandle
 from holdfast.broker.registry import QueueRegistry
 from holdfast.broker.writer import Writer
 from holdfast.proto import pb
+from holdfast.proto.columns import PutColumns, RejectRow
 from holdfast.proto.limits import hello_reply
 from holdfast.proto.validate import Invalid, check_open, parse_queue_uri
 from holdfast.server.guard import SessionGuard
@@ -128,25 +129,23 @@ class Session(ContractStream):
         self._detach(handle)
         self.respond(request.request_id, pb.STATUS_OK)
 
-    def on_puts(self, batch: pb.PutBatch) -> None:
+    def on_puts(self, batch: PutColumns) -> None:
         """Validate, dedup, store and enqueue a batch of PUTs (see ``puts``)."""
-        puts = batch.puts
+        puts = batch
         spans = accept_spans(puts, self._handles)  # None unless a trace is being recorded
         self._puts.on_put_batch(puts, self._handles, self.outbox, self._writer, spans)
 
-    def on_confirms(self, batch: pb.ConfirmBatch) -> None:
+    def on_confirms(self, batch: list[tuple[int, bytes]]) -> None:
         """Remove confirmed messages; refuse GUIDs this consumer does not hold."""
         handles = self._handles
         rejected: dict[tuple[pb.Status, int], list[bytes]] = {}
         touched: dict[int, Queue] = {}
         last_id = -1
         handle: QueueHandle | None = None
-        for confirm in batch.confirms:
-            queue_id = confirm.queue_id
+        for queue_id, guid in batch:
             if queue_id != last_id:
                 handle = handles.get(queue_id)
                 last_id = queue_id
-            guid = confirm.guid
             if handle is None:
                 status = pb.STATUS_UNKNOWN_QUEUE
             elif handle.consumer is None:
@@ -161,28 +160,28 @@ class Session(ContractStream):
             queue.deliver()
         self.reject_confirms(rejected)
 
-    def on_rejects(self, batch: pb.RejectBatch) -> None:
+    def on_rejects(self, batch: list[RejectRow]) -> None:
         """Give rejected messages back to their queue (or its dead-letter queue);
         refuse GUIDs this consumer does not hold, like CONFIRMs."""
         refused: dict[tuple[pb.Status, int], list[bytes]] = {}
         touched: dict[int, Queue] = {}
-        for reject in batch.rejects:
-            handle = self._handles.get(reject.queue_id)
+        for queue_id, guid, requeue, delay_ms in batch:
+            handle = self._handles.get(queue_id)
             if handle is None:
                 status = pb.STATUS_UNKNOWN_QUEUE
             elif handle.consumer is None:
                 status = pb.STATUS_NOT_READABLE
             elif handle.queue.reject(
                 handle.consumer,
-                reject.guid,
-                reject.requeue,
-                min(reject.delay_ms, MAX_DELAY_MS) / 1000,
+                guid,
+                requeue,
+                min(delay_ms, MAX_DELAY_MS) / 1000,
             ):
-                touched[reject.queue_id] = handle.queue
+                touched[queue_id] = handle.queue
                 continue
             else:
                 status = pb.STATUS_UNKNOWN_GUID
-            refused.setdefault((status, reject.queue_id), []).append(reject.guid)
+            refused.setdefault((status, queue_id), []).append(guid)
         for queue in touched.values():
             queue.deliver()
         self.reject_confirms(refused)

@@ -51,6 +51,7 @@ from holdfast.broker.store import StoreError
 from holdfast.broker.stores import parse_store_spec
 from holdfast.broker.writer import Writer
 from holdfast.proto import pb
+from holdfast.proto.columns import PutColumns
 from holdfast.proto.credentials import bearer_token
 from holdfast.proto.policy import DEAD_LETTER_NOTIFY
 from holdfast.proto.validate import parse_queue_uri, put_status
@@ -332,12 +333,13 @@ class StagingService:
         metadata = getattr(context, "invocation_metadata", None)
         token = bearer_token(metadata() if metadata is not None else None)
         writer = Writer(self._guard.session(token), "staging")
-        puts = [
-            pb.Put(
-                queue_id=_QUEUE_ID, guid=row.guid, payload=row.payload, properties=row.properties
-            )
-            for row in rows
-        ]
+        puts = PutColumns(
+            [_QUEUE_ID] * len(rows),
+            [row.guid for row in rows],
+            [row.payload for row in rows],
+            [0] * len(rows),
+            {i: row.properties for i, row in enumerate(rows) if row.properties},
+        )
         collector = _AckCollector()
         queue.handles += 1  # not dropped as idle while it is being written
         try:

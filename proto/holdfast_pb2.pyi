@@ -370,88 +370,84 @@ class Put(_message.Message):
     age_ms: int
     def __init__(self, queue_id: _Optional[int] = ..., guid: _Optional[bytes] = ..., payload: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., age_ms: _Optional[int] = ...) -> None: ...
 
-class PutBatch(_message.Message):
-    __slots__ = ("puts",)
-    PUTS_FIELD_NUMBER: _ClassVar[int]
-    puts: _containers.RepeatedCompositeFieldContainer[Put]
-    def __init__(self, puts: _Optional[_Iterable[_Union[Put, _Mapping]]] = ...) -> None: ...
-
-class Ack(_message.Message):
-    __slots__ = ("queue_id", "guid", "status")
-    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
-    GUID_FIELD_NUMBER: _ClassVar[int]
-    STATUS_FIELD_NUMBER: _ClassVar[int]
-    queue_id: int
-    guid: bytes
-    status: Status
-    def __init__(self, queue_id: _Optional[int] = ..., guid: _Optional[bytes] = ..., status: _Optional[_Union[Status, str]] = ...) -> None: ...
-
-class AckBatch(_message.Message):
-    __slots__ = ("acks",)
-    ACKS_FIELD_NUMBER: _ClassVar[int]
-    acks: _containers.RepeatedCompositeFieldContainer[Ack]
-    def __init__(self, acks: _Optional[_Iterable[_Union[Ack, _Mapping]]] = ...) -> None: ...
-
-class Push(_message.Message):
-    __slots__ = ("queue_id", "guid", "payload", "properties", "delivery_count", "age_ms")
-    class PropertiesEntry(_message.Message):
+class IndexedProperties(_message.Message):
+    __slots__ = ("index", "entries")
+    class EntriesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
-    GUID_FIELD_NUMBER: _ClassVar[int]
-    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    entries: _containers.ScalarMap[str, str]
+    def __init__(self, index: _Optional[int] = ..., entries: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class PutBatch(_message.Message):
+    __slots__ = ("queue_ids", "guids", "payloads", "payload_lengths", "ages_ms", "properties")
+    QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
+    GUIDS_FIELD_NUMBER: _ClassVar[int]
+    PAYLOADS_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_LENGTHS_FIELD_NUMBER: _ClassVar[int]
+    AGES_MS_FIELD_NUMBER: _ClassVar[int]
     PROPERTIES_FIELD_NUMBER: _ClassVar[int]
-    DELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
-    AGE_MS_FIELD_NUMBER: _ClassVar[int]
-    queue_id: int
-    guid: bytes
-    payload: bytes
-    properties: _containers.ScalarMap[str, str]
-    delivery_count: int
-    age_ms: int
-    def __init__(self, queue_id: _Optional[int] = ..., guid: _Optional[bytes] = ..., payload: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., delivery_count: _Optional[int] = ..., age_ms: _Optional[int] = ...) -> None: ...
+    queue_ids: _containers.RepeatedScalarFieldContainer[int]
+    guids: bytes
+    payloads: bytes
+    payload_lengths: _containers.RepeatedScalarFieldContainer[int]
+    ages_ms: _containers.RepeatedScalarFieldContainer[int]
+    properties: _containers.RepeatedCompositeFieldContainer[IndexedProperties]
+    def __init__(self, queue_ids: _Optional[_Iterable[int]] = ..., guids: _Optional[bytes] = ..., payloads: _Optional[bytes] = ..., payload_lengths: _Optional[_Iterable[int]] = ..., ages_ms: _Optional[_Iterable[int]] = ..., properties: _Optional[_Iterable[_Union[IndexedProperties, _Mapping]]] = ...) -> None: ...
+
+class AckBatch(_message.Message):
+    __slots__ = ("queue_ids", "guids", "statuses")
+    QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
+    GUIDS_FIELD_NUMBER: _ClassVar[int]
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    queue_ids: _containers.RepeatedScalarFieldContainer[int]
+    guids: bytes
+    statuses: bytes
+    def __init__(self, queue_ids: _Optional[_Iterable[int]] = ..., guids: _Optional[bytes] = ..., statuses: _Optional[bytes] = ...) -> None: ...
 
 class PushBatch(_message.Message):
-    __slots__ = ("pushes",)
-    PUSHES_FIELD_NUMBER: _ClassVar[int]
-    pushes: _containers.RepeatedCompositeFieldContainer[Push]
-    def __init__(self, pushes: _Optional[_Iterable[_Union[Push, _Mapping]]] = ...) -> None: ...
-
-class Confirm(_message.Message):
-    __slots__ = ("queue_id", "guid")
-    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
-    GUID_FIELD_NUMBER: _ClassVar[int]
-    queue_id: int
-    guid: bytes
-    def __init__(self, queue_id: _Optional[int] = ..., guid: _Optional[bytes] = ...) -> None: ...
+    __slots__ = ("queue_ids", "guids", "payloads", "payload_lengths", "delivery_counts", "ages_ms", "properties")
+    QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
+    GUIDS_FIELD_NUMBER: _ClassVar[int]
+    PAYLOADS_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_LENGTHS_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    AGES_MS_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    queue_ids: _containers.RepeatedScalarFieldContainer[int]
+    guids: bytes
+    payloads: bytes
+    payload_lengths: _containers.RepeatedScalarFieldContainer[int]
+    delivery_counts: _containers.RepeatedScalarFieldContainer[int]
+    ages_ms: _containers.RepeatedScalarFieldContainer[int]
+    properties: _containers.RepeatedCompositeFieldContainer[IndexedProperties]
+    def __init__(self, queue_ids: _Optional[_Iterable[int]] = ..., guids: _Optional[bytes] = ..., payloads: _Optional[bytes] = ..., payload_lengths: _Optional[_Iterable[int]] = ..., delivery_counts: _Optional[_Iterable[int]] = ..., ages_ms: _Optional[_Iterable[int]] = ..., properties: _Optional[_Iterable[_Union[IndexedProperties, _Mapping]]] = ...) -> None: ...
 
 class ConfirmBatch(_message.Message):
-    __slots__ = ("confirms",)
-    CONFIRMS_FIELD_NUMBER: _ClassVar[int]
-    confirms: _containers.RepeatedCompositeFieldContainer[Confirm]
-    def __init__(self, confirms: _Optional[_Iterable[_Union[Confirm, _Mapping]]] = ...) -> None: ...
-
-class Reject(_message.Message):
-    __slots__ = ("queue_id", "guid", "requeue", "delay_ms")
-    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
-    GUID_FIELD_NUMBER: _ClassVar[int]
-    REQUEUE_FIELD_NUMBER: _ClassVar[int]
-    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
-    queue_id: int
-    guid: bytes
-    requeue: bool
-    delay_ms: int
-    def __init__(self, queue_id: _Optional[int] = ..., guid: _Optional[bytes] = ..., requeue: _Optional[bool] = ..., delay_ms: _Optional[int] = ...) -> None: ...
+    __slots__ = ("queue_ids", "guids")
+    QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
+    GUIDS_FIELD_NUMBER: _ClassVar[int]
+    queue_ids: _containers.RepeatedScalarFieldContainer[int]
+    guids: bytes
+    def __init__(self, queue_ids: _Optional[_Iterable[int]] = ..., guids: _Optional[bytes] = ...) -> None: ...
 
 class RejectBatch(_message.Message):
-    __slots__ = ("rejects",)
-    REJECTS_FIELD_NUMBER: _ClassVar[int]
-    rejects: _containers.RepeatedCompositeFieldContainer[Reject]
-    def __init__(self, rejects: _Optional[_Iterable[_Union[Reject, _Mapping]]] = ...) -> None: ...
+    __slots__ = ("queue_ids", "guids", "requeue", "delay_ms")
+    QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
+    GUIDS_FIELD_NUMBER: _ClassVar[int]
+    REQUEUE_FIELD_NUMBER: _ClassVar[int]
+    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    queue_ids: _containers.RepeatedScalarFieldContainer[int]
+    guids: bytes
+    requeue: _containers.RepeatedScalarFieldContainer[bool]
+    delay_ms: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, queue_ids: _Optional[_Iterable[int]] = ..., guids: _Optional[bytes] = ..., requeue: _Optional[_Iterable[bool]] = ..., delay_ms: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Error(_message.Message):
     __slots__ = ("status", "message", "queue_id", "guids", "fatal")

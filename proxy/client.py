@@ -30,6 +30,7 @@ from operator import itemgetter
 from typing import Any
 
 from holdfast.proto import NO_BROKER, pb
+from holdfast.proto.columns import PutColumns, RejectRow
 from holdfast.proto.limits import hello_reply
 from holdfast.proto.validate import Invalid, check_open, parse_queue_uri
 from holdfast.proxy.config import ProxyConfig
@@ -254,11 +255,11 @@ class ClientSession(ContractStream):
 
     # -- messages -----------------------------------------------------------------------
 
-    def on_puts(self, batch: pb.PutBatch) -> None:
+    def on_puts(self, batch: PutColumns) -> None:
         """Post each PUT upstream under the client's GUID (``relay.PutRelay``)."""
         if spans.active():
-            self._spans.arrived(batch.puts, self._handles)
-        self._counters.puts_relayed += self._relay.relay(batch.puts, self._handles)
+            self._spans.arrived(batch, self._handles)
+        self._counters.puts_relayed += self._relay.relay(batch, self._handles)
 
     def ack(self, queue_id: int, guid: bytes, status: pb.Status) -> None:
         """Queue an ACK for this client; ACKs routed in one turn of the loop share a frame."""
@@ -297,34 +298,32 @@ class ClientSession(ContractStream):
         # are written anew, by the outbox.
         self.outbox.push(handle.queue_id, push, push.delivery_count)
 
-    def on_confirms(self, batch: pb.ConfirmBatch) -> None:
+    def on_confirms(self, batch: list[tuple[int, bytes]]) -> None:
         """CONFIRM upstream what this client was delivered on the current upstream link."""
-        self._settle(batch.confirms)
+        self._settle((queue_id, guid, None) for queue_id, guid in batch)
 
-    def on_rejects(self, batch: pb.RejectBatch) -> None:
+    def on_rejects(self, batch: list[RejectRow]) -> None:
         """REJECT upstream, like CONFIRMs: only deliveries of the current upstream link."""
-        self._settle(batch.rejects)
+        self._settle(
+            (queue_id, guid, Rejection(requeue, delay_ms / 1000))
+            for queue_id, guid, requeue, delay_ms in batch
+        )
 
-    def _settle(self, items: Iterable[pb.Confirm | pb.Reject]) -> None:
+    def _settle(self, items: Iterable[tuple[int, bytes, Rejection | None]]) -> None:
         rejected: dict[tuple[pb.Status, int], list[bytes]] = {}
-        for item in items:
-            handle = self._handles.get(item.queue_id)
+        for queue_id, guid, reject in items:
+            handle = self._handles.get(queue_id)
             status: pb.Status
             if handle is None:
                 status = pb.STATUS_UNKNOWN_QUEUE
             elif not handle.read:
                 status = pb.STATUS_NOT_READABLE
             else:
-                reject = (
-                    Rejection(item.requeue, item.delay_ms / 1000)
-                    if isinstance(item, pb.Reject)
-                    else None
-                )
-                settled = self._confirm_upstream(handle, item.guid, reject)
+                settled = self._confirm_upstream(handle, guid, reject)
                 if settled is None:
                     continue
                 status = settled
-            rejected.setdefault((status, item.queue_id), []).append(item.guid)
+            rejected.setdefault((status, queue_id), []).append(guid)
         self._upstream.queued()
         self.reject_confirms(rejected)
 

@@ -2,7 +2,7 @@
 
 Each PUT keeps its GUID and age upstream (so the broker's dedup works end to end and no
 hop restarts the age). A PUT the proxy can judge itself is answered at once with a typed
-ACK: a handle that is not open or not writable, a GUID that is not 16 bytes, a
+ACK: a handle that is not open or not writable, a
 dead-letter notice into a domain the client's token may not write. A GUID pending
 upstream already is judged by queue and content, as the broker would judge it
 (``Relayed``): the same PUT joins it, other content is a CONFLICT, another queue waits
@@ -15,11 +15,11 @@ properties and the proxy's bookkeeping), and released with its outcome.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 
 from holdfast.proto import pb
+from holdfast.proto.columns import PutColumns
 from holdfast.proto.policy import DEAD_LETTER_NOTIFY
-from holdfast.proto.validate import GUID_BYTES
 from holdfast.proxy.budget import PUT_BOOKKEEPING_BYTES
 from holdfast.proxy.routes import ClientHandle, ParkedPut, Routes
 from holdfast.proxy.upstream import Upstream
@@ -48,7 +48,7 @@ class PutRelay:
         self._session_id = session_id
         self._ack = ack
 
-    def relay(self, puts: Iterable[pb.Put], handles: Mapping[int, ClientHandle]) -> int:
+    def relay(self, puts: PutColumns, handles: Mapping[int, ClientHandle]) -> int:
         """Relay a frame's PUTs, ACK the refused ones; returns how many went upstream."""
         # Once per PUT: locals, the handle looked up once per run of the same queue_id,
         # the engine called straight (one clock read and one wake-up per frame).
@@ -61,9 +61,15 @@ class PutRelay:
         handle: ClientHandle | None = None
         last_id = -1
         relayed = 0
-        for put in puts:
-            queue_id = put.queue_id
-            guid = put.guid
+        all_properties = puts.properties
+        no_properties: Mapping[str, str] = {}
+        # The batch's columns side by side; GUIDs are 16 bytes by the batch's framing.
+        for index, (queue_id, guid, payload, age_ms) in enumerate(
+            zip(puts.queue_ids, puts.guids, puts.payloads, puts.ages_ms, strict=True)
+        ):
+            put_properties = (
+                all_properties.get(index, no_properties) if all_properties else no_properties
+            )
             if queue_id != last_id:
                 handle = handles.get(queue_id)
                 last_id = queue_id
@@ -72,23 +78,21 @@ class PutRelay:
                 status = pb.STATUS_UNKNOWN_QUEUE
             elif not handle.write:
                 status = pb.STATUS_NOT_WRITABLE
-            elif len(guid) != GUID_BYTES:
-                status = pb.STATUS_INVALID_GUID
-            elif put.properties and DEAD_LETTER_NOTIFY in put.properties:
+            elif put_properties and DEAD_LETTER_NOTIFY in put_properties:
                 # The broker writes the notice with the proxy's token: the client's own
                 # must allow it (the broker counts the queue it may create).
-                notify = put.properties[DEAD_LETTER_NOTIFY]
+                notify = put_properties[DEAD_LETTER_NOTIFY]
                 refusal = self._guard.check_derived_put(notify, None, self._session_id)
                 status = refusal[0] if refusal is not None else None
             if status is None:
                 assert handle is not None and handle.upstream is not None
                 upstream_id = handle.upstream.queue_id
-                properties = put.properties or None
-                charge = len(put.payload) + PUT_BOOKKEEPING_BYTES
+                properties = put_properties or None
+                charge = len(payload) + PUT_BOOKKEEPING_BYTES
                 if properties:
                     charge += sum(len(k) + len(v) for k, v in properties.items())
                 try:
-                    outcome = relay(upstream_id, put.payload, properties, guid, now, put.age_ms)
+                    outcome = relay(upstream_id, payload, properties, guid, now, age_ms)
                 except HoldfastError as error:
                     status = relay_status(error, pb.STATUS_UNKNOWN_QUEUE)[0]
                 else:
@@ -99,8 +103,8 @@ class PutRelay:
                         charged += charge
                         self._routes.park(
                             ParkedPut(
-                                key, queue_id, upstream_id, put.payload, properties,
-                                guid, now, put.age_ms, charge,
+                                key, queue_id, upstream_id, payload, properties,
+                                guid, now, age_ms, charge,
                             )
                         )  # fmt: skip
                         continue

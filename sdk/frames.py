@@ -1,6 +1,6 @@
 """Encoding the engine's outbound items into batched wire frames.
 
-Consecutive PUTs share one ``PutBatch`` frame and consecutive CONFIRMs one
+Consecutive PUTs share one columnar ``PutBatch`` frame and consecutive CONFIRMs one
 ``ConfirmBatch`` frame, up to ``max_batch_bytes`` each; REJECTs (rare) and requests
 travel in their
 own frames and keep their place in the order, so a PUT posted before a close
@@ -9,9 +9,10 @@ still reaches the broker before that close.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from holdfast.proto import pb
+from holdfast.proto.columns import confirm_batch, put_batch, reject_batch
 from holdfast.sdk.outbound import CONFIRM_SIZE, FRAME_SIZE, ConfirmItem, OutboundItem, RejectItem
 from holdfast.sdk.putbuffer import GUID, PAYLOAD, POSTED_AT, PROPERTIES, QUEUE_ID, SIZE
 
@@ -33,65 +34,54 @@ def encode(
     posted, so the next hop continues its age instead of starting it again.
     """
     frames: list[tuple[pb.ClientFrame, int]] = []
-    puts: pb.PutBatch | None = None
+    # The open PUT batch, as columns (``holdfast.proto.columns``).
+    queue_ids: list[int] = []
+    guids: list[bytes] = []
+    payloads: list[bytes] = []
+    ages: list[int] = []
+    properties: list[tuple[int, Mapping[str, str]]] = []
     put_bytes = 0
-    put_count = 0
-    confirms: pb.ConfirmBatch | None = None
+    confirm_ids: list[int] = []
+    confirm_guids: list[bytes] = []
     confirm_bytes = 0
 
     def flush_puts() -> None:
-        nonlocal puts, put_bytes, put_count
-        if puts is not None:
-            frames.append((pb.ClientFrame(puts=puts), put_bytes))
-            puts, put_bytes, put_count = None, 0, 0
+        nonlocal queue_ids, guids, payloads, ages, properties, put_bytes
+        if guids:
+            batch = put_batch(queue_ids, guids, payloads, ages, properties)
+            frames.append((pb.ClientFrame(puts=batch), put_bytes))
+            queue_ids, guids, payloads, ages, properties, put_bytes = [], [], [], [], [], 0
 
     def flush_confirms() -> None:
-        nonlocal confirms, confirm_bytes
-        if confirms is not None:
-            frames.append((pb.ClientFrame(confirms=confirms), confirm_bytes))
-            confirms, confirm_bytes = None, 0
+        nonlocal confirm_ids, confirm_guids, confirm_bytes
+        if confirm_guids:
+            batch = confirm_batch(confirm_ids, confirm_guids)
+            frames.append((pb.ClientFrame(confirms=batch), confirm_bytes))
+            confirm_ids, confirm_guids, confirm_bytes = [], [], 0
 
     for item in items:
         if isinstance(item, tuple):  # a PendingPut (see its note on why it is a tuple)
             size = item[SIZE]
-            if puts is not None and (
-                put_bytes + size > max_batch_bytes or put_count >= MAX_PUTS_PER_FRAME
-            ):
+            if guids and (put_bytes + size > max_batch_bytes or len(guids) >= MAX_PUTS_PER_FRAME):
                 flush_puts()
-            if puts is None:
-                puts = pb.PutBatch()
             age_ms = int((now - item[POSTED_AT]) * 1000.0)
-            if age_ms < 0:
-                age_ms = 0
-            put = puts.puts.add(
-                queue_id=item[QUEUE_ID], guid=item[GUID], payload=item[PAYLOAD], age_ms=age_ms
-            )
-            properties = item[PROPERTIES]
-            if properties:
-                # Entry by entry: add(properties=...) fills protobuf's map through the
-                # pure-Python MutableMapping.update, a third slower.
-                map_ = put.properties
-                for key, value in properties.items():
-                    map_[key] = value
+            if item[PROPERTIES]:
+                properties.append((len(guids), item[PROPERTIES]))
+            queue_ids.append(item[QUEUE_ID])
+            guids.append(item[GUID])
+            payloads.append(item[PAYLOAD])
+            ages.append(age_ms if age_ms > 0 else 0)
             put_bytes += size
-            put_count += 1
         elif isinstance(item, ConfirmItem):
-            if confirms is not None and confirm_bytes + CONFIRM_SIZE > max_batch_bytes:
+            if confirm_guids and confirm_bytes + CONFIRM_SIZE > max_batch_bytes:
                 flush_confirms()
-            if confirms is None:
-                confirms = pb.ConfirmBatch()
-            confirms.confirms.add(queue_id=item.queue_id, guid=item.guid)
+            confirm_ids.append(item.queue_id)
+            confirm_guids.append(item.guid)
             confirm_bytes += CONFIRM_SIZE
         elif isinstance(item, RejectItem):
             flush_puts()
             flush_confirms()
-            reject = pb.RejectBatch()
-            reject.rejects.add(
-                queue_id=item.queue_id,
-                guid=item.guid,
-                requeue=item.requeue,
-                delay_ms=item.delay_ms,
-            )
+            reject = reject_batch([(item.queue_id, item.guid, item.requeue, item.delay_ms)])
             frames.append((pb.ClientFrame(rejects=reject), CONFIRM_SIZE))
         else:
             flush_puts()

@@ -16,9 +16,11 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from itertools import repeat
 from typing import Any
 
 from holdfast.proto import pb, status_name
+from holdfast.proto.columns import Malformed, PushRow, read_pushes, split_guids
 from holdfast.proto.validate import quote
 from holdfast.sdk import events as ev
 from holdfast.sdk.errors import HoldfastError, RemoteProtocolError
@@ -37,8 +39,8 @@ Callback = tuple[Callable[[Any], Any], Any]
 WireAck = tuple[bytes, "pb.Status"]
 """A PUT's outcome in ``wire_acks`` mode: its GUID and a ``pb.Status`` value."""
 
-WirePush = tuple["pb.Push", int]
-"""A PUSH in ``wire_pushes`` mode: the frame's ``pb.Push`` as it arrived and the
+WirePush = tuple[PushRow, int]
+"""A PUSH in ``wire_pushes`` mode: the frame's PUSH as it was read and the
 connection generation it was delivered on (``SessionEngine.confirm_wire`` takes it
 back)."""
 
@@ -48,13 +50,6 @@ _HISTORY_FULL = pb.STATUS_HISTORY_FULL
 _QUEUE_FULL = pb.STATUS_QUEUE_FULL
 _PUSHED_BACK = frozenset((_HISTORY_FULL, _QUEUE_FULL, pb.STATUS_LIMIT_EXCEEDED))
 """ACK statuses that are no outcome: the broker did not take the PUT *yet*."""
-
-
-def _bad_guid(what: str, guid: bytes) -> RemoteProtocolError:
-    return RemoteProtocolError(
-        f"the server sent {what} with a {len(guid)}-byte GUID {quote(guid.hex(), 40)} "
-        "(GUIDs are 16 bytes)"
-    )
 
 
 class Outcomes:
@@ -104,7 +99,17 @@ class Outcomes:
         """Rule 3: each ACK pops its PUT and reports it once; unknown GUIDs are stale.
 
         ``HISTORY_FULL`` and ``QUEUE_FULL`` are not outcomes: the PUT stays buffered
-        and is sent again after a back-off (``PutBuffer.hold``)."""
+        and is sent again after a back-off (``PutBuffer.hold``). A batch in the "all
+        SUCCESS" form (no statuses column) is taken without a status per ACK."""
+        try:
+            guids = split_guids(batch.guids, "ACK batch")
+        except Malformed as error:
+            raise RemoteProtocolError(f"the server sent {error.message}") from None
+        statuses = batch.statuses
+        if statuses and len(statuses) != len(guids):
+            raise RemoteProtocolError(
+                f"the server sent an ACK batch of {len(guids)} GUIDs and {len(statuses)} statuses"
+            )
         # One iteration per ACKed message: locals, no method calls on the hot path.
         puts = self._puts
         pending = puts.by_guid
@@ -115,20 +120,13 @@ class Outcomes:
         held = puts.held
         busy = puts.busy
         reported = 0
-        # Successes are counted once per frame; other statuses (rare) one by one.
         by_status = self.counters.acks
-        for ack in batch.acks:
-            guid = ack.guid
-            wire = ack.status
+        for guid, wire in zip(guids, statuses or repeat(_STATUS_OK), strict=False):
             if wire in _PUSHED_BACK:
-                if len(guid) != 16:
-                    raise _bad_guid("an ACK", guid)
                 puts.hold(guid, now)
                 continue
             put = pending.pop(guid, None)
             if put is None:
-                if len(guid) != 16:
-                    raise _bad_guid("an ACK", guid)
                 self.stale_acks += 1
                 continue
             released += put[6]
@@ -141,7 +139,7 @@ class Outcomes:
             if busy:
                 busy.discard(put[QUEUE_ID])
             if relay is not None:
-                relay((guid, wire))
+                relay((guid, wire))  # type: ignore[arg-type]  # a Status value
                 continue
             # A queue leaves the table only once its pending PUTs are reported.
             queue = queues[put[QUEUE_ID]]
@@ -150,7 +148,7 @@ class Outcomes:
                 callback = queue.on_ack
             if callback is not None:
                 status = _SUCCESS if wire == _STATUS_OK else ack_status(wire)
-                append((callback, Ack(uuid_from_bytes(put[GUID]), status, queue.uri)))
+                append((callback, Ack(uuid_from_bytes(guid), status, queue.uri)))
         if released:
             puts.bytes -= released
             puts.taken()
@@ -162,17 +160,18 @@ class Outcomes:
         a ``Message``, or in ``wire_pushes`` mode (the proxy, which relays them to its
         own clients) as a ``WirePush``, without a ``UUID``, a dict and a ``Message``
         per delivery."""
-        for push in batch.pushes:
-            if len(push.guid) != 16:
-                raise _bad_guid("a PUSH", push.guid)
+        try:
+            pushes = read_pushes(batch)
+        except Malformed as error:
+            raise RemoteProtocolError(f"the server sent {error.message}") from None
         queues = self._queues.by_id
         append = self.callbacks.append
         wire = self._wire_pushes
         # Wall clock, not the engine's monotonic ``now``: an acceptance date for users.
         arrived = time.time()
         counters = self.counters
-        for push in batch.pushes:
-            queue = queues.get(push.queue_id)
+        for queue_id, push in pushes:
+            queue = queues.get(queue_id)
             if queue is None or queue.on_message is None or queue.state not in WRITABLE_STATES:
                 continue  # closed meanwhile: the broker redelivers it elsewhere
             counters.delivered += 1

@@ -41,6 +41,7 @@ from holdfast.broker.config import BrokerConfig
 from holdfast.broker.server import Broker as _RealBroker
 from holdfast.broker.store import MemoryStore
 from holdfast.proto import pb
+from holdfast.proto.columns import Malformed, ack_batch, put_batch, read_puts
 from holdfast.sdk.errors import RetryableTransportError
 from holdfast.sdk.statuses import wire_status_of
 from holdfast.sdk.transports.memory import (
@@ -127,16 +128,30 @@ class _MemoryContext:
         if not batches:
             return raw
         left = 0
-        for batch in batches:
-            puts = batch.puts
-            count, status = self._faults.take_failures(len(puts))
-            acks = pb.AckBatch()
-            for put in puts[:count]:
-                acks.acks.add(queue_id=put.queue_id, guid=put.guid, status=status)
+        for each in inner:
+            if each.WhichOneof("frame") != "puts":
+                continue
+            try:
+                puts = read_puts(each.puts)
+            except Malformed:
+                left += 1  # the broker answers it
+                continue
+            rows = list(puts.rows())
+            count, status = self._faults.take_failures(len(rows))
             if count:
-                await self.write(pb.ServerFrame(acks=acks))
-            del puts[:count]
-            left += len(puts)
+                refused = [(put.queue_id, put.guid, status) for put in rows[:count]]
+                await self.write(pb.ServerFrame(acks=ack_batch(refused)))
+            rest = rows[count:]
+            each.puts.CopyFrom(
+                put_batch(
+                    [put.queue_id for put in rest],
+                    [put.guid for put in rest],
+                    [put.payload for put in rest],
+                    [put.age_ms for put in rest],
+                    [(i, put.properties) for i, put in enumerate(rest) if put.properties],
+                )
+            )
+            left += len(rest)
         if kind == "puts" and not left:
             return None
         return frame.SerializeToString()

@@ -29,18 +29,17 @@ from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from holdfast.proto import pb
+from holdfast.proto.columns import ack_batch, push_batch
+from holdfast.proto.validate import GUID_BYTES
 
 AckEntry = tuple[int, bytes, "pb.Status"]
-"""An ACK as (queue_id, guid, status); turned into ``pb.Ack`` by the writer."""
+"""An ACK as (queue_id, guid, status); the writer packs them into an AckBatch's columns."""
 
 _ACK_OVERHEAD = 8
 """Approximate wire bytes of one ACK besides its GUID."""
 
 _PUSH_OVERHEAD = 32
 """Approximate wire bytes of one PUSH besides its GUID, payload and properties."""
-
-_PUSH = pb.Push
-"""The wire type of a PUSH; ``Outbox.push`` takes one as a ``Pushable`` too."""
 
 MAX_PUSHES_PER_FRAME = 256
 """Most PUSHes in one PushBatch. A consumer's whole window (1000 messages by default)
@@ -53,7 +52,8 @@ the proxy (100-byte messages, default window, 3 runs each on the 2-core machine)
 
 class Pushable(Protocol):
     """What a PUSH is made of (the broker's stored messages are pushable as they are;
-    their ``accepted_at``, on ``Outbox.clock``, gives the PUSH its age)."""
+    their ``accepted_at``, on ``Outbox.clock``, gives the PUSH its age; a relayed
+    ``PushRow`` carries its ``age_ms``)."""
 
     @property
     def guid(self) -> bytes:
@@ -137,7 +137,7 @@ class Outbox:
         if self.closed or not group.acks:
             return  # an empty PutBatch: nothing to answer
         self._ordered.append(group)
-        self._grow(sum(len(guid) for _, guid, _ in group.acks) + _ACK_OVERHEAD * len(group.acks))
+        self._grow(len(group.acks) * (GUID_BYTES + _ACK_OVERHEAD))
         if group.ready and len(self._ordered) == 1:
             self._work.set()
 
@@ -271,15 +271,14 @@ class Outbox:
             self._shrink(head.size)
             self._wake_if_ready()
             return head.frame
-        frame = pb.ServerFrame()
-        add = frame.acks.acks.add
+        # Whole groups are joined into one ACK batch: columns, no object per ACK.
+        rows: list[AckEntry] = []
         size = 0
         group: AckGroup | _Framed = head
         while True:
             assert isinstance(group, AckGroup)
-            for queue_id, guid, status in group.acks:
-                add(queue_id=queue_id, guid=guid, status=status)
-                size += len(guid) + _ACK_OVERHEAD
+            rows += group.acks
+            size += len(group.acks) * (GUID_BYTES + _ACK_OVERHEAD)
             if size >= self.max_frame_bytes or not ordered:
                 break
             group = ordered[0]
@@ -288,7 +287,7 @@ class Outbox:
             ordered.popleft()
         self._shrink(size)
         self._wake_if_ready()
-        return frame
+        return pb.ServerFrame(acks=ack_batch(rows))
 
     def _wake_if_ready(self) -> None:
         if self._ordered and self._ready(self._ordered[0]):
@@ -296,43 +295,33 @@ class Outbox:
 
     def _take_pushes(self) -> pb.ServerFrame:
         pushes = self._pushes
-        frame = pb.ServerFrame()
-        add = frame.pushes.pushes.add
         now = self.clock() if self.clock is not None else None
         limit = self.max_frame_bytes
         size = 0
         taken = 0
+        queue_ids: list[int] = []
+        guids: list[bytes] = []
+        payloads: list[bytes] = []
+        counts: list[int] = []
+        ages: list[int] = []
+        properties: list[tuple[int, Mapping[str, str]]] = []
         for queue_id, message, delivery_count in pushes:
             if taken and (size >= limit or taken >= MAX_PUSHES_PER_FRAME):
                 break
-            if type(message) is _PUSH:
-                # A Push relayed as it came (the proxy): copied at the C level, which
-                # takes 290 ns against 490 ns to build it again from its fields.
-                item = add()
-                item.CopyFrom(message)
-                item.queue_id = queue_id
-                item.delivery_count = delivery_count
-                size += len(message.payload) + _PUSH_OVERHEAD
-                taken += 1
-                continue
-            properties = message.properties
-            age_ms = 0
-            if now is not None:
-                age_ms = max(0, int((now - getattr(message, "accepted_at", now)) * 1000))
-            item = add(
-                queue_id=queue_id,
-                guid=message.guid,
-                payload=message.payload,
-                delivery_count=delivery_count,
-                age_ms=age_ms,
-            )
-            if properties:
-                # Entry by entry: add(properties=...) fills protobuf's map through the
-                # pure-Python MutableMapping.update, a third slower.
-                map_ = item.properties
-                for key, value in properties.items():
-                    map_[key] = value
-            size += len(message.payload) + _PUSH_OVERHEAD
+            payload = message.payload
+            queue_ids.append(queue_id)
+            guids.append(message.guid)
+            payloads.append(payload)
+            counts.append(delivery_count)
+            if now is None:
+                # Relayed as it came (the proxy): the broker's age, unchanged.
+                ages.append(getattr(message, "age_ms", 0))
+            else:
+                age = int((now - getattr(message, "accepted_at", now)) * 1000)
+                ages.append(age if age > 0 else 0)
+            if message.properties:
+                properties.append((taken, message.properties))
+            size += len(payload) + _PUSH_OVERHEAD
             taken += 1
         if taken == len(pushes):
             self._pushes = []
@@ -340,4 +329,5 @@ class Outbox:
             del pushes[:taken]
             self._work.set()
         self._push_bytes -= size
-        return frame
+        batch = push_batch(queue_ids, guids, payloads, counts, ages, properties)
+        return pb.ServerFrame(pushes=batch)

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from holdfast.proto import pb, status_name
+from holdfast.proto.columns import PutColumns
 from holdfast.sdk import tracing
 
 if TYPE_CHECKING:
@@ -32,9 +33,12 @@ def active() -> bool:
     return tracing.AVAILABLE and tracing.configured()
 
 
-def _traced(put: pb.Put) -> bool:
-    properties = put.properties
-    return bool(properties) and tracing.TRACEPARENT in properties
+def _traced(puts: PutColumns) -> Iterable[tuple[int, int, bytes, Mapping[str, str]]]:
+    """(index, queue_id, guid, properties) of the traced PUTs of a batch: only PUTs with
+    properties can be traced, and the batch lists those apart."""
+    for index, properties in puts.properties.items():
+        if tracing.TRACEPARENT in properties:
+            yield index, puts.queue_ids[index], puts.guids[index], properties
 
 
 def _start(
@@ -73,15 +77,14 @@ class RelaySpans:
     def __bool__(self) -> bool:
         return bool(self._spans)
 
-    def arrived(self, puts: Iterable[pb.Put], handles: Mapping[int, Any]) -> None:
+    def arrived(self, puts: PutColumns, handles: Mapping[int, Any]) -> None:
         """A PutBatch arrived: start a span for each traced PUT."""
-        for put in puts:
-            if _traced(put):
-                handle = handles.get(put.queue_id)
-                uri = handle.uri if handle is not None else ""
-                span = _start("relay", tracing.SEND, "PRODUCER", uri, put.guid, put.properties)
-                if span is not None:
-                    self._spans.setdefault(put.guid, []).append(span)
+        for _, queue_id, guid, properties in _traced(puts):
+            handle = handles.get(queue_id)
+            uri = handle.uri if handle is not None else ""
+            span = _start("relay", tracing.SEND, "PRODUCER", uri, guid, properties)
+            if span is not None:
+                self._spans.setdefault(guid, []).append(span)
 
     def acked(self, guid: bytes, status: int) -> None:
         """The client is ACKed for ``guid``: the oldest span of that GUID ends."""
@@ -98,15 +101,14 @@ class AcceptSpans:
 
     __slots__ = ("_spans",)
 
-    def __init__(self, puts: Sequence[pb.Put], handles: Mapping[int, Any]) -> None:
+    def __init__(self, puts: PutColumns, handles: Mapping[int, Any]) -> None:
         self._spans: dict[int, Span] = {}
-        for index, put in enumerate(puts):
-            if _traced(put):
-                handle = handles.get(put.queue_id)
-                uri = handle.queue.uri if handle is not None else ""
-                span = _start("accept", tracing.RECEIVE, "CONSUMER", uri, put.guid, put.properties)
-                if span is not None:
-                    self._spans[index] = span
+        for index, queue_id, guid, properties in _traced(puts):
+            handle = handles.get(queue_id)
+            uri = handle.queue.uri if handle is not None else ""
+            span = _start("accept", tracing.RECEIVE, "CONSUMER", uri, guid, properties)
+            if span is not None:
+                self._spans[index] = span
 
     def __bool__(self) -> bool:
         return bool(self._spans)
@@ -118,7 +120,7 @@ class AcceptSpans:
         self._spans = {}
 
 
-def accept_spans(puts: Sequence[pb.Put], handles: Mapping[int, Any]) -> AcceptSpans | None:
+def accept_spans(puts: PutColumns, handles: Mapping[int, Any]) -> AcceptSpans | None:
     """The accept spans of a PutBatch, or None when there is none to make."""
     if not active():
         return None

@@ -41,6 +41,14 @@ from google.protobuf.message import DecodeError
 
 from holdfast.proto import PROTOCOL_VERSION, pb, status_name
 from holdfast.proto.batching import BATCH_OVERHEAD, pack
+from holdfast.proto.columns import (
+    Malformed,
+    PutColumns,
+    RejectRow,
+    read_confirms,
+    read_puts,
+    read_rejects,
+)
 from holdfast.server.guard import ServerGuard, SessionGuard, pause
 from holdfast.server.outbox import Outbox
 
@@ -81,9 +89,9 @@ class ContractStream(ABC):
             "open_queue": self.on_open,
             "configure_queue": self.on_configure,
             "close_queue": self.on_close,
-            "puts": self.on_puts,
-            "confirms": self.on_confirms,
-            "rejects": self.on_rejects,
+            "puts": self._columns(read_puts, self.on_puts),
+            "confirms": self._columns(read_confirms, self.on_confirms),
+            "rejects": self._columns(read_rejects, self.on_rejects),
             "count_consumers": self.on_count_consumers,
         }
 
@@ -106,16 +114,33 @@ class ContractStream(ABC):
         """Handle CloseQueue; answer with ``respond``."""
 
     @abstractmethod
-    def on_puts(self, batch: pb.PutBatch) -> None:
-        """Handle a PutBatch; every PUT gets exactly one ACK through the outbox."""
+    def on_puts(self, batch: PutColumns) -> None:
+        """Handle a PutBatch's columns; every PUT gets exactly one ACK through the outbox."""
 
     @abstractmethod
-    def on_confirms(self, batch: pb.ConfirmBatch) -> None:
-        """Handle a ConfirmBatch; rejected CONFIRMs are answered with ``error``."""
+    def on_confirms(self, batch: list[tuple[int, bytes]]) -> None:
+        """Handle a ConfirmBatch as (queue_id, guid) rows; rejected CONFIRMs are answered
+        with ``error``."""
 
     @abstractmethod
-    def on_rejects(self, batch: pb.RejectBatch) -> None:
-        """Handle a RejectBatch; refused REJECTs are answered like refused CONFIRMs."""
+    def on_rejects(self, batch: list[RejectRow]) -> None:
+        """Handle a RejectBatch's rows; refused REJECTs are answered like refused CONFIRMs."""
+
+    def _columns(
+        self, read: Callable[[Any], Any], handle: Callable[[Any], None]
+    ) -> Callable[[Any], None]:
+        """A frame handler that reads a columnar batch once, then hands it on; a batch
+        whose columns disagree is answered MALFORMED_FRAME and nothing of it is taken."""
+
+        def on_batch(batch: Any) -> None:
+            try:
+                columns = read(batch)
+            except Malformed as error:
+                self.error(error.status, error.message)
+                return
+            handle(columns)
+
+        return on_batch
 
     @abstractmethod
     def on_count_consumers(self, request: pb.CountConsumers) -> None:

@@ -13,7 +13,7 @@ import asyncio
 import json
 import logging
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, cast
 
 from holdfast.broker.dedup import content_digest
@@ -25,6 +25,7 @@ from holdfast.broker.redis.scripts import PUT_REPLAYED, PUT_STORED
 from holdfast.broker.store import StoreError
 from holdfast.broker.writer import Writer
 from holdfast.proto import pb
+from holdfast.proto.columns import PutColumns, PutRow
 from holdfast.proto.limits import Limits
 from holdfast.proto.policy import DEAD_LETTER_NOTIFY, PICKUP_TTL
 from holdfast.proto.validate import put_status
@@ -56,7 +57,7 @@ class RedisPutPipeline:
 
     def on_put_batch(
         self,
-        puts: Iterable[pb.Put],
+        puts: PutColumns,
         handles: Mapping[int, Any],
         outbox: Outbox,
         writer: Writer,
@@ -67,8 +68,8 @@ class RedisPutPipeline:
         ``spans`` end with the final ACKs."""
         group = AckGroup()
         acks = group.acks
-        by_queue: dict[str, list[tuple[int, pb.Put]]] = {}
-        for put in puts:
+        by_queue: dict[str, list[tuple[int, PutRow]]] = {}
+        for put in puts.rows():
             handle = handles.get(put.queue_id)
             if handle is None:
                 status = pb.STATUS_UNKNOWN_QUEUE
@@ -99,7 +100,7 @@ class RedisPutPipeline:
 
     async def _store(
         self,
-        by_queue: dict[str, list[tuple[int, pb.Put]]],
+        by_queue: dict[str, list[tuple[int, PutRow]]],
         group: AckGroup,
         outbox: Outbox,
         spans: AcceptSpans | None,
@@ -131,7 +132,7 @@ class RedisPutPipeline:
                 spans.finished(acks)
             outbox.acks_ready(group)
 
-    async def _put(self, uri: str, puts: list[pb.Put]) -> list[pb.Status]:
+    async def _put(self, uri: str, puts: list[PutRow]) -> list[pb.Status]:
         registry = self._registry
         keys = QueueKeys(uri)
         policy = registry.policies.effective(uri)
@@ -180,7 +181,7 @@ class RedisPutPipeline:
         return statuses
 
     async def _after_wait(
-        self, uri: str, puts: list[pb.Put], raw: list[int], replicated: bool
+        self, uri: str, puts: list[PutRow], raw: list[int], replicated: bool
     ) -> bool:
         """With ``--redis-min-replicas``: messages replicas confirmed become deliverable;
         the others wait for a later check (``durable``). Returns whether the PUTs may be

@@ -4,11 +4,13 @@ keeps working after each one."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from holdfast.proto import PROTOCOL_VERSION, pb
 from tests.broker.util import connected, new_guid, statuses, unique_uri
+from tests.support.columns import pushes_of
 from tests.support.processes import BrokerProcess
 from tests.support.wire_client import WireClient
 
@@ -210,16 +212,54 @@ def test_unknown_queue_id(client: WireClient, bystander: Bystander) -> None:
 
 
 def test_guids_of_the_wrong_size(client: WireClient, bystander: Bystander) -> None:
+    """A columnar batch cannot carry a GUID of another size: a GUID column that is not
+    16 bytes a message is a malformed frame, refused whole, and the session goes on."""
     uri = unique_uri("guid-size")
     client.open(1, uri, write=True, read=True)
+    client.put_columns(
+        pb.PutBatch(queue_ids=[1], guids=b"g" * 31, payloads=b"ab", payload_lengths=[1, 1])
+    )
+    error = assert_error(client, pb.STATUS_MALFORMED_FRAME)
+    assert "31 bytes" in error.message
     good = new_guid()
-    client.put(1, [(b"g" * 15, b"short", {}), (good, b"good", {}), (b"g" * 17, b"long", {})])
-    acks = client.acks(3)
-    assert statuses(acks) == ["STATUS_INVALID_GUID", "STATUS_OK", "STATUS_INVALID_GUID"]
-    assert [a.guid for a in acks] == [b"g" * 15, good, b"g" * 17]
+    client.put(1, [(good, b"good", {})])
+    assert statuses(client.acks(1)) == ["STATUS_OK"]
     (push,) = client.pushes(1)  # only the good one was enqueued
     assert push.guid == good
+    assert client.quiet("pushes", 0.3) == []
     bystander.assert_works()
+
+
+@pytest.mark.parametrize(
+    ("batch", "complaint"),
+    [
+        (dict(payloads=b"abc", payload_lengths=[1, 1]), "sum to 2, not 3"),
+        (dict(payloads=b"ab", payload_lengths=[2]), "1 payload lengths"),
+        (dict(payloads=b"ab", payload_lengths=[1, 1], ages_ms=[5]), "1 ages_ms"),
+        (dict(payloads=b"ab", payload_lengths=[1, 1], queue_ids=[1, 1, 1]), "3 queue_ids"),
+    ],
+)
+def test_columns_that_disagree_are_a_malformed_frame(
+    client: WireClient, bystander: Bystander, batch: dict[str, Any], complaint: str
+) -> None:
+    uri = unique_uri("columns")
+    client.open(1, uri, write=True, read=True)
+    fields: dict[str, Any] = {"queue_ids": [1], "guids": new_guid() + new_guid(), **batch}
+    client.put_columns(pb.PutBatch(**fields))
+    error = assert_error(client, pb.STATUS_MALFORMED_FRAME)
+    assert complaint in error.message
+    assert not error.fatal
+    assert client.quiet("acks", 0.3) == []  # no PUT of it was taken, so none is ACKed
+    bystander.assert_works()
+
+
+def test_properties_for_a_message_past_the_batch(client: WireClient) -> None:
+    client.open(1, unique_uri("props-index"), write=True)
+    batch = pb.PutBatch(queue_ids=[1], guids=new_guid(), payloads=b"a", payload_lengths=[1])
+    batch.properties.add(index=1).entries["k"] = "v"
+    client.put_columns(batch)
+    error = assert_error(client, pb.STATUS_MALFORMED_FRAME)
+    assert "properties for message 1 of a batch of 1" in error.message
 
 
 def test_payload_limit(client: WireClient, bystander: Bystander) -> None:
@@ -284,7 +324,7 @@ def test_confirm_of_an_unknown_guid(client: WireClient, bystander: Bystander) ->
     client.put(1, [(real, b"x", {})])
     client.acks(1)
     client.pushes(1)
-    unknown = [new_guid(), b"short"]
+    unknown = [new_guid(), new_guid()]
     client.confirm(1, [unknown[0], real, unknown[1]])
     error = assert_error(client, pb.STATUS_UNKNOWN_GUID)
     assert (error.queue_id, list(error.guids)) == (1, unknown)
@@ -345,6 +385,21 @@ def test_protocol_version_mismatch(small_broker: BrokerProcess, bystander: Bysta
     bystander.assert_works()
 
 
+def test_an_old_peer_is_refused_with_a_typed_error(
+    small_broker: BrokerProcess, bystander: Bystander
+) -> None:
+    """A peer of protocol 1 (a message per row in each batch) cannot be read: its Hello
+    is answered VERSION_MISMATCH, naming both versions, and the stream ends."""
+    assert PROTOCOL_VERSION == 2
+    with WireClient(small_broker.address) as old:
+        old.send_hello(protocol_version=1)
+        error = assert_error(old, pb.STATUS_VERSION_MISMATCH, fatal=True)
+        assert "protocol version 1" in error.message and "version 2" in error.message
+        assert old.ended().code.name == "OK"
+        assert old.poll("hello_reply") is None
+    bystander.assert_works()
+
+
 def test_second_hello(client: WireClient, bystander: Bystander) -> None:
     client.send_hello()
     assert_error(client, pb.STATUS_PROTOCOL_ERROR, fatal=True)
@@ -364,5 +419,5 @@ def test_a_client_that_vanishes_mid_batch(
     # Whatever it managed to PUT went to the queue's consumers, the bystander included.
     bystander.consumer.barrier()
     while frames := bystander.consumer.quiet("pushes", 0.3):
-        bystander.consumer.confirm(1, [p.guid for f in frames for p in f.pushes.pushes])
+        bystander.consumer.confirm(1, [p.guid for f in frames for p in pushes_of(f.pushes)])
     bystander.assert_works()

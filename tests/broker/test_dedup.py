@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from holdfast.proto import pb
 from tests.broker.util import connected, new_guid, options, statuses, unique_uri
+from tests.support.columns import PushView, pushes_of
 from tests.support.processes import BrokerProcess
 from tests.support.wire_client import WireClient
 
@@ -21,7 +22,7 @@ def drain(client: WireClient, uri: str, expected: int) -> Counter[bytes]:
         pb.STATUS_OK
     )
     pushes = client.pushes(expected)
-    pushes += [p for f in client.quiet("pushes", QUIET) for p in f.pushes.pushes]
+    pushes += [p for f in client.quiet("pushes", QUIET) for p in pushes_of(f.pushes)]
     client.confirm(99, [p.guid for p in pushes])
     return Counter(p.guid for p in pushes)
 
@@ -107,13 +108,13 @@ def test_a_fresh_post_after_window_and_grace_is_enqueued_again(
         # again: each is ACKed OK, and none gets in before window + grace have passed.
         replays = 0
         deadline = time.monotonic() + 10 * window
-        second: list[pb.Push] = []
+        second: list[PushView] = []
         while not second:
             assert time.monotonic() < deadline, "the post was never enqueued again"
             producer.put(1, [(guid, b"same", {})])
             assert statuses(producer.acks(1)) == ["STATUS_OK"]
             replays += 1
-            second = [p for f in consumer.quiet("pushes", 0.1) for p in f.pushes.pushes]
+            second = [p for f in consumer.quiet("pushes", 0.1) for p in pushes_of(f.pushes)]
         enqueued_at = time.monotonic()
     assert enqueued_at - sent_at >= window + grace
     assert replays > 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from holdfast.proto import pb
 from tests.broker.util import connected, new_guid, options, statuses, unique_uri
+from tests.support.columns import pushes_of
 from tests.support.processes import BrokerProcess
 from tests.support.wire_client import WireClient
 
@@ -29,7 +30,7 @@ def consume(client: WireClient, queue_id: int, uri: str, **limits: int) -> None:
 
 
 def extra_pushes(client: WireClient) -> int:
-    return sum(len(f.pushes.pushes) for f in client.quiet("pushes", QUIET))
+    return sum(len(pushes_of(f.pushes)) for f in client.quiet("pushes", QUIET))
 
 
 def test_round_robin_over_two_consumers(shared_broker: BrokerProcess) -> None:

@@ -11,7 +11,9 @@ import pytest
 
 from holdfast.proto import pb
 from holdfast.proto.batching import pack
+from holdfast.proto.columns import put_batch
 from tests.broker.util import new_guid, options, unique_uri
+from tests.support.columns import pushes_of
 from tests.support.processes import BrokerProcess, ProxyProcess
 from tests.support.wire_client import WireClient
 
@@ -44,8 +46,8 @@ def test_a_batch_is_handled_frame_by_frame_in_order(address: str) -> None:
     with WireClient(address) as client:
         assert client.hello().accepts_batches
         assert client.open(1, uri, write=True).status == pb.STATUS_OK
-        puts = pb.PutBatch(puts=[pb.Put(queue_id=1, guid=g, payload=b"x") for g in guids[:2]])
-        more = pb.PutBatch(puts=[pb.Put(queue_id=1, guid=guids[2], payload=b"y")])
+        puts = put_batch([1, 1], guids[:2], [b"x", b"x"])
+        more = put_batch([1], guids[2:], [b"y"])
         count = pb.CountConsumers(request_id=client.request_id(), uri=uri)
         client.send_raw(pack([frame(puts=puts), frame(puts=more), frame(count_consumers=count)]))
         acks = client.acks(3)
@@ -96,9 +98,9 @@ def test_server_frames_are_batched_only_for_a_client_that_asked(
         )
         consumer.send(pb.ClientFrame(open_queue=opened))
         got: list[pb.ServerFrame] = []
-        while sum(len(f.pushes.pushes) for f in flatten(got)) < 300:
+        while sum(len(pushes_of(f.pushes)) for f in flatten(got)) < 300:
             got.append(consumer.recv())
         kinds = [f.WhichOneof("frame") for f in got]
         assert ("batch" in kinds) is accepts, kinds
-        pushed = [p.guid for f in flatten(got) for p in f.pushes.pushes]
+        pushed = [p.guid for f in flatten(got) for p in pushes_of(f.pushes)]
         assert pushed == guids

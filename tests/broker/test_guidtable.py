@@ -114,3 +114,30 @@ def test_a_history_never_keeps_more_generations_than_tags_allow() -> None:
         history.record(uuid.uuid4().bytes, number, number * 10.0)
     assert len(history) == MAX_GENERATIONS * 2
     assert len(history._buckets) <= MAX_GENERATIONS
+
+
+def test_a_batch_recorded_at_once_is_held_like_guids_recorded_one_by_one() -> None:
+    rng = random.Random(7)
+    now = [0.0]
+    budgets = HistoryBudget(10**6), HistoryBudget(10**6)
+    one, batch = (
+        GuidHistory(window=10.0, grace=0.0, budget=budget, clock=lambda: now[0])
+        for budget in budgets
+    )
+    for frame in range(40):
+        at = frame * 0.5
+        now[0] = at
+        guids = [guid(rng) for _ in range(rng.randrange(1, 200))] + [b"odd"] * (frame == 3)
+        digests = [rng.randrange(-(2**63), 2**63) for _ in guids]
+        for key, digest in zip(guids, digests, strict=True):
+            one.record(key, digest, at, known_new=True)
+        batch.record_new(guids, digests, at)
+        assert len(batch) == len(one) and budgets[1].held == budgets[0].held
+        assert len(batch._buckets) == len(one._buckets)
+        assert [b[2] for b in batch._buckets] == [b[2] for b in one._buckets]
+        assert all(batch.get(k) == d for k, d in zip(guids, digests, strict=True))
+    now[0] = 100.0
+    assert one.expire() == batch.expire() > 0
+    assert len(batch) == 0 == budgets[1].held
+    batch.record_new([guid(rng)], [1], 50.0)  # past its retention already: not kept
+    assert len(batch) == 0

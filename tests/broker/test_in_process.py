@@ -15,7 +15,9 @@ from holdfast.broker import Broker, BrokerConfig, MemoryStore, RecoveredState, S
 from holdfast.broker.dedup import content_digest
 from holdfast.broker.store import COMPLETED, HistoryEntry, StoredMessage
 from holdfast.proto import PROTOCOL_VERSION, SESSION_METHOD, pb
+from holdfast.proto.columns import put_batch
 from tests.broker.util import new_guid, unique_uri
+from tests.support.columns import AckView, acks_of, pushes_of
 
 TIMEOUT = 10.0
 QUIET = 0.2
@@ -136,17 +138,15 @@ class AioClient:
         return self.next_id
 
     async def put(self, queue_id: int, guids: list[bytes], payload: bytes = b"p") -> None:
-        batch = pb.PutBatch(
-            puts=[pb.Put(queue_id=queue_id, guid=g, payload=payload) for g in guids]
-        )
+        batch = put_batch([queue_id], guids, [payload] * len(guids))
         await self.send(pb.ClientFrame(puts=batch))
 
-    async def acks(self, count: int) -> list[pb.Ack]:
-        acks: list[pb.Ack] = []
+    async def acks(self, count: int) -> list[AckView]:
+        acks: list[AckView] = []
         while len(acks) < count:
             frame = await self.recv()
             assert frame.WhichOneof("frame") == "acks", frame
-            acks.extend(frame.acks.acks)
+            acks.extend(acks_of(frame.acks))
         return acks
 
     async def close(self) -> None:
@@ -308,7 +308,7 @@ def test_pushes_do_not_wait_behind_a_slow_store_write() -> None:
         await producer.put(1, [guid])
         assert [a.status for a in await producer.acks(1)] == [pb.STATUS_OK]
         frame = await both.recv()
-        assert [p.guid for p in frame.pushes.pushes] == [guid]
+        assert [p.guid for p in pushes_of(frame.pushes)] == [guid]
         store.release()
         assert [a.status for a in await both.acks(1)] == [pb.STATUS_OK]
         await both.close()
@@ -348,7 +348,7 @@ def test_no_push_for_a_handle_follows_its_close_response() -> None:
         assert (await consumer.recv()).response.request_id == 1
         received: list[bytes] = []
         while (frame := await consumer.recv()).WhichOneof("frame") != "response":
-            received.extend(p.guid for p in frame.pushes.pushes)
+            received.extend(p.guid for p in pushes_of(frame.pushes))
         assert frame.response.request_id == 2
         assert 0 < len(received) < 64  # gRPC had taken some of them already
         assert await consumer.nothing_within()
@@ -384,7 +384,8 @@ def test_recovered_messages_and_history() -> None:
         await client.open(1, uri, read=True, write=True)
         frame = await client.recv()
         pushes = [
-            (p.guid, p.payload, dict(p.properties), p.delivery_count) for p in frame.pushes.pushes
+            (p.guid, p.payload, dict(p.properties), p.delivery_count)
+            for p in pushes_of(frame.pushes)
         ]
         assert pushes == [
             (delivered_before.guid, b"one", {"k": "v"}, 2),
@@ -393,7 +394,7 @@ def test_recovered_messages_and_history() -> None:
         await client.put(1, [confirmed, delivered_before.guid, expired])
         assert [a.status for a in await client.acks(3)] == [pb.STATUS_OK] * 3
         frame = await client.recv()
-        assert [p.guid for p in frame.pushes.pushes] == [expired]  # only it was new
+        assert [p.guid for p in pushes_of(frame.pushes)] == [expired]  # only it was new
         assert store.stored_guids() == [expired]
         await client.close()
 
@@ -437,7 +438,7 @@ def test_a_failure_inside_one_session_ends_only_that_session() -> None:
         original = broker.puts.on_put_batch
 
         def explode(puts: Any, handles: Any, outbox: Any, writer: Any, spans: Any = None) -> None:
-            if any(p.payload == b"boom" for p in puts):
+            if b"boom" in puts.payloads:
                 raise RuntimeError("a bug in the PUT path")
             original(puts, handles, outbox, writer, spans)
 

@@ -36,9 +36,10 @@ def test_metrics_count_puts_dedup_hits_acks_depth_and_sessions() -> None:
             assert wire.open(1, uri, write=True).status == pb.STATUS_OK
             wire.put(1, [(guid, b"once", {})])
             assert [ack.status for ack in wire.acks(1)] == [pb.STATUS_OK]
-            wire.put(1, [(guid, b"once", {}), (b"bad", b"x", {})])  # a replay, a bad GUID
+            # A replay, and a PUT with an invalid pickup TTL.
+            wire.put(1, [(guid, b"once", {}), (uuid.uuid4().bytes, b"x", {"x-ttl-ms": "soon"})])
             statuses = [ack.status for ack in wire.acks(2)]
-            assert statuses == [pb.STATUS_OK, pb.STATUS_INVALID_GUID]
+            assert statuses == [pb.STATUS_OK, pb.STATUS_INVALID_PROPERTIES]
 
             received: list[Message] = []  # not confirmed: they stay unconfirmed
             with Session(broker.address, options=FAST) as consumer:
@@ -61,7 +62,9 @@ def test_metrics_count_puts_dedup_hits_acks_depth_and_sessions() -> None:
                 assert value(samples, "holdfast_broker_messages_in_total", queue=uri) == 6
                 assert value(samples, "holdfast_broker_dedup_hits_total", queue=uri) == 1
                 assert value(samples, "holdfast_broker_acks_total", status="OK") == 7
-                assert value(samples, "holdfast_broker_acks_total", status="INVALID_GUID") == 1
+                assert (
+                    value(samples, "holdfast_broker_acks_total", status="INVALID_PROPERTIES") == 1
+                )
                 assert value(samples, "holdfast_broker_queue_depth", queue=uri) == 4
                 assert value(samples, "holdfast_broker_unconfirmed", queue=uri) == 2
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from holdfast.proto import pb
+from holdfast.proto import PROTOCOL_VERSION, pb
 from tests.broker.util import connected, new_guid, unique_uri
 from tests.support.processes import BrokerProcess
 from tests.support.wire_client import WireClient
@@ -28,7 +28,7 @@ def test_listening_line_names_the_bound_port(broker: BrokerProcess) -> None:
     assert broker.address == f"127.0.0.1:{port}"
     with connected(broker.address) as client:
         assert client.hello_reply is not None
-        assert client.hello_reply.protocol_version == 1
+        assert client.hello_reply.protocol_version == PROTOCOL_VERSION == 2
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

@@ -27,6 +27,7 @@ from holdfast.sdk import (
     SessionEvent,
 )
 from tests.broker.util import connected, new_guid, options, statuses, unique_uri
+from tests.support.columns import PushView, pushes_of
 from tests.support.processes import BrokerProcess
 from tests.support.recorder import AckRecorder, EventRecorder
 from tests.support.sessions import FAST, drain_messages
@@ -52,7 +53,7 @@ def put_all(client: WireClient, queue_id: int, items: Sequence[PutItem], size: i
 
 def drain_wire(
     client: WireClient, queue_id: int, uri: str, expected: int, timeout: float = 30.0
-) -> list[pb.Push]:
+) -> list[PushView]:
     """Open ``uri`` for reading as ``queue_id``, take ``expected`` PUSHes, confirm them,
     and check that nothing more arrives for a moment (a duplicate would)."""
     assert client.open(queue_id, uri, read=True, options=options(messages=100_000)).status == (
@@ -60,7 +61,7 @@ def drain_wire(
     )
     pushes = client.pushes(expected, timeout) if expected else []
     client.confirm(queue_id, [push.guid for push in pushes])
-    extra = [push for frame in client.quiet("pushes", 0.5) for push in frame.pushes.pushes]
+    extra = [push for frame in client.quiet("pushes", 0.5) for push in pushes_of(frame.pushes)]
     return pushes + extra
 
 

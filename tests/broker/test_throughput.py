@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from holdfast.proto import pb
+from holdfast.proto.columns import put_batch
 from tests.broker.util import connected, new_guid, options, unique_uri
 from tests.support.processes import BrokerProcess
 
@@ -18,9 +19,8 @@ def test_100k_puts_acked_and_pushed_once_in_order(shared_broker: BrokerProcess) 
     guids = [new_guid() for _ in range(total)]
     frames = []
     for start in range(0, total, PER_BATCH):
-        batch = pb.PutBatch()
-        for guid in guids[start : start + PER_BATCH]:
-            batch.puts.add(queue_id=1, guid=guid, payload=PAYLOAD)
+        chunk = guids[start : start + PER_BATCH]
+        batch = put_batch([1], chunk, [PAYLOAD] * len(chunk))
         frames.append(pb.ClientFrame(puts=batch).SerializeToString())
     with connected(shared_broker.address) as producer:
         producer.open(1, uri, write=True)

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from holdfast.proto import pb
+from tests.support.columns import AckView
 from tests.support.wire_client import WireClient
 
 
@@ -36,6 +37,6 @@ def options(messages: int = 1000, size: int = 32 * 1024 * 1024) -> pb.QueueOptio
     return pb.QueueOptions(max_unconfirmed_messages=messages, max_unconfirmed_bytes=size)
 
 
-def statuses(acks: list[pb.Ack]) -> list[str]:
+def statuses(acks: list[AckView]) -> list[str]:
     """The status names of ``acks``, in order."""
     return [pb.Status.Name(ack.status) for ack in acks]

@@ -24,6 +24,7 @@ from holdfast.sdk.handlers import reject_on_failure
 from holdfast.sdk.outbound import RejectItem
 from holdfast.sdk.types import Message, Rejection
 from tests.broker.test_units import Clock, RecordingStore, Sink
+from tests.support.columns import rejects_of
 
 URI = "hf://t/q"
 DLQ = "hf://t/dlq"
@@ -158,7 +159,7 @@ def test_a_version_2_store_is_upgraded_in_place(tmp_path: Path) -> None:
 def test_rejects_are_encoded_in_their_own_frame() -> None:
     item = RejectItem(3, b"g" * 16, False, 1500)
     ((frame, _),) = encode([item], 1 << 20, 0.0)
-    (reject,) = frame.rejects.rejects
+    (reject,) = rejects_of(frame.rejects)
     assert (reject.queue_id, reject.guid, reject.requeue, reject.delay_ms) == (
         3,
         b"g" * 16,

@@ -47,10 +47,12 @@ def test_metrics_count_relayed_puts_acks_sessions_and_reconnects() -> None:
             assert wire.open(1, uri, write=True).status == pb.STATUS_OK
             wire.put(1, [(guid, b"once", {})])
             assert [ack.status for ack in wire.acks(1)] == [pb.STATUS_OK]
-            wire.put(1, [(guid, b"once", {}), (b"bad", b"x", {})])  # a replay, a bad GUID
-            # The proxy answers the bad GUID itself, so that ACK may come first.
+            # A replay, and a PUT on a handle that is not open (judged by the proxy).
+            wire.put(1, [(guid, b"once", {})])
+            wire.put(2, [(uuid.uuid4().bytes, b"x", {})])
+            # The proxy answers the unknown handle itself, so that ACK may come first.
             statuses = sorted(ack.status for ack in wire.acks(2))
-            assert statuses == sorted([pb.STATUS_OK, pb.STATUS_INVALID_GUID])
+            assert statuses == sorted([pb.STATUS_OK, pb.STATUS_UNKNOWN_QUEUE])
 
             def one_client(samples: Samples) -> bool:
                 return value(samples, "holdfast_proxy_client_sessions") == 1
@@ -59,7 +61,7 @@ def test_metrics_count_relayed_puts_acks_sessions_and_reconnects() -> None:
             samples = scrape(metrics)
             assert value(samples, "holdfast_proxy_puts_relayed_total") == 7
             assert value(samples, "holdfast_proxy_acks_relayed_total", status="OK") == 7
-            assert value(samples, "holdfast_proxy_acks_relayed_total", status="INVALID_GUID") == 1
+            assert value(samples, "holdfast_proxy_acks_relayed_total", status="UNKNOWN_QUEUE") == 1
             assert value(samples, "holdfast_proxy_pending_puts") == 0
             assert value(samples, "holdfast_proxy_upstream_reconnects_total") == 0
 

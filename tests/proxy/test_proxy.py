@@ -128,8 +128,13 @@ def test_a_misbehaving_client_does_not_affect_another(
                     assert huge.status == pb.STATUS_INVALID_ARGUMENT
                     assert len(huge.message) < 400  # a bounded quote, not 12 MB of repr
                     assert bad.open(2, uri, write=True).status == pb.STATUS_OK
-                    bad.put(2, [(b"short", b"x", {})])
-                    assert bad.acks(1)[0].status == pb.STATUS_INVALID_GUID
+                    # A GUID column that is not 16 bytes a message cannot be split.
+                    bad.put_columns(
+                        pb.PutBatch(
+                            queue_ids=[2], guids=b"short", payloads=b"x", payload_lengths=[1]
+                        )
+                    )
+                    assert bad.recv("error").error.status == pb.STATUS_MALFORMED_FRAME
                     bad.confirm(2, [uuid.uuid4().bytes])
                     assert bad.recv("error").error.status == pb.STATUS_NOT_READABLE
                     bad.send(pb.ClientFrame(hello=pb.Hello(protocol_version=1)))
@@ -226,6 +231,28 @@ def test_the_proxy_forwards_the_brokers_dedup_window_and_limits(
         reply = client.hello()
     assert reply.dedup_window_ms == 42_000
     assert reply.max_payload_bytes == 1000
+
+
+def test_an_old_client_is_refused_by_the_proxy_and_a_columnar_batch_is_relayed(
+    proxy: ProxyProcess,
+) -> None:
+    with WireClient(proxy.address) as old:
+        old.send_hello(protocol_version=1)
+        error = old.recv("error").error
+        assert (error.status, error.fatal) == (pb.STATUS_VERSION_MISMATCH, True)
+        assert "protocol version 1" in error.message
+    uri = unique_uri("columns")
+    with WireClient(proxy.address) as client:
+        client.hello()
+        assert client.open(1, uri, write=True, read=True).status == pb.STATUS_OK
+        guids = [uuid.uuid4().bytes for _ in range(3)]
+        client.put(1, [(guids[0], b"a", {}), (guids[1], b"bb", {"k": "v"}), (guids[2], b"", {})])
+        assert [(a.guid, a.status) for a in client.acks(3)] == [(g, pb.STATUS_OK) for g in guids]
+        pushes = client.pushes(3)
+        assert sorted((p.guid, p.payload, dict(p.properties)) for p in pushes) == sorted(
+            [(guids[0], b"a", {}), (guids[1], b"bb", {"k": "v"}), (guids[2], b"", {})]
+        )
+        assert {p.delivery_count for p in pushes} == {1}
 
 
 def test_the_proxy_fails_over_across_its_upstream_list_in_order(

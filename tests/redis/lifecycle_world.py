@@ -26,6 +26,7 @@ from holdfast.broker.redis.sweep import Sweeper
 from holdfast.broker.staging import ANONYMOUS_TOKEN, AttemptKey, StageOutcome, StagingLimits
 from holdfast.broker.store import StoredMessage
 from holdfast.proto import pb
+from holdfast.proto.columns import PutRow
 from holdfast.proto.limits import Limits
 from holdfast.proto.policy import DEATH_REASON, DELIVERY_COUNT, PICKUP_TTL, QueuePolicy
 
@@ -126,7 +127,7 @@ class RedisWorld:
     async def put(self, guid: bytes, pickup_s: float | None) -> None:
         """PUT one message (with a pickup TTL of ``pickup_s`` seconds if given)."""
         properties = {} if pickup_s is None else {PICKUP_TTL: str(round(pickup_s * 1000))}
-        put = pb.Put(queue_id=1, guid=guid, payload=b"walk", properties=properties)
+        put = PutRow(1, guid, b"walk", properties, 0)
         [status] = await self.puts._put(self.uri, [put])
         assert status == pb.STATUS_OK
 

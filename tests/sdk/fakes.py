@@ -15,12 +15,14 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from holdfast.proto import PROTOCOL_VERSION, pb
+from holdfast.proto.columns import PutRow, ack_batch
 from holdfast.sdk.engine import LinkState, SessionEngine
 from holdfast.sdk.errors import HoldfastError
 from holdfast.sdk.events import SessionEvent
 from holdfast.sdk.frames import encode
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.types import Ack, AckStatus, Message, Rejection
+from tests.support.columns import PushView, push_batch_of, puts_of
 
 MAX_BATCH_BYTES = 1024 * 1024
 URI = "hf://test/orders"
@@ -222,9 +224,7 @@ class Harness:
 
     def ack(self, *guids: uuid.UUID, status: pb.Status = pb.STATUS_OK, queue_id: int = 1) -> None:
         """ACK ``guids`` in one AckBatch."""
-        batch = pb.AckBatch()
-        for guid in guids:
-            batch.acks.add(queue_id=queue_id, guid=guid.bytes, status=status)
+        batch = ack_batch([(queue_id, guid.bytes, status) for guid in guids])
         self.feed(pb.ServerFrame(acks=batch))
 
     def push(
@@ -238,13 +238,8 @@ class Harness:
     ) -> uuid.UUID:
         """PUSH one message to ``queue_id``; return its GUID."""
         guid = guid or uuid.uuid4()
-        batch = pb.PushBatch()
-        batch.pushes.add(
-            queue_id=queue_id,
-            guid=guid.bytes,
-            payload=payload,
-            properties=dict(properties or {}),
-            delivery_count=delivery_count,
+        batch = push_batch_of(
+            [PushView(queue_id, guid.bytes, payload, dict(properties or {}), delivery_count)]
         )
         self.feed(pb.ServerFrame(pushes=batch))
         return guid
@@ -262,8 +257,8 @@ def opens_in(frames: Iterable[pb.ClientFrame]) -> list[pb.OpenQueue]:
     return [f.open_queue for f in frames if f.WhichOneof("frame") == "open_queue"]
 
 
-def puts_in(frames: Iterable[pb.ClientFrame]) -> list[pb.Put]:
-    return [put for f in frames if f.WhichOneof("frame") == "puts" for put in f.puts.puts]
+def puts_in(frames: Iterable[pb.ClientFrame]) -> list[PutRow]:
+    return [put for f in frames if f.WhichOneof("frame") == "puts" for put in puts_of(f.puts)]
 
 
 def put_guids(frames: Iterable[pb.ClientFrame]) -> list[uuid.UUID]:

@@ -14,6 +14,7 @@ from holdfast.sdk.errors import RemoteProtocolError, TerminalTransportError
 from holdfast.sdk.events import ConnectAttemptFailed, SessionEvent, SessionFailed
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.types import Message
+from tests.support.columns import PushView, push_batch_of
 from tests.support.fake_broker import HELLO_REPLY
 
 URI = "hf://test/core"
@@ -74,7 +75,7 @@ class Rig:
 
 
 def push(queue_id: int) -> bytes:
-    batch = pb.PushBatch(pushes=[pb.Push(queue_id=queue_id, guid=bytes(16), delivery_count=1)])
+    batch = push_batch_of([PushView(queue_id, bytes(16), b"")])
     return pb.ServerFrame(pushes=batch).SerializeToString()
 
 

@@ -15,6 +15,7 @@ import uuid
 import pytest
 
 from holdfast.proto import pb
+from holdfast.proto.columns import ack_batch
 from holdfast.sdk.engine import LinkState
 from holdfast.sdk.errors import (
     InvalidArgumentError,
@@ -226,9 +227,9 @@ def test_ack_for_a_guid_never_posted_is_ignored(h: Harness) -> None:
 def test_each_put_of_an_ack_batch_is_reported_with_its_own_status(h: Harness) -> None:
     queue_id = writer(h)
     good, bad = h.post(queue_id), h.post(queue_id)
-    batch = pb.AckBatch()
-    batch.acks.add(queue_id=queue_id, guid=good.bytes, status=pb.STATUS_OK)
-    batch.acks.add(queue_id=queue_id, guid=bad.bytes, status=pb.STATUS_STORE_ERROR)
+    batch = ack_batch(
+        [(queue_id, good.bytes, pb.STATUS_OK), (queue_id, bad.bytes, pb.STATUS_STORE_ERROR)]
+    )
     h.feed(pb.ServerFrame(acks=batch))
     assert h.acks == [
         Ack(good, AckStatus.SUCCESS, URI),

@@ -289,8 +289,7 @@ def test_held_puts_are_retransmitted_by_the_restore_after_a_drop() -> None:
 
 
 def _push_with_guid(guid: bytes) -> pb.ServerFrame:
-    batch = pb.PushBatch()
-    batch.pushes.add(queue_id=1, guid=guid, payload=b"p", delivery_count=1)
+    batch = pb.PushBatch(queue_ids=[1], guids=guid, payloads=b"p", payload_lengths=[1])
     return pb.ServerFrame(pushes=batch)
 
 
@@ -298,10 +297,14 @@ def test_a_push_with_a_3_byte_guid_is_a_remote_protocol_error_and_nothing_is_del
     h = Harness()
     h.establish()
     queue_id = h.open_active(read=True)
-    batch = pb.PushBatch()
-    batch.pushes.add(queue_id=queue_id, guid=uuid.uuid4().bytes, payload=b"ok", delivery_count=1)
-    batch.pushes.add(queue_id=queue_id, guid=b"abc", payload=b"bad", delivery_count=1)
-    with pytest.raises(RemoteProtocolError, match="3-byte GUID"):
+    # Two PUSHes whose GUID column is 16 + 3 bytes: the batch cannot be split.
+    batch = pb.PushBatch(
+        queue_ids=[queue_id],
+        guids=uuid.uuid4().bytes + b"abc",
+        payloads=b"okbad",
+        payload_lengths=[2, 3],
+    )
+    with pytest.raises(RemoteProtocolError, match="guids are 19 bytes"):
         h.feed(pb.ServerFrame(pushes=batch))
     h.run_callbacks()
     assert h.messages == []  # the whole frame is refused, not half of it
@@ -316,9 +319,8 @@ def test_an_ack_with_a_wrong_size_guid_is_a_remote_protocol_error() -> None:
     h = Harness()
     h.establish()
     h.open_active()
-    batch = pb.AckBatch()
-    batch.acks.add(queue_id=1, guid=b"\x01" * 20, status=pb.STATUS_OK)
-    with pytest.raises(RemoteProtocolError, match="20-byte GUID"):
+    batch = pb.AckBatch(queue_ids=[1], guids=b"\x01" * 20)
+    with pytest.raises(RemoteProtocolError, match="guids are 20 bytes"):
         h.feed(pb.ServerFrame(acks=batch))
 
 

@@ -28,6 +28,7 @@ from holdfast.sdk.events import (
 from holdfast.sdk.frames import MAX_PUTS_PER_FRAME, encode
 from holdfast.sdk.outbound import OutboundItem
 from holdfast.sdk.types import AckStatus
+from tests.support.columns import puts_of
 
 from .fakes import Harness, put_guids, puts_in, reader, reconnect, writer
 
@@ -287,7 +288,7 @@ def test_a_backlog_is_sent_in_put_frames_of_at_most_max_puts_per_frame() -> None
         for i in range(2500)
     ]
     frames = encode(backlog, 1024 * 1024, 1.0)
-    assert [len(frame.puts.puts) for frame, _ in frames] == [
+    assert [len(puts_of(frame.puts)) for frame, _ in frames] == [
         MAX_PUTS_PER_FRAME,
         MAX_PUTS_PER_FRAME,
         2500 - 2 * MAX_PUTS_PER_FRAME,

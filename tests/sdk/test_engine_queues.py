@@ -18,6 +18,7 @@ from holdfast.sdk.events import (
     QueueReopened,
 )
 from holdfast.sdk.types import Ack, AckStatus, Message
+from tests.support.columns import confirms_of
 
 from .fakes import URI, Harness, kinds, opens_in, put_guids, reader, reconnect, writer
 
@@ -40,7 +41,7 @@ def test_confirm_while_connected_sends_a_confirm_batch(h: Harness) -> None:
     message.confirm()
     (frame,) = h.sent_frames()
     assert frame.WhichOneof("frame") == "confirms"
-    assert [(c.queue_id, c.guid) for c in frame.confirms.confirms] == [(queue_id, guid.bytes)]
+    assert [(c.queue_id, c.guid) for c in confirms_of(frame.confirms)] == [(queue_id, guid.bytes)]
 
 
 def test_confirm_while_disconnected_raises_confirm_dropped(h: Harness) -> None:
@@ -114,7 +115,7 @@ def test_confirm_wire_sends_a_confirm_for_the_current_connection_only() -> None:
     generation = cast(WirePush, delivery)[1]
     h.engine.confirm_wire(queue_id, guid.bytes, generation)
     (frame,) = h.sent_frames()
-    assert [(c.queue_id, c.guid) for c in frame.confirms.confirms] == [(queue_id, guid.bytes)]
+    assert [(c.queue_id, c.guid) for c in confirms_of(frame.confirms)] == [(queue_id, guid.bytes)]
     h.lose()
     reconnect(h)
     with pytest.raises(ConfirmDroppedError, match="earlier connection"):

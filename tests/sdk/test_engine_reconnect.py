@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from holdfast.proto import pb
+from holdfast.proto.columns import ack_batch
 from holdfast.sdk.engine import LinkState
 from holdfast.sdk.errors import (
     QueueNotOpenError,
@@ -314,8 +315,7 @@ def test_late_frames_of_an_old_connection_are_ignored(h: Harness) -> None:
     assert h.engine.pending_count == 1
 
     reconnect(h)
-    batch = pb.AckBatch()
-    batch.acks.add(queue_id=queue_id, guid=guid.bytes, status=pb.STATUS_STORE_ERROR)
+    batch = ack_batch([(queue_id, guid.bytes, pb.STATUS_STORE_ERROR)])
     h.feed(pb.ServerFrame(acks=batch), generation=old)
     assert h.acks == []
     assert h.engine.pending_count == 1
@@ -399,7 +399,7 @@ def test_retransmitted_put_is_reported_once_however_many_acks_arrive(h: Harness)
     old = h.generation
     h.lose()
     reconnect(h)
-    h.feed(pb.ServerFrame(acks=pb.AckBatch(acks=[pb.Ack(guid=guid.bytes)])), generation=old)
+    h.feed(pb.ServerFrame(acks=ack_batch([(0, guid.bytes, pb.STATUS_OK)])), generation=old)
     h.ack(guid)  # the broker recognised the replay: a success
     h.ack(guid)
     assert h.statuses(guid) == [AckStatus.SUCCESS]

@@ -122,7 +122,7 @@ def test_servers_print_their_version(program: str) -> None:
         timeout=30,
     )
     assert done.returncode == 0
-    assert done.stdout.startswith(f"{program} ") and "(protocol 1)" in done.stdout
+    assert done.stdout.startswith(f"{program} ") and "(protocol 2)" in done.stdout
 
 
 CTRL_C = """

@@ -10,12 +10,14 @@ import pytest
 
 from holdfast.proto import pb
 from holdfast.proto.batching import pack, packed
+from holdfast.proto.columns import push_batch
 from holdfast.sdk import SessionOptions
 from holdfast.sdk.driver.core import DriverCore
 from holdfast.sdk.engine import SessionEngine
 from holdfast.sdk.errors import RemoteProtocolError
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.types import Ack, Message
+from tests.support.columns import puts_of
 from tests.support.fake_broker import HELLO_REPLY
 
 URI = "hf://test/batches"
@@ -69,7 +71,7 @@ class Rig:
 
 
 def push(queue_id: int, guid: bytes) -> bytes:
-    batch = pb.PushBatch(pushes=[pb.Push(queue_id=queue_id, guid=guid, delivery_count=1)])
+    batch = push_batch([queue_id], [guid], [b""], [1], [0])
     return pb.ServerFrame(pushes=batch).SerializeToString()
 
 
@@ -79,7 +81,7 @@ def test_a_put_and_a_confirm_leave_as_one_message_to_a_server_that_reads_batches
     (frame,) = rig.put_and_confirm()
     assert frame.WhichOneof("frame") == "batch"
     assert [f.WhichOneof("frame") for f in frame.batch.frames] == ["puts", "confirms"]
-    assert frame.batch.frames[0].puts.puts[0].properties == {"k": "v"}
+    assert puts_of(frame.batch.frames[0].puts)[0].properties == {"k": "v"}
 
 
 def test_a_server_that_does_not_read_batches_gets_one_frame_a_message() -> None:

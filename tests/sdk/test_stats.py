@@ -9,9 +9,11 @@ import dataclasses
 import pytest
 
 from holdfast.proto import pb
+from holdfast.proto.columns import ack_batch
 from holdfast.sdk import AckStatus, Message, QueueOptions, Session, SessionStats, aio
 from holdfast.sdk.options import ReconnectOptions, SessionOptions
 from holdfast.sdk.testing import Broker
+from tests.support.columns import PushView, push_batch_of
 from tests.support.waiting import wait_until
 
 from .fakes import Harness
@@ -95,11 +97,7 @@ def test_a_wait_on_the_brokers_push_back_is_counted_apart() -> None:
     queue_id = h.open_active()
     guid = h.post(queue_id)
     h.sent_frames()
-    h.feed(
-        pb.ServerFrame(
-            acks=pb.AckBatch(acks=[pb.Ack(guid=guid.bytes, status=pb.STATUS_HISTORY_FULL)])
-        )
-    )
+    h.feed(pb.ServerFrame(acks=ack_batch([(0, guid.bytes, pb.STATUS_HISTORY_FULL)])))
     assert h.engine.admit_post(h.now, h.now, queue_id) > 0
     h.engine.note_admission_wait(queue_id)
     stats = h.engine.stats()
@@ -141,13 +139,7 @@ def test_a_dropped_confirm_is_not_counted() -> None:
     h.connect()
     h.answer_hello()
     queue_id = h.open_active(read=True)
-    h.feed(
-        pb.ServerFrame(
-            pushes=pb.PushBatch(
-                pushes=[pb.Push(queue_id=queue_id, guid=b"g" * 16, payload=b"p", delivery_count=1)]
-            )
-        )
-    )
+    h.feed(pb.ServerFrame(pushes=push_batch_of([PushView(queue_id, b"g" * 16, b"p")])))
     [message] = h.messages
     h.lose()
     with pytest.raises(Exception, match="dropped"):

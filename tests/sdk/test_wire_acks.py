@@ -6,9 +6,11 @@ from __future__ import annotations
 import pytest
 
 from holdfast.proto import pb
+from holdfast.proto.columns import ack_batch
 from holdfast.sdk.engine import SessionEngine
 from holdfast.sdk.errors import InvalidArgumentError
 from holdfast.sdk.producer import Relayed
+from tests.support.columns import puts_of
 
 from .fakes import Harness
 
@@ -87,13 +89,9 @@ def test_relay_buffers_under_the_given_guid_bytes_once(h: Harness) -> None:
     guid = bytes(range(16))
     assert h.engine.relay(queue_id, b"one", None, guid, h.now) is Relayed.SENT
     assert h.engine.relay(queue_id, b"one", None, guid, h.now) is Relayed.JOINED
-    puts = [p for f in h.sent_frames() if f.WhichOneof("frame") == "puts" for p in f.puts.puts]
+    puts = [p for f in h.sent_frames() if f.WhichOneof("frame") == "puts" for p in puts_of(f.puts)]
     assert [(p.guid, p.payload) for p in puts] == [(guid, b"one")]
-    h.feed(
-        pb.ServerFrame(
-            acks=pb.AckBatch(acks=[pb.Ack(queue_id=queue_id, guid=guid, status=pb.STATUS_OK)])
-        )
-    )
+    h.feed(pb.ServerFrame(acks=ack_batch([(queue_id, guid, pb.STATUS_OK)])))
     assert h.engine.take_wire_acks() == [(guid, pb.STATUS_OK)]
     assert h.engine.relay(queue_id, b"after the ACK", None, guid, h.now) is Relayed.SENT
 

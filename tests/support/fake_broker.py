@@ -17,6 +17,7 @@ from typing import Self
 import grpc
 
 from holdfast.proto import PROTOCOL_VERSION, SERVICE_NAME, pb
+from holdfast.proto.columns import ack_batch, read_puts
 from holdfast.sdk.errors import TransportError
 from holdfast.sdk.transports import MemoryEndpoint, MemoryNetwork
 
@@ -25,9 +26,9 @@ BadFrame = Callable[[int], bytes]
 
 
 def push_with_short_guid(queue_id: int) -> bytes:
-    """A PUSH whose GUID is 3 bytes instead of 16."""
-    push = pb.Push(queue_id=queue_id, guid=b"abc", payload=b"x", delivery_count=1)
-    return pb.ServerFrame(pushes=pb.PushBatch(pushes=[push])).SerializeToString()
+    """A PUSH batch whose GUIDs column is 3 bytes instead of 16 per message."""
+    batch = pb.PushBatch(queue_ids=[queue_id], guids=b"abc", payloads=b"x", payload_lengths=[1])
+    return pb.ServerFrame(pushes=batch).SerializeToString()
 
 
 def unparseable(queue_id: int) -> bytes:
@@ -82,11 +83,8 @@ class Script:
                 out.append(self._bad_frame(request.queue_id))
             return out
         if kind == "puts" and self._ack_puts:
-            acks = [
-                pb.Ack(queue_id=p.queue_id, guid=p.guid, status=pb.STATUS_OK)
-                for p in frame.puts.puts
-            ]
-            return [pb.ServerFrame(acks=pb.AckBatch(acks=acks)).SerializeToString()]
+            acks = [(p.queue_id, p.guid, pb.STATUS_OK) for p in read_puts(frame.puts).rows()]
+            return [pb.ServerFrame(acks=ack_batch(acks)).SerializeToString()]
         return []
 
 

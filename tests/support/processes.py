@@ -46,6 +46,9 @@ class ServerProcess:
 
     def __init__(self, args: Sequence[str] = (), port: int = 0) -> None:
         self.args: list[str] = list(args)
+        self.command_prefix: list[str] = []
+        """Run the server under this (``valgrind ...`` in ``bench/columnar.py``)."""
+        self.ready_timeout = READY_TIMEOUT
         self._requested_port = port
         self._port = 0
         self._host = "127.0.0.1"
@@ -64,6 +67,7 @@ class ServerProcess:
             raise RuntimeError(f"{self.module} already running (pid {self.pid})")
         port = self._port or self._requested_port
         command = [
+            *self.command_prefix,
             sys.executable,
             "-m",
             self.module,
@@ -86,7 +90,7 @@ class ServerProcess:
             target=self._drain, args=(self._proc, self._ready), daemon=True
         )
         self._reader.start()
-        self.wait_ready()
+        self.wait_ready(self.ready_timeout)
         return self
 
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:

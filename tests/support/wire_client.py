@@ -22,6 +22,8 @@ from typing import Any
 import grpc
 
 from holdfast.proto import PROTOCOL_VERSION, SESSION_METHOD, pb
+from holdfast.proto.columns import confirm_batch, put_batch
+from tests.support.columns import AckView, PushView, acks_of, pushes_of
 
 DEFAULT_TIMEOUT = 10.0
 """Seconds a ``recv`` waits by default."""
@@ -171,25 +173,25 @@ class WireClient:
             frames.append(frame)
         return frames
 
-    def acks(self, count: int, timeout: float = DEFAULT_TIMEOUT) -> list[pb.Ack]:
+    def acks(self, count: int, timeout: float = DEFAULT_TIMEOUT) -> list[AckView]:
         """Receive ACKs until at least ``count`` arrived; return them in order."""
         frames = self.recv_until(
             "acks",
-            lambda fs: sum(len(f.acks.acks) for f in fs) >= count,
+            lambda fs: sum(len(f.acks.guids) // 16 for f in fs) >= count,
             timeout,
             f"{count} ACKs",
         )
-        return [ack for frame in frames for ack in frame.acks.acks]
+        return [ack for frame in frames for ack in acks_of(frame.acks)]
 
-    def pushes(self, count: int, timeout: float = DEFAULT_TIMEOUT) -> list[pb.Push]:
+    def pushes(self, count: int, timeout: float = DEFAULT_TIMEOUT) -> list[PushView]:
         """Receive PUSHes until at least ``count`` arrived; return them in order."""
         frames = self.recv_until(
             "pushes",
-            lambda fs: sum(len(f.pushes.pushes) for f in fs) >= count,
+            lambda fs: sum(len(f.pushes.guids) // 16 for f in fs) >= count,
             timeout,
             f"{count} PUSHes",
         )
-        return [push for frame in frames for push in frame.pushes.pushes]
+        return [push for frame in frames for push in pushes_of(frame.pushes)]
 
     def quiet(self, kind: str, within: float) -> list[pb.ServerFrame]:
         """Every frame of ``kind`` that arrives within ``within`` seconds (a bounded wait
@@ -312,24 +314,27 @@ class WireClient:
 
     def put(self, queue_id: int, items: Iterable[PutItem], age_ms: int = 0) -> None:
         """Send one PutBatch frame of ``(guid, payload, properties)`` on ``queue_id``,
-        every PUT ``age_ms`` old."""
-        batch = pb.PutBatch()
-        for guid, payload, properties in items:
-            batch.puts.add(
-                queue_id=queue_id,
-                guid=guid,
-                payload=payload,
-                properties=properties,
-                age_ms=age_ms,
-            )
+        every PUT ``age_ms`` old. GUIDs must be 16 bytes: a columnar batch cannot carry
+        another size (``put_columns`` sends columns as they are)."""
+        rows = list(items)
+        if any(len(guid) != 16 for guid, _, _ in rows):
+            raise ValueError("a PUT batch carries 16-byte GUIDs only; see put_columns")
+        batch = put_batch(
+            [queue_id] * len(rows),
+            [guid for guid, _, _ in rows],
+            [payload for _, payload, _ in rows],
+            [age_ms] * len(rows),
+            [(i, properties) for i, (_, _, properties) in enumerate(rows) if properties],
+        )
+        self.send(pb.ClientFrame(puts=batch))
+
+    def put_columns(self, batch: pb.PutBatch) -> None:
+        """Send a PutBatch as it is (columns that may disagree, for bad-input tests)."""
         self.send(pb.ClientFrame(puts=batch))
 
     def confirm(self, queue_id: int, guids: Sequence[bytes]) -> None:
         """Send one ConfirmBatch frame."""
-        batch = pb.ConfirmBatch()
-        for guid in guids:
-            batch.confirms.add(queue_id=queue_id, guid=guid)
-        self.send(pb.ClientFrame(confirms=batch))
+        self.send(pb.ClientFrame(confirms=confirm_batch([queue_id] * len(guids), guids)))
 
     # -- the end --------------------------------------------------------------------
 

@@ -1,0 +1,312 @@
+"""Columnar batches (protocol version 2): building them and reading them back.
+
+A batch of N messages carries each field as one column (see ``holdfast.proto``):
+the GUIDs packed in one ``bytes`` of 16*N, the payloads end to end with their
+lengths, queue handles once per message or once for all, optional columns empty for
+their default, and properties only for the messages that have them.
+
+Readers check that the columns agree on N before anything is taken: a batch that
+does not is ``Malformed`` (answered with an Error MALFORMED_FRAME), since it cannot
+be split into messages. Everything here works on whole columns: a reader returns
+lists, never one object per message beyond the GUID and payload ``bytes`` a message
+needs anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import accumulate, repeat
+from typing import NamedTuple, TypeVar
+
+from holdfast.proto import pb
+from holdfast.proto.validate import GUID_BYTES, Invalid
+
+_OK = pb.STATUS_OK
+_T = TypeVar("_T")
+_ALL_OK = b""
+
+
+class Malformed(Invalid):
+    """A batch whose columns disagree on how many messages it holds (MALFORMED_FRAME)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(pb.STATUS_MALFORMED_FRAME, message)
+
+
+def split_guids(packed: bytes, what: str = "batch") -> list[bytes]:
+    """The 16-byte GUIDs packed in ``packed``; ``Malformed`` if it is not 16*N bytes."""
+    size = len(packed)
+    if size % GUID_BYTES:
+        raise Malformed(f"a {what} whose guids are {size} bytes, not a multiple of 16")
+    if size == GUID_BYTES:
+        return [packed]
+    return [packed[i : i + GUID_BYTES] for i in range(0, size, GUID_BYTES)]
+
+
+def _queue_ids(
+    column: Sequence[_T], count: int, what: str, name: str = "queue_ids"
+) -> Sequence[_T]:
+    """A column of one value per message, or one value for all."""
+    if len(column) == count:
+        return column
+    if len(column) == 1:
+        return list(repeat(column[0], count))
+    raise Malformed(f"a {what} of {count} messages with {len(column)} {name}")
+
+
+def _optional(column: Sequence[int], count: int, default: int, name: str) -> Sequence[int]:
+    if len(column) == count:
+        return column
+    if not column:
+        return list(repeat(default, count))
+    raise Malformed(f"a batch of {count} messages with {len(column)} {name}")
+
+
+def _split_payloads(buffer: bytes, lengths: Sequence[int], count: int) -> list[bytes]:
+    if len(lengths) != count:
+        raise Malformed(f"a batch of {count} messages with {len(lengths)} payload lengths")
+    ends = list(accumulate(lengths))
+    if (ends[-1] if ends else 0) != len(buffer):
+        raise Malformed(f"payload lengths that sum to {ends[-1] if ends else 0}, not {len(buffer)}")
+    if count == 1:
+        return [buffer]
+    return [buffer[end - length : end] for end, length in zip(ends, lengths, strict=True)]
+
+
+def _properties(column: Iterable[pb.IndexedProperties], count: int) -> dict[int, Mapping[str, str]]:
+    found: dict[int, Mapping[str, str]] = {}
+    for entry in column:
+        if entry.index >= count:
+            raise Malformed(f"properties for message {entry.index} of a batch of {count}")
+        # A dict of its own: a map of the frame would keep the whole frame alive for
+        # as long as the message is held (the proxy holds PUSHes until confirmed).
+        found[entry.index] = dict(entry.entries)
+    return found
+
+
+def _add_properties(
+    column: Iterable[tuple[int, Mapping[str, str]]], target: pb.PutBatch | pb.PushBatch
+) -> None:
+    add = target.properties.add
+    for index, entries in column:
+        add(index=index, entries=entries)
+
+
+def _packed_ids(values: Sequence[_T]) -> Sequence[_T]:
+    """One value for all when they are all the same (queue_ids, requeue, delays)."""
+    if not values:
+        return values
+    first = values[0]
+    if values.count(first) == len(values):
+        return [first]
+    return values
+
+
+class PutRow(NamedTuple):
+    """One PUT of a batch, for paths that take PUTs one by one (the Redis store)."""
+
+    queue_id: int
+    guid: bytes
+    payload: bytes
+    properties: Mapping[str, str]
+    age_ms: int
+
+
+class PutColumns(NamedTuple):
+    """A PutBatch read back: one list per column, N long (``properties`` sparse)."""
+
+    queue_ids: Sequence[int]
+    guids: list[bytes]
+    payloads: list[bytes]
+    ages_ms: Sequence[int]
+    properties: dict[int, Mapping[str, str]]
+
+    def rows(self) -> Iterable[PutRow]:
+        """The PUTs one by one, in batch order."""
+        properties = self.properties
+        empty: Mapping[str, str] = {}
+        return (
+            PutRow(queue_id, guid, payload, properties.get(i, empty) if properties else empty, age)
+            for i, (queue_id, guid, payload, age) in enumerate(
+                zip(self.queue_ids, self.guids, self.payloads, self.ages_ms, strict=True)
+            )
+        )
+
+
+def read_puts(batch: pb.PutBatch) -> PutColumns:
+    """The columns of ``batch``; ``Malformed`` if they disagree."""
+    guids = split_guids(batch.guids, "PUT batch")
+    count = len(guids)
+    return PutColumns(
+        _queue_ids(batch.queue_ids, count, "PUT batch"),
+        guids,
+        _split_payloads(batch.payloads, batch.payload_lengths, count),
+        _optional(batch.ages_ms, count, 0, "ages_ms"),
+        _properties(batch.properties, count),
+    )
+
+
+def put_batch(
+    queue_ids: Sequence[int],
+    guids: Sequence[bytes],
+    payloads: Sequence[bytes],
+    ages_ms: Sequence[int] = (),
+    properties: Iterable[tuple[int, Mapping[str, str]]] = (),
+) -> pb.PutBatch:
+    """A PutBatch of these columns (``ages_ms`` empty for all 0; ``properties`` as
+    (index, entries) for the messages that have any)."""
+    batch = pb.PutBatch(
+        queue_ids=_packed_ids(queue_ids),
+        guids=b"".join(guids),
+        payloads=b"".join(payloads),
+        payload_lengths=[len(p) for p in payloads],
+        ages_ms=ages_ms if any(ages_ms) else (),
+    )
+    _add_properties(properties, batch)
+    return batch
+
+
+AckRow = tuple[int, bytes, "pb.Status"]
+"""An ACK as (queue_id, guid, status)."""
+
+
+def ack_batch(acks: Sequence[AckRow]) -> pb.AckBatch:
+    """An AckBatch of ``acks``; statuses left out when all are OK."""
+    if not acks:
+        return pb.AckBatch()
+    queue_ids, guids, statuses = zip(*acks, strict=True)
+    ok = statuses.count(_OK) == len(statuses)
+    return pb.AckBatch(
+        queue_ids=_packed_ids(queue_ids),
+        guids=b"".join(guids),
+        statuses=_ALL_OK if ok else bytes(statuses),
+    )
+
+
+def read_acks(batch: pb.AckBatch) -> list[AckRow]:
+    """(queue_id, guid, status) per ACK; ``Malformed`` if the columns disagree."""
+    guids = split_guids(batch.guids, "ACK batch")
+    count = len(guids)
+    queue_ids = _queue_ids(batch.queue_ids, count, "ACK batch")
+    statuses: Sequence[int] = batch.statuses or bytes(repeat(_OK, count))
+    if len(statuses) != count:
+        raise Malformed(f"an ACK batch of {count} messages with {len(statuses)} statuses")
+    return list(zip(queue_ids, guids, statuses, strict=True))  # type: ignore[arg-type]
+
+
+class PushRow(NamedTuple):
+    """One PUSH read back from a PushBatch (pushable as it is: ``server.outbox``)."""
+
+    guid: bytes
+    payload: bytes
+    properties: Mapping[str, str]
+    delivery_count: int
+    age_ms: int
+
+
+def read_pushes(batch: pb.PushBatch) -> list[tuple[int, PushRow]]:
+    """(queue_id, PushRow) per PUSH; ``Malformed`` if the columns disagree."""
+    guids = split_guids(batch.guids, "PUSH batch")
+    count = len(guids)
+    queue_ids = _queue_ids(batch.queue_ids, count, "PUSH batch")
+    payloads = _split_payloads(batch.payloads, batch.payload_lengths, count)
+    counts = _optional(batch.delivery_counts, count, 1, "delivery_counts")
+    ages = _optional(batch.ages_ms, count, 0, "ages_ms")
+    properties = _properties(batch.properties, count)
+    empty: Mapping[str, str] = {}
+    return [
+        (queue_id, PushRow(guid, payload, properties.get(i, empty), delivered, age))
+        for i, (queue_id, guid, payload, delivered, age) in enumerate(
+            zip(queue_ids, guids, payloads, counts, ages, strict=True)
+        )
+    ]
+
+
+def push_batch(
+    queue_ids: Sequence[int],
+    guids: Sequence[bytes],
+    payloads: Sequence[bytes],
+    delivery_counts: Sequence[int],
+    ages_ms: Sequence[int],
+    properties: Iterable[tuple[int, Mapping[str, str]]] = (),
+) -> pb.PushBatch:
+    """A PushBatch of these columns (delivery counts left out when all are 1, ages
+    when all are 0)."""
+    batch = pb.PushBatch(
+        queue_ids=_packed_ids(queue_ids),
+        guids=b"".join(guids),
+        payloads=b"".join(payloads),
+        payload_lengths=[len(p) for p in payloads],
+        delivery_counts=() if delivery_counts.count(1) == len(delivery_counts) else delivery_counts,
+        ages_ms=ages_ms if any(ages_ms) else (),
+    )
+    _add_properties(properties, batch)
+    return batch
+
+
+def confirm_batch(queue_ids: Sequence[int], guids: Sequence[bytes]) -> pb.ConfirmBatch:
+    """A ConfirmBatch of these columns."""
+    return pb.ConfirmBatch(queue_ids=_packed_ids(queue_ids), guids=b"".join(guids))
+
+
+def read_confirms(batch: pb.ConfirmBatch) -> list[tuple[int, bytes]]:
+    """(queue_id, guid) per CONFIRM; ``Malformed`` if the columns disagree."""
+    guids = split_guids(batch.guids, "CONFIRM batch")
+    return list(zip(_queue_ids(batch.queue_ids, len(guids), "CONFIRM batch"), guids, strict=True))
+
+
+RejectRow = tuple[int, bytes, bool, int]
+"""A REJECT as (queue_id, guid, requeue, delay_ms)."""
+
+
+def reject_batch(rejects: Sequence[RejectRow]) -> pb.RejectBatch:
+    """A RejectBatch of ``rejects``."""
+    if not rejects:
+        return pb.RejectBatch()
+    queue_ids, guids, requeue, delays = zip(*rejects, strict=True)
+    return pb.RejectBatch(
+        queue_ids=_packed_ids(queue_ids),
+        guids=b"".join(guids),
+        requeue=_packed_ids(requeue),
+        delay_ms=_packed_ids(delays),
+    )
+
+
+def read_rejects(batch: pb.RejectBatch) -> list[RejectRow]:
+    """(queue_id, guid, requeue, delay_ms) per REJECT; ``Malformed`` if they disagree."""
+    guids = split_guids(batch.guids, "REJECT batch")
+    count = len(guids)
+    return list(
+        zip(
+            _queue_ids(batch.queue_ids, count, "REJECT batch"),
+            guids,
+            _queue_ids(batch.requeue, count, "REJECT batch", "requeue")
+            if batch.requeue
+            else repeat(False),
+            _queue_ids(batch.delay_ms, count, "REJECT batch", "delay_ms")
+            if batch.delay_ms
+            else repeat(0),
+            strict=False,
+        )
+    )
+
+
+__all__ = [
+    "AckRow",
+    "Malformed",
+    "PushRow",
+    "PutColumns",
+    "PutRow",
+    "RejectRow",
+    "ack_batch",
+    "confirm_batch",
+    "push_batch",
+    "put_batch",
+    "read_acks",
+    "read_confirms",
+    "read_pushes",
+    "read_puts",
+    "read_rejects",
+    "reject_batch",
+    "split_guids",
+]

@@ -1,0 +1,97 @@
+"""Columnar batches (``holdfast.proto.columns``): round trips, compact forms, and
+batches whose columns disagree."""
+
+from __future__ import annotations
+
+import pytest
+
+from holdfast.proto import pb
+from holdfast.proto.columns import (
+    Malformed,
+    ack_batch,
+    confirm_batch,
+    push_batch,
+    put_batch,
+    read_acks,
+    read_confirms,
+    read_pushes,
+    read_puts,
+    read_rejects,
+    reject_batch,
+)
+
+G = [bytes([i]) * 16 for i in range(4)]
+
+
+def test_a_put_batch_round_trips_with_sparse_properties_and_compact_columns() -> None:
+    batch = put_batch([3, 3, 3], G[:3], [b"a", b"", b"ccc"], [0, 0, 0], [(1, {"k": "v"})])
+    assert list(batch.queue_ids) == [3]  # one handle for all
+    assert list(batch.ages_ms) == []  # all 0
+    assert batch.payloads == b"accc" and list(batch.payload_lengths) == [1, 0, 3]
+    wire = pb.PutBatch.FromString(batch.SerializeToString())
+    rows = list(read_puts(wire).rows())
+    assert [(r.queue_id, r.guid, r.payload, dict(r.properties), r.age_ms) for r in rows] == [
+        (3, G[0], b"a", {}, 0),
+        (3, G[1], b"", {"k": "v"}, 0),
+        (3, G[2], b"ccc", {}, 0),
+    ]
+    mixed = read_puts(put_batch([1, 2], G[:2], [b"x", b"y"], [5, 0]))
+    assert (list(mixed.queue_ids), list(mixed.ages_ms)) == ([1, 2], [5, 0])
+
+
+def test_an_ack_batch_of_all_successes_carries_no_statuses() -> None:
+    ok = ack_batch([(1, G[0], pb.STATUS_OK), (1, G[1], pb.STATUS_OK)])
+    assert ok.statuses == b"" and len(ok.SerializeToString()) < 2 * 16 + 8
+    assert read_acks(ok) == [(1, G[0], pb.STATUS_OK), (1, G[1], pb.STATUS_OK)]
+    mixed = ack_batch([(1, G[0], pb.STATUS_OK), (2, G[1], pb.STATUS_CONFLICT)])
+    assert mixed.statuses == bytes([pb.STATUS_OK, pb.STATUS_CONFLICT])
+    assert read_acks(mixed) == [(1, G[0], pb.STATUS_OK), (2, G[1], pb.STATUS_CONFLICT)]
+    assert read_acks(ack_batch([])) == []
+
+
+def test_push_confirm_and_reject_batches_round_trip() -> None:
+    pushes = push_batch([4, 4], G[:2], [b"p", b"qq"], [1, 3], [0, 250], [(0, {"a": "b"})])
+    assert [(q, tuple(r)) for q, r in read_pushes(pushes)] == [
+        (4, (G[0], b"p", {"a": "b"}, 1, 0)),
+        (4, (G[1], b"qq", {}, 3, 250)),
+    ]
+    assert list(push_batch([1], G[:1], [b""], [1], [0]).delivery_counts) == []
+    assert read_confirms(confirm_batch([5, 6], G[:2])) == [(5, G[0]), (6, G[1])]
+    rejects = [(1, G[0], True, 0), (1, G[1], False, 10)]
+    assert read_rejects(reject_batch(rejects)) == rejects
+    same = reject_batch([(1, G[0], True, 5), (1, G[1], True, 5)])
+    assert (list(same.requeue), list(same.delay_ms)) == ([True], [5])
+    assert read_rejects(same) == [(1, G[0], True, 5), (1, G[1], True, 5)]
+
+
+@pytest.mark.parametrize(
+    ("batch", "complaint"),
+    [
+        (pb.PutBatch(guids=b"x" * 17), "17 bytes"),
+        (pb.PutBatch(queue_ids=[1, 2, 3], guids=b"x" * 32, payload_lengths=[0, 0]), "3 queue_ids"),
+        (pb.PutBatch(queue_ids=[1], guids=b"x" * 16, payloads=b"ab", payload_lengths=[1]), "sum"),
+        (pb.PutBatch(queue_ids=[1], guids=b"x" * 16, payload_lengths=[0, 0]), "2 payload"),
+        (pb.PutBatch(queue_ids=[1], guids=b"x" * 16, payload_lengths=[0], ages_ms=[1, 2]), "ages"),
+    ],
+)
+def test_put_batches_whose_columns_disagree_are_malformed(
+    batch: pb.PutBatch, complaint: str
+) -> None:
+    with pytest.raises(Malformed, match=complaint) as raised:
+        read_puts(batch)
+    assert raised.value.status == pb.STATUS_MALFORMED_FRAME
+
+
+def test_other_batches_whose_columns_disagree_are_malformed() -> None:
+    with pytest.raises(Malformed, match="2 statuses"):
+        read_acks(pb.AckBatch(queue_ids=[1], guids=b"x" * 16, statuses=b"\x01\x01"))
+    with pytest.raises(Malformed, match="queue_ids"):
+        read_confirms(pb.ConfirmBatch(guids=b"x" * 16))
+    with pytest.raises(Malformed, match="requeue"):
+        read_rejects(pb.RejectBatch(queue_ids=[1], guids=b"x" * 48, requeue=[True, False]))
+    with pytest.raises(Malformed, match="delivery_counts"):
+        read_pushes(
+            pb.PushBatch(
+                queue_ids=[1], guids=b"x" * 16, payload_lengths=[0], delivery_counts=[1, 2]
+            )
+        )
