@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -49,6 +49,7 @@ from holdfast.proto.columns import (
     read_puts,
     read_rejects,
 )
+from holdfast.server.answers import Answers
 from holdfast.server.guard import ServerGuard, SessionGuard, pause
 from holdfast.server.outbox import Outbox
 
@@ -58,7 +59,7 @@ FLUSH_TIMEOUT = 5.0
 """Seconds an ending stream waits for its last ACKs and responses to be written."""
 
 
-class ContractStream(ABC):
+class ContractStream(Answers, ABC):
     """Serves one ``holdfast.v1.Broker/Session`` stream; subclasses handle the frames."""
 
     def __init__(
@@ -338,52 +339,7 @@ class ContractStream(ABC):
             self.peer,
         )
 
-    # -- answers ------------------------------------------------------------------------
-
-    def send(self, frame: pb.ServerFrame) -> None:
-        """Queue a frame in order with the other answers."""
-        self.outbox.send(frame)
-
-    def respond(
-        self,
-        request_id: int,
-        status: pb.Status,
-        message: str = "",
-        holds_pushes: bool = False,
-    ) -> None:
-        """Answer a request. With ``holds_pushes`` no PUSH is written before this answer
-        (the Response that opens a consumer's handle)."""
-        response = pb.Response(request_id=request_id, status=status, message=message)
-        self.outbox.send(pb.ServerFrame(response=response), holds_pushes)
-
-    def error(
-        self,
-        status: pb.Status,
-        message: str,
-        queue_id: int = 0,
-        guids: Iterable[bytes] = (),
-        fatal: bool = False,
-    ) -> None:
-        """Send a typed Error frame."""
-        error = pb.Error(
-            status=status, message=message, queue_id=queue_id, guids=guids, fatal=fatal
-        )
-        self.outbox.send(pb.ServerFrame(error=error))
-        if not fatal:
-            log.debug("session %s: %s: %s", self.session_id, status_name(status), message)
-
-    def count_answer(
-        self, request_id: int, consumers: int, status: pb.Status = pb.STATUS_OK, message: str = ""
-    ) -> None:
-        """Answer a CountConsumers."""
-        answer = pb.ConsumerCount(
-            request_id=request_id, status=status, message=message, consumers=consumers
-        )
-        self.outbox.send(pb.ServerFrame(consumer_count=answer))
-
-    def respond_not_open(self, request_id: int, queue_id: int) -> None:
-        """Answer a request about a queue handle that is not open on this stream."""
-        self.respond(request_id, pb.STATUS_UNKNOWN_QUEUE, f"queue_id {queue_id} is not open")
+    # -- answers (and ``Answers``) -----------------------------------------------------
 
     def reject_confirms(self, rejected: dict[tuple[pb.Status, int], list[bytes]]) -> None:
         """Answer refused CONFIRMs: one Error per (status, queue handle), naming the GUIDs;
