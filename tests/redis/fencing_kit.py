@@ -6,12 +6,10 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from typing import Any
 
 from holdfast.sdk import Message, SessionEvent
-from tests.support.toxics import ToxiproxyServer, link_address, new_link
+from tests.support.toxics import link_address
 
 
 class Deliveries:
@@ -67,13 +65,12 @@ class Events:
             return [(e, at) for e, at in self.events if isinstance(e, kind)]
 
 
-@contextmanager
-def redis_link(tmp_path: Path, redis_address: str) -> Iterator[tuple[str, object]]:
-    """A Toxiproxy link to Redis (the Python server of ``tests.toxiproxy_server``):
-    ``redis://`` URL through it, and the link to put toxics on."""
-    with ToxiproxyServer(prefer_real=False, log=tmp_path / "toxiproxy.log") as server:
-        link = new_link(server.client(), "redis", redis_address)
-        yield f"redis://{link_address(link)}", link
+def redis_url_through(link: Any) -> str:
+    """The ``--store`` value that reaches Redis through ``link`` (a link of the session's
+    Toxiproxy server: ``toxic_link``). A second server is not started here: the
+    Toxiproxy client keeps its server's address in a class attribute, so one would
+    take over every client of the worker process (the faults tests' too)."""
+    return f"redis://{link_address(link)}"
 
 
-__all__ = ["Deliveries", "Events", "redis_link"]
+__all__ = ["Deliveries", "Events", "redis_url_through"]

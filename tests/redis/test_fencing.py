@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from holdfast.sdk import DeliveriesRevoked, QueueOptions, Session
-from tests.redis.fencing_kit import Deliveries, Events, redis_link
+from tests.redis.fencing_kit import Deliveries, Events, redis_url_through
 from tests.support.metrics import metrics_address, scrape, value
 from tests.support.processes import BrokerProcess
 from tests.support.redis_server import RedisServer
@@ -51,53 +53,54 @@ def hold(address: str, n: int) -> tuple[Session, Deliveries, Events]:
 
 
 def test_a_stalled_node_revokes_before_its_peer_reclaims_then_rejoins_fenced(
-    tmp_path: Path,
+    tmp_path: Path, toxic_link: Callable[[str, str], Any]
 ) -> None:
     lease = ["--redis-lease", str(LEASE)]
-    with (
-        RedisServer(tmp_path / "redis") as redis,
-        redis_link(tmp_path, redis.address) as (url_a, link),
-        BrokerProcess(["--store", url_a, *lease, "--metrics-port", "0"]) as a,
-        BrokerProcess(["--store", redis.url, *lease, "--metrics-port", "0"]) as b,
-    ):
-        first = post(b.address, 100, "first")
-        holder, held, events = hold(a.address, 50)
-        wait_until(lambda: held.count() >= 50, 15, "50 deliveries held on A")
-        on_a = set(held.guids())
-        survivor = Deliveries()
+    with RedisServer(tmp_path / "redis") as redis:
+        link = toxic_link("redis", redis.address)
+        url_a = redis_url_through(link)
         with (
-            toxic(link, "timeout", stream="downstream", timeout=0),
-            toxic(link, "timeout", stream="upstream", timeout=0),
-            Session(b.address, options=FAST) as taker,
+            BrokerProcess(["--store", url_a, *lease, "--metrics-port", "0"]) as a,
+            BrokerProcess(["--store", redis.url, *lease, "--metrics-port", "0"]) as b,
         ):
-            taker.open_queue(URI, read=True, on_message=survivor)
-            # B delivers the other 50 at once, and A's 50 once it reclaimed them.
-            wait_until(lambda: on_a <= set(survivor.guids()), 20, "A's deliveries on B")
-        revoked = events.of(DeliveriesRevoked)
-        assert [set(e.guids) for e, _ in revoked] == [on_a]  # type: ignore[attr-defined]
-        revoked_at = revoked[0][1]
-        seen_on_b = survivor.first_seen()
-        assert revoked_at < min(seen_on_b[g] for g in on_a), "B delivered before A revoked"
-        assert a.count("lease lapsed") >= 1
-        # The link is back: A rejoins under a new fencing token, and what it delivers
-        # under that one is reclaimed when it is killed.
-        wait_until(lambda: a.count("redis lease taken") >= 2, 15, "A to rejoin")
-        on_a_metrics = scrape(metrics_address(a))
-        assert (value(on_a_metrics, "holdfast_broker_redis_lease_lapses_total") or 0) >= 1
-        assert value(on_a_metrics, "holdfast_broker_redis_revoked_total") == 50
-        reclaimed = value(scrape(metrics_address(b)), "holdfast_broker_redis_reclaimed_total")
-        assert (reclaimed or 0) >= 50
-        second = post(b.address, 40, "second")
-        wait_until(lambda: set(second) <= set(held.guids()), 15, "A to deliver again")
-        a.kill()
-        holder.close(timeout=1)
-        last = Deliveries()
-        with Session(b.address, options=FAST) as taker:
-            taker.open_queue(URI, read=True, on_message=last)
-            wait_until(lambda: set(second) <= set(last.guids()), 15, "A's second deliveries")
-    tokens = [line for line in a.output.splitlines() if "redis lease taken" in line]
-    assert len({line.split("fencing token")[-1] for line in tokens}) == len(tokens)
-    assert set(first) <= set(survivor.guids())
+            first = post(b.address, 100, "first")
+            holder, held, events = hold(a.address, 50)
+            wait_until(lambda: held.count() >= 50, 15, "50 deliveries held on A")
+            on_a = set(held.guids())
+            survivor = Deliveries()
+            with (
+                toxic(link, "timeout", stream="downstream", timeout=0),
+                toxic(link, "timeout", stream="upstream", timeout=0),
+                Session(b.address, options=FAST) as taker,
+            ):
+                taker.open_queue(URI, read=True, on_message=survivor)
+                # B delivers the other 50 at once, and A's 50 once it reclaimed them.
+                wait_until(lambda: on_a <= set(survivor.guids()), 20, "A's deliveries on B")
+            revoked = events.of(DeliveriesRevoked)
+            assert [set(e.guids) for e, _ in revoked] == [on_a]  # type: ignore[attr-defined]
+            revoked_at = revoked[0][1]
+            seen_on_b = survivor.first_seen()
+            assert revoked_at < min(seen_on_b[g] for g in on_a), "B delivered before A revoked"
+            assert a.count("lease lapsed") >= 1
+            # The link is back: A rejoins under a new fencing token, and what it delivers
+            # under that one is reclaimed when it is killed.
+            wait_until(lambda: a.count("redis lease taken") >= 2, 15, "A to rejoin")
+            on_a_metrics = scrape(metrics_address(a))
+            assert (value(on_a_metrics, "holdfast_broker_redis_lease_lapses_total") or 0) >= 1
+            assert value(on_a_metrics, "holdfast_broker_redis_revoked_total") == 50
+            reclaimed = value(scrape(metrics_address(b)), "holdfast_broker_redis_reclaimed_total")
+            assert (reclaimed or 0) >= 50
+            second = post(b.address, 40, "second")
+            wait_until(lambda: set(second) <= set(held.guids()), 15, "A to deliver again")
+            a.kill()
+            holder.close(timeout=1)
+            last = Deliveries()
+            with Session(b.address, options=FAST) as taker:
+                taker.open_queue(URI, read=True, on_message=last)
+                wait_until(lambda: set(second) <= set(last.guids()), 15, "A's second deliveries")
+        tokens = [line for line in a.output.splitlines() if "redis lease taken" in line]
+        assert len({line.split("fencing token")[-1] for line in tokens}) == len(tokens)
+        assert set(first) <= set(survivor.guids())
 
 
 def test_a_node_with_4000_open_queues_keeps_its_lease(tmp_path: Path) -> None:
@@ -130,27 +133,30 @@ def test_a_node_with_4000_open_queues_keeps_its_lease(tmp_path: Path) -> None:
     assert b.count("is gone") == 0
 
 
-def test_a_node_behind_a_slow_link_keeps_its_lease(tmp_path: Path) -> None:
-    with (
-        RedisServer(tmp_path / "redis") as redis,
-        redis_link(tmp_path, redis.address) as (url_a, link),
-        BrokerProcess(["--store", url_a]) as a,  # the default 3 s lease
-        BrokerProcess(["--store", redis.url]) as b,
-    ):
-        post(b.address, 20, "held")
-        holder, held, _ = hold(a.address, 20)
-        wait_until(lambda: held.count() >= 20, 15, "20 deliveries held on A")
-        other = Deliveries()
+def test_a_node_behind_a_slow_link_keeps_its_lease(
+    tmp_path: Path, toxic_link: Callable[[str, str], Any]
+) -> None:
+    with RedisServer(tmp_path / "redis") as redis:
+        link = toxic_link("redis", redis.address)
+        url_a = redis_url_through(link)
         with (
-            toxic(link, "latency", stream="downstream", latency=150),
-            toxic(link, "latency", stream="upstream", latency=150),
-            Session(b.address, options=FAST) as taker,
+            BrokerProcess(["--store", url_a]) as a,  # the default 3 s lease
+            BrokerProcess(["--store", redis.url]) as b,
         ):
-            taker.open_queue(URI, read=True, on_message=other)
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                assert other.count() == 0, "A's held deliveries went to B"
-                time.sleep(0.05)
-        holder.close(timeout=1)
-    assert a.count("lease lapsed") == 0
-    assert b.count("is gone") == 0
+            post(b.address, 20, "held")
+            holder, held, _ = hold(a.address, 20)
+            wait_until(lambda: held.count() >= 20, 15, "20 deliveries held on A")
+            other = Deliveries()
+            with (
+                toxic(link, "latency", stream="downstream", latency=150),
+                toxic(link, "latency", stream="upstream", latency=150),
+                Session(b.address, options=FAST) as taker,
+            ):
+                taker.open_queue(URI, read=True, on_message=other)
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    assert other.count() == 0, "A's held deliveries went to B"
+                    time.sleep(0.05)
+            holder.close(timeout=1)
+        assert a.count("lease lapsed") == 0
+        assert b.count("is gone") == 0
