@@ -83,7 +83,9 @@ class RedisBackend:
         await self.life.start()
 
     async def stop(self) -> None:
-        """Finish PUTs and confirms, give this node's deliveries back, disconnect."""
+        """Finish PUTs and confirms, give this node's deliveries back, disconnect. The
+        node's loops stop first: a poll that keeps claiming would keep the drain going."""
+        await self.life.halt()
         await self.puts.drain()
         if self._staging_sweep is not None:
             self._staging_sweep.cancel()

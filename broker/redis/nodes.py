@@ -136,14 +136,20 @@ class NodeLife:
         if not self.client.spec.cluster:  # cluster pub/sub is not in redis-py's asyncio API
             self._tasks.append(loop.create_task(self._listen(pubsub), name="redis wake-ups"))
 
+    async def halt(self) -> None:
+        """Stop the loops (polls, sweeps, refresh, reaper), so that nothing new is
+        started while the node drains its work; the lease goes on. Idempotent."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
     async def stop(self) -> None:
         """Stop the loops and the lease, and give back what this node delivered and was
         not confirmed (at once, instead of after the lease expires)."""
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await self.halt()
         await asyncio.to_thread(self.keeper.stop)
         with contextlib.suppress(StoreError):
             await self.reaper.reclaim(self.registry.node_id)

@@ -55,6 +55,9 @@ class RedisQueue:
         self._consumers: list[Consumer] = []
         self._next = 0
         self._claiming = False
+        self._returning = 0
+        """Give-backs on their way to the head of the queue: no claim until they are
+        there, or a claim sent on another connection could overtake them."""
         self._handles = 0
         self.remote_consumers = 0
         """Consumers attached on the other nodes (refreshed by the heartbeat)."""
@@ -166,11 +169,14 @@ class RedisQueue:
                 self.dead[reason] += 1
             self._registry.graveyard.bury(self.uri, dead)
         if back:
-            self._registry.spawn(self._requeue(back))
+            self._returning += 1
+            self._registry.spawn(self._return(back))
 
     def deliver(self) -> None:
         """Claim as many messages as local consumers have room for, and PUSH them."""
-        if self._claiming or not self._consumers or not self._registry.may_deliver():
+        if self._claiming or self._returning or not self._consumers:
+            return
+        if not self._registry.may_deliver():
             return
         room = sum(
             max(0, c.limits.max_messages - len(c.unconfirmed))
@@ -279,6 +285,13 @@ class RedisQueue:
                 "%s: could not give back %d claimed messages: %s", self.uri, len(messages), error
             )
         registry.wake(self.uri)
+
+    async def _return(self, guids: list[bytes]) -> None:
+        try:
+            await self._requeue(guids)
+        finally:
+            self._returning -= 1
+        self.deliver()
 
     async def _requeue(self, guids: list[bytes]) -> None:
         await self._registry.requeue(self.uri, guids)
