@@ -47,6 +47,15 @@ class LossCheck:
     async def check(self, seen: StoreWentBack | None = None) -> None:
         """One pass; ``seen`` is the keeper's finding that set it off, if any."""
         affected = await self._went_back()
+        registry = self._registry
+        registry.repairing.update(affected)
+        try:
+            for uri in affected:
+                await self._repair(uri)
+        finally:
+            registry.repairing.difference_update(affected)
+            for uri in affected:
+                registry.wake(uri)
         if affected:
             why = seen.why if seen is not None else WENT_BACK.format(n=len(affected))
             acked = {uri: self._journal.since(uri, moment) for uri, moment in affected.items()}
@@ -56,6 +65,30 @@ class LossCheck:
             # report it once, with what the node ACKed anywhere since.
             acked = self._journal.queues_since(seen.since) if seen.since > 0 else {}
             self._emit(seen.why, acked, covered=seen.since > 0)
+
+    async def _repair(self, uri: str) -> None:
+        """Re-apply what the node remembers of ``uri`` (``RecentWork``): confirmed
+        messages go again, and no delivery count stays below one a consumer saw."""
+        registry = self._registry
+        counts, confirmed = registry.recent.of(uri)
+        if not counts and not confirmed:
+            return
+        keys = QueueKeys(uri)
+        args: list[Any] = [len(counts)]
+        for guid, count in counts.items():
+            args += [guid, count]
+        args += confirmed
+        raised, removed = await registry.client.run(
+            "REPAIR",
+            [*keys.message_keys[1:], keys.ready, keys.bytes, keys.pickup, keys.delayed],
+            args,
+        )
+        log.warning(
+            "%s: after the loss, %d confirms re-applied and %d delivery counts raised back",
+            uri,
+            int(removed),
+            int(raised),
+        )
 
     def _emit(self, why: str, acked: dict[str, int], covered: bool = True) -> None:
         self.losses += 1

@@ -85,8 +85,17 @@ class SeqBook:
         self._queues: dict[str, _PerSecond] = {}
 
     def saw(self, uri: str, seq: int) -> None:
-        """A script on ``uri`` returned the write sequence ``seq``."""
-        self._queues.setdefault(uri, _PerSecond()).add(math.floor(self._clock()), seq, True)
+        """A script on ``uri`` returned the write sequence ``seq``. A lower one than the
+        node saw is kept out (it is what the loss check is to find, not a new high)."""
+        book = self._queues.setdefault(uri, _PerSecond())
+        if book.entries and seq < book.entries[-1][1]:
+            return
+        book.add(math.floor(self._clock()), seq, True)
+
+    def highest(self, uri: str) -> int:
+        """The highest write sequence seen for ``uri`` (0 if none)."""
+        book = self._queues.get(uri)
+        return 0 if book is None else book.entries[-1][1]
 
     def queues(self) -> list[str]:
         """The queues seen in the last ``SPAN`` seconds (older ones are forgotten)."""
@@ -108,6 +117,40 @@ class SeqBook:
         return float(lost_from)
 
 
+RECENT = 50_000
+"""Deliveries and confirms the node remembers for a repair (about 5 MB)."""
+
+
+class RecentWork:
+    """The node's latest deliveries (with their counts) and confirms, per queue: what
+    it re-applies when Redis went back in time (``REPAIR``), so that a message a
+    consumer confirmed is not delivered again and no delivery count goes back."""
+
+    def __init__(self) -> None:
+        self._entries: deque[tuple[str, bytes, int]] = deque(maxlen=RECENT)
+
+    def delivered(self, uri: str, guid: bytes, count: int) -> None:
+        """``guid`` of ``uri`` was delivered for the ``count``-th time."""
+        self._entries.append((uri, guid, count))
+
+    def confirmed(self, uri: str, guid: bytes) -> None:
+        """``guid`` of ``uri`` was confirmed (count 0 marks a confirm)."""
+        self._entries.append((uri, guid, 0))
+
+    def of(self, uri: str) -> tuple[dict[bytes, int], list[bytes]]:
+        """The highest delivery count seen per GUID of ``uri``, and its confirmed GUIDs."""
+        counts: dict[bytes, int] = {}
+        confirmed: list[bytes] = []
+        for queue, guid, count in list(self._entries):
+            if queue != uri:
+                continue
+            if count == 0:
+                confirmed.append(guid)
+            elif count > counts.get(guid, 0):
+                counts[guid] = count
+        return counts, confirmed
+
+
 def describe(where: str, why: str, acked: dict[str, int], covered: bool) -> DataLoss:
     """The LOST DATA report: why, and what the node ACKed since the lost moment."""
     total = sum(acked.values())
@@ -127,4 +170,4 @@ def describe(where: str, why: str, acked: dict[str, int], covered: bool) -> Data
     return DataLoss(message, dict(acked))
 
 
-__all__ = ["SPAN", "AckJournal", "DataLoss", "SeqBook", "describe"]
+__all__ = ["RECENT", "SPAN", "AckJournal", "DataLoss", "RecentWork", "SeqBook", "describe"]

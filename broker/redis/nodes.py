@@ -108,6 +108,7 @@ class NodeLife:
         reached within the retry window."""
         self._loop = asyncio.get_running_loop()
         self.registry.may_deliver = self.keeper.valid
+        self.registry.on_went_back = self.losses.check
         self.keeper.start()
         try:
             await asyncio.wait_for(self._joined.wait(), self.client.retry_window)

@@ -243,6 +243,37 @@ return out
 """
 )
 
+REPAIR = """
+-- KEYS: body, meta, count, ready, bytes, pickup, delayed.
+-- ARGV: n, then n pairs guid, delivery count the node saw; then confirmed guids.
+-- After Redis went back in time: a message still here gets at least the count the
+-- node saw (counts never go back), and one the node saw confirmed is removed again.
+-- Returns {counts raised, messages removed}.
+local n, raised, removed = tonumber(ARGV[1]), 0, 0
+for i = 2, 1 + 2 * n, 2 do
+  local guid, seen = ARGV[i], tonumber(ARGV[i + 1])
+  if redis.call('HEXISTS', KEYS[1], guid) == 1
+    and tonumber(redis.call('HGET', KEYS[3], guid) or '0') < seen then
+    redis.call('HSET', KEYS[3], guid, seen)
+    raised = raised + 1
+  end
+end
+for i = 2 + 2 * n, #ARGV do
+  local guid = ARGV[i]
+  local size = redis.call('HSTRLEN', KEYS[1], guid)
+  if redis.call('HDEL', KEYS[1], guid) == 1 then
+    redis.call('HDEL', KEYS[2], guid)
+    redis.call('HDEL', KEYS[3], guid)
+    redis.call('LREM', KEYS[4], 1, guid)
+    redis.call('ZREM', KEYS[6], guid)
+    redis.call('ZREM', KEYS[7], guid)
+    if size > 0 then redis.call('DECRBY', KEYS[5], size) end
+    removed = removed + 1
+  end
+end
+return {raised, removed}
+"""
+
 PURGE = """
 -- KEYS: ready, delayed, body, meta, count, pickup, bytes, unsynced. Removes every
 -- ready, delayed and unsynced message (consumers keep what they hold); returns how
@@ -328,6 +359,7 @@ __all__ = [
     "PEEK",
     "PURGE",
     "RELEASE",
+    "REPAIR",
     "SETTLE",
     "STATS",
     "STAY",

@@ -176,6 +176,8 @@ class RedisQueue:
         """Claim as many messages as local consumers have room for, and PUSH them."""
         if self._claiming or self._returning or not self._consumers:
             return
+        if self.uri in self._registry.repairing:
+            return
         if not self._registry.may_deliver():
             return
         room = sum(
@@ -208,10 +210,15 @@ class RedisQueue:
                 ],
                 [n, now, policy.max_deliveries or 0, cutoff],
             )
-            registry.seqs.saw(self.uri, int(raw.pop()))
+            seq = int(raw.pop())
+            # A claim that wrote moves the sequence past all the node saw; if it does
+            # not, Redis went back: what it handed out may be confirmed already.
+            went_back = bool(raw) and seq <= registry.seqs.highest(self.uri)
+            went_back = went_back or self.uri in registry.repairing
+            registry.seqs.saw(self.uri, seq)
         except StoreError as error:
             log.warning("%s: claiming failed: %s", self.uri, error)
-            raw = []
+            raw, went_back = [], False
         finally:
             self._claiming = False
         messages: list[StoredMessage] = []
@@ -227,6 +234,14 @@ class RedisQueue:
             for _, reason in dead:
                 self.dead[reason] += 1
             registry.graveyard.bury(self.uri, dead)
+        if went_back and registry.on_went_back is not None:
+            # Nothing handed out before the loss check re-applied the node's confirms
+            # (a repair under way wakes the queue when it is done).
+            await self._unclaim(messages)
+            if self.uri not in registry.repairing:
+                await registry.on_went_back()
+                self.deliver()
+            return
         leftover = self._hand_out(messages)
         if leftover:
             await self._unclaim(leftover)
@@ -245,6 +260,7 @@ class RedisQueue:
                     consumer.unconfirmed[message.guid] = message
                     consumer.unconfirmed_bytes += len(message.payload)
                     consumer.sink.push(consumer.queue_id, message, message.delivery_count)
+                    self._registry.recent.delivered(self.uri, message.guid, message.delivery_count)
                     if sent is not None:
                         sent.append((message, message.delivery_count))
                     self.pushed += 1
@@ -288,10 +304,9 @@ class RedisQueue:
 
     async def _return(self, guids: list[bytes]) -> None:
         try:
-            await self._requeue(guids)
+            await self._requeue(guids)  # which wakes every node's consumers of the queue
         finally:
             self._returning -= 1
-        self.deliver()
 
     async def _requeue(self, guids: list[bytes]) -> None:
         await self._registry.requeue(self.uri, guids)

@@ -8,13 +8,13 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from holdfast.broker.redis.client import RedisClient
 from holdfast.broker.redis.graveyard import RedisGraveyard
 from holdfast.broker.redis.keys import QUEUES, WAKE, QueueKeys, lease_key, node_queues
-from holdfast.broker.redis.losses import SeqBook
+from holdfast.broker.redis.losses import RecentWork, SeqBook
 from holdfast.broker.redis.policies import PolicyBook
 from holdfast.broker.redis.queues import RedisQueue, parse_message
 from holdfast.broker.store import StoreError
@@ -52,6 +52,12 @@ class RedisRegistry:
         """Every queue's policy (``policies``)."""
         self.graveyard = RedisGraveyard(self, retention_ms)
         """Moves dead messages to dead-letter queues, and back (``graveyard``)."""
+        self.on_went_back: Callable[[], Awaitable[None]] | None = None
+        """The node's loss check (``losscheck``), for a claim that finds Redis went back."""
+        self.repairing: set[str] = set()
+        """Queues found to have gone back, until the node re-applied its work there."""
+        self.recent = RecentWork()
+        """Deliveries and confirms to re-apply if Redis goes back in time (``losses``)."""
         self.seqs = SeqBook(time.monotonic)
         """The write sequences this node's scripts returned (``losses``)."""
         self.unsynced: set[str] = set()
@@ -193,6 +199,7 @@ class RedisRegistry:
 
     def confirmed(self, queue: RedisQueue, guid: bytes) -> None:
         """Queue a confirm for the next batch."""
+        self.recent.confirmed(queue.uri, guid)
         self._confirms.setdefault(queue.uri, []).append(guid)
         if not self._flush_scheduled:
             self._flush_scheduled = True

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from holdfast.sdk import AckStatus, CallLostError, DataLost, QueueOptions, Session
+from holdfast.sdk import AckStatus, CallLostError, DataLost, Message, QueueOptions, Session
 from tests.redis.fencing_kit import Deliveries, Events
 from tests.redis.test_nodes import Acks
 from tests.support.processes import BrokerProcess
@@ -197,3 +197,46 @@ def test_a_call_in_flight_fails_at_once_when_the_store_loses_data(tmp_path: Path
         with pytest.raises(CallLostError, match="LOST DATA"):
             future.result(timeout=15)
         assert time.monotonic() - started < 5
+
+
+def test_after_a_rollback_confirms_are_reapplied_and_counts_never_go_back(
+    tmp_path: Path,
+) -> None:
+    done, held = "hf://loss/confirmed", "hf://loss/held"
+    with (
+        RedisServer(tmp_path / "redis", aof=False) as redis,
+        BrokerProcess(["--store", redis.url, *LEASE]) as broker,
+    ):
+        events = Events()
+        with Session(broker.address, options=FAST, on_event=events) as session:
+            for uri in (done, held):
+                queue = session.open_queue(uri, write=True)
+                for i in range(20):
+                    queue.post(b"m%d" % i)
+            assert session.flush(timeout=30)
+            assert redis.cli("SAVE") == "OK"  # every message ready, never delivered
+            confirmed = Deliveries()
+            session.open_queue(done, read=True, on_message=confirmed)
+            wait_until(lambda: redis.cli("HLEN", "hf:{" + done + "}:body") == "0", 15, "confirms")
+            with Session(broker.address, options=FAST) as holder:
+                once = Deliveries(hold=True)
+                holder.open_queue(held, read=True, on_message=once)
+                wait_until(lambda: once.count() >= 20, 15, "20 held")
+            assert confirmed.count() == 20
+            redis.restart()  # back to the snapshot: 40 ready, no delivery counted
+            wait_until(lambda: events.of(DataLost), 15, "the loss reported")
+            again = Deliveries()
+            session.open_queue(done, read=True, on_message=again)
+            counts: dict[int, int] = {}
+
+            def count(message: Message) -> None:
+                counts[message.delivery_count] = counts.get(message.delivery_count, 0) + 1
+                message.confirm()
+
+            session.open_queue(held, read=True, on_message=count)
+            wait_until(lambda: sum(counts.values()) >= 20, 15, "the held ones again")
+            time.sleep(1.0)  # room for a wrong delivery of a confirmed one
+        redelivered = again.count() + confirmed.count() - 20
+        assert redelivered == 0, "messages confirmed before the loss were delivered again"
+        assert counts == {2: 20}, counts  # seen once before: the count goes on from there
+    assert broker.count("confirms re-applied") >= 1

@@ -80,7 +80,11 @@ def test_a_sentinel_failover_is_followed_and_loses_nothing_acked(tmp_path: Path)
             wait_until(lambda: _primary_port(sentinel_port) == replica.port, 30, "the failover")
             session.open_queue(URI, read=True, on_message=got)  # the same broker process
             got.wait_for(len(guids), timeout=30)
-            assert "LOST DATA" not in broker.output, broker.output
+            # Writes not waited for (claims, promotions) may be lost by a failover and
+            # are reported; no message ACKed SUCCESS may be among what is lost.
+            for line in broker.output.splitlines():
+                if "LOST DATA" in line:
+                    assert "0 messages this node ACKed SUCCESS" in line, line
     finally:
         os.kill(sentinel.pid, signal.SIGKILL)
         sentinel.wait(10)
