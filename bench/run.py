@@ -391,12 +391,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     if results["otel"]:
         print_otel(results["otel"])
-    for row in results.get("spark", []):
-        print(
-            f"{row['path']}: {row['rows']} rows over {row['tasks']} tasks: "
-            f"{rate(row['mean_per_task'])} rows/s per task staging "
-            f"(df.write.format('holdfast')), driver's commit {row['commit_seconds']:.2f} s"
-        )
+    if results.get("spark"):
+        print("\nSpark connector, rows/s per task (df.write.format('holdfast') stages its rows)")
+        for line in spark.report(results["spark"]):
+            print(line)
     rates = {(e["store"], e["size"], e["path"]): summary(e)["median"] for e in figures["produce"]}
     print_nats(
         results["nats"],
@@ -451,6 +449,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     targets += rpc_targets(results["rpc"])
+    targets += spark.targets(results.get("spark", []))
     print_targets(targets)
     if args.columnar_baseline:
         progress(f"issue #33 before/after against {args.columnar_baseline}...")

@@ -1,4 +1,5 @@
-"""Rows per second per task of ``df.write.format("holdfast")``, direct and through the proxy.
+"""Rows per second per task of ``df.write.format("holdfast")``, direct and through the proxy,
+beside a plain redis-py ``XADD`` pipeline from the same executors (issue #30's baseline).
 
     .venv/bin/python bench/spark.py [--rows N] [--partitions P]
 
@@ -10,22 +11,63 @@ logs on the driver (``p<i>: <rows> rows in <s> s``), so the figure is the task's
 time: staging its rows with the broker (or, on a broker that cannot stage, posting them
 and waiting for every ACK); the driver's commit, which publishes the staged rows, is
 printed beside it (``commit <s> s``).
+
+The baseline writes the same rows, encoded the same way (the connector's JSON), from
+the same kind of tasks with ``XADD`` to a Redis stream of a redis-server started here
+(no AOF, like the memory broker), in pipelines of ``XADD_PIPELINE`` commands: what a
+job that writes to Redis streams by hand does, with no GUIDs, no dedup and no commit.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import harness
 
+from tests.support.redis_server import RedisServer
+
 TASK_LINE = re.compile(r"p(\d+): (\d+) rows in ([\d.]+) s")
 COMMIT_LINE = re.compile(r"committed .*: (\d+) rows from .*; commit ([\d.]+) s")
+XADD_LINE = re.compile(r"x(\d+): (\d+) rows in ([\d.]+) s")
 DRIVER_TIMEOUT = 600.0
+XADD_PIPELINE = 1_000
+"""Commands per redis-py pipeline in the baseline."""
+
+
+def xadd_partition(redis_address: str, stream: str) -> Any:
+    """A ``mapPartitionsWithIndex`` function: XADD the partition's rows, yield
+    ``(partition, rows, seconds)``."""
+
+    def write(index: int, rows: Any) -> Any:
+        import time
+
+        import redis
+
+        from holdfast.sdk.spark.rows import payload_json
+
+        host, port = redis_address.rsplit(":", 1)
+        client = redis.Redis(host=host, port=int(port))
+        started = time.monotonic()
+        pipe = client.pipeline(transaction=False)
+        count = 0
+        for row in rows:
+            pipe.xadd(stream, {"v": payload_json(row.asDict(recursive=True))})
+            count += 1
+            if count % XADD_PIPELINE == 0:
+                pipe.execute()
+        pipe.execute()
+        client.close()
+        yield index, count, time.monotonic() - started
+
+    return write
 
 
 def driver(address: str, uri: str, rows: int, partitions: int) -> None:
@@ -51,6 +93,11 @@ def driver(address: str, uri: str, rows: int, partitions: int) -> None:
     )
     for run in ("warm-up", "measured"):
         print(f"run {run}", file=sys.stderr, flush=True)
+        if address.startswith("redis://"):
+            write = xadd_partition(address.removeprefix("redis://"), uri)
+            for index, count, seconds in df.rdd.mapPartitionsWithIndex(write).collect():
+                print(f"x{index}: {count} rows in {seconds:.3f} s", file=sys.stderr, flush=True)
+            continue
         df.write.format("holdfast").option("uri", uri).option("address", address).option(
             "keyColumn", "order_id"
         ).mode("append").save()
@@ -67,7 +114,8 @@ def measure(address: str, uri: str, rows: int, partitions: int) -> dict[str, Any
     if done.returncode != 0:
         raise RuntimeError(f"the Spark driver exited {done.returncode}: {done.stderr[-2000:]}")
     measured = done.stderr.split("run measured", 1)[1]
-    tasks = [(int(n), float(s)) for _, n, s in TASK_LINE.findall(measured)]
+    pattern = XADD_LINE if address.startswith("redis://") else TASK_LINE
+    tasks = [(int(n), float(s)) for _, n, s in pattern.findall(measured)]
     rates = [n / s for n, s in tasks if s > 0]
     commit = COMMIT_LINE.search(measured)
     return {
@@ -80,17 +128,58 @@ def measure(address: str, uri: str, rows: int, partitions: int) -> dict[str, Any
 
 
 def run(rows: int, partitions: int) -> list[dict[str, Any]]:
-    """Both paths; the servers are stopped by PID when done."""
+    """The baseline and both paths, in one run; the servers are stopped by PID when done."""
     results: list[dict[str, Any]] = []
     with (
+        tempfile.TemporaryDirectory() as directory,
+        RedisServer(Path(directory), aof=False) as redis,
         harness.running_broker(harness.memory_store()) as broker,
         harness.running_proxy(broker.address) as proxy,
     ):
-        paths = (("Spark->broker", broker.address), ("Spark->proxy->broker", proxy.address))
+        paths = (
+            ("Spark->Redis XADD pipeline (baseline)", redis.url),
+            ("Spark->broker", broker.address),
+            ("Spark->proxy->broker", proxy.address),
+        )
         for path, address in paths:
             result = measure(address, f"hf://bench/spark-{len(results)}", rows, partitions)
             results.append({"path": path, **result})
     return results
+
+
+def report(results: list[dict[str, Any]]) -> list[str]:
+    """One line per path, with its ratio to the XADD baseline of the same run."""
+    baseline = results[0]["mean_per_task"] if results else float("nan")
+    lines = []
+    for result in results:
+        rates = ", ".join(harness.rate(r) for r in result["per_task_rates"])
+        line = (
+            f"{result['path']}: {result['rows']} rows, {result['tasks']} tasks, "
+            f"{harness.rate(result['mean_per_task'])} rows/s per task ({rates}), "
+            f"{result['mean_per_task'] / baseline:.2f}x the XADD pipeline"
+        )
+        commit = result["commit_seconds"]
+        if not math.isnan(commit):
+            line += f"; the driver's commit (publishing the staged rows) {commit:.2f} s"
+        lines.append(line)
+    return lines
+
+
+TARGETS = (("Spark->broker", 1.0), ("Spark->proxy->broker", 0.8))
+"""Issue #30: rows/s per task at least these times the XADD pipeline's, same run."""
+
+
+def targets(results: list[dict[str, Any]]) -> list[tuple[str, str, bool]]:
+    """Issue #30's throughput targets against the baseline of the same run."""
+    by_path = {r["path"]: r["mean_per_task"] for r in results}
+    baseline = results[0]["mean_per_task"] if results else float("nan")
+    rows = []
+    for path, share in TARGETS:
+        if path in by_path:
+            ratio = by_path[path] / baseline
+            target = f"{path} >= {share:.1f}x the XADD pipeline per task"
+            rows.append((target, f"{ratio:.2f}x", ratio >= share))
+    return rows
 
 
 def main() -> int:
@@ -103,13 +192,9 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--partitions", type=int, default=2)
     args = parser.parse_args()
-    for result in run(args.rows, args.partitions):
-        rates = ", ".join(harness.rate(r) for r in result["per_task_rates"])
-        print(
-            f"{result['path']}: {result['rows']} rows, {result['tasks']} tasks, "
-            f"{harness.rate(result['mean_per_task'])} rows/s per task ({rates}); "
-            f"the driver's commit (publishing the staged rows) {result['commit_seconds']:.2f} s"
-        )
+    results = run(args.rows, args.partitions)
+    for line in report(results):
+        print(line)
     return 0
 
 
