@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from holdfast.sdk.errors import InvalidArgumentError
-from holdfast.sdk.spark.rows import canonical_json
+from holdfast.sdk.spark.rows import canonical_json, row_values
 
 if TYPE_CHECKING:
     from pyspark.sql import Row
@@ -116,7 +116,7 @@ class RowGuids:
         if self._key_column is not None:
             return self.for_key(row[self._key_column])
         if values is None:
-            values = row.asDict(recursive=True)
+            values = row_values(row)
         content = hashlib.sha256(canonical_json(values)).digest()[:16]
         occurrence = self._occurrences.get(content, 0)
         self._occurrences[content] = occurrence + 1

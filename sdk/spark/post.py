@@ -28,7 +28,7 @@ from holdfast.sdk.options import SessionOptions
 from holdfast.sdk.session import Session
 from holdfast.sdk.spark.columns import KEY_PROPERTY
 from holdfast.sdk.spark.guids import BatchDigest, RowGuids
-from holdfast.sdk.spark.rows import payload_json, property_value
+from holdfast.sdk.spark.rows import payload_json, property_value, row_values
 from holdfast.sdk.types import Ack, AckStatus
 
 if TYPE_CHECKING:
@@ -163,7 +163,7 @@ def row_properties(spec: WriteSpec, row: Row) -> dict[str, str] | None:
 def encoded(spec: WriteSpec, guids: RowGuids, row: Row) -> tuple[bytes, uuid.UUID]:
     """A row's payload and GUID."""
     if spec.serializer is None:
-        values = row.asDict(recursive=True)
+        values = row_values(row)
         return payload_json(values), guids.for_row(row, values)
     return spec.serializer(row), guids.for_row(row)
 

@@ -7,13 +7,16 @@ idempotent sink by batch id, as Spark's exactly-once sinks are); with ``--hold-b
 it stops dead (sleeps) right after writing batch K, before Spark commits it, so the
 test can kill the driver exactly there.
 
-Both print ``progress <batchId>`` for every batch Spark has completed.
+Both print ``progress <batchId>`` for every batch Spark has completed. SIGTERM stops
+the query gracefully (``query.stop()``, then the SparkSession), prints ``stopped`` and
+exits 0: a user's orderly shutdown, as against the tests' SIGKILL.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -94,13 +97,20 @@ def main() -> None:
             .trigger(processingTime="0.5 seconds")
             .start()
         )
+    stopping: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
     reported = -1
-    while query.isActive:
+    while query.isActive and not stopping:
         progress = query.lastProgress
         if progress is not None and progress["batchId"] > reported:
             reported = progress["batchId"]
             print(f"progress {reported}", flush=True)
         time.sleep(0.2)
+    if stopping:
+        query.stop()
+        spark.stop()
+        print("stopped", flush=True)
+        sys.exit(0)
     print(f"query ended: {query.exception()}", file=sys.stderr, flush=True)
     sys.exit(1)
 

@@ -80,6 +80,15 @@ class DriverProcess:
 
         wait_until(seen, timeout, f"the driver to print {text!r}")
 
+    def stop(self, timeout: float = 60.0) -> None:
+        """Stop the driver gracefully (SIGTERM to the driver's Python process, which
+        stops its query and SparkSession) and wait for it to exit 0."""
+        os.kill(self.proc.pid, signal.SIGTERM)
+        code = self.proc.wait(timeout)
+        for reader in self._readers:
+            reader.join(30)
+        assert code == 0, f"the driver exited {code} on SIGTERM:\n{self.stderr[-3000:]}"
+
     def kill(self) -> None:
         """SIGKILL the driver's process group (the driver and its JVM) and reap it."""
         if self.proc.poll() is None:

@@ -3,6 +3,7 @@ the writer past the broker's dedup window, and the exactly-once source."""
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import uuid
@@ -19,6 +20,23 @@ from tests.support.sessions import FAST, drain_messages, unique_uri
 
 WINDOW = 2.0
 """The broker's dedup window in these tests (seconds)."""
+
+
+def post_more(broker: BrokerProcess, uri: str, posted: list[uuid.UUID], count: int) -> None:
+    """Post ``count`` more messages to ``uri`` (payloads numbered on from ``posted``),
+    wait for their ACKs and add their GUIDs to ``posted``."""
+    with Session(broker.address, options=FAST) as session:
+        queue = session.open_queue(uri, write=True)
+        base = len(posted)
+        posted.extend([queue.post(f"m{base + i}".encode()) for i in range(count)])
+        assert session.flush(30)
+
+
+def read_output(out: Path) -> Counter[uuid.UUID]:
+    """How often each GUID is in the read-stream driver's output files."""
+    return Counter(
+        uuid.UUID(line) for p in out.glob("batch-*.txt") for line in p.read_text().split()
+    )
 
 
 def add_batch(source: Path, batch: int, rows: int = 100) -> None:
@@ -78,13 +96,7 @@ def test_exactly_once_source_through_a_driver_kill_loses_and_repeats_nothing(
     out, checkpoint, wal = tmp_path / "out", tmp_path / "checkpoint", tmp_path / "wal"
     out.mkdir()
     posted: list[uuid.UUID] = []
-
-    def post(count: int) -> None:
-        with Session(broker.address, options=FAST) as session:
-            queue = session.open_queue(uri, write=True)
-            base = len(posted)
-            posted.extend([queue.post(f"m{base + i}".encode()) for i in range(count)])
-            assert session.flush(30)
+    post = functools.partial(post_more, broker, uri, posted)
 
     post(1_500)
     args = ["read-stream", "--uri", uri, "--address", broker.address]
@@ -104,9 +116,7 @@ def test_exactly_once_source_through_a_driver_kill_loses_and_repeats_nothing(
             time.sleep(0.5)  # polling the output files, bounded by the deadline
         time.sleep(2.0)  # a duplicate right behind the last batch would show up here
         driver.kill()
-    seen = Counter(
-        uuid.UUID(line) for p in out.glob("batch-*.txt") for line in p.read_text().split()
-    )
+    seen = read_output(out)
     assert [g for g, n in seen.items() if n > 1] == []
     assert set(seen) == set(posted)
     # Spark tells a source its batch is committed when it plans the next batch: only
@@ -114,3 +124,54 @@ def test_exactly_once_source_through_a_driver_kill_loses_and_repeats_nothing(
     last = max(out.glob("batch-*.txt"), key=lambda p: int(p.stem.split("-")[1]))
     unconfirmed = {m.guid for m in drain_messages(broker.address, uri, 0)}
     assert unconfirmed <= {uuid.UUID(line) for line in last.read_text().split()}
+
+
+@pytest.mark.timeout(420)
+def test_exactly_once_source_through_broker_kill_proxy_kill_and_graceful_stop(
+    broker_factory: Callable[..., BrokerProcess], tmp_path: Path
+) -> None:
+    """The exactly-once source (``walPath``) reads 3,000 messages through a proxy from a
+    sqlite broker that is SIGKILLed and restarted mid-stream; then the proxy is
+    SIGKILLed and restarted; then the driver is stopped gracefully (SIGTERM:
+    ``query.stop()``) and started again. Each fault leaves deliveries unconfirmed,
+    which the broker redelivers with a higher count: none may reach the output twice,
+    and every message reaches it."""
+    broker = broker_factory("--store", f"sqlite:{tmp_path / 'broker.db'}")
+    uri = unique_uri("stream-read-faults")
+    out, checkpoint, wal = tmp_path / "out", tmp_path / "checkpoint", tmp_path / "wal"
+    out.mkdir()
+    posted: list[uuid.UUID] = []
+    post = functools.partial(post_more, broker, uri, posted)
+
+    def delivered() -> int:
+        return sum(read_output(out).values())
+
+    def progress_past(driver: DriverProcess, rows: int, timeout: float = 150) -> None:
+        deadline = time.monotonic() + timeout
+        while delivered() < rows:
+            assert time.monotonic() < deadline, f"{delivered()} rows, waited for {rows}"
+            driver.wait_for("progress", timeout)
+            time.sleep(0.2)  # polling the output files, bounded by the deadline
+
+    post(1_500)
+    with ProxyProcess(["--upstream", broker.address]) as proxy:
+        args = ["read-stream", "--uri", uri, "--address", proxy.address]
+        args += ["--checkpoint", str(checkpoint), "--out", str(out), "--wal", str(wal)]
+        with DriverProcess(args) as driver:
+            progress_past(driver, 500)
+            broker.kill()  # deliveries of the batch being read stay unconfirmed
+            broker.restart()
+            post(1_000)
+            progress_past(driver, 1_500)
+            proxy.kill()
+            proxy.restart()
+            progress_past(driver, 2_000)
+            driver.stop()
+        post(500)
+        with DriverProcess(args) as driver:
+            progress_past(driver, 3_000)
+            time.sleep(2.0)  # a duplicate right behind the last batch would show up here
+            driver.stop()
+    seen = read_output(out)
+    assert [g for g, n in seen.items() if n > 1] == []
+    assert set(seen) == set(posted)

@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pyspark import cloudpickle
 from pyspark.sql import Row
 
@@ -34,6 +36,7 @@ from holdfast.sdk.spark import (
     json_default,
     row_to_json,
 )
+from holdfast.sdk.spark.rows import canonical_json, row_values
 from tests.support.processes import BrokerProcess
 from tests.support.sessions import FAST, drain_messages, unique_uri
 
@@ -313,3 +316,30 @@ def test_a_replay_with_changed_content_fails_loudly_with_conflict(broker: Broker
     assert dict(failed.value.counts) == {"CONFLICT": 50}
     kept = drain_messages(broker.address, uri, 50)
     assert sorted(m.payload for m in kept) == sorted(row_to_json(r) for r in rows)
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=8), _JSON_VALUES, min_size=1, max_size=6))
+def test_row_encoding_fast_paths_give_the_bytes_of_the_generic_encoding(
+    values: dict[str, Any],
+) -> None:
+    """Payloads and GUIDs of rows already written must not change: the encoders built
+    once and the flat-row shortcut give exactly what ``json.dumps`` of
+    ``row.asDict(recursive=True)`` gave."""
+    row = Row(**values)
+    assert row_values(row) == row.asDict(recursive=True)
+    reference = json.dumps(
+        row.asDict(recursive=True), default=json_default, separators=(",", ":"), ensure_ascii=False
+    )
+    assert row_to_json(row) == reference.encode()
+    for key in (*values.values(), values):
+        canonical = json.dumps(key, default=json_default, separators=(",", ":"), sort_keys=True)
+        assert canonical_json(key) == canonical.encode()
