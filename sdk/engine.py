@@ -58,9 +58,9 @@ from holdfast.sdk.outbound import (
     OutboundItem,
     RejectItem,
 )
-from holdfast.sdk.outcomes import Callback, Outcomes, WireAck, WirePush
+from holdfast.sdk.outcomes import Outcomes, WireAck, WirePush
 from holdfast.sdk.producer import HIGH_WATERMARK_WAIT, Producer
-from holdfast.sdk.putbuffer import PUT_OVERHEAD, SIZE, PutBuffer
+from holdfast.sdk.putbuffer import PUT_OVERHEAD, PutBuffer
 from holdfast.sdk.queue_table import QueueRecord, QueueTable
 from holdfast.sdk.state import WRITABLE_STATES, LinkEvent, LinkMachine, LinkState, QueueState
 from holdfast.sdk.stats import SessionStats, StatsCounters
@@ -126,6 +126,7 @@ class SessionEngine:
             self._puts,
             self._queues,
             self._outbound,
+            self._counters,
             self._check_usable,
             max_disconnected_buffer_bytes,
         )
@@ -138,6 +139,23 @@ class SessionEngine:
         """Buffer a client's PUT under its GUID, as old as it arrived (``Producer.relay``)."""
         self.over_high_watermark = self._producer.over_high_watermark
         """True when a live link has at least the high watermark of bytes unsent."""
+        self.note_admission_wait = self._producer.note_admission_wait
+        """Count a post the shell makes wait, by why (``Producer.note_admission_wait``)."""
+        self.tick = self._producer.retry_due
+        """Time passed (``now``): retransmit the PUTs the broker pushed back whose
+        back-off is due (``Producer.retry_due``); call it once ``now >= next_deadline()``."""
+        # The outputs, bound straight to where they wait (the shells take them per pump).
+        self.take_outbound = self._outbound.take
+        """Everything queued for the wire, in order; its bytes now count as taken by the
+        transport until ``transport_drained`` (``Outbound.take``)."""
+        self.transport_drained = self._outbound.drained
+        """The transport has taken ``nbytes`` previously handed out by ``take_outbound``."""
+        self.take_callbacks = self._out.take_callbacks
+        """Callbacks for the application (ACKs, messages, events), in the order they run."""
+        self.take_wire_acks = self._out.take_wire_acks
+        """PUT outcomes as ``(GUID bytes, wire status)``, in order (``wire_acks`` mode)."""
+        self.take_completions = self._queues.take_completions
+        """Open/configure/close requests that completed, with their error if they failed."""
         self.queries = ConsumerQueries(self._queue_frame, self._queues.complete)
         """Service discovery (``CountConsumers``) requests."""
 
@@ -167,14 +185,6 @@ class SessionEngine:
         """A snapshot of the client counters (``holdfast.sdk.stats``)."""
         return self._counters.snapshot(len(self._puts), self._puts.bytes)
 
-    def note_admission_wait(self, queue_id: int) -> None:
-        """The shell is about to make a post wait (``admit_post`` said so): count it as a
-        high-watermark wait, or as a wait on the broker's push-back on ``queue_id``."""
-        if self._producer.over_high_watermark() or not self._puts.holds_queue(queue_id):
-            self._counters.high_watermark_waits += 1
-        else:
-            self._counters.broker_busy_waits += 1
-
     def is_pending(self, guid: uuid.UUID) -> bool:
         """True while a PUT with this GUID waits for its ACK."""
         return guid.bytes in self._puts
@@ -202,32 +212,6 @@ class SessionEngine:
         """When the engine next needs ``tick`` (None: no timer is running)."""
         return self._puts.retry_at
 
-    # ------------------------------------------------------------------ outputs
-
-    def take_outbound(self) -> list[OutboundItem]:
-        """Hand the shell everything queued for the wire, in order.
-
-        Its bytes now count as taken by the transport until ``transport_drained``.
-        """
-        return self._outbound.take()
-
-    def take_callbacks(self) -> list[Callback]:
-        """Callbacks for the application, in the order they must run."""
-        callbacks, self._out.callbacks = self._out.callbacks, []
-        return callbacks
-
-    def take_wire_acks(self) -> list[WireAck]:
-        """PUT outcomes as ``(GUID bytes, wire status)``, in order (``wire_acks`` mode)."""
-        acks = self._out.wire_acks
-        if not acks:
-            return []
-        self._out.wire_acks = []
-        return acks
-
-    def take_completions(self) -> list[tuple[int, HoldfastError | None]]:
-        """Open/configure/close requests that completed, with their error if they failed."""
-        return self._queues.take_completions()
-
     # ------------------------------------------------------------------ link inputs
 
     def connection_made(self, address: str) -> int:
@@ -248,10 +232,6 @@ class SessionEngine:
             )
         )
         return self.generation
-
-    def transport_drained(self, nbytes: int) -> None:
-        """The transport has taken ``nbytes`` previously handed out by ``take_outbound``."""
-        self._outbound.drained(nbytes)
 
     def connection_lost(self, generation: int, reason: str) -> None:
         """The connection of ``generation`` is gone. Buffer everything until the next one.
@@ -301,13 +281,6 @@ class SessionEngine:
             self.queries.answered(frame.consumer_count)
         else:
             raise RemoteProtocolError(f"the server sent a frame of unknown kind {kind!r}")
-
-    def tick(self, now: float) -> None:
-        """Time passed: retransmit PUTs the broker pushed back, once their back-off is due."""
-        if self._link.state is not LinkState.ACTIVE:
-            return
-        for put in self._puts.take_due(now):
-            self._outbound.add(put, put[SIZE])
 
     # ------------------------------------------------------------------ application inputs
 
