@@ -1,5 +1,6 @@
 """One connection's life in the engine: its Hello, the HelloReply, the restore that
-follows it (rule 4's order), and its end.
+follows it (rule 4's order), and its end (lost, or refused by a proxy that reaches
+no broker).
 
 ``SessionEngine`` hands the link inputs here once ``current`` says they are for the
 live connection. This module moves the link (``holdfast.sdk.state.LINK_TRANSITIONS``)
@@ -15,7 +16,7 @@ from holdfast.proto import PROTOCOL_VERSION, pb
 from holdfast.sdk import events as ev
 from holdfast.sdk import restore
 from holdfast.sdk.discovery import ConsumerQueries
-from holdfast.sdk.errors import LocalProtocolError
+from holdfast.sdk.errors import BrokerUnreachableError, LocalProtocolError
 from holdfast.sdk.outbound import FRAME_SIZE, Outbound
 from holdfast.sdk.outcomes import Outcomes
 from holdfast.sdk.producer import Producer
@@ -125,6 +126,13 @@ class Connection:
         self._queues.link_lost()
         if was_up:
             self._out.emit(ev.ConnectionLost(self.address, reason))
+
+    def no_broker(self, reason: str) -> None:
+        """The connection that just ended was refused by a proxy that reaches no broker:
+        fail the queues' first opens now, with ``reason`` (``BrokerUnreachableError``);
+        queues that were open wait for their reopen."""
+        self._link.apply(LinkEvent.NO_BROKER)
+        self._queues.fail_first_opens(BrokerUnreachableError(f"not opened: {reason}"))
 
     def _finish_restore(self, now: float) -> None:
         """Rule 4, steps 2 and 3: retransmit pending PUTs in post order, then report."""

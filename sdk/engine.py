@@ -43,7 +43,6 @@ from holdfast.sdk.connection import Connection
 from holdfast.sdk.consumer import Consumer
 from holdfast.sdk.discovery import ConsumerQueries
 from holdfast.sdk.errors import (
-    BrokerUnreachableError,
     HoldfastError,
     RemoteProtocolError,
     SessionClosedError,
@@ -325,9 +324,11 @@ class SessionEngine:
         return self._queues.close(queue_id, connected=self.connected)
 
     def no_broker(self, reason: str) -> None:
-        """The proxy refused the connection, reaching no broker: fail the queues' first
-        opens now, with ``reason`` (``BrokerUnreachableError``); the rest waits."""
-        self._queues.fail_first_opens(BrokerUnreachableError(f"not opened: {reason}"))
+        """The proxy refused the connection, reaching no broker (after ``connection_lost``):
+        fail the queues' first opens now, with ``reason`` (``BrokerUnreachableError``);
+        the rest waits. Ignored once the session has ended, like a loss."""
+        if not self._link.ended:
+            self._connection.no_broker(reason)
 
     def abandon_open(self, queue_id: int) -> None:
         """Give up a queue's first open (timed out, or closed before it completed).
