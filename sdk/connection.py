@@ -17,7 +17,7 @@ from holdfast.sdk import events as ev
 from holdfast.sdk import restore
 from holdfast.sdk.discovery import ConsumerQueries
 from holdfast.sdk.errors import BrokerUnreachableError, LocalProtocolError
-from holdfast.sdk.outbound import FRAME_SIZE, Outbound
+from holdfast.sdk.outbound import Outbound
 from holdfast.sdk.outcomes import Outcomes
 from holdfast.sdk.producer import Producer
 from holdfast.sdk.putbuffer import PutBuffer
@@ -89,7 +89,7 @@ class Connection:
             client_name=self._client_name,
             accepts_batches=True,
         )
-        self._outbound.add(pb.ClientFrame(hello=hello), FRAME_SIZE)
+        self._outbound.add_frame(pb.ClientFrame(hello=hello))
         return self.generation
 
     def hello_reply(self, reply: pb.HelloReply, now: float) -> None:

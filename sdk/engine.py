@@ -31,7 +31,6 @@ it (``relay`` back-dates, ``frames.encode`` stamps ``Put.age_ms``).
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -49,7 +48,7 @@ from holdfast.sdk.errors import (
     TerminalTransportError,
 )
 from holdfast.sdk.options import QueueOptions
-from holdfast.sdk.outbound import FRAME_SIZE, ConfirmItem, Outbound, OutboundItem
+from holdfast.sdk.outbound import ConfirmItem, Outbound, OutboundItem
 from holdfast.sdk.outcomes import Outcomes, WireAck, WirePush
 from holdfast.sdk.producer import HIGH_WATERMARK_WAIT, Producer
 from holdfast.sdk.putbuffer import PUT_OVERHEAD, PutBuffer
@@ -57,8 +56,6 @@ from holdfast.sdk.queue_table import QueueRecord, QueueTable
 from holdfast.sdk.state import LinkEvent, LinkMachine, LinkState, QueueState
 from holdfast.sdk.stats import SessionStats, StatsCounters
 from holdfast.sdk.types import Ack, AckStatus, Message, Settler
-
-log = logging.getLogger("holdfast.sdk.engine")
 
 
 class SessionEngine:
@@ -90,7 +87,8 @@ class SessionEngine:
         self.failure: HoldfastError | None = None
         """The error the session failed with (``SessionFailed``), if it did."""
         self._puts = PutBuffer()
-        self._queues = QueueTable(self._queue_frame, self._report_queue_unknown)
+        self._outbound = Outbound(high_watermark_bytes)
+        self._queues = QueueTable(self._outbound.add_frame, self._report_queue_unknown)
         self._counters = StatsCounters()
         self._out = Outcomes(
             self._puts,
@@ -100,7 +98,6 @@ class SessionEngine:
             wire_pushes=wire_pushes,
             counters=self._counters,
         )
-        self._outbound = Outbound(high_watermark_bytes)
         self._producer = Producer(
             self._link,
             self._puts,
@@ -136,7 +133,7 @@ class SessionEngine:
         """PUT outcomes as ``(GUID bytes, wire status)``, in order (``wire_acks`` mode)."""
         self.take_completions = self._queues.take_completions
         """Open/configure/close requests that completed, with their error if they failed."""
-        self.queries = ConsumerQueries(self._queue_frame, self._queues.complete)
+        self.queries = ConsumerQueries(self._outbound.add_frame, self._queues.complete)
         """Service discovery (``CountConsumers``) requests."""
         self._connection = Connection(
             self._link,
@@ -367,9 +364,6 @@ class SessionEngine:
             raise SessionClosedError("the session is closed")
         if state is LinkState.FAILED:
             raise SessionClosedError(f"the session failed: {self.failure}") from self.failure
-
-    def _queue_frame(self, frame: pb.ClientFrame) -> None:
-        self._outbound.add(frame, FRAME_SIZE)
 
     def _report_queue_unknown(self, queue: QueueRecord) -> None:
         self._puts.busy.discard(queue.queue_id)
