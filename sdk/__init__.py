@@ -10,17 +10,17 @@
         session.flush(timeout=30)
 
 Modules, each with one job: ``engine`` (the HA rules, no I/O; with ``state``,
-``putbuffer``, ``producer``, ``outbound``, ``queue_table``, ``outcomes`` and
-``restore``), ``driver`` (the one connection driver: failover, back-off, the Hello
-deadline, reader and writer pumps), ``transports`` (sync gRPC, asyncio gRPC,
-in-memory), ``session`` (the synchronous front-end), ``transport`` (gRPC channel
-options and the sorting of its status codes), ``frames`` (batching into wire
-frames), ``dispatch`` (the callback thread), ``statuses`` (wire statuses to
-outcomes and errors), ``backoff``, ``queue``, ``types``, ``events``, ``options``,
-``errors``; ``stats`` (``Session.stats()``: ``SessionStats``), ``inbox`` (the sync
-iterator ``queue.messages()``), ``tracing`` (the only module that imports
-OpenTelemetry, the ``[otel]`` extra), ``instrument`` (the front-ends' spans) and
-``metrics`` (``stats()`` as OpenTelemetry metrics).
+``connection``, ``restore``, ``putbuffer``, ``producer``, ``consumer``,
+``outbound``, ``queue_table``, ``outcomes`` and ``discovery``), ``driver`` (the one
+connection driver: failover, back-off, the Hello deadline, reader and writer pumps),
+``transports`` (sync gRPC, asyncio gRPC, in-memory), ``session`` (the synchronous
+front-end), ``transport`` (gRPC channel options and the sorting of its status
+codes), ``frames`` (batching into wire frames), ``dispatch`` (the callback thread),
+``statuses`` (wire statuses to outcomes and errors), ``backoff``, ``queue``,
+``types``, ``events``, ``options``, ``errors``; ``stats`` (``Session.stats()``:
+``SessionStats``), ``inbox`` (the sync iterator ``queue.messages()``), ``tracing``
+(the only module that imports OpenTelemetry, the ``[otel]`` extra), ``instrument``
+(the front-ends' spans) and ``metrics`` (``stats()`` as OpenTelemetry metrics).
 
 ``rpc`` is request/reply over queues: ``session.request(uri, payload)``,
 ``session.request_async``, ``session.has_workers(uri)`` and ``Worker(session, uri,

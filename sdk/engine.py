@@ -3,13 +3,15 @@
 The engine has no sockets, no threads and no clock of its own (like ``h11``): it
 takes inputs and produces outputs, and a shell (the connection driver of the SDK's
 ``Session`` and of the proxy's upstream link) moves them. Tests drive it with
-scripted frames. It is split by concern: ``state`` (the link and queue state
-machines, as tables), ``putbuffer`` (pending PUTs, their age, push-back),
-``producer`` (rules 1, 2 and 7 on the post path), ``outbound`` (what waits for the
-wire), ``queue_table`` (queue handles and their requests), ``outcomes`` (ACKs,
-PUSHes and events for the application), ``restore`` (rule 4), ``discovery``
-(``count_consumers``, re-asked after a reconnect); this module is the facade that
-sequences them.
+scripted frames. It is split by job: ``state`` (the link and queue state
+machines, as tables), ``connection`` (one connection's life: Hello, HelloReply, the
+restore's sequence, the loss), ``restore`` (rule 4's steps), ``putbuffer`` (pending
+PUTs, their age, push-back), ``producer`` (rules 1, 2 and 7 on the post path),
+``consumer`` (rule 5 on the CONFIRM path), ``outbound`` (what waits for the wire),
+``queue_table`` (queue handles and their requests), ``outcomes`` (ACKs, PUSHes and
+events for the application), ``discovery`` (``count_consumers``, re-asked after a
+reconnect); this module is the facade that routes inputs to them and ends the
+session.
 
 Inputs are application calls, link events (``connection_made``, ``frame_received``,
 ``connection_lost``, ``transport_drained``) and time (each input that depends on it
@@ -22,51 +24,38 @@ The rules (``docs/contract.md``, whose last table says where each lives): 1
 ``post`` gives a uuid7; 2 the ``PutBuffer`` keeps every PUT until reported; 3
 ``Outcomes.acks`` reports each once (``HISTORY_FULL`` is retried by ``tick``); 4
 ``restore``: reopen in open order, then retransmit in post order, PUTs past the
-window reported UNKNOWN; 5 ``confirm`` refuses a stale or disconnected CONFIRM; 6
-``QueueTable.close_locally``; 7 ``admit_post``; a PUT's age travels with it
-(``relay`` back-dates, ``frames.encode`` stamps ``Put.age_ms``).
+window reported UNKNOWN; 5 ``Consumer.confirm_wire`` refuses a stale or disconnected
+CONFIRM; 6 ``QueueTable.close_locally``; 7 ``admit_post``; a PUT's age travels with
+it (``relay`` back-dates, ``frames.encode`` stamps ``Put.age_ms``).
 """
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-from holdfast.proto import PROTOCOL_VERSION, pb
+from holdfast.proto import pb
 from holdfast.proto.limits import Limits
 from holdfast.sdk import events as ev
-from holdfast.sdk import restore
+from holdfast.sdk.connection import Connection
+from holdfast.sdk.consumer import Consumer
 from holdfast.sdk.discovery import ConsumerQueries
 from holdfast.sdk.errors import (
-    BrokerUnreachableError,
-    ConfirmDroppedError,
     HoldfastError,
-    LocalProtocolError,
-    QueueNotOpenError,
     RemoteProtocolError,
     SessionClosedError,
     TerminalTransportError,
 )
 from holdfast.sdk.options import QueueOptions
-from holdfast.sdk.outbound import (
-    CONFIRM_SIZE,
-    FRAME_SIZE,
-    ConfirmItem,
-    Outbound,
-    OutboundItem,
-    RejectItem,
-)
-from holdfast.sdk.outcomes import Callback, Outcomes, WireAck, WirePush
+from holdfast.sdk.outbound import ConfirmItem, Outbound, OutboundItem
+from holdfast.sdk.outcomes import Outcomes, WireAck, WirePush
 from holdfast.sdk.producer import HIGH_WATERMARK_WAIT, Producer
-from holdfast.sdk.putbuffer import PUT_OVERHEAD, SIZE, PutBuffer
+from holdfast.sdk.putbuffer import PUT_OVERHEAD, PutBuffer
 from holdfast.sdk.queue_table import QueueRecord, QueueTable
-from holdfast.sdk.state import WRITABLE_STATES, LinkEvent, LinkMachine, LinkState, QueueState
+from holdfast.sdk.state import LinkEvent, LinkMachine, LinkState, QueueState
 from holdfast.sdk.stats import SessionStats, StatsCounters
-from holdfast.sdk.types import Ack, AckStatus, Message, Rejection, Settler
-
-log = logging.getLogger("holdfast.sdk.engine")
+from holdfast.sdk.types import Ack, AckStatus, Message, Settler
 
 
 class SessionEngine:
@@ -93,24 +82,13 @@ class SessionEngine:
         wire_pushes: bool = False,
     ) -> None:
         self.client_id = client_id
-        self._client_name = client_name
         self._confirmer = confirmer
-
         self._link = LinkMachine()
-        self.broker_id = ""
-        """The ``broker_id`` of the last HelloReply."""
-        self.peer_batches = False
-        """Whether this connection's server reads ``ClientFrames`` (its HelloReply)."""
-        self.generation = 0
-        """Counts connections; frames and deliveries of older connections are stale."""
         self.failure: HoldfastError | None = None
-        self._address = ""
-        self._has_connected = False
-        self._reconnecting = False
-        """This connection follows a loss: its restore ends with StateRestored."""
-
+        """The error the session failed with (``SessionFailed``), if it did."""
         self._puts = PutBuffer()
-        self._queues = QueueTable(self._queue_frame, self._report_queue_unknown)
+        self._outbound = Outbound(high_watermark_bytes)
+        self._queues = QueueTable(self._outbound.add_frame, self._report_queue_unknown)
         self._counters = StatsCounters()
         self._out = Outcomes(
             self._puts,
@@ -120,12 +98,12 @@ class SessionEngine:
             wire_pushes=wire_pushes,
             counters=self._counters,
         )
-        self._outbound = Outbound(high_watermark_bytes)
         self._producer = Producer(
             self._link,
             self._puts,
             self._queues,
             self._outbound,
+            self._counters,
             self._check_usable,
             max_disconnected_buffer_bytes,
         )
@@ -138,8 +116,51 @@ class SessionEngine:
         """Buffer a client's PUT under its GUID, as old as it arrived (``Producer.relay``)."""
         self.over_high_watermark = self._producer.over_high_watermark
         """True when a live link has at least the high watermark of bytes unsent."""
-        self.queries = ConsumerQueries(self._queue_frame, self._queues.complete)
+        self.note_admission_wait = self._producer.note_admission_wait
+        """Count a post the shell makes wait, by why (``Producer.note_admission_wait``)."""
+        self.tick = self._producer.retry_due
+        """Time passed (``now``): retransmit the PUTs the broker pushed back whose
+        back-off is due (``Producer.retry_due``); call it once ``now >= next_deadline()``."""
+        # The outputs, bound straight to where they wait (the shells take them per pump).
+        self.take_outbound = self._outbound.take
+        """Everything queued for the wire, in order; its bytes now count as taken by the
+        transport until ``transport_drained`` (``Outbound.take``)."""
+        self.transport_drained = self._outbound.drained
+        """The transport has taken ``nbytes`` previously handed out by ``take_outbound``."""
+        self.take_callbacks = self._out.take_callbacks
+        """Callbacks for the application (ACKs, messages, events), in the order they run."""
+        self.take_wire_acks = self._out.take_wire_acks
+        """PUT outcomes as ``(GUID bytes, wire status)``, in order (``wire_acks`` mode)."""
+        self.take_completions = self._queues.take_completions
+        """Open/configure/close requests that completed, with their error if they failed."""
+        self.queries = ConsumerQueries(self._outbound.add_frame, self._queues.complete)
         """Service discovery (``CountConsumers``) requests."""
+        self._connection = Connection(
+            self._link,
+            self._puts,
+            self._queues,
+            self._outbound,
+            self._out,
+            self._producer,
+            self.queries,
+            self._counters,
+            client_id,
+            client_name,
+        )
+        self._consumer = Consumer(
+            self._link,
+            self._connection,
+            self._queues,
+            self._outbound,
+            self._counters,
+            self._check_usable,
+        )
+        # Bound straight to the consumer like the post path: one call less per message.
+        self.confirm = self._consumer.confirm
+        """Queue a CONFIRM (or with ``reject`` a REJECT); rule 5: never buffered across a
+        connection loss (``Consumer.confirm``)."""
+        self.confirm_wire = self._consumer.confirm_wire
+        """``confirm()`` of a ``WirePush``: its queue, GUID and connection generation."""
 
     @property
     def limits(self) -> Limits:
@@ -167,14 +188,6 @@ class SessionEngine:
         """A snapshot of the client counters (``holdfast.sdk.stats``)."""
         return self._counters.snapshot(len(self._puts), self._puts.bytes)
 
-    def note_admission_wait(self, queue_id: int) -> None:
-        """The shell is about to make a post wait (``admit_post`` said so): count it as a
-        high-watermark wait, or as a wait on the broker's push-back on ``queue_id``."""
-        if self._producer.over_high_watermark() or not self._puts.holds_queue(queue_id):
-            self._counters.high_watermark_waits += 1
-        else:
-            self._counters.broker_busy_waits += 1
-
     def is_pending(self, guid: uuid.UUID) -> bool:
         """True while a PUT with this GUID waits for its ACK."""
         return guid.bytes in self._puts
@@ -187,7 +200,22 @@ class SessionEngine:
     @property
     def ever_connected(self) -> bool:
         """True once any broker has answered Hello (``limits`` are then its announcement)."""
-        return self._has_connected
+        return self._connection.ever_connected
+
+    @property
+    def generation(self) -> int:
+        """Counts connections; frames and deliveries of older connections are stale."""
+        return self._connection.generation
+
+    @property
+    def broker_id(self) -> str:
+        """The ``broker_id`` of the last HelloReply."""
+        return self._connection.broker_id
+
+    @property
+    def peer_batches(self) -> bool:
+        """Whether this connection's server reads ``ClientFrames`` (its HelloReply)."""
+        return self._connection.peer_batches
 
     @property
     def has_outbound(self) -> bool:
@@ -202,72 +230,19 @@ class SessionEngine:
         """When the engine next needs ``tick`` (None: no timer is running)."""
         return self._puts.retry_at
 
-    # ------------------------------------------------------------------ outputs
-
-    def take_outbound(self) -> list[OutboundItem]:
-        """Hand the shell everything queued for the wire, in order.
-
-        Its bytes now count as taken by the transport until ``transport_drained``.
-        """
-        return self._outbound.take()
-
-    def take_callbacks(self) -> list[Callback]:
-        """Callbacks for the application, in the order they must run."""
-        callbacks, self._out.callbacks = self._out.callbacks, []
-        return callbacks
-
-    def take_wire_acks(self) -> list[WireAck]:
-        """PUT outcomes as ``(GUID bytes, wire status)``, in order (``wire_acks`` mode)."""
-        acks = self._out.wire_acks
-        if not acks:
-            return []
-        self._out.wire_acks = []
-        return acks
-
-    def take_completions(self) -> list[tuple[int, HoldfastError | None]]:
-        """Open/configure/close requests that completed, with their error if they failed."""
-        return self._queues.take_completions()
-
     # ------------------------------------------------------------------ link inputs
 
     def connection_made(self, address: str) -> int:
         """A transport is up: queue the Hello and return this connection's generation."""
         self._check_usable()
-        self._link.apply(LinkEvent.CONNECT)
-        self.generation += 1
-        self._address = address
-        self.peer_batches = False  # until this server's HelloReply says otherwise
-        self._queue_frame(
-            pb.ClientFrame(
-                hello=pb.Hello(
-                    protocol_version=PROTOCOL_VERSION,
-                    client_id=self.client_id,
-                    client_name=self._client_name,
-                    accepts_batches=True,
-                )
-            )
-        )
-        return self.generation
-
-    def transport_drained(self, nbytes: int) -> None:
-        """The transport has taken ``nbytes`` previously handed out by ``take_outbound``."""
-        self._outbound.drained(nbytes)
+        return self._connection.made(address)
 
     def connection_lost(self, generation: int, reason: str) -> None:
         """The connection of ``generation`` is gone. Buffer everything until the next one.
 
         A loss of an older connection, or one already reported, is ignored."""
-        self._check_generation(generation)
-        state = self._link.state
-        if generation != self.generation or state is LinkState.DISCONNECTED or self._link.ended:
-            return
-        was_up = self._link.connected
-        self._link.apply(LinkEvent.LOST)
-        self._outbound.clear()  # unsent CONFIRMs are dropped; PUTs stay buffered
-        self._puts.release_holds()
-        self._queues.link_lost()
-        if was_up:
-            self._out.emit(ev.ConnectionLost(self._address, reason))
+        if self._connection.current(generation):
+            self._connection.lost(reason)
 
     def frame_received(self, generation: int, frame: pb.ServerFrame, now: float) -> None:
         """Process one frame from the broker on the connection of ``generation``.
@@ -275,15 +250,17 @@ class SessionEngine:
         Frames of a connection already lost are stale and ignored. A frame this SDK
         cannot accept raises ``RemoteProtocolError`` with nothing of it applied: the
         shell then drops the connection."""
-        self._check_generation(generation)
-        state = self._link.state
-        if generation != self.generation or state is LinkState.DISCONNECTED or self._link.ended:
+        if not self._connection.current(generation):
             return
+        state = self._link.state
         kind = frame.WhichOneof("frame")
         if kind == "hello_reply":
             if state is not LinkState.HANDSHAKING:
                 raise RemoteProtocolError("the server sent a second HelloReply")
-            self._on_hello_reply(frame.hello_reply, now)
+            try:
+                self._connection.hello_reply(frame.hello_reply, now)
+            except TerminalTransportError as error:
+                self._fail(error)  # a broker this SDK cannot use: retrying would not help
             return
         if state is LinkState.HANDSHAKING and kind != "error":
             what = kind or "an empty frame"
@@ -291,9 +268,9 @@ class SessionEngine:
         if kind == "acks":
             self._out.acks(frame.acks, now)
         elif kind == "pushes":
-            self._out.pushes(frame.pushes, self.generation, self._confirmer)
+            self._out.pushes(frame.pushes, generation, self._confirmer)
         elif kind == "response":
-            self._on_response(frame.response, now)
+            self._connection.response(frame.response, now)
         elif kind == "error":
             if (failure := self._out.error_frame(frame.error)) is not None:
                 self._fail(failure)
@@ -301,13 +278,6 @@ class SessionEngine:
             self.queries.answered(frame.consumer_count)
         else:
             raise RemoteProtocolError(f"the server sent a frame of unknown kind {kind!r}")
-
-    def tick(self, now: float) -> None:
-        """Time passed: retransmit PUTs the broker pushed back, once their back-off is due."""
-        if self._link.state is not LinkState.ACTIVE:
-            return
-        for put in self._puts.take_due(now):
-            self._outbound.add(put, put[SIZE])
 
     # ------------------------------------------------------------------ application inputs
 
@@ -351,9 +321,11 @@ class SessionEngine:
         return self._queues.close(queue_id, connected=self.connected)
 
     def no_broker(self, reason: str) -> None:
-        """The proxy refused the connection, reaching no broker: fail the queues' first
-        opens now, with ``reason`` (``BrokerUnreachableError``); the rest waits."""
-        self._queues.fail_first_opens(BrokerUnreachableError(f"not opened: {reason}"))
+        """The proxy refused the connection, reaching no broker (after ``connection_lost``):
+        fail the queues' first opens now, with ``reason`` (``BrokerUnreachableError``);
+        the rest waits. Ignored once the session has ended, like a loss."""
+        if not self._link.ended:
+            self._connection.no_broker(reason)
 
     def abandon_open(self, queue_id: int) -> None:
         """Give up a queue's first open (timed out, or closed before it completed).
@@ -364,45 +336,6 @@ class SessionEngine:
         queue = self._queues.get(queue_id)
         if queue is not None and queue.state is QueueState.OPENING:
             self._queues.abandon(queue)
-
-    def confirm(self, message: Message, reject: Rejection | None = None) -> None:
-        """Queue a CONFIRM (or with ``reject`` a REJECT); rule 5: never buffered across
-        a connection loss."""
-        self.confirm_wire(
-            message._queue_id, message.guid.bytes, message._generation, reject, message.queue_uri
-        )
-
-    def confirm_wire(
-        self,
-        queue_id: int,
-        guid: bytes,
-        generation: int,
-        reject: Rejection | None = None,
-        queue_uri: str = "",
-    ) -> None:
-        """``confirm()`` of a ``WirePush``: its queue, GUID and connection generation."""
-        self._check_usable()
-        if not self.connected or generation != self.generation:
-            why = "the link is down" if not self.connected else "it was delivered earlier"
-            raise ConfirmDroppedError(
-                f"{'CONFIRM' if reject is None else 'REJECT'} of {uuid.UUID(bytes=guid)} "
-                f"dropped: {why}"
-                + ("" if not self.connected else " (on an earlier connection)")
-                + "; the broker will redeliver the message"
-            )
-        queue = self._queues.get(queue_id)
-        if queue is None or queue.state not in WRITABLE_STATES:
-            raise QueueNotOpenError(f"queue {queue_uri or queue_id} is not open")
-        if reject is None:
-            item: ConfirmItem | RejectItem = ConfirmItem(queue.queue_id, guid)
-        else:
-            delay_ms = round(reject.delay * 1000)
-            item = RejectItem(queue.queue_id, guid, reject.requeue, delay_ms)
-        self._outbound.add(item, CONFIRM_SIZE)
-        if reject is None:
-            self._counters.confirmed += 1
-        else:
-            self._counters.rejected += 1
 
     def emit(self, event: ev.SessionEvent) -> None:
         """Report an event the shell observed (such as a failed connection attempt)
@@ -423,43 +356,6 @@ class SessionEngine:
         self._link.apply(LinkEvent.CLOSE)
         self._out.emit(ev.SessionClosed(unknown))
 
-    # ------------------------------------------------------------------ the handshake and restore
-
-    def _on_hello_reply(self, reply: pb.HelloReply, now: float) -> None:
-        try:
-            self._producer.limits = restore.accept_hello(reply)
-        except TerminalTransportError as error:
-            self._fail(error)
-            return
-        self.broker_id = reply.broker_id
-        self.peer_batches = reply.accepts_batches
-        self._link.apply(LinkEvent.HELLO_REPLY)
-        self._reconnecting = self._has_connected
-        if self._has_connected:
-            self._counters.reconnects += 1
-            self._out.emit(ev.Reconnected(self._address, reply.broker_id))
-        else:
-            self._has_connected = True
-            self._out.emit(ev.Connected(self._address, reply.broker_id))
-        self.queries.resend()
-        if not restore.reopen_all(self._queues):
-            self._finish_restore(now)
-
-    def _on_response(self, response: pb.Response, now: float) -> None:
-        finished = restore.answer(self._queues, self._out, response)
-        if finished and self._link.state is LinkState.RESTORING:
-            self._finish_restore(now)
-
-    def _finish_restore(self, now: float) -> None:
-        """Rule 4, steps 2 and 3: retransmit pending PUTs in post order, then report."""
-        retransmitted, expired = restore.retransmit(
-            self._puts, self._queues, self._outbound, self._out, self.limits.dedup_window, now
-        )
-        self._counters.retransmitted += retransmitted
-        self._link.apply(LinkEvent.RESTORED)
-        if self._reconnecting:  # every Reconnected is followed by one StateRestored
-            self._out.emit(ev.StateRestored(retransmitted, expired))
-
     # ------------------------------------------------------------------ helpers
 
     def _check_usable(self) -> None:
@@ -468,15 +364,6 @@ class SessionEngine:
             raise SessionClosedError("the session is closed")
         if state is LinkState.FAILED:
             raise SessionClosedError(f"the session failed: {self.failure}") from self.failure
-
-    def _check_generation(self, generation: int) -> None:
-        if generation > self.generation or generation < 1:
-            raise LocalProtocolError(
-                f"connection {generation} was never made (the latest is {self.generation})"
-            )
-
-    def _queue_frame(self, frame: pb.ClientFrame) -> None:
-        self._outbound.add(frame, FRAME_SIZE)
 
     def _report_queue_unknown(self, queue: QueueRecord) -> None:
         self._puts.busy.discard(queue.queue_id)

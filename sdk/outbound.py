@@ -62,6 +62,11 @@ class Outbound:
         self.items.append(item)
         self.queued_bytes += size
 
+    def add_frame(self, frame: pb.ClientFrame) -> None:
+        """Queue a request frame (Hello, open, configure, close, a query), counted as
+        ``FRAME_SIZE`` bytes."""
+        self.add(frame, FRAME_SIZE)
+
     def take(self) -> list[OutboundItem]:
         """Everything queued, in order; its bytes are now in the transport."""
         items = list(self.items)

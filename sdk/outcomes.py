@@ -76,6 +76,19 @@ class Outcomes:
         self.stale_acks = 0
         """ACKs for GUIDs no longer pending (for example, duplicates); ignored."""
 
+    def take_callbacks(self) -> list[Callback]:
+        """Callbacks for the application, in the order they must run."""
+        callbacks, self.callbacks = self.callbacks, []
+        return callbacks
+
+    def take_wire_acks(self) -> list[WireAck]:
+        """PUT outcomes as ``(GUID bytes, wire status)``, in order (``wire_acks`` mode)."""
+        acks = self.wire_acks
+        if not acks:
+            return []
+        self.wire_acks = []
+        return acks
+
     def emit(self, event: ev.SessionEvent) -> None:
         """Queue an event for ``on_event``, in order with everything else."""
         self.callbacks.append((self._on_event, event))

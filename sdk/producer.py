@@ -3,7 +3,9 @@
 ``post`` gives a PUT its uuid7 GUID (rule 1) and buffers it, sending it at once
 while the link is ACTIVE (rule 2); ``relay`` does the same under a client's GUID
 for the proxy, back-dated by the age the PUT arrived with; ``admit_post`` is the
-high-watermark wait of rule 7, decided here and only *waited* by the shell.
+high-watermark wait of rule 7, decided here and only *waited* by the shell (which
+reports each wait with ``note_admission_wait``); ``retry_due`` sends again the PUTs
+the broker pushed back, once their back-off is over.
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ from holdfast.sdk.putbuffer import (
     PROPERTIES,
     PUT_OVERHEAD,
     QUEUE_ID,
+    SIZE,
     PendingPut,
     PutBuffer,
 )
 from holdfast.sdk.queue_table import QueueTable
 from holdfast.sdk.state import WRITABLE_STATES, LinkMachine, LinkState
+from holdfast.sdk.stats import StatsCounters
 from holdfast.sdk.statuses import invalid_error
 from holdfast.sdk.types import Ack
 
@@ -67,6 +71,7 @@ class Producer:
         puts: PutBuffer,
         queues: QueueTable,
         outbound: Outbound,
+        counters: StatsCounters,
         check_usable: Callable[[], None],
         max_disconnected_buffer_bytes: int | None,
     ) -> None:
@@ -74,6 +79,7 @@ class Producer:
         self._puts = puts
         self._queues = queues
         self._outbound = outbound
+        self._counters = counters
         self._check_usable = check_usable
         self._disconnected_limit = max_disconnected_buffer_bytes
         self._guids = Uuid7Source()
@@ -118,6 +124,22 @@ class Producer:
             "(the queue is at its depth limit, or the broker's GUID history is full); "
             "the message was not taken"
         )
+
+    def note_admission_wait(self, queue_id: int) -> None:
+        """The shell is about to make a post wait (``admit_post`` said so): count it as a
+        high-watermark wait, or as a wait on the broker's push-back on ``queue_id``."""
+        if self.over_high_watermark() or not self._puts.holds_queue(queue_id):
+            self._counters.high_watermark_waits += 1
+        else:
+            self._counters.broker_busy_waits += 1
+
+    def retry_due(self, now: float) -> None:
+        """Queue again the PUTs the broker pushed back whose back-off is over; only an
+        ACTIVE link sends them (a restore retransmits every pending PUT anyway)."""
+        if self._link.state is not LinkState.ACTIVE:
+            return
+        for put in self._puts.take_due(now):
+            self._outbound.add(put, put[SIZE])
 
     def post(
         self,

@@ -6,13 +6,15 @@ Read the tables first; they are the whole story. Every state change of
 ``LocalProtocolError``: the shell fed the engine an input that cannot happen (a
 ``connection_made`` while a connection is live, say), which is a bug to surface at
 once, not to absorb. (Illegal frames *from the server* are ``RemoteProtocolError``:
-they end the connection, see ``holdfast.sdk.inbound``.)
+they end the connection, see ``SessionEngine.frame_received``.)
 
 The link, one connection at a time::
 
     DISCONNECTED --CONNECT--> HANDSHAKING --HELLO_REPLY--> RESTORING --RESTORED--> ACTIVE
          ^                        |                            |                     |
          +----------LOST----------+------------LOST------------+--------LOST---------+
+    DISCONNECTED --NO_BROKER--> DISCONNECTED   (the connection that just ended was
+                                refused by a proxy that reaches no broker)
     any but CLOSED --FAIL--> FAILED          any but CLOSED --CLOSE--> CLOSED
 
 A queue handle::
@@ -51,6 +53,7 @@ class LinkEvent(enum.Enum):
     HELLO_REPLY = "hello_reply"  # the broker answered Hello
     RESTORED = "restored"  # every queue reopened, pending PUTs retransmitted
     LOST = "lost"  # the connection ended
+    NO_BROKER = "no_broker"  # the ended connection's proxy said it reaches no broker
     FAIL = "fail"  # a terminal error
     CLOSE = "close"  # the application closed the session
 
@@ -58,7 +61,12 @@ class LinkEvent(enum.Enum):
 _L, _E = LinkState, LinkEvent
 
 LINK_TRANSITIONS: Final[dict[LinkState, dict[LinkEvent, LinkState]]] = {
-    _L.DISCONNECTED: {_E.CONNECT: _L.HANDSHAKING, _E.FAIL: _L.FAILED, _E.CLOSE: _L.CLOSED},
+    _L.DISCONNECTED: {
+        _E.CONNECT: _L.HANDSHAKING,
+        _E.NO_BROKER: _L.DISCONNECTED,
+        _E.FAIL: _L.FAILED,
+        _E.CLOSE: _L.CLOSED,
+    },
     _L.HANDSHAKING: {
         _E.HELLO_REPLY: _L.RESTORING,
         _E.LOST: _L.DISCONNECTED,

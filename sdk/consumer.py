@@ -1,0 +1,82 @@
+"""The consumer's inputs: rule 5 on the path of every CONFIRM and REJECT.
+
+PUSHed messages reach the application through ``holdfast.sdk.outcomes``; settling
+one comes back here. A CONFIRM (or REJECT) goes out on the connection that
+delivered the message, or not at all: once that connection is gone the broker
+redelivers what it held, so a settlement buffered across the loss would settle a
+delivery that no longer exists (``ConfirmDroppedError`` says so instead).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+from holdfast.sdk.connection import Connection
+from holdfast.sdk.errors import ConfirmDroppedError, QueueNotOpenError
+from holdfast.sdk.outbound import CONFIRM_SIZE, ConfirmItem, Outbound, RejectItem
+from holdfast.sdk.queue_table import QueueTable
+from holdfast.sdk.state import WRITABLE_STATES, LinkMachine
+from holdfast.sdk.stats import StatsCounters
+from holdfast.sdk.types import Message, Rejection
+
+
+class Consumer:
+    """Checks and queues CONFIRMs and REJECTs for one session (state shared with
+    ``SessionEngine``)."""
+
+    def __init__(
+        self,
+        link: LinkMachine,
+        connection: Connection,
+        queues: QueueTable,
+        outbound: Outbound,
+        counters: StatsCounters,
+        check_usable: Callable[[], None],
+    ) -> None:
+        self._link = link
+        self._connection = connection
+        self._queues = queues
+        self._outbound = outbound
+        self._counters = counters
+        self._check_usable = check_usable
+
+    def confirm(self, message: Message, reject: Rejection | None = None) -> None:
+        """Queue a CONFIRM (or with ``reject`` a REJECT); rule 5: never buffered across
+        a connection loss."""
+        self.confirm_wire(
+            message._queue_id, message.guid.bytes, message._generation, reject, message.queue_uri
+        )
+
+    def confirm_wire(
+        self,
+        queue_id: int,
+        guid: bytes,
+        generation: int,
+        reject: Rejection | None = None,
+        queue_uri: str = "",
+    ) -> None:
+        """``confirm()`` of a ``WirePush``: its queue, GUID and connection generation."""
+        self._check_usable()
+        connected = self._link.connected
+        if not connected or generation != self._connection.generation:
+            why = "the link is down" if not connected else "it was delivered earlier"
+            raise ConfirmDroppedError(
+                f"{'CONFIRM' if reject is None else 'REJECT'} of {uuid.UUID(bytes=guid)} "
+                f"dropped: {why}"
+                + ("" if not connected else " (on an earlier connection)")
+                + "; the broker will redeliver the message"
+            )
+        queue = self._queues.get(queue_id)
+        if queue is None or queue.state not in WRITABLE_STATES:
+            raise QueueNotOpenError(f"queue {queue_uri or queue_id} is not open")
+        if reject is None:
+            item: ConfirmItem | RejectItem = ConfirmItem(queue.queue_id, guid)
+        else:
+            delay_ms = round(reject.delay * 1000)
+            item = RejectItem(queue.queue_id, guid, reject.requeue, delay_ms)
+        self._outbound.add(item, CONFIRM_SIZE)
+        if reject is None:
+            self._counters.confirmed += 1
+        else:
+            self._counters.rejected += 1
