@@ -81,6 +81,17 @@ def uuid8(digest: bytes) -> uuid.UUID:
     return uuid.UUID(int=value)
 
 
+def uuid8_bytes(digest: bytes) -> bytes:
+    """``uuid8(digest).bytes`` without making the UUID: a Spark task's rows need only
+    the 16 bytes (the version nibble is byte 6's high half, the variant byte 8's top
+    two bits)."""
+    return (
+        digest[:6]
+        + bytes(((digest[6] & 0x0F) | 0x80, digest[7], (digest[8] & 0x3F) | 0x80))
+        + digest[9:16]
+    )
+
+
 class RowGuids:
     """Deterministic GUIDs for the rows of one partition (see the module docstring).
 
@@ -115,6 +126,10 @@ class RowGuids:
         the caller already has it."""
         if self._key_column is not None:
             return self.for_key(row[self._key_column])
+        return uuid.UUID(bytes=self.for_content(row, values))
+
+    def for_content(self, row: Row, values: Mapping[str, Any] | None = None) -> bytes:
+        """The GUID bytes of the next row by its content (no key column)."""
         if values is None:
             values = row_values(row)
         content = hashlib.sha256(canonical_json(values)).digest()[:16]
@@ -122,11 +137,15 @@ class RowGuids:
         self._occurrences[content] = occurrence + 1
         hasher = self._prefix.copy()
         hasher.update(_KIND_CONTENT + self._partition + content + occurrence.to_bytes(8, "big"))
-        return uuid8(hasher.digest())
+        return uuid8_bytes(hasher.digest())
 
     def for_key(self, key: Any) -> uuid.UUID:
         """The GUID of the row whose ``key_column`` holds ``key``; a key seen before in
         this partition raises ``DuplicateRowKeyError``."""
+        return uuid.UUID(bytes=self.for_key_bytes(key))
+
+    def for_key_bytes(self, key: Any) -> bytes:
+        """``for_key(key).bytes``, without making the UUID."""
         if key is None:
             raise InvalidArgumentError(f"key column {self._key_column!r} is null in a row")
         hasher = self._prefix.copy()
@@ -139,7 +158,7 @@ class RowGuids:
                 "partition; the broker would keep only one of the rows"
             )
         self._seen.add(marker)
-        return uuid8(digest)
+        return uuid8_bytes(digest)
 
 
 class BatchDigest:
@@ -153,7 +172,11 @@ class BatchDigest:
 
     def add(self, guid: uuid.UUID, payload: bytes) -> None:
         """Count one row."""
-        digest = hashlib.sha256(guid.bytes + payload).digest()[:16]
+        self.add_bytes(guid.bytes, payload)
+
+    def add_bytes(self, guid: bytes, payload: bytes) -> None:
+        """Count one row, by its GUID's 16 bytes."""
+        digest = hashlib.sha256(guid + payload).digest()[:16]
         self.value = (self.value + int.from_bytes(digest, "big")) % _DIGEST_MODULUS
         self.rows += 1
 

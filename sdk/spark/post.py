@@ -143,10 +143,10 @@ def _task_context() -> Any:
     return TaskContext.get()
 
 
-def row_properties(spec: WriteSpec, row: Row) -> dict[str, str] | None:
+def row_properties(spec: WriteSpec, row: Row, key: Any = None) -> dict[str, str] | None:
     """A row's message properties: its ``properties_from`` columns (nulls left out) and,
     with a key column, the key as ``x-key`` (the source's ``key`` column, as Kafka's
-    record key)."""
+    record key; ``key`` is its value if the caller read it already)."""
     properties = None
     if spec.properties_from:
         properties = {
@@ -156,7 +156,7 @@ def row_properties(spec: WriteSpec, row: Row) -> dict[str, str] | None:
         }
     if spec.key_column is not None:
         properties = properties or {}
-        properties[KEY_PROPERTY] = property_value(row[spec.key_column])
+        properties[KEY_PROPERTY] = property_value(row[spec.key_column] if key is None else key)
     return properties
 
 
@@ -166,6 +166,20 @@ def encoded(spec: WriteSpec, guids: RowGuids, row: Row) -> tuple[bytes, uuid.UUI
         values = row_values(row)
         return payload_json(values), guids.for_row(row, values)
     return spec.serializer(row), guids.for_row(row)
+
+
+def encoded_bytes(spec: WriteSpec, guids: RowGuids, row: Row) -> tuple[bytes, bytes, Any]:
+    """A row's payload, its GUID's 16 bytes and its key (None without a key column):
+    ``encoded`` for a task's hot loop, which needs no UUID object and reads the key
+    once."""
+    if spec.key_column is not None:
+        key = row[spec.key_column]
+        payload = payload_json(row_values(row)) if spec.serializer is None else spec.serializer(row)
+        return payload, guids.for_key_bytes(key), key
+    if spec.serializer is None:
+        values = row_values(row)
+        return payload_json(values), guids.for_content(row, values), None
+    return spec.serializer(row), guids.for_content(row), None
 
 
 def digest_rows(

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from holdfast.sdk.spark.guids import BatchDigest, RowGuids
-from holdfast.sdk.spark.post import PartitionResult, WriteSpec, encoded, row_properties
+from holdfast.sdk.spark.post import PartitionResult, WriteSpec, encoded_bytes, row_properties
 from holdfast.sdk.staging import StagedPut, Stager, Version
 
 if TYPE_CHECKING:
@@ -56,11 +56,11 @@ def stage_rows(
     stager = Stager(target, partition, attempt)
     try:
         for row in rows:
-            payload, guid = encoded(spec, guids, row)
-            digest.add(guid, payload)
+            payload, guid, key = encoded_bytes(spec, guids, row)
+            digest.add_bytes(guid, payload)
             if not stager.open:
                 continue
-            chunk.append((guid.bytes, payload, row_properties(spec, row)))
+            chunk.append((guid, payload, row_properties(spec, row, key)))
             size += len(payload)
             if len(chunk) >= CHUNK_ROWS or size >= CHUNK_BYTES:
                 stager.send(chunk)

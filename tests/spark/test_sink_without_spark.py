@@ -36,6 +36,8 @@ from holdfast.sdk.spark import (
     json_default,
     row_to_json,
 )
+from holdfast.sdk.spark.guids import uuid8, uuid8_bytes
+from holdfast.sdk.spark.post import WriteSpec, encoded, encoded_bytes
 from holdfast.sdk.spark.rows import canonical_json, row_values
 from tests.support.processes import BrokerProcess
 from tests.support.sessions import FAST, drain_messages, unique_uri
@@ -343,3 +345,22 @@ def test_row_encoding_fast_paths_give_the_bytes_of_the_generic_encoding(
     for key in (*values.values(), values):
         canonical = json.dumps(key, default=json_default, separators=(",", ":"), sort_keys=True)
         assert canonical_json(key) == canonical.encode()
+
+
+@given(st.binary(min_size=32, max_size=32))
+def test_guid_bytes_without_the_uuid_are_the_uuids_bytes(digest: bytes) -> None:
+    assert uuid8_bytes(digest) == uuid8(digest).bytes
+
+
+def test_a_tasks_row_encoding_gives_the_guids_and_payloads_of_encoded() -> None:
+    """The staging loop's ``encoded_bytes`` agrees with ``encoded`` (content and key
+    columns, default and custom serializers)."""
+    rows = [Row(id=i % 7, name=f"n{i}", score=i / 3) for i in range(40)]
+    for key_column in (None, "name"):
+        for serializer in (None, lambda row: repr(row).encode()):
+            spec = WriteSpec(URI, key_column=key_column, serializer=serializer)
+            one, other = RowGuids(URI, "r", key_column), RowGuids(URI, "r", key_column)
+            for row in rows:
+                payload, guid = encoded(spec, one, row)
+                fast = encoded_bytes(spec, other, row)
+                assert fast == (payload, guid.bytes, row[key_column] if key_column else None)
