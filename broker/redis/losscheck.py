@@ -105,6 +105,11 @@ class LossCheck:
         affected: dict[str, float] = {}
         for start in range(0, len(uris), BATCH):
             chunk = uris[start : start + BATCH]
+            # What the node saw before the read is sent: Redis held at least that when
+            # the GET ran. A script that ran after the GET can return a higher sequence
+            # while the read is on its way back; comparing with that one would report
+            # a loss that never happened (seen on a loaded host, several times a run).
+            before = [registry.seqs.highest(uri) for uri in chunk]
 
             async def read(chunk: list[str] = chunk) -> list[Any]:
                 pipe = client.redis.pipeline(transaction=False)
@@ -114,8 +119,8 @@ class LossCheck:
                 return result
 
             values = await client.call("write sequences", read)
-            for uri, value in zip(chunk, values, strict=True):
-                moment = registry.seqs.went_back(uri, int(value or 0))
+            for uri, seen, value in zip(chunk, before, values, strict=True):
+                moment = registry.seqs.went_back(uri, int(value or 0), seen)
                 if moment is not None:
                     affected[uri] = moment
         return affected

@@ -104,12 +104,12 @@ class SeqBook:
             del self._queues[uri]
         return list(self._queues)
 
-    def went_back(self, uri: str, stored: int) -> float | None:
-        """If Redis holds ``stored`` for ``uri`` but the node saw more: the second from
-        which the node's writes there are lost (then the book adopts ``stored``);
-        None if nothing went back."""
+    def went_back(self, uri: str, stored: int, seen: int) -> float | None:
+        """If Redis holds ``stored`` for ``uri`` but the node had seen ``seen``, more,
+        before it read that: the second from which the node's writes there are lost
+        (then the book adopts ``stored``); None if nothing went back."""
         book = self._queues.get(uri)
-        if book is None or stored >= book.entries[-1][1]:
+        if book is None or stored >= seen:
             return None
         lost_from = next(second for second, seq in book.entries if seq > stored)
         book.entries.clear()

@@ -4,6 +4,7 @@ store addresses parse."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -46,3 +47,41 @@ def test_redis_store_addresses_parse_or_say_what_is_wrong() -> None:
     ):
         with pytest.raises(ValueError, match=why):
             parse_redis_spec(bad)
+
+
+class _RacingClient:
+    """A Redis client stand-in whose read of the write sequences returns ``stored``,
+    while a script that ran after that read reports ``later`` to the node first."""
+
+    where = "redis test"
+
+    def __init__(self, registry: Any, uri: str, stored: int, later: int) -> None:
+        self._registry, self._uri, self._stored, self._later = registry, uri, stored, later
+
+    async def call(self, what: str, read: Any) -> list[Any]:
+        self._registry.seqs.saw(self._uri, self._later)  # its reply overtook the read's
+        return [str(self._stored).encode()]
+
+
+def test_a_write_sequence_that_moved_on_during_the_read_is_no_loss() -> None:
+    """The node saw 10, reads 10 back, and meanwhile a later script's 11 arrived: Redis
+    did not go back. Seen as LOST DATA on a loaded host before the check compared the
+    read with what the node had seen before sending it."""
+    import asyncio
+
+    from holdfast.broker.redis.losscheck import LossCheck
+    from holdfast.broker.redis.losses import AckJournal, DataLoss, SeqBook
+
+    uri = "hf://loss/race"
+    registry = SimpleNamespace(seqs=SeqBook(lambda: 100.0), repairing=set())
+    registry.seqs.saw(uri, 10)
+    registry.client = _RacingClient(registry, uri, stored=10, later=11)
+    reports: list[DataLoss] = []
+    check = LossCheck(
+        cast(RedisRegistry, registry), AckJournal(lambda: 100.0), reports.append, quiet=1.0
+    )
+    assert asyncio.run(check._went_back()) == {}
+    assert registry.seqs.highest(uri) == 11
+    # A read below what the node saw before it is a loss, from the second it saw more.
+    registry.client = _RacingClient(registry, uri, stored=5, later=11)
+    assert asyncio.run(check._went_back()) == {uri: 100.0}
