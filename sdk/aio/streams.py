@@ -59,10 +59,18 @@ run in the loop's default executor) or an async iterable of bytes."""
 async def _pieces(source: AsyncSource) -> AsyncGenerator[bytes, None]:
     """The bytes of ``source``, at most ``CHUNK_SIZE`` at a time, none empty."""
     if isinstance(source, AsyncIterable):
-        async for piece in source:
-            view = memoryview(piece)  # TypeError for an item that is not bytes-like
-            for start in range(0, view.nbytes, CHUNK_SIZE):
-                yield bytes(view[start : start + CHUNK_SIZE])
+        iterator = aiter(source)
+        try:
+            async for piece in iterator:
+                view = memoryview(piece)  # TypeError for an item that is not bytes-like
+                for start in range(0, view.nbytes, CHUNK_SIZE):
+                    yield bytes(view[start : start + CHUNK_SIZE])
+        finally:
+            # ``async for`` leaves an async generator open when the send stops early
+            # (cancelled while posting): close it now, not whenever the GC gets to it.
+            aclose = getattr(iterator, "aclose", None)
+            if aclose is not None:
+                await aclose()
         return
     loop = asyncio.get_running_loop()
     while data := await loop.run_in_executor(None, source.read, CHUNK_SIZE):
