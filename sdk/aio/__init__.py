@@ -14,7 +14,10 @@
             message.confirm()
 
 Request/reply runs on the loop too: ``await session.request(uri, payload)`` and
-``async with Worker(session, uri, handler)`` (``holdfast.sdk.aio.worker``).
+``async with Worker(session, uri, handler)`` (``holdfast.sdk.aio.worker``), with data
+streams: ``await session.request(uri, payload, streams={"upload": f})`` and, in the
+handler, ``async for chunk in request.streams["upload"]`` (``AsyncStreamReader``,
+``holdfast.sdk.aio.streams``).
 
 Callbacks run on the event loop; ``post`` awaits rule 7's high-watermark wait
 instead of blocking the loop. Errors, events, options and ``AckStatus`` are those
@@ -23,6 +26,7 @@ of ``holdfast.sdk``.
 
 from holdfast.sdk.aio.queue import Queue
 from holdfast.sdk.aio.session import Session
+from holdfast.sdk.aio.streams import AsyncStreamReader
 from holdfast.sdk.aio.worker import Worker
 
-__all__ = ["Queue", "Session", "Worker"]
+__all__ = ["AsyncStreamReader", "Queue", "Session", "Worker"]

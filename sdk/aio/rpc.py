@@ -5,13 +5,16 @@ heartbeats, the broker's dead-letter notices, cancels), run on the loop: one rep
 queue per domain (``hf://<domain>/rpc-reply-<random>``, reopened with the session),
 each call an ``asyncio.Future`` completed by its reply message, and a loop timer
 (``call_at``) per call for its pickup deadline and timeout; no thread. Cancelling
-the awaiting task cancels the call and tells its worker, like a timeout does.
+the awaiting task cancels the call and tells its worker, like a timeout does. A
+call's data streams are sent by tasks of its own (``holdfast.sdk.aio.streams``),
+cancelled when the call ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 import uuid
@@ -21,11 +24,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from holdfast.sdk import tracing
+from holdfast.sdk.aio import streams as streaming
 from holdfast.sdk.errors import CallLostError, HoldfastError, RpcCancelledError, RpcError
 from holdfast.sdk.guids import Uuid7Source
 from holdfast.sdk.instrument import Untraced
 from holdfast.sdk.poolnames import key_queue_uri
-from holdfast.sdk.rpc import calls, wire
+from holdfast.sdk.rpc import calls, chunks, wire
 from holdfast.sdk.rpc import spans as rpc_spans
 from holdfast.sdk.rpc.calls import ABANDONED_MEMORY, MAX_WORKER_HANDLES, CallState
 from holdfast.sdk.rpc.values import Reply
@@ -75,10 +79,13 @@ class AsyncCaller:
         timeout: float = 30.0,
         key: str | None = None,
         pickup_timeout: float | None = None,
+        streams: Mapping[str, streaming.AsyncSource] | None = None,
     ) -> Reply:
-        """Send a request to the service queue ``uri``; await its reply."""
+        """Send a request to the service queue ``uri``; await its reply (``streams``:
+        see ``holdfast.sdk.aio.streams``)."""
         deadline, pickup_deadline = calls.deadlines(timeout, pickup_timeout)
         user = wire.check_user_properties(properties)
+        names = chunks.check_names(streams)
         route = self._routes.get((uri, key))
         if route is None or not (route[0].is_open and route[1].is_open):
             target, domain = await self.target(uri, key)
@@ -92,12 +99,21 @@ class AsyncCaller:
         call.future = future
         self._calls[guid.bytes] = call  # before the PUT: its reply may come at once
         self._arm(call)
-        request = calls.request_properties(call, user, reply_to.uri, key)
+        request = chunks.announce(calls.request_properties(call, user, reply_to.uri, key), names)
         span = rpc_spans.start_call(uri, guid, request, future) if self._traced else None
+        senders: list[asyncio.Task[None]] = []
         try:
             with tracing.current(span):  # the request's send span is the call's child
                 await target.post(
                     payload, request, lambda ack: self._on_request_ack(call, ack), guid=guid
+                )
+            if streams:
+                senders = streaming.start_senders(
+                    self._session,
+                    calls.domain_of(uri),
+                    guid,
+                    streams,
+                    lambda error: self._finish(call, error),
                 )
             return await future
         except asyncio.CancelledError:
@@ -107,6 +123,10 @@ class AsyncCaller:
             self._calls.pop(guid.bytes, None)
             if call.timer is not None:
                 call.timer.cancel()
+            for task in senders:  # done, or no longer wanted: the call is over
+                task.cancel()
+                self._tasks.add(task)  # close() waits for their queues to close
+                task.add_done_callback(self._tasks.discard)
 
     async def target(self, uri: str, key: str | None) -> tuple[Queue, str]:
         """The open write handle of the service queue ``uri`` (the key's own queue of a
@@ -152,6 +172,14 @@ class AsyncCaller:
                 call.on_beat(properties, time.monotonic())
             else:
                 outcome = calls.outcome(call.guid, message)
+                if isinstance(outcome, Reply) and chunks.NAMES in properties:
+                    readers = streaming.readers(
+                        self._session,
+                        calls.domain_of(message.queue_uri),
+                        wire.reply_guid(call.guid),
+                        properties,
+                    )
+                    outcome = dataclasses.replace(outcome, streams=readers)
                 if outcome is not None:
                     self._finish(call, outcome)
         # redelivered later; the call is over by then, so it is dropped

@@ -20,6 +20,7 @@ from holdfast.sdk import instrument, metrics, tracing
 from holdfast.sdk.aio import durable as aio_durable
 from holdfast.sdk.aio.queue import Queue
 from holdfast.sdk.aio.rpc import AsyncCaller
+from holdfast.sdk.aio.streams import AsyncSource
 from holdfast.sdk.driver.aio_session import AsyncEngineSession
 from holdfast.sdk.errors import SessionClosedError
 from holdfast.sdk.events import ConnectionLost, DataLost, SessionEvent, log_event
@@ -179,12 +180,18 @@ class Session:
         timeout: float = 30.0,
         key: str | None = None,
         pickup_timeout: float | None = None,
+        streams: Mapping[str, AsyncSource] | None = None,
     ) -> Reply:
         """Call the service whose workers consume ``uri`` and await its one reply.
 
         The same calls as the synchronous ``Session.request`` (``holdfast.sdk.rpc``),
         with the same typed ``RpcError`` failures; cancelling the awaiting task
-        cancels the call and tells its worker.
+        cancels the call and tells its worker. ``streams`` maps names to binary
+        file-like objects (read in the loop's default executor) or async iterables
+        of bytes, sent beside the request: the handler reads them as
+        ``request.streams[name]`` (``StreamError`` if one cannot complete). A
+        ``StreamingReply``'s streams are ``reply.streams[name]``, read with
+        ``async for`` or ``await ....read(n)`` (``holdfast.sdk.aio.streams``).
         """
         return await self._rpc().call(
             uri,
@@ -193,6 +200,7 @@ class Session:
             timeout=timeout,
             key=key,
             pickup_timeout=pickup_timeout,
+            streams=streams,
         )
 
     async def request_durable(

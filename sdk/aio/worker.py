@@ -15,7 +15,11 @@ the request confirmed only once the broker ACKed it, replies are kept by request
 to answer a redelivery without running the handler again, running calls are
 heartbeated, and a cancel (or a caller gone for ``caller_grace``) sets
 ``request.cancelled`` and cancels the handler's task. The handler is a coroutine
-function, or a plain function run in the loop's default executor.
+function, or a plain function run in the loop's default executor. A request's data
+streams are ``request.streams[name]``, ``holdfast.sdk.aio.streams.AsyncStreamReader``
+objects (read them in a coroutine handler); a handler may answer with a
+``StreamingReply`` whose streams are binary file-like objects or async iterables of
+bytes, sent by tasks of the worker (``close`` gives them ``stop_timeout`` to finish).
 """
 
 from __future__ import annotations
@@ -32,10 +36,11 @@ from typing import TYPE_CHECKING, Any
 from cachetools import TTLCache
 
 from holdfast.sdk import tracing
+from holdfast.sdk.aio import streams as streaming
 from holdfast.sdk.errors import HoldfastError, InvalidArgumentError
 from holdfast.sdk.instrument import Untraced
 from holdfast.sdk.options import QueueOptions
-from holdfast.sdk.rpc import calls, wire
+from holdfast.sdk.rpc import calls, chunks, wire
 from holdfast.sdk.rpc import spans as rpc_spans
 from holdfast.sdk.rpc.jobs import (
     Answer,
@@ -46,7 +51,7 @@ from holdfast.sdk.rpc.jobs import (
     log_reply_ack,
 )
 from holdfast.sdk.rpc.options import WorkerOptions
-from holdfast.sdk.rpc.values import Request
+from holdfast.sdk.rpc.values import Request, StreamingReply
 from holdfast.sdk.types import Ack, AckStatus, Message
 
 if TYPE_CHECKING:
@@ -55,7 +60,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("holdfast.sdk.rpc.worker")
 
-HandlerResult = bytes | tuple[bytes, Mapping[str, str]]
+HandlerResult = bytes | tuple[bytes, Mapping[str, str]] | StreamingReply
 AsyncHandler = Callable[[Request], Awaitable[HandlerResult] | HandlerResult]
 
 
@@ -74,7 +79,7 @@ class Worker:
     ) -> None:
         if concurrency < 1:
             raise InvalidArgumentError("concurrency must be >= 1")
-        domain = calls.domain_of(uri)
+        domain = self._domain = calls.domain_of(uri)
         self.uri = uri
         self.options = options or WorkerOptions()
         self._session = session
@@ -173,6 +178,8 @@ class Worker:
             props.get(wire.KEY),
             message.delivery_count,
         )
+        if chunks.NAMES in props:
+            request.streams = streaming.readers(self._session, self._domain, message.guid, props)
         job = Job(request, message, header.reply_to, time.monotonic(), header.keep_until_ms)
         job.next_beat = job.started + self.options.first_beat_after
         if stored is not None:
@@ -217,6 +224,7 @@ class Worker:
                     result = await loop.run_in_executor(None, self._handler, job.request)
                 if inspect.isawaitable(result):  # a plain function that returned a coroutine
                     result = await result
+            answer = self._answer(job, result)
         except asyncio.CancelledError as cancelled:
             tracing.fail(span, cancelled)
             if self._stopping or not job.request.cancelled.is_set():
@@ -230,16 +238,32 @@ class Worker:
             return answer
         finally:
             self._tasks.pop(guid.bytes, None)
-        if isinstance(result, tuple):
-            payload, properties = result
-            answer = (
-                bytes(payload),
-                wire.reply_properties(guid, wire.check_user_properties(properties)),
-            )
-        else:
-            answer = bytes(result), wire.reply_properties(guid, {})
+            await streaming.close_all(job.request.streams)
         rpc_spans.end_serve(span, answer[1])
         return answer
+
+    def _answer(self, job: Job, result: Any) -> Answer:
+        """The reply to post for the handler's ``result`` (bad properties or stream names
+        raise: an error reply); the streams of a ``StreamingReply`` start now."""
+        guid = job.request.guid
+        if isinstance(result, StreamingReply):
+            headers = chunks.streaming_reply_properties(guid, result.properties, result.streams)
+            senders = streaming.start_senders(
+                self._session,
+                calls.domain_of(job.reply_to),
+                wire.reply_guid(guid),
+                result.streams,
+                lambda error: log.warning("reply stream of %s failed: %s", guid, error),
+            )
+            for task in senders:
+                self._jobs.add(task)
+                task.add_done_callback(self._jobs.discard)
+            return bytes(result.payload), headers
+        if isinstance(result, tuple):
+            payload, properties = result
+            user = wire.check_user_properties(properties)
+            return bytes(payload), wire.reply_properties(guid, user)
+        return bytes(result), wire.reply_properties(guid, {})
 
     async def _post_answer(self, job: Job) -> None:
         """Post the reply; confirm the request once the broker has it (one post per

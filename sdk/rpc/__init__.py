@@ -17,10 +17,12 @@ Modules: ``wire`` (reserved properties, reply GUIDs, message kinds), ``calls`` (
 rules of one call, shared by both callers), ``caller`` (``Session.request`` /
 ``request_async``), ``durable`` (``request_durable`` / ``fetch_reply``, replies by
 id), ``worker`` (``Worker``) with ``jobs`` and ``liveness``, ``values`` (``Reply``,
-``Request``, ``StreamingReply``), ``streams`` (data streams), ``options``
+``Request``, ``StreamingReply``), ``chunks`` (the rules of data streams, shared by
+both front-ends) and ``streams`` (data streams, threaded), ``options``
 (``WorkerOptions``), ``api`` (the ``RequestReply`` mixin
-that gives ``Session`` its ``request`` methods). The asyncio caller and worker are
-``holdfast.sdk.aio.rpc`` and ``holdfast.sdk.aio.worker``. Errors are under
+that gives ``Session`` its ``request`` methods). The asyncio caller, worker and
+data streams are ``holdfast.sdk.aio.rpc``, ``holdfast.sdk.aio.worker`` and
+``holdfast.sdk.aio.streams``. Errors are under
 ``holdfast.sdk.errors.RpcError``.
 """
 

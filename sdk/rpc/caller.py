@@ -33,7 +33,7 @@ from holdfast.sdk.guids import Uuid7Source
 from holdfast.sdk.instrument import Untraced
 from holdfast.sdk.poolnames import key_queue_uri
 from holdfast.sdk.queue import Queue
-from holdfast.sdk.rpc import calls, wire
+from holdfast.sdk.rpc import calls, chunks, wire
 from holdfast.sdk.rpc import spans as rpc_spans
 from holdfast.sdk.rpc import streams as streaming
 from holdfast.sdk.rpc.calls import ABANDONED_MEMORY, MAX_WORKER_HANDLES, CallState
@@ -101,7 +101,7 @@ class Caller:
         (``streams``: see ``holdfast.sdk.rpc.streams``)."""
         deadline, pickup_deadline = calls.deadlines(timeout, pickup_timeout)
         user = wire.check_user_properties(properties)
-        names = streaming.check_names(streams)
+        names = chunks.check_names(streams)
         route = self._routes.get((uri, key))
         if route is None or not (route[0].is_open and route[1].is_open):
             target, domain = self.target(uri, key)
@@ -117,9 +117,7 @@ class Caller:
         future = call.future
         # By GUID: a callback holding the call (which holds the future) is a cycle.
         future.add_done_callback(functools.partial(self._on_done, guid.bytes))
-        request = calls.request_properties(call, user, reply_to, key)
-        if names:
-            request[streaming.NAMES] = ",".join(names)
+        request = chunks.announce(calls.request_properties(call, user, reply_to, key), names)
         span = rpc_spans.start_call(uri, guid, request, future) if self._traced else None
         try:
             with tracing.current(span):  # the request's send span is the call's child
@@ -241,7 +239,7 @@ class Caller:
                     call.on_beat(properties, time.monotonic())
             else:
                 outcome = calls.outcome(call.guid, message)
-                if isinstance(outcome, Reply) and streaming.NAMES in properties:
+                if isinstance(outcome, Reply) and chunks.NAMES in properties:
                     outcome = dataclasses.replace(
                         outcome,
                         streams=streaming.readers(

@@ -17,73 +17,37 @@ stays bounded whatever the size of the stream.
 from __future__ import annotations
 
 import contextlib
-import re
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from holdfast.sdk.errors import ConfirmDroppedError, InvalidArgumentError, StreamError
+from holdfast.sdk.errors import ConfirmDroppedError, StreamError
 from holdfast.sdk.options import QueueOptions
-from holdfast.sdk.types import Ack, AckStatus, Message
+from holdfast.sdk.rpc.chunks import (
+    ABORT,
+    CHUNK_SIZE,
+    END,
+    NAMES,
+    SEQ,
+    STALL_TIMEOUT,
+    STREAM,
+    WINDOW,
+    Incoming,
+    Outgoing,
+    Readable,
+    Verdict,
+    check_names,
+    chunk_guid,
+    parse_names,
+    stream_uri,
+)
+from holdfast.sdk.types import Ack, Message
 
 if TYPE_CHECKING:
     from holdfast.sdk.queue import Queue
     from holdfast.sdk.session import Session
-
-CHUNK_SIZE = 256 * 1024
-"""Bytes per chunk message."""
-WINDOW = 8
-"""Chunks in flight per stream: unacknowledged by the broker on the sender, unconfirmed
-on the receiver."""
-STALL_TIMEOUT = 30.0
-"""Seconds a reader waits for the next chunk before failing with ``StreamError``."""
-
-NAMES = "x-rpc-streams"
-"""Request property: the comma-separated names of the request's streams."""
-STREAM = "x-rpc-stream"
-SEQ = "x-rpc-seq"
-END = "x-rpc-eos"
-ABORT = "x-rpc-stream-abort"
-
-_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-_NAMESPACE = b"holdfast-rpc-stream/1:"
-
-
-class Readable(Protocol):
-    """What ``streams=`` takes: a binary file-like object."""
-
-    def read(self, size: int = -1, /) -> bytes:
-        """Up to ``size`` bytes; ``b""`` at the end."""
-        ...
-
-
-def check_names(streams: Mapping[str, Readable] | None) -> list[str]:
-    """The stream names of ``streams``; ``InvalidArgumentError`` for a bad name."""
-    names = list(streams or {})
-    for name in names:
-        if not isinstance(name, str) or not _NAME.fullmatch(name):
-            raise InvalidArgumentError(
-                f"stream name {str(name)[:80]!r} must be 1-64 of [A-Za-z0-9_.-]"
-            )
-    return names
-
-
-def parse_names(properties: Mapping[str, str]) -> list[str]:
-    """The stream names a request announces (bad names are ignored)."""
-    text = properties.get(NAMES, "")
-    return [name for name in text.split(",") if _NAME.fullmatch(name)]
-
-
-def stream_uri(domain: str, request_guid: uuid.UUID, name: str) -> str:
-    """The queue carrying stream ``name`` of the call ``request_guid``."""
-    return f"hf://{domain}/rpc-stream-{request_guid.hex}-{name}"
-
-
-def chunk_guid(request_guid: uuid.UUID, name: str, seq: int) -> uuid.UUID:
-    """The GUID of chunk ``seq`` of stream ``name``: the same on every retransmit."""
-    return uuid.uuid5(request_guid, (_NAMESPACE + f"{name}/{seq}".encode()).hex())
 
 
 def send(
@@ -99,45 +63,39 @@ def send(
     the broker refuses a chunk (after telling the reader, when it can)."""
     queue = session.open_queue(stream_uri(domain, request_guid, name), write=True)
     credits = threading.Semaphore(WINDOW)
-    failures: list[str] = []
+    out = Outgoing(request_guid, name)
 
     def on_ack(ack: Ack) -> None:
-        if ack.status is not AckStatus.SUCCESS:
-            failures.append(str(ack.status))
+        out.on_ack(ack)
         credits.release()
 
-    def post(seq: int, payload: bytes, extra: dict[str, str]) -> None:
+    def wait_credit() -> None:
         while not credits.acquire(timeout=0.2):
             if stop():
-                raise StreamError(f"stream {name}: the call ended")
-        props = {STREAM: name, SEQ: str(seq), **extra}
-        queue.post(payload, props, on_ack, guid=chunk_guid(request_guid, name, seq))
+                raise out.ended()
 
-    seq = 0
     try:
         while True:
-            if failures:
-                raise StreamError(f"stream {name}: chunk refused ({failures[0]})")
+            out.check()
             if stop():
-                raise StreamError(f"stream {name}: the call ended")
+                raise out.ended()
             try:
                 data = readable.read(CHUNK_SIZE)
             except Exception as error:
-                post(seq, str(error)[:500].encode(), {ABORT: type(error).__name__[:64]})
-                raise StreamError(f"stream {name}: reading it failed: {error}") from error
+                chunk, failure = out.failed(error)
+                wait_credit()
+                queue.post(chunk.payload, chunk.properties, on_ack, guid=chunk.guid)
+                raise failure from error
+            chunk = out.data(data)
+            wait_credit()
+            queue.post(chunk.payload, chunk.properties, on_ack, guid=chunk.guid)
             if not data:
-                post(seq, b"", {END: "1"})
                 break
-            post(seq, bytes(data), {})
-            seq += 1
         # Hold the queue open until the broker has every chunk: closing it earlier
         # would report the unacknowledged ones UNKNOWN.
         for _ in range(WINDOW):
-            while not credits.acquire(timeout=0.2):
-                if stop():
-                    raise StreamError(f"stream {name}: the call ended")
-        if failures:
-            raise StreamError(f"stream {name}: chunk refused ({failures[0]})")
+            wait_credit()
+        out.check()
     finally:
         queue.close()
 
@@ -156,28 +114,23 @@ class StreamReader:
         self._stall = stall_timeout
         self._queue: Queue | None = None
         self._messages: Iterator[Message] | None = None
-        self._next = 0
-        self._early: dict[int, Message] = {}  # later chunks, held until their turn
-        self._buffer = memoryview(b"")
-        self._done = False
+        self._in = Incoming(name)
 
     def read(self, size: int = -1) -> bytes:
         """Up to ``size`` bytes (all the rest with -1); ``b""`` at the end. Raises
         ``StreamError`` if the sender failed or the stream stalled."""
         if size is None or size < 0:
             return b"".join(iter(lambda: self.read(CHUNK_SIZE), b""))
-        while not self._buffer and not self._done:
+        while not self._in.buffered and not self._in.done:
             self._take()
-        data = bytes(self._buffer[:size])
-        self._buffer = self._buffer[size:]
-        return data
+        return self._in.read_buffered(size)
 
     def __iter__(self) -> Iterator[bytes]:
         return iter(lambda: self.read(CHUNK_SIZE), b"")
 
     def close(self) -> None:
         """Stop reading; close the stream's queue (its unread chunks are dropped)."""
-        self._done = True
+        self._in.close()
         if self._queue is not None and self._queue.is_open:
             self._queue.close()
 
@@ -186,36 +139,25 @@ class StreamReader:
             options = QueueOptions(max_unconfirmed_messages=WINDOW)
             self._queue = self._session.open_queue(self._uri, read=True, options=options)
             self._messages = iter(self._queue.messages(timeout=self._stall))
-        message = self._early.pop(self._next, None)
+        message = self._in.ready()
         while message is None:
             started = time.monotonic()
             got = next(self._messages, None)
             if got is None:
+                error = self._in.stalled(time.monotonic() - started)
                 self.close()
-                waited = time.monotonic() - started
-                raise StreamError(f"stream {self.name}: no chunk for {waited:.1f} s")
-            try:
-                seq = int(got.properties.get(SEQ, ""))
-            except ValueError:
-                _confirm(got)  # not a chunk of ours
-                continue
-            if seq < self._next or seq in self._early:
-                _confirm(got)  # a duplicate
-            elif seq == self._next:
+                raise error
+            verdict = self._in.offer(got)
+            if verdict is Verdict.NEXT:
                 message = got
-            else:
-                self._early[seq] = got
-        self._next += 1
+            elif verdict is Verdict.DROP:
+                _confirm(got)  # a duplicate, or not a chunk of ours
         _confirm(message)
-        properties = message.properties
-        if ABORT in properties:
-            self.close()
-            text = message.payload.decode(errors="replace")
-            raise StreamError(f"stream {self.name}: the sender failed: {text}")
-        if END in properties:
-            self.close()
-            return
-        self._buffer = memoryview(message.payload)
+        try:
+            self._in.accept(message)
+        finally:
+            if self._in.done:
+                self.close()
 
 
 def _confirm(message: Message) -> None:
@@ -269,3 +211,25 @@ def close_all(streams: Mapping[str, Any]) -> None:
     for reader in streams.values():
         if isinstance(reader, StreamReader):
             reader.close()
+
+
+__all__ = [
+    "ABORT",
+    "CHUNK_SIZE",
+    "END",
+    "NAMES",
+    "SEQ",
+    "STALL_TIMEOUT",
+    "STREAM",
+    "WINDOW",
+    "Readable",
+    "StreamReader",
+    "check_names",
+    "chunk_guid",
+    "close_all",
+    "parse_names",
+    "readers",
+    "send",
+    "start_senders",
+    "stream_uri",
+]

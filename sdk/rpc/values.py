@@ -21,7 +21,9 @@ class Reply:
     """The GUID of the request this answers."""
     streams: Mapping[str, Any] = field(default_factory=dict)
     """The reply's data streams by name, when the handler returned a
-    ``StreamingReply``: ``holdfast.sdk.rpc.streams.StreamReader`` objects (``read(n)``)."""
+    ``StreamingReply``: ``holdfast.sdk.rpc.streams.StreamReader`` objects (``read(n)``),
+    or on the asyncio ``Session`` ``holdfast.sdk.aio.streams.AsyncStreamReader`` objects
+    (``async for``, ``await read(n)``)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -43,18 +45,31 @@ class Request:
     early (``request.cancelled.wait(t)``, ``is_set()``); its reply is then dropped."""
     streams: Mapping[str, Any] = field(default_factory=dict)
     """The request's data streams by name (``session.request(..., streams=...)``):
-    ``holdfast.sdk.rpc.streams.StreamReader`` objects, binary file-like (``read(n)``)."""
+    ``holdfast.sdk.rpc.streams.StreamReader`` objects, binary file-like (``read(n)``);
+    in the asyncio ``Worker``, ``holdfast.sdk.aio.streams.AsyncStreamReader`` objects
+    (``async for chunk in stream``, ``await stream.read(n)``)."""
 
 
 @dataclass(frozen=True, slots=True)
 class StreamingReply:
     """What a ``Worker``'s handler returns to answer with data streams: the caller gets
     ``payload`` and ``properties`` as ``Reply`` and reads each of ``streams`` (binary
-    file-like objects with ``read(n)``) as ``reply.streams[name]``."""
+    file-like objects with ``read(n)``; for the asyncio ``Worker``, async iterables of
+    bytes too) as ``reply.streams[name]``.
+
+    ::
+
+        async def handle(request: Request) -> StreamingReply:  # holdfast.sdk.aio.Worker
+            size = 0
+            async for chunk in request.streams["upload"]:
+                size += len(chunk)
+            return StreamingReply(b"%d" % size, {}, {"report": open("report.txt", "rb")})
+    """
 
     payload: bytes
     """The reply payload."""
     properties: Mapping[str, str] = field(default_factory=dict)
     """The reply properties."""
     streams: Mapping[str, Any] = field(default_factory=dict)
-    """Stream name -> binary file-like object, sent after the handler returned."""
+    """Stream name -> binary file-like object (or, from the asyncio ``Worker``, async
+    iterable of bytes), sent after the handler returned."""

@@ -49,9 +49,9 @@ from holdfast.sdk.errors import HoldfastError, InvalidArgumentError, RequestTime
 from holdfast.sdk.instrument import Untraced
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.queue import Queue
+from holdfast.sdk.rpc import chunks, wire
 from holdfast.sdk.rpc import spans as rpc_spans
 from holdfast.sdk.rpc import streams as streaming
-from holdfast.sdk.rpc import wire
 from holdfast.sdk.rpc.jobs import (
     Answer,
     Job,
@@ -201,7 +201,7 @@ class Worker:
                     props.get(wire.KEY),
                     message.delivery_count,
                 )
-                if streaming.NAMES in props:
+                if chunks.NAMES in props:
                     domain = parse_queue_uri(self.uri).domain
                     request.streams = streaming.readers(self._session, domain, message.guid, props)
                 job = Job(request, message, header.reply_to, time.monotonic(), header.keep_until_ms)
@@ -268,9 +268,7 @@ class Worker:
             finally:
                 streaming.close_all(job.request.streams)
             if isinstance(result, StreamingReply):
-                names = streaming.check_names(result.streams)
-                headers = wire.reply_properties(guid, _user(result.properties))
-                headers[streaming.NAMES] = ",".join(names)
+                headers = chunks.streaming_reply_properties(guid, result.properties, result.streams)
                 answer = (bytes(result.payload), headers)
                 streaming.start_senders(
                     self._session,

@@ -122,3 +122,12 @@ def test_rpc_streams_example_uploads_and_gets_a_stream_back(broker: BrokerProces
     out = run_example("rpc_streams.py", env={"HOLDFAST_ADDRESS": broker.address})
     assert "report: checked by the example worker" in out
     assert "digest matches: True" in out
+
+
+@pytest.mark.timeout(120)
+def test_aio_rpc_streams_example_uploads_and_gets_a_stream_back(broker: BrokerProcess) -> None:
+    """The README's asyncio data-stream block: 8 MiB up with ``async for`` on the
+    worker, its digest and a report streamed back from an async generator."""
+    out = run_example("aio_rpc_streams.py", env={"HOLDFAST_ADDRESS": broker.address})
+    assert "report: checked by the asyncio example worker" in out
+    assert "digest matches: True" in out

@@ -1,0 +1,250 @@
+"""Data streams of the asyncio request/reply API, on the event loop.
+
+::
+
+    async def handle(request: Request) -> StreamingReply:
+        digest = hashlib.sha256()
+        async for chunk in request.streams["upload"]:  # or await ....read(n)
+            digest.update(chunk)
+        return StreamingReply(digest.hexdigest().encode(), {}, {"report": report_chunks()})
+
+    reply = await session.request(uri, b"", streams={"upload": open(path, "rb")})
+    report = await reply.streams["report"].read()
+
+The wire is the threaded API's (``holdfast.sdk.rpc.streams``), through the same
+rules (``holdfast.sdk.rpc.chunks``): same queues, chunk GUIDs and properties, so a
+threaded caller can stream to an asyncio worker and back. A source is a binary
+file-like object, read ``CHUNK_SIZE`` at a time in the loop's default executor so
+that a slow disk does not block the loop, or an async iterable of bytes, whose items
+are sent as they come (split at ``CHUNK_SIZE``). Each stream is sent by a task of
+its call, which waits for the broker's ACKs without blocking the loop (at most
+``WINDOW`` chunks unacknowledged) and is cancelled when the call ends. A reader is
+an ``AsyncStreamReader``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from holdfast.sdk.errors import ConfirmDroppedError, HoldfastError, StreamError
+from holdfast.sdk.options import QueueOptions
+from holdfast.sdk.rpc.chunks import (
+    CHUNK_SIZE,
+    STALL_TIMEOUT,
+    WINDOW,
+    Chunk,
+    Incoming,
+    Outgoing,
+    Readable,
+    Verdict,
+    parse_names,
+    stream_uri,
+)
+from holdfast.sdk.types import Ack, Message
+
+if TYPE_CHECKING:
+    from holdfast.sdk.aio.queue import Queue
+    from holdfast.sdk.aio.session import Session
+
+AsyncSource = Readable | AsyncIterable[bytes]
+"""What the asyncio API takes as a stream: a binary file-like object (``read(n)``,
+run in the loop's default executor) or an async iterable of bytes."""
+
+
+async def _pieces(source: AsyncSource) -> AsyncGenerator[bytes, None]:
+    """The bytes of ``source``, at most ``CHUNK_SIZE`` at a time, none empty."""
+    if isinstance(source, AsyncIterable):
+        iterator = aiter(source)
+        try:
+            async for piece in iterator:
+                view = memoryview(piece)  # TypeError for an item that is not bytes-like
+                for start in range(0, view.nbytes, CHUNK_SIZE):
+                    yield bytes(view[start : start + CHUNK_SIZE])
+        finally:
+            # ``async for`` leaves an async generator open when the send stops early
+            # (cancelled while posting): close it now, not whenever the GC gets to it.
+            aclose = getattr(iterator, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        return
+    loop = asyncio.get_running_loop()
+    while data := await loop.run_in_executor(None, source.read, CHUNK_SIZE):
+        yield bytes(data)
+
+
+async def send(
+    session: Session, domain: str, request_guid: uuid.UUID, name: str, source: AsyncSource
+) -> None:
+    """Post ``source`` as stream ``name`` of ``request_guid``, in chunks, keeping at
+    most ``WINDOW`` unacknowledged. Raises ``StreamError`` if the source fails or the
+    broker refuses a chunk (after telling the reader, when it can). Cancel the task
+    to stop it."""
+    queue = await session.open_queue(stream_uri(domain, request_guid, name), write=True)
+    credits = asyncio.Semaphore(WINDOW)
+    out = Outgoing(request_guid, name)
+
+    def on_ack(ack: Ack) -> None:
+        out.on_ack(ack)
+        credits.release()
+
+    async def post(chunk: Chunk) -> None:
+        await credits.acquire()
+        await queue.post(chunk.payload, chunk.properties, on_ack, guid=chunk.guid)
+
+    pieces = _pieces(source)
+    try:
+        while True:
+            out.check()
+            try:
+                data = await anext(pieces, b"")
+            except Exception as error:
+                chunk, failure = out.failed(error)
+                await post(chunk)
+                raise failure from error
+            await post(out.data(data))
+            if not data:
+                break
+        # Hold the queue open until the broker has every chunk: closing it earlier
+        # would report the unacknowledged ones UNKNOWN.
+        for _ in range(WINDOW):
+            await credits.acquire()
+        out.check()
+    finally:
+        with contextlib.suppress(Exception):
+            await pieces.aclose()  # closes an async generator source too
+        if queue.is_open:
+            with contextlib.suppress(HoldfastError):
+                await queue.close(timeout=5)
+
+
+class AsyncStreamReader:
+    """An incoming stream of the asyncio API, as ``request.streams[name]`` (in a
+    coroutine handler of ``holdfast.sdk.aio.Worker``) or ``reply.streams[name]`` (of
+    ``await session.request(...)``): ``async for chunk in reader`` and
+    ``await reader.read(n)``. Read it from one task at a time."""
+
+    def __init__(
+        self, session: Session, uri: str, name: str, stall_timeout: float = STALL_TIMEOUT
+    ) -> None:
+        self.name = name
+        """The stream's name."""
+        self._session = session
+        self._uri = uri
+        self._stall = stall_timeout
+        self._queue: Queue | None = None
+        self._in = Incoming(name)
+
+    async def read(self, size: int = -1) -> bytes:
+        """Up to ``size`` bytes (all the rest with -1); ``b""`` at the end. Raises
+        ``StreamError`` if the sender failed or no chunk came for the stall timeout
+        (``STALL_TIMEOUT``, 30 s)."""
+        if size is None or size < 0:
+            parts = []
+            while part := await self.read(CHUNK_SIZE):
+                parts.append(part)
+            return b"".join(parts)
+        while not self._in.buffered and not self._in.done:
+            await self._take()
+        return self._in.read_buffered(size)
+
+    def __aiter__(self) -> AsyncStreamReader:
+        return self
+
+    async def __anext__(self) -> bytes:
+        data = await self.read(CHUNK_SIZE)
+        if not data:
+            raise StopAsyncIteration
+        return data
+
+    async def aclose(self) -> None:
+        """Stop reading; close the stream's queue (its unread chunks are dropped)."""
+        self._in.close()
+        if self._queue is not None and self._queue.is_open:
+            with contextlib.suppress(HoldfastError):
+                await self._queue.close(timeout=5)
+
+    async def _take(self) -> None:
+        if self._queue is None:
+            options = QueueOptions(max_unconfirmed_messages=WINDOW)
+            self._queue = await self._session.open_queue(self._uri, read=True, options=options)
+        message = self._in.ready()
+        while message is None:
+            started = time.monotonic()
+            try:
+                async with asyncio.timeout(self._stall):
+                    got = await anext(self._queue)
+            except (TimeoutError, StopAsyncIteration) as ended:
+                error = self._in.stalled(time.monotonic() - started)
+                if isinstance(ended, StopAsyncIteration):  # the session closed
+                    error = StreamError(f"stream {self.name}: the session closed")
+                await self.aclose()
+                raise error from None
+            verdict = self._in.offer(got)
+            if verdict is Verdict.NEXT:
+                message = got
+            elif verdict is Verdict.DROP:
+                _confirm(got)  # a duplicate, or not a chunk of ours
+        _confirm(message)
+        try:
+            self._in.accept(message)
+        finally:
+            if self._in.done:
+                await self.aclose()
+
+
+def _confirm(message: Message) -> None:
+    """Confirm a chunk the reader has taken; a CONFIRM dropped with the link is fine
+    (its redelivery is skipped by its sequence number)."""
+    with contextlib.suppress(ConfirmDroppedError):
+        message.confirm()
+
+
+def start_senders(
+    session: Session,
+    domain: str,
+    request_guid: uuid.UUID,
+    streams: Mapping[str, AsyncSource],
+    fail: Callable[[StreamError], None],
+) -> list[asyncio.Task[None]]:
+    """A task sending each of ``streams``; a stream that cannot complete calls ``fail``
+    with its ``StreamError``. Cancel the tasks when the call is over."""
+
+    async def run(name: str, source: AsyncSource) -> None:
+        try:
+            await send(session, domain, request_guid, name, source)
+        except StreamError as error:
+            fail(error)
+        except Exception as error:  # the link or the queue failed under us
+            fail(StreamError(f"stream {name}: {error}"))
+
+    loop = asyncio.get_running_loop()
+    return [
+        loop.create_task(run(name, source), name=f"holdfast-stream-{name}")
+        for name, source in streams.items()
+    ]
+
+
+def readers(
+    session: Session, domain: str, request_guid: uuid.UUID, properties: Mapping[str, str]
+) -> dict[str, AsyncStreamReader]:
+    """The readers of the streams a request or reply announces (each opens its queue
+    when first read)."""
+    return {
+        name: AsyncStreamReader(session, stream_uri(domain, request_guid, name), name)
+        for name in parse_names(properties)
+    }
+
+
+async def close_all(streams: Mapping[str, Any]) -> None:
+    """Close every reader of a finished request (its stream queues with them)."""
+    for reader in streams.values():
+        if isinstance(reader, AsyncStreamReader):
+            await reader.aclose()
+
+
+__all__ = ["AsyncSource", "AsyncStreamReader", "close_all", "readers", "send", "start_senders"]

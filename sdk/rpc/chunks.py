@@ -1,0 +1,231 @@
+"""The rules of request/reply data streams, without I/O: what both front-ends share.
+
+The threaded side (``holdfast.sdk.rpc.streams``, a thread per sender, blocking
+readers) and the asyncio side (``holdfast.sdk.aio.streams``, tasks and awaited
+readers) put the same chunks on the same queues through these: queue names, chunk
+GUIDs and properties (``Outgoing``), and on the reading side the order, the
+duplicates and the end or failure of a stream (``Incoming``). Only waiting, for
+the broker's ACKs or for the next chunk, is theirs.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from holdfast.sdk.errors import InvalidArgumentError, StreamError
+from holdfast.sdk.rpc import wire
+from holdfast.sdk.types import Ack, AckStatus, Message
+
+CHUNK_SIZE = 256 * 1024
+"""Bytes per chunk message."""
+WINDOW = 8
+"""Chunks in flight per stream: unacknowledged by the broker on the sender, unconfirmed
+on the receiver."""
+STALL_TIMEOUT = 30.0
+"""Seconds a reader waits for the next chunk before failing with ``StreamError``."""
+
+NAMES = "x-rpc-streams"
+"""Request (or reply) property: the comma-separated names of its streams."""
+STREAM = "x-rpc-stream"
+"""Chunk property: the stream's name."""
+SEQ = "x-rpc-seq"
+"""Chunk property: the chunk's sequence number, from 0."""
+END = "x-rpc-eos"
+"""Chunk property: the stream ends here (an empty chunk)."""
+ABORT = "x-rpc-stream-abort"
+"""Chunk property: the sender failed (the type of its error; the payload says why)."""
+
+
+class Readable(Protocol):
+    """A stream's source on either API: a binary file-like object."""
+
+    def read(self, size: int = -1, /) -> bytes:
+        """Up to ``size`` bytes; ``b""`` at the end."""
+        ...
+
+
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_NAMESPACE = b"holdfast-rpc-stream/1:"
+
+
+def check_names(streams: Mapping[str, Any] | None) -> list[str]:
+    """The stream names of ``streams``; ``InvalidArgumentError`` for a bad name."""
+    names = list(streams or {})
+    for name in names:
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise InvalidArgumentError(
+                f"stream name {str(name)[:80]!r} must be 1-64 of [A-Za-z0-9_.-]"
+            )
+    return names
+
+
+def parse_names(properties: Mapping[str, str]) -> list[str]:
+    """The stream names a request or reply announces (bad names are ignored)."""
+    text = properties.get(NAMES, "")
+    return [name for name in text.split(",") if _NAME.fullmatch(name)]
+
+
+def announce(properties: dict[str, str], names: list[str]) -> dict[str, str]:
+    """``properties`` naming the streams ``names`` (unchanged without streams)."""
+    if names:
+        properties[NAMES] = ",".join(names)
+    return properties
+
+
+def streaming_reply_properties(
+    request_guid: uuid.UUID, user: Mapping[str, str], streams: Mapping[str, Any]
+) -> dict[str, str]:
+    """The properties of a reply with data streams (a handler's ``StreamingReply``)."""
+    names = check_names(streams)
+    return announce(wire.reply_properties(request_guid, wire.check_user_properties(user)), names)
+
+
+def stream_uri(domain: str, request_guid: uuid.UUID, name: str) -> str:
+    """The queue carrying stream ``name`` of the call ``request_guid`` (for a reply's
+    streams, the reply GUID)."""
+    return f"hf://{domain}/rpc-stream-{request_guid.hex}-{name}"
+
+
+def chunk_guid(request_guid: uuid.UUID, name: str, seq: int) -> uuid.UUID:
+    """The GUID of chunk ``seq`` of stream ``name``: the same on every retransmit."""
+    return uuid.uuid5(request_guid, (_NAMESPACE + f"{name}/{seq}".encode()).hex())
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One message of a stream, as it is posted."""
+
+    payload: bytes
+    properties: dict[str, str]
+    guid: uuid.UUID
+
+
+class Outgoing:
+    """The sending side of one stream: its chunks in order, and the broker's verdicts
+    on them. The front-end reads the source, posts what ``data``/``failed`` give, and
+    keeps at most ``WINDOW`` chunks without their ACK (``on_ack`` counts them in)."""
+
+    def __init__(self, request_guid: uuid.UUID, name: str) -> None:
+        self.name = name
+        self._guid = request_guid
+        self._seq = 0
+        self._refused: str | None = None
+
+    def data(self, data: bytes) -> Chunk:
+        """The next chunk, carrying ``data`` (at most ``CHUNK_SIZE`` bytes); ``b""``
+        gives the end of the stream."""
+        return self._next(bytes(data), {} if data else {END: "1"})
+
+    def failed(self, error: BaseException) -> tuple[Chunk, StreamError]:
+        """The chunk telling the reader that reading the source raised ``error``, and
+        the sender's own ``StreamError``."""
+        chunk = self._next(str(error)[:500].encode(), {ABORT: type(error).__name__[:64]})
+        return chunk, StreamError(f"stream {self.name}: reading it failed: {error}")
+
+    def on_ack(self, ack: Ack) -> None:
+        """Note the broker's verdict on a chunk (a refusal fails the stream)."""
+        if ack.status is not AckStatus.SUCCESS and self._refused is None:
+            self._refused = str(ack.status)
+
+    def check(self) -> None:
+        """``StreamError`` once the broker refused a chunk."""
+        if self._refused is not None:
+            raise StreamError(f"stream {self.name}: chunk refused ({self._refused})")
+
+    def ended(self) -> StreamError:
+        """The error of a stream whose call ended before it was sent."""
+        return StreamError(f"stream {self.name}: the call ended")
+
+    def _next(self, payload: bytes, extra: dict[str, str]) -> Chunk:
+        seq = self._seq
+        self._seq += 1
+        properties = {STREAM: self.name, SEQ: str(seq), **extra}
+        return Chunk(payload, properties, chunk_guid(self._guid, self.name, seq))
+
+
+class Verdict(enum.Enum):
+    """What a reader does with a chunk delivered to it (``Incoming.offer``)."""
+
+    NEXT = "next"
+    """Its turn: read it now."""
+    HOLD = "hold"
+    """Early: kept until its turn (not confirmed yet, so within the window)."""
+    DROP = "drop"
+    """Read before (a redelivery), or not a chunk: confirm it and skip it."""
+
+
+class Incoming:
+    """The reading side of one stream: puts the delivered chunks back in order, skips
+    redeliveries by sequence number, and holds the bytes not read yet. After a
+    reconnect the broker redelivers what was not confirmed (a CONFIRM lost with the
+    link included), so a chunk may come twice and out of order: neither a gap nor a
+    repeat reaches the reader."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.done = False
+        """True once the stream ended, failed or was closed."""
+        self._next = 0
+        self._early: dict[int, Message] = {}
+        self._buffer = memoryview(b"")
+
+    @property
+    def buffered(self) -> bool:
+        """True while bytes of the current chunk are unread."""
+        return bool(self._buffer)
+
+    def read_buffered(self, size: int) -> bytes:
+        """Up to ``size`` of the bytes not read yet (``b""`` when none)."""
+        data = bytes(self._buffer[:size])
+        self._buffer = self._buffer[size:]
+        return data
+
+    def ready(self) -> Message | None:
+        """The held chunk whose turn it is, if it came early (its turn is then taken)."""
+        message = self._early.pop(self._next, None)
+        if message is not None:
+            self._next += 1
+        return message
+
+    def offer(self, message: Message) -> Verdict:
+        """Sort a delivered chunk: ``NEXT`` takes its turn."""
+        try:
+            seq = int(message.properties.get(SEQ, ""))
+        except ValueError:
+            return Verdict.DROP
+        if seq < self._next or seq in self._early:
+            return Verdict.DROP
+        if seq > self._next:
+            self._early[seq] = message
+            return Verdict.HOLD
+        self._next += 1
+        return Verdict.NEXT
+
+    def accept(self, message: Message) -> None:
+        """Take the chunk whose turn it is: its bytes are buffered, or the stream ends;
+        ``StreamError`` if the sender failed."""
+        properties = message.properties
+        if ABORT in properties:
+            self.done = True
+            text = message.payload.decode(errors="replace")
+            raise StreamError(f"stream {self.name}: the sender failed: {text}")
+        if END in properties:
+            self.done = True
+            return
+        self._buffer = memoryview(message.payload)
+
+    def stalled(self, waited: float) -> StreamError:
+        """The error of a stream that brought no chunk for ``waited`` seconds."""
+        self.done = True
+        return StreamError(f"stream {self.name}: no chunk for {waited:.1f} s")
+
+    def close(self) -> None:
+        """Stop: whatever is held or buffered is dropped."""
+        self.done = True
+        self._early.clear()
+        self._buffer = memoryview(b"")
