@@ -16,10 +16,12 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any, cast
 
+from holdfast.broker.consumers import QueueHandle
 from holdfast.broker.dedup import content_digest
 from holdfast.broker.redis.durable import promote
 from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.redis.losses import AckJournal
+from holdfast.broker.redis.queues import RedisQueue
 from holdfast.broker.redis.registry import RedisRegistry
 from holdfast.broker.redis.scripts import PUT_REPLAYED, PUT_STORED
 from holdfast.broker.store import StoreError
@@ -58,7 +60,7 @@ class RedisPutPipeline:
     def on_put_batch(
         self,
         puts: PutColumns,
-        handles: Mapping[int, Any],
+        handles: Mapping[int, QueueHandle[RedisQueue]],
         outbox: Outbox,
         writer: Writer,
         spans: AcceptSpans | None = None,

@@ -1,6 +1,7 @@
 """This node's view of the queues on the Redis store, and the background work they
 need: batched confirms, requeues, the queue list, consumer and handle counts and
-wake-ups (the session code sees the same interface as ``broker.registry``)."""
+wake-ups (the session code sees the same interface as ``broker.registry``:
+``broker.interfaces``)."""
 
 from __future__ import annotations
 
