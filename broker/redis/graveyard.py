@@ -2,7 +2,7 @@
 
 The same rules as ``broker.deadletter`` (the copies are built by its ``dead_copies``
 and ``replay_copy``, so dead letters look the same on every store). A move is three
-scripts (``policy_scripts``): the message *leaves* its source (no longer delivered,
+scripts (``move_scripts``): the message *leaves* its source (no longer delivered,
 and no longer this node's: it survives the node), ``ADD`` puts the copies in their
 targets, guarded by a marker per move, and ``GONE`` removes the source's copy. A
 move that did not finish (the node died, Redis failed) is finished by whichever
