@@ -4,14 +4,14 @@ PUSHes go."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Generic, Protocol, TypeVar
 
 from holdfast.broker.store import StoredMessage
 from holdfast.proto import pb
 from holdfast.proto.limits import DEFAULT_MAX_UNCONFIRMED_BYTES, DEFAULT_MAX_UNCONFIRMED_MESSAGES
 
-if TYPE_CHECKING:
-    from holdfast.broker.queues import Queue
+Q = TypeVar("Q")
+"""The queue type of a store (``broker.queues.Queue``, ``broker.redis.queues.RedisQueue``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,11 +73,11 @@ class Consumer:
 
 
 @dataclass(slots=True, eq=False)
-class QueueHandle:
+class QueueHandle(Generic[Q]):
     """A queue as one session opened it, under the session's ``queue_id``."""
 
     queue_id: int
-    queue: Queue
+    queue: Q
     read: bool
     write: bool
     consumer: Consumer | None

@@ -39,37 +39,15 @@ Metrics (counters get Prometheus's ``_total`` suffix):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from holdfast.broker.queues import Queue
-from holdfast.broker.registry import QueueRegistry
+from holdfast.broker.interfaces import MetricsQueue, MetricsQueues, StagedCounts
 from holdfast.proto import status_name
 
 
-class StagedCounts(Protocol):
-    """What the staging metrics read: a ``StagingBook``, or a Redis node's
-    ``RedisStaging`` (its counters are that node's, its total the last sweep's)."""
-
-    @property
-    def staged_total(self) -> int:
-        """Rows staged now."""
-        ...
-
-    @property
-    def expired_rows(self) -> int:
-        """Staged rows discarded at their deadline."""
-        ...
-
-    @property
-    def discarded_rows(self) -> int:
-        """Staged rows discarded by a commit of another attempt or an abort."""
-        ...
-
-
-def _oldest_age(queue: Queue, now: float | None) -> float:
+def _oldest_age(queue: MetricsQueue, now: float | None) -> float:
     """Seconds the queue's oldest message has waited; 0 when empty or when the event
     loop changed the queue while this thread looked (the next scrape will see it)."""
     if now is None:
@@ -86,7 +64,7 @@ class BrokerCollector(Collector):
 
     def __init__(
         self,
-        queues: QueueRegistry,
+        queues: MetricsQueues,
         acks: dict[int, int],
         sessions: Callable[[], int],
         clock: Callable[[], float] | None = None,
@@ -99,7 +77,7 @@ class BrokerCollector(Collector):
         self._sessions = sessions
 
     def collect(self) -> Iterable[Metric]:
-        queues: list[Queue] = list(self._queues)
+        queues: list[MetricsQueue] = list(self._queues)
         messages_in = CounterMetricFamily(
             "holdfast_broker_messages_in", "PUTs accepted (stored and enqueued)", labels=["queue"]
         )
@@ -169,7 +147,7 @@ class BrokerCollector(Collector):
         discarded.add_metric([], book.discarded_rows)
         return [staged, expired, discarded]
 
-    def _policy_metrics(self, queues: list[Queue]) -> list[Metric]:
+    def _policy_metrics(self, queues: list[MetricsQueue]) -> list[Metric]:
         """What consumers' failures and queue policies did (issue #14's metrics)."""
         redeliveries = CounterMetricFamily(
             "holdfast_broker_redeliveries", "PUSHes of messages delivered before", labels=["queue"]

@@ -107,7 +107,7 @@ class PutPipeline:
     def on_put_batch(
         self,
         puts: PutColumns,
-        handles: Mapping[int, QueueHandle],
+        handles: Mapping[int, QueueHandle[Queue]],
         outbox: Outbox,
         writer: Writer,
         spans: AcceptSpans | None = None,
@@ -128,7 +128,7 @@ class PutPipeline:
         now = self._clock()
         limits = self.limits
         last_id = -1
-        handle: QueueHandle | None = None
+        handle: QueueHandle[Queue] | None = None
         last_queue: Queue | None = None
         target: Queue = None  # type: ignore[assignment]  # set with last_queue
         depth_limited = False

@@ -96,6 +96,12 @@ class QueueRegistry:
                 self._inherit(queue)
         return queue
 
+    def count_consumers(self, uri: str, answer: Callable[[int], None]) -> None:
+        """Answer at once with the consumers of ``uri`` (0 for a queue never opened):
+        this broker holds every consumer of its queues."""
+        queue = self._queues.get(uri)
+        answer(0 if queue is None else len(queue.consumers))
+
     def policy_of(self, uri: str) -> QueuePolicy | None:
         """The policy in force at ``uri`` (a queue or a template), None if unknown."""
         if is_template(uri):

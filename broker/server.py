@@ -16,7 +16,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from holdfast.broker.admin import AdminBackend, AdminService
 from holdfast.broker.admin_local import LocalAdmin
@@ -37,7 +37,10 @@ from holdfast.server.guard import unary_refusal
 from holdfast.server.serve import split_host_port, start_server
 
 if TYPE_CHECKING:
+    from holdfast.broker.interfaces import MetricsQueues
+    from holdfast.broker.queues import Queue
     from holdfast.broker.redis.backend import RedisBackend
+    from holdfast.broker.redis.queues import RedisQueue
     from holdfast.server.metrics_http import MetricsServer
 
 log = logging.getLogger(__name__)
@@ -110,7 +113,7 @@ class Broker:
         """Transactional writes' staged rows (``holdfast.broker.staging_service``)."""
         self.address = ""
         """``HOST:PORT`` the broker listens on, with the real port, once started."""
-        self._sessions: set[Session] = set()
+        self._sessions: set[Session[Queue] | Session[RedisQueue]] = set()
         self._server: Any = None
         self._stopping = False
         self._stopped = asyncio.Event()
@@ -153,9 +156,10 @@ class Broker:
             from holdfast.broker.metrics import BrokerCollector
             from holdfast.server.metrics_http import MetricsServer
 
+            queues: MetricsQueues = self.queues if self.redis is None else self.redis.queues
             self.metrics = MetricsServer(
                 BrokerCollector(
-                    self.queues if self.redis is None else cast(QueueRegistry, self.redis.queues),
+                    queues,
                     self.puts.acks if self.redis is None else self.redis.puts.acks,
                     lambda: len(self._sessions),
                     self.clock,
@@ -254,16 +258,29 @@ class Broker:
             )
             await context.write(pb.ServerFrame(error=error))
             return
-        redis = self.redis
-        session = Session(
-            context,
-            uuid.uuid4().hex,
-            self.broker_id,
-            self.config,
-            self.queues if redis is None else cast(QueueRegistry, redis.queues),
-            self.puts if redis is None else cast(PutPipeline, redis.puts),
-            self.guard.session(_token_of(context)),
-        )
+        guard = self.guard.session(_token_of(context))
+        session: Session[Queue] | Session[RedisQueue]
+        if self.redis is None:
+            session = Session(
+                context,
+                uuid.uuid4().hex,
+                self.broker_id,
+                self.config,
+                self.queues,
+                self.puts,
+                guard,
+            )
+        else:
+            redis = self.redis
+            session = Session(
+                context,
+                uuid.uuid4().hex,
+                self.broker_id,
+                self.config,
+                redis.queues,
+                redis.puts,
+                guard,
+            )
         self._sessions.add(session)
         try:
             await session.run()
@@ -309,5 +326,7 @@ class Broker:
 
 def _token_of(context: Any) -> str | None:
     """The bearer token in a stream's metadata (an in-memory context may have none)."""
+    # gRPC's servicer context is untyped here, and the in-memory streams of
+    # ``holdfast.sdk.testing`` have no metadata at all: probed, not assumed.
     metadata = getattr(context, "invocation_metadata", None)
     return bearer_token(metadata() if metadata is not None else None)

@@ -11,12 +11,11 @@ consumers.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Generic
 
 from holdfast.broker.config import BrokerConfig
-from holdfast.broker.puts import PutPipeline
-from holdfast.broker.queues import Consumer, FlowLimits, Queue, QueueHandle
-from holdfast.broker.registry import QueueRegistry
+from holdfast.broker.consumers import Consumer, FlowLimits, QueueHandle
+from holdfast.broker.interfaces import PutPath, Q, SessionQueues
 from holdfast.broker.writer import Writer
 from holdfast.proto import pb
 from holdfast.proto.columns import PutColumns, RejectRow
@@ -30,8 +29,9 @@ MAX_DELAY_MS = 3_600_000
 """The longest reject delay honoured (an hour): a longer one is cut to it."""
 
 
-class Session(ContractStream):
-    """Serves one ``holdfast.v1.Broker/Session`` stream from the broker's queues."""
+class Session(ContractStream, Generic[Q]):
+    """Serves one ``holdfast.v1.Broker/Session`` stream from the broker's queues (of
+    queue type ``Q``: the store's, see ``interfaces``)."""
 
     def __init__(
         self,
@@ -39,8 +39,8 @@ class Session(ContractStream):
         session_id: str,
         broker_id: str,
         config: BrokerConfig,
-        queues: QueueRegistry,
-        puts: PutPipeline,
+        queues: SessionQueues[Q],
+        puts: PutPath[Q],
         guard: SessionGuard | None = None,
     ) -> None:
         super().__init__(
@@ -50,7 +50,7 @@ class Session(ContractStream):
         self._config = config
         self._queues = queues
         self._puts = puts
-        self._handles: dict[int, QueueHandle] = {}
+        self._handles: dict[int, QueueHandle[Q]] = {}
         self._writer = Writer(self.guard, session_id)
         # PUSHes carry their message's age on the clock its acceptance time is on.
         self.outbox.clock = queues.now
@@ -139,9 +139,9 @@ class Session(ContractStream):
         """Remove confirmed messages; refuse GUIDs this consumer does not hold."""
         handles = self._handles
         rejected: dict[tuple[pb.Status, int], list[bytes]] = {}
-        touched: dict[int, Queue] = {}
+        touched: dict[int, Q] = {}
         last_id = -1
-        handle: QueueHandle | None = None
+        handle: QueueHandle[Q] | None = None
         for queue_id, guid in batch:
             if queue_id != last_id:
                 handle = handles.get(queue_id)
@@ -164,7 +164,7 @@ class Session(ContractStream):
         """Give rejected messages back to their queue (or its dead-letter queue);
         refuse GUIDs this consumer does not hold, like CONFIRMs."""
         refused: dict[tuple[pb.Status, int], list[bytes]] = {}
-        touched: dict[int, Queue] = {}
+        touched: dict[int, Q] = {}
         for queue_id, guid, requeue, delay_ms in batch:
             handle = self._handles.get(queue_id)
             if handle is None:
@@ -197,14 +197,11 @@ class Session(ContractStream):
         if refusal is not None:
             self.count_answer(request.request_id, 0, *refusal)
             return
-        shared = getattr(self._queues, "count_consumers", None)
-        if shared is not None:  # queues shared by broker nodes: every node's consumers
-            shared(request.uri, lambda count: self.count_answer(request.request_id, count))
-            return
-        queue = self._queues.get(request.uri)
-        self.count_answer(request.request_id, 0 if queue is None else len(queue.consumers))
+        self._queues.count_consumers(
+            request.uri, lambda count: self.count_answer(request.request_id, count)
+        )
 
-    def _detach(self, handle: QueueHandle) -> None:
+    def _detach(self, handle: QueueHandle[Q]) -> None:
         handle.queue.handles -= 1
         self.guard.open_queues -= 1
         if handle.consumer is not None:
@@ -219,7 +216,7 @@ class Session(ContractStream):
         self.guard.open_queues = 0
         # Detach every consumer before redelivering, so that messages returned by one
         # handle of this session are not pushed to another handle of it that is going too.
-        queues: dict[int, Queue] = {}
+        queues: dict[int, Q] = {}
         for handle in handles:
             handle.queue.handles -= 1
             if handle.consumer is not None:

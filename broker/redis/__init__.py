@@ -8,13 +8,16 @@ the same queues: a consumer on node B gets what a producer posted on node A. The
 
 - ``keys``: the key layout (every key of a queue shares the hash tag ``{uri}``, so a
   queue is one cluster slot and every script touches one slot);
-- ``scripts`` and ``policy_scripts``: the Lua scripts that make each step atomic in
-  Redis (dedup, depth limit and enqueue; claim with the delivery limit and TTLs;
-  confirm, requeue, reclaim; delays, expiry, dead-letter moves, the admin's reads);
+- ``put_scripts``, ``scripts``, ``policy_scripts``, ``move_scripts``,
+  ``admin_scripts``, ``staging_scripts`` and ``staging_side_scripts``: the Lua scripts
+  that make each step atomic in Redis (dedup, depth limit and enqueue; claim with the
+  delivery limit and TTLs; confirm, requeue, reclaim; delays, expiry, dead-letter
+  moves, the admin's reads; transactional writes), each with the one function that
+  lays out its KEYS and ARGV (``script``);
 - ``client``: redis-py (with hiredis), TLS and Sentinel, the retry of Redis outages
   (up to ``--redis-retry`` seconds, then STORE_ERROR) and ``WAIT`` for replicas;
 - ``registry`` and ``queues``: the queues as the broker's sessions see them (the same
-  calls as the in-memory ones); ``puts``: the PUT path;
+  calls as the in-memory ones: ``holdfast.broker.interfaces``); ``puts``: the PUT path;
 - ``policies``: every node's copy of the queue policies kept in Redis;
 - ``graveyard``: dead-letter moves and replays; ``sweep``: the timed rules;
 - ``admin``: the ``holdfast.v1.Admin`` service's work on Redis;

@@ -15,19 +15,17 @@ import logging
 from typing import Any
 
 from holdfast.broker.admin import peeked
+from holdfast.broker.redis import admin_scripts
 from holdfast.broker.redis.keys import FORGET, NODES, QUEUES, QueueKeys
 from holdfast.broker.redis.queues import parse_message
 from holdfast.broker.redis.registry import RedisRegistry
+from holdfast.broker.redis.script import ScriptCall, rows, text
 from holdfast.broker.store import StoreError
 from holdfast.proto import pb
 from holdfast.proto.policy import QueuePolicy, is_template
 from holdfast.proto.validate import Invalid
 
 log = logging.getLogger(__name__)
-
-
-def _text(raw: Any) -> str:
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
 class RedisAdmin:
@@ -40,7 +38,7 @@ class RedisAdmin:
     async def list_queues(self) -> list[pb.QueueStats]:
         """Every queue listed in ``hf:queues``, sorted by URI."""
         members = await self._call("SMEMBERS", lambda: self._client.redis.smembers(QUEUES))
-        return [await self._stats(uri) for uri in sorted(_text(m) for m in members)]
+        return [await self._stats(uri) for uri in sorted(text(m) for m in members)]
 
     async def stats(self, uri: str) -> pb.QueueStats:
         """One queue's depth, consumers, counters and policy, over every node."""
@@ -53,32 +51,22 @@ class RedisAdmin:
         """``count`` ready messages after the first ``skip``, in delivery order, left in
         place."""
         await self._require_listed(uri)
-        keys = QueueKeys(uri)
-        raw = await self._run("PEEK", [keys.ready, keys.body, keys.meta, keys.count], [count, skip])
+        raw = await self._run(admin_scripts.peek(QueueKeys(uri), most=count, skip=skip))
         now = self._registry.now_ms() / 1000
-        return [peeked(parse_message(uri, *raw[i : i + 4]), now) for i in range(0, len(raw), 4)]
+        return [peeked(parse_message(uri, *row), now) for row in rows(raw, 4)]
 
     async def purge(self, uri: str) -> int:
         """Remove the ready and delayed messages; consumers keep their unconfirmed ones."""
         await self._require_listed(uri)
-        k = QueueKeys(uri)
-        count: int = await self._run(
-            "PURGE",
-            [k.ready, k.delayed, k.body, k.meta, k.count, k.pickup, k.bytes, k.unsynced],
-            [],
-        )
-        return int(count)
+        return int(await self._run(admin_scripts.purge(QueueKeys(uri))))
 
     async def delete(self, uri: str) -> int:
         """Delete the queue with its messages, counters and policy; ``QUEUE_IN_USE``
         while any node has it open."""
         await self._require_listed(uri)
-        k = QueueKeys(uri)
         nodes = await self._call("HKEYS nodes", lambda: self._client.redis.hkeys(NODES))
-        outs = [k.out(_text(node)) for node in nodes]
-        keys = [k.handles, k.body, k.ready, k.delayed, k.meta, k.count, k.pickup, k.bytes]
-        keys += [k.stats, k.consumers, k.leaving, k.unsynced, k.seq, *outs]
-        result = int(await self._run("DELETE", keys, []))
+        call = admin_scripts.delete(QueueKeys(uri), nodes=[text(node) for node in nodes])
+        result = int(await self._run(call))
         if result < 0:
             raise Invalid(
                 pb.STATUS_QUEUE_IN_USE,
@@ -126,11 +114,9 @@ class RedisAdmin:
             ) from error
 
     async def _stats(self, uri: str) -> pb.QueueStats:
-        k = QueueKeys(uri)
-        keys = [k.ready, k.delayed, k.body, k.bytes, k.consumers, k.handles, k.stats, k.meta]
-        raw = await self._run("STATS", keys, [])
+        raw = await self._run(admin_scripts.stats(QueueKeys(uri)))
         ready, delayed, total, size, consumers, handles, head = (int(v) for v in raw[:7])
-        counters = {_text(raw[i]): int(raw[i + 1]) for i in range(7, len(raw), 2)}
+        counters = {text(name): int(value) for name, value in rows(raw[7:], 2)}
         dead = {name[5:]: n for name, n in counters.items() if name.startswith("dead:")}
         now = self._registry.now_ms()
         return pb.QueueStats(
@@ -154,8 +140,8 @@ class RedisAdmin:
         if not listed:
             raise Invalid(pb.STATUS_NOT_FOUND, f"no queue {uri} on this store")
 
-    async def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        return await self._guard(self._client.run(name, keys, args))
+    async def _run(self, call: ScriptCall) -> Any:
+        return await self._guard(self._client.run(call))
 
     async def _call(self, what: str, make: Any) -> Any:
         return await self._guard(self._client.call(what, make))

@@ -12,8 +12,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from holdfast.broker.redis import staging_scripts
+from holdfast.broker.redis import staging_side_scripts as side
 from holdfast.broker.redis.client import RedisClient
+from holdfast.broker.redis.script import rows as rows_of
+from holdfast.broker.redis.script import text
 from holdfast.broker.staging import StagingLimits
 from holdfast.proto import pb
 
@@ -23,24 +25,28 @@ def budget_key(token: str) -> str:
     return "hf:stbudget:{" + token + "}"
 
 
-def _text(raw: Any) -> str:
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
-
-
 class TokenBudgets:
     """Takes and gives back the tokens' staging budgets."""
 
     def __init__(self, client: RedisClient, limits: StagingLimits, ttl_ms: int) -> None:
         self._client = client
-        self._caps = (limits.max_rows_per_token, limits.max_bytes_per_token)
+        self._limits = limits
         self._ttl_ms = ttl_ms
-        self._scripts = {
-            name: client.redis.register_script(getattr(staging_scripts, name))
-            for name in ("TAKE_BUDGET", "GIVE_BUDGET", "COUNT_NEW")
-        }
 
-    async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        return await self._client.script(name, self._scripts[name], keys, args)
+    async def _take(self, budget: str, rows: int, size: int) -> bool:
+        """Take ``rows`` and ``size`` bytes from ``budget``; False if it cannot hold them."""
+        limits = self._limits
+        took = await self._client.run(
+            side.take_budget(
+                budget,
+                rows=rows,
+                size=size,
+                max_rows=limits.max_rows_per_token,
+                max_bytes=limits.max_bytes_per_token,
+                ttl_ms=self._ttl_ms,
+            )
+        )
+        return bool(int(took[0]))
 
     async def take(
         self, token: str, attempt: str, batch: Mapping[bytes, pb.Put], size: int
@@ -50,33 +56,29 @@ class TokenBudgets:
         only what the batch adds to its attempt (a retried call adds nothing), counted
         by another call: the budget's key is in another slot than the attempt's."""
         budget = budget_key(token)
-        caps = (*self._caps, self._ttl_ms)
-        took = await self._run("TAKE_BUDGET", [budget], [len(batch), size, *caps])
-        if int(took[0]):
+        if await self._take(budget, len(batch), size):
             return len(batch), size
-        sizes: list[Any] = []
-        for guid, put in batch.items():
-            sizes += [guid, len(put.payload)]
-        rows, delta = (int(n) for n in await self._run("COUNT_NEW", [attempt], sizes))
+        sizes = [(guid, len(put.payload)) for guid, put in batch.items()]
+        counted = await self._client.run(side.count_new(attempt, sizes=sizes))
+        rows, delta = (int(n) for n in counted)
         want = (rows, max(delta, 0))
         if want == (0, 0):
             return want
-        took = await self._run("TAKE_BUDGET", [budget], [*want, *caps])
-        return want if int(took[0]) else None
+        return want if await self._take(budget, *want) else None
 
     async def give(self, token: str, rows: int, size: int) -> None:
         """Give ``rows`` and ``size`` bytes back to ``token`` (negative: take them, come
         what may: a stage added more than it took)."""
-        await self._run("GIVE_BUDGET", [budget_key(token)], [rows, size])
+        await self._client.run(side.give_budget(budget_key(token), rows=rows, size=size))
 
     async def give_back(self, released: Sequence[Any]) -> None:
         """Give the rows and bytes of attempts that left (``released``: token, rows,
         bytes of each, as the scripts return them) back to their tokens."""
         totals: Counter[tuple[str, str]] = Counter()
-        for i in range(0, len(released), 3):
-            token = _text(released[i])
-            totals[(token, "rows")] += int(released[i + 1])
-            totals[(token, "bytes")] += int(released[i + 2])
+        for raw_token, rows, size in rows_of(released, 3):
+            token = text(raw_token)
+            totals[(token, "rows")] += int(rows)
+            totals[(token, "bytes")] += int(size)
         for token in {token for token, _ in totals}:
             rows, size = totals[(token, "rows")], totals[(token, "bytes")]
             if rows or size:

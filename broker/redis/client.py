@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -41,8 +41,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 from redis.sentinel import Sentinel as SyncSentinel
 
-from holdfast.broker.redis import policy_scripts, scripts
 from holdfast.broker.redis.lease_scripts import FENCED
+from holdfast.broker.redis.script import Script, ScriptCall
 from holdfast.broker.redis.tls import RedisTls
 from holdfast.broker.store import StoreError
 
@@ -149,12 +149,7 @@ class RedisClient:
             self.redis = sentinels.master_for(spec.service, db=spec.db, **common)
         else:
             self.redis = aioredis.Redis(host=host, port=port, db=spec.db, **common)
-        self._scripts = {
-            name: self.redis.register_script(getattr(module, name))
-            for module in (scripts, policy_scripts)
-            for name in module.__all__
-        }
-        self.put_script = self._scripts["PUT"]
+        self._scripts: dict[str, Any] = {}
         self.round_trips = 0
         """Redis calls made (for the bench: round trips per message)."""
 
@@ -198,42 +193,49 @@ class RedisClient:
             except RedisError as error:
                 raise StoreError(f"redis store {self.where}: {what}: {error}") from None
 
-    async def script(self, what: str, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """Run a registered script with retries. A Redis that restarted has forgotten the
-        scripts (NOSCRIPT): they are loaded again and the call repeated."""
+    def _registered(self, script: Script) -> Any:
+        """redis-py's handle of ``script`` on this client (it sends EVALSHA, and the
+        script once Redis says it does not know it)."""
+        registered = self._scripts.get(script.name)
+        if registered is None:
+            registered = self._scripts[script.name] = self.redis.register_script(script.lua)
+        return registered
+
+    async def run(self, call: ScriptCall) -> Any:
+        """Run a script call (its module's layout function made it) with retries. A
+        Redis that restarted has forgotten the scripts (NOSCRIPT): they are loaded
+        again and the call repeated."""
+        script = self._registered(call.script)
 
         async def run() -> Any:
             try:
-                return await script(keys=list(keys), args=list(args))
+                return await script(keys=call.keys, args=call.args)
             except NoScriptError:
                 await self.redis.script_load(script.script)
-                return await script(keys=list(keys), args=list(args))
+                return await script(keys=call.keys, args=call.args)
 
-        return await self.call(what, run)
+        return await self.call(call.script.name, run)
 
-    async def run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """Run the script ``name`` of ``scripts`` or ``policy_scripts`` (``script``)."""
-        return await self.script(name, self._scripts[name], keys, args)
-
-    async def put(self, keys: Sequence[str], args: Sequence[Any]) -> tuple[list[int], bool]:
-        """Run the PUT script; returns its statuses, and whether ``min_replicas``
-        replicas confirmed it (``WAIT`` on the same connection, in one pipeline)."""
+    async def run_replicated(self, call: ScriptCall) -> tuple[Any, bool]:
+        """Run a script call that stores (a PUT, a stage or a commit); with
+        ``min_replicas``, ``WAIT`` for them on the same connection, in one pipeline.
+        Returns the script's reply, and whether enough replicas confirmed it."""
         if not self.min_replicas:
-            statuses = await self.script("PUT", self.put_script, keys, args)
-            return [int(s) for s in statuses], True
+            return await self.run(call), True
+        script = self._registered(call.script)
         timeout_ms = round(self.replica_timeout * 1000)
 
-        async def put_and_wait() -> list[Any]:
+        async def run_and_wait() -> list[Any]:
             # A pipeline does not reload forgotten scripts by itself: load first.
-            await self.redis.script_load(self.put_script.script)
+            await self.redis.script_load(script.script)
             pipe = self.redis.pipeline(transaction=False)
-            await self.put_script(keys=list(keys), args=list(args), client=pipe)
+            await script(keys=call.keys, args=call.args, client=pipe)
             pipe.execute_command("WAIT", self.min_replicas, timeout_ms)
             result: list[Any] = await pipe.execute()
             return result
 
-        statuses, acked = await self.call("PUT", put_and_wait)
-        return [int(s) for s in statuses], int(acked) >= self.min_replicas
+        reply, acked = await self.call(call.script.name, run_and_wait)
+        return reply, int(acked) >= self.min_replicas
 
     def connect_sync(self, timeout: float) -> Any:
         """A blocking client of the same Redis with its own connection, whose calls

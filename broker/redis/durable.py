@@ -17,6 +17,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from holdfast.broker.redis import put_scripts
 from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.store import StoreError
 
@@ -31,8 +32,7 @@ SYNCED_TTL_MS = 60_000
 
 async def promote(registry: RedisRegistry, uri: str, guid: bytes) -> int:
     """``guid`` is on enough replicas: it and what was stored before it become ready."""
-    keys = QueueKeys(uri)
-    moved = int(await registry.client.run("PROMOTE", [keys.unsynced, keys.ready], [guid]))
+    moved = int(await registry.client.run(put_scripts.promote(QueueKeys(uri), guid=guid)))
     if moved:
         registry.wake(uri)
     return moved

@@ -2,7 +2,7 @@
 
 The same rules as ``broker.deadletter`` (the copies are built by its ``dead_copies``
 and ``replay_copy``, so dead letters look the same on every store). A move is three
-scripts (``policy_scripts``): the message *leaves* its source (no longer delivered,
+scripts (``move_scripts``): the message *leaves* its source (no longer delivered,
 and no longer this node's: it survives the node), ``ADD`` puts the copies in their
 targets, guarded by a marker per move, and ``GONE`` removes the source's copy. A
 move that did not finish (the node died, Redis failed) is finished by whichever
@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from holdfast.broker.deadletter import dead_copies, replay_copy, replayable
+from holdfast.broker.redis import move_scripts
 from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.redis.queues import message_meta, parse_message
+from holdfast.broker.redis.script import rows, text
 from holdfast.broker.store import StoredMessage, StoreError
 from holdfast.proto.policy import ORIGINAL_URI
 
@@ -33,8 +35,15 @@ REPLAY = "replay"
 STALE = 5.0
 """Seconds after which any node finishes a move that its node did not."""
 
-Leaving = tuple[StoredMessage, str, str | None]
-"""A message on its way out: (message, reason, dead-letter queue or None)."""
+
+class Leaving(NamedTuple):
+    """A message on its way out of its queue."""
+
+    message: StoredMessage
+    reason: str
+    """``x-death-reason``, or ``REPLAY``."""
+    target: str | None
+    """The dead-letter queue (None: dropped; a replay's target is in the message)."""
 
 
 class RedisGraveyard:
@@ -57,18 +66,21 @@ class RedisGraveyard:
         registry = self._registry
         keys = QueueKeys(uri)
         target = registry.policies.effective(uri).dead_letter
-        args: list[object] = [registry.now_ms()]
-        for message, reason in dead:
-            args += [message.guid, f"{reason}|{target or ''}"]
         try:
             await registry.client.run(
-                "LEAVE", [keys.out(registry.node_id), keys.leaving, registry.lease(keys)], args
+                move_scripts.leave(
+                    keys,
+                    node=registry.node_id,
+                    lease=registry.lease(keys),
+                    now_ms=registry.now_ms(),
+                    leaving=[(message.guid, reason, target) for message, reason in dead],
+                )
             )
         except StoreError as error:
             log.error("%s: %d dead messages stay for now: %s", uri, len(dead), error)
             await registry.requeue(uri, [message.guid for message, _ in dead])
             return
-        await self._finish(uri, [(message, reason, target) for message, reason in dead])
+        await self._finish(uri, [Leaving(message, reason, target) for message, reason in dead])
 
     async def finish_stale(self, uri: str, age: float = STALE) -> int:
         """Finish the moves out of ``uri`` begun ``age`` seconds ago or more (by this
@@ -76,13 +88,12 @@ class RedisGraveyard:
         registry = self._registry
         keys = QueueKeys(uri)
         since = registry.now_ms() - round(age * 1000)
-        raw = await registry.client.run(
-            "LEAVING", [keys.leaving, keys.body, keys.meta, keys.count], [since]
-        )
+        raw = await registry.client.run(move_scripts.leaving(keys, since_ms=since))
         items: list[Leaving] = []
-        for i in range(0, len(raw), 5):
-            reason, _, target = _text(raw[i + 4]).partition("|")
-            items.append((parse_message(uri, *raw[i : i + 4]), reason, target or None))
+        for guid, payload, meta, count, where in rows(raw, 5):
+            reason, _, target = text(where).partition("|")
+            message = parse_message(uri, guid, payload, meta, count)
+            items.append(Leaving(message, reason, target or None))
         if items:
             log.warning("%s: finishing %d moves another node began", uri, len(items))
             await self._finish(uri, items)
@@ -95,19 +106,15 @@ class RedisGraveyard:
         by a later sweep, the rest stays in the dead-letter queue)."""
         registry = self._registry
         keys = QueueKeys(uri)
-        raw = await registry.client.run(
-            "TAKE",
-            [keys.ready, keys.delayed, keys.body, keys.meta, keys.count, keys.leaving],
-            [registry.now_ms()],
-        )
-        taken = [parse_message(uri, *raw[i : i + 4]) for i in range(0, len(raw), 4)]
+        raw = await registry.client.run(move_scripts.take(keys, now_ms=registry.now_ms()))
+        taken = [parse_message(uri, *row) for row in rows(raw, 4)]
         moving = [message for message in taken if replayable(message)]
         stay = [message for message in taken if not replayable(message)]
         if stay:
             await registry.client.run(
-                "STAY", [keys.leaving, keys.ready], [message.guid for message in stay]
+                move_scripts.stay(keys, guids=[message.guid for message in stay])
             )
-        if moving and not await self._finish(uri, [(m, REPLAY, None) for m in moving]):
+        if moving and not await self._finish(uri, [Leaving(m, REPLAY, None) for m in moving]):
             raise StoreError(f"{len(moving)} replays of {uri} were begun and not finished")
         return len(moving), [f"{m.guid.hex()}: no valid {ORIGINAL_URI}" for m in stay]
 
@@ -127,9 +134,7 @@ class RedisGraveyard:
         try:
             await self._add(moves)
             await registry.client.run(
-                "GONE",
-                [keys.body, keys.meta, keys.count, keys.leaving, keys.bytes, keys.pickup],
-                [message.guid for message, _, _ in items],
+                move_scripts.gone(keys, guids=[item.message.guid for item in items])
             )
         except StoreError as error:
             log.error("%s: %d moves out wait for a later sweep: %s", uri, len(items), error)
@@ -150,16 +155,19 @@ class RedisGraveyard:
     async def _add(self, moves: list[tuple[StoredMessage, str]]) -> None:
         registry = self._registry
         by_target: dict[str, list[tuple[StoredMessage, str]]] = {}
-        for move in moves:
-            by_target.setdefault(move[0].queue_uri, []).append(move)
+        for copy, move_id in moves:
+            by_target.setdefault(copy.queue_uri, []).append((copy, move_id))
         for target, items in by_target.items():
-            keys = QueueKeys(target)
             await registry.list_queue(target)
-            args: list[object] = [keys.moves, self._marker_ttl_ms]
-            for copy, move_id in items:
-                args += [copy.guid, move_id, message_meta(copy), copy.payload]
             await registry.client.run(
-                "ADD", [keys.ready, keys.body, keys.meta, keys.count, keys.bytes], args
+                move_scripts.add(
+                    QueueKeys(target),
+                    marker_ttl_ms=self._marker_ttl_ms,
+                    moves=[
+                        move_scripts.Move(copy.guid, move_id, message_meta(copy), copy.payload)
+                        for copy, move_id in items
+                    ],
+                )
             )
             registry.wake(target)
 
@@ -170,8 +178,4 @@ def _move_id(copy: StoredMessage, source: str, original: StoredMessage) -> str:
     return f"{copy.guid.hex()}:{round(original.accepted_at * 1000)}:{source}"
 
 
-def _text(raw: object) -> str:
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
-
-
-__all__ = ["REPLAY", "STALE", "RedisGraveyard"]
+__all__ = ["REPLAY", "STALE", "Leaving", "RedisGraveyard"]

@@ -107,20 +107,6 @@ class QueueKeys:
         return (self.ready, self.body, self.meta, self.count)
 
     @property
-    def put_keys(self) -> list[str]:
-        """The keys of the PUT script, in its order."""
-        return [
-            self.ready,
-            self.body,
-            self.meta,
-            self.bytes,
-            self.stats,
-            self.pickup,
-            self.unsynced,
-            self.seq,
-        ]
-
-    @property
     def synced(self) -> str:
         """The key the durability check writes before ``WAIT`` (``durable``)."""
         return self.prefix + "synced"

@@ -38,8 +38,9 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from holdfast.broker.redis.keys import GENERATION, NODES, lease_key, mark_key
-from holdfast.broker.redis.lease_scripts import LEASE_START, NEXT_TOKEN, RENEW
+from holdfast.broker.redis.keys import GENERATION, NODES
+from holdfast.broker.redis.lease_scripts import lease_start, next_token, renew
+from holdfast.broker.redis.script import ScriptCall
 
 log = logging.getLogger(__name__)
 
@@ -205,23 +206,28 @@ class LeaseKeeper:
             # A call may not outlast the grace: a renewal sent just before the lease ends
             # must come back (or fail) before any peer may reclaim.
             self._redis = self._connect(self.timing.grace * 0.8)
-            self._scripts = {
-                name: self._redis.register_script(text)
-                for name, text in (("NEXT", NEXT_TOKEN), ("START", LEASE_START), ("RENEW", RENEW))
-            }
+            self._scripts = {}
         return self._redis
+
+    def _script(self, call: ScriptCall, client: Any = None) -> Any:
+        """Run a lease script call on the keeper's own connection (or queue it on the
+        ``client`` pipeline); redis-py loads a script Redis forgot."""
+        script = self._scripts.get(call.script.name)
+        if script is None:
+            script = self._scripts[call.script.name] = self._client().register_script(
+                call.script.lua
+            )
+        return script(keys=call.keys, args=call.args, client=client)
 
     def _join(self) -> None:
         redis = self._client()
         if self._generation is None:
             redis.set(GENERATION, uuid.uuid4().hex.encode(), nx=True)
             self._generation = redis.get(GENERATION)
-        token = int(self._scripts["NEXT"](keys=[FENCE_COUNTER], args=[self._token]))
+        token = int(self._script(next_token(FENCE_COUNTER, seen=self._token)))
         incarnation = f"{self._node_id}.{token}"
         sent = self.clock()
-        self._scripts["START"](
-            keys=[lease_key(incarnation), mark_key(incarnation)], args=[token, self.timing.ttl_ms]
-        )
+        self._script(lease_start(incarnation, token=token, lease_ms=self.timing.ttl_ms))
         redis.hset(NODES, incarnation, self._now_ms())
         self._token, self._incarnation = token, incarnation
         self._valid_until = sent + self.timing.lease
@@ -235,14 +241,13 @@ class LeaseKeeper:
         redis = self._client()
         mark = self._mark + 1
         sent = self.clock()
-        keys = [lease_key(incarnation), mark_key(incarnation)]
-        args = [self._token, self.timing.ttl_ms, mark]
+        call = renew(incarnation, token=self._token, lease_ms=self.timing.ttl_ms, mark=mark)
         if self._cluster:  # the two keys are in other slots: two calls
-            ok, stored = self._scripts["RENEW"](keys=keys, args=args)
+            ok, stored = self._script(call)
             generation = redis.get(GENERATION)
         else:  # one round trip
             pipe = redis.pipeline(transaction=False)
-            self._scripts["RENEW"](keys=keys, args=args, client=pipe)
+            self._script(call, client=pipe)
             pipe.get(GENERATION)
             (ok, stored), generation = pipe.execute()
         done = self.clock()

@@ -11,6 +11,7 @@ from typing import Any
 from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.redis.lease import StoreWentBack
 from holdfast.broker.redis.losses import AckJournal, DataLoss, describe
+from holdfast.broker.redis.policy_scripts import repair
 from holdfast.broker.redis.registry import RedisRegistry
 
 log = logging.getLogger(__name__)
@@ -73,15 +74,8 @@ class LossCheck:
         counts, confirmed = registry.recent.of(uri)
         if not counts and not confirmed:
             return
-        keys = QueueKeys(uri)
-        args: list[Any] = [len(counts)]
-        for guid, count in counts.items():
-            args += [guid, count]
-        args += confirmed
         raised, removed = await registry.client.run(
-            "REPAIR",
-            [*keys.message_keys[1:], keys.ready, keys.bytes, keys.pickup, keys.delayed],
-            args,
+            repair(QueueKeys(uri), counts=counts, confirmed=confirmed)
         )
         log.warning(
             "%s: after the loss, %d confirms re-applied and %d delivery counts raised back",

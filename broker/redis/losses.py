@@ -35,22 +35,32 @@ class DataLoss:
     queues: dict[str, int]
 
 
+class _Second:
+    """One second's value of a queue (an ACK count, or the highest write sequence)."""
+
+    __slots__ = ("second", "value")
+
+    def __init__(self, second: int, value: int) -> None:
+        self.second = second
+        self.value = value
+
+
 class _PerSecond:
-    """(second, value) pairs of one queue, one per second at most, for ``SPAN`` s."""
+    """The values of one queue, one per second at most, for ``SPAN`` s."""
 
     __slots__ = ("entries",)
 
     def __init__(self) -> None:
-        self.entries: deque[list[int]] = deque()
+        self.entries: deque[_Second] = deque()
 
     def add(self, second: int, value: int, keep_max: bool) -> None:
         entries = self.entries
-        if entries and entries[-1][0] == second:
+        if entries and entries[-1].second == second:
             last = entries[-1]
-            last[1] = max(last[1], value) if keep_max else last[1] + value
+            last.value = max(last.value, value) if keep_max else last.value + value
         else:
-            entries.append([second, value])
-            while entries[0][0] <= second - SPAN:
+            entries.append(_Second(second, value))
+            while entries[0].second <= second - SPAN:
                 entries.popleft()
 
 
@@ -69,7 +79,7 @@ class AckJournal:
         """ACKs to ``uri`` from ``moment`` on (the second it falls in included)."""
         book = self._queues.get(uri)
         first = math.floor(moment)
-        return 0 if book is None else sum(n for second, n in book.entries if second >= first)
+        return 0 if book is None else sum(e.value for e in book.entries if e.second >= first)
 
     def queues_since(self, moment: float) -> dict[str, int]:
         """ACKs per queue from ``moment`` on, for the queues that had any."""
@@ -88,19 +98,19 @@ class SeqBook:
         """A script on ``uri`` returned the write sequence ``seq``. A lower one than the
         node saw is kept out (it is what the loss check is to find, not a new high)."""
         book = self._queues.setdefault(uri, _PerSecond())
-        if book.entries and seq < book.entries[-1][1]:
+        if book.entries and seq < book.entries[-1].value:
             return
         book.add(math.floor(self._clock()), seq, True)
 
     def highest(self, uri: str) -> int:
         """The highest write sequence seen for ``uri`` (0 if none)."""
         book = self._queues.get(uri)
-        return 0 if book is None else book.entries[-1][1]
+        return 0 if book is None else book.entries[-1].value
 
     def queues(self) -> list[str]:
         """The queues seen in the last ``SPAN`` seconds (older ones are forgotten)."""
         oldest = math.floor(self._clock()) - SPAN
-        for uri in [u for u, book in self._queues.items() if book.entries[-1][0] <= oldest]:
+        for uri in [u for u, book in self._queues.items() if book.entries[-1].second <= oldest]:
             del self._queues[uri]
         return list(self._queues)
 
@@ -111,9 +121,9 @@ class SeqBook:
         book = self._queues.get(uri)
         if book is None or stored >= seen:
             return None
-        lost_from = next(second for second, seq in book.entries if seq > stored)
+        lost_from = next(e.second for e in book.entries if e.value > stored)
         book.entries.clear()
-        book.entries.append([math.floor(self._clock()), stored])
+        book.entries.append(_Second(math.floor(self._clock()), stored))
         return float(lost_from)
 
 

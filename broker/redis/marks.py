@@ -10,9 +10,9 @@ import logging
 from collections.abc import Callable
 
 from holdfast.broker.marks import Mark, invalid_mark_request, mark_reply
-from holdfast.broker.redis import staging_scripts
 from holdfast.broker.redis.client import RedisClient
 from holdfast.broker.redis.keys import QueueKeys
+from holdfast.broker.redis.staging_side_scripts import record_mark
 from holdfast.proto import pb
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,6 @@ class RedisMarks:
     def __init__(self, client: RedisClient, now_ms: Callable[[], int]) -> None:
         self._client = client
         self._now_ms = now_ms
-        self._record = client.redis.register_script(staging_scripts.RECORD_MARK)
 
     async def handle(self, request: pb.CommitMarkRequest) -> pb.CommitMarkReply:
         """Serve ``CommitMark`` from the marks kept in Redis (``holdfast.broker.marks``'s
@@ -48,12 +47,15 @@ class RedisMarks:
         if not request.record:
             raw = await self._client.call("HGET marks", lambda: redis.hget(key, request.app_id))
             return mark_reply(None if raw is None else parse_mark(raw), request.app_id)
-        now = self._now_ms()
-        changed, raw = await self._client.script(
-            "RECORD_MARK",
-            self._record,
-            [key],
-            [request.app_id, request.version, request.digest, request.rows, now],
+        changed, raw = await self._client.run(
+            record_mark(
+                key,
+                app_id=request.app_id,
+                version=request.version,
+                digest=request.digest,
+                rows=request.rows,
+                now_ms=self._now_ms(),
+            )
         )
         mark = parse_mark(raw)
         reply = mark_reply(mark, request.app_id)

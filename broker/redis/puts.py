@@ -14,14 +14,16 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any, cast
 
+from holdfast.broker.consumers import QueueHandle
 from holdfast.broker.dedup import content_digest
+from holdfast.broker.redis import put_scripts
 from holdfast.broker.redis.durable import promote
 from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.redis.losses import AckJournal
+from holdfast.broker.redis.put_scripts import PUT_REPLAYED, PUT_STORED, PutArgs
+from holdfast.broker.redis.queues import RedisQueue
 from holdfast.broker.redis.registry import RedisRegistry
-from holdfast.broker.redis.scripts import PUT_REPLAYED, PUT_STORED
 from holdfast.broker.store import StoreError
 from holdfast.broker.writer import Writer
 from holdfast.proto import pb
@@ -58,7 +60,7 @@ class RedisPutPipeline:
     def on_put_batch(
         self,
         puts: PutColumns,
-        handles: Mapping[int, Any],
+        handles: Mapping[int, QueueHandle[RedisQueue]],
         outbox: Outbox,
         writer: Writer,
         spans: AcceptSpans | None = None,
@@ -134,48 +136,52 @@ class RedisPutPipeline:
 
     async def _put(self, uri: str, puts: list[PutRow]) -> list[pb.Status]:
         registry = self._registry
-        keys = QueueKeys(uri)
         policy = registry.policies.effective(uri)
         now = registry.now_ms()
-        args: list[Any] = [
-            keys.prefix + "g:",
-            self._retention_ms,
-            self._max_age_ms,
-            now,
-            policy.max_messages or 0,
-            policy.max_bytes or 0,
-            1 if registry.client.min_replicas else 0,
-        ]
         latest_pickup = 0
-        for put in puts:
-            properties = dict(put.properties)
+        rows: list[PutArgs] = []
+        for row in puts:
+            properties = dict(row.properties)
             pickup = 0
             if PICKUP_TTL in properties:
                 pickup = now + int(properties[PICKUP_TTL])  # validated by put_status
                 latest_pickup = max(latest_pickup, pickup)
-            args += [
-                put.guid,
-                str(content_digest(put.payload, put.properties)),
-                put.age_ms,
-                json.dumps(properties, separators=(",", ":")) if properties else "{}",
-                put.payload,
-                pickup,
-            ]
+            rows.append(
+                PutArgs(
+                    row.guid,
+                    str(content_digest(row.payload, row.properties)),
+                    row.age_ms,
+                    json.dumps(properties, separators=(",", ":")) if properties else "{}",
+                    row.payload,
+                    pickup,
+                )
+            )
+        call = put_scripts.put(
+            QueueKeys(uri),
+            retention_ms=self._retention_ms,
+            max_age_ms=self._max_age_ms,
+            now_ms=now,
+            max_messages=policy.max_messages or 0,
+            max_bytes=policy.max_bytes or 0,
+            hold=bool(registry.client.min_replicas),
+            puts=rows,
+        )
         try:
             await registry.list_queue(uri)
-            raw, replicated = await registry.client.put(keys.put_keys, args)
-            registry.seqs.saw(uri, raw.pop())
+            raw, replicated = await registry.client.run_replicated(call)
+            reply = put_scripts.put_reply(raw)
+            registry.seqs.saw(uri, reply.seq)
         except StoreError as error:
             log.error("%s: %d PUTs not stored: %s", uri, len(puts), error)
             return [pb.STATUS_STORE_ERROR] * len(puts)
         if registry.client.min_replicas:
-            replicated = await self._after_wait(uri, puts, raw, replicated)
+            replicated = await self._after_wait(uri, puts, reply.outcomes, replicated)
         statuses: list[pb.Status] = []
-        for code in raw:
+        for code in reply.outcomes:
             if code in (PUT_STORED, PUT_REPLAYED):
                 statuses.append(_OK if replicated else pb.STATUS_UNKNOWN)
             else:
-                statuses.append(cast(pb.Status, code))  # CONFLICT, TOO_OLD, QUEUE_FULL
+                statuses.append(put_scripts.refusal_status(code))  # CONFLICT, TOO_OLD, QUEUE_FULL
         if latest_pickup:
             registry.timed[uri] = max(registry.timed.get(uri, 0), latest_pickup)
         return statuses

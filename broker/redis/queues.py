@@ -31,7 +31,10 @@ from typing import TYPE_CHECKING
 
 from holdfast.broker.consumers import Consumer
 from holdfast.broker.lifecycle import release
+from holdfast.broker.redis import policy_scripts
 from holdfast.broker.redis.keys import QueueKeys
+from holdfast.broker.redis.script import rows, text
+from holdfast.broker.redis.scripts import Claimed, Unclaimed, claim, unclaim
 from holdfast.broker.store import NO_PROPERTIES, StoredMessage, StoreError
 from holdfast.proto.policy import PICKUP_TTL, REASON_REJECTED, QueuePolicy
 from holdfast.server import spans
@@ -199,16 +202,15 @@ class RedisQueue:
         try:
             await registry.remember_queue(self.uri)
             raw = await registry.client.run(
-                "CLAIM",
-                [
-                    *keys.message_keys,
-                    keys.out(node),
-                    keys.pickup,
-                    keys.stats,
-                    registry.lease(keys),
-                    keys.seq,
-                ],
-                [n, now, policy.max_deliveries or 0, cutoff],
+                claim(
+                    keys,
+                    node=node,
+                    lease=registry.lease(keys),
+                    most=n,
+                    now_ms=now,
+                    max_deliveries=policy.max_deliveries or 0,
+                    cutoff_ms=cutoff,
+                )
             )
             seq = int(raw.pop())
             # A claim that wrote moves the sequence past all the node saw; if it does
@@ -223,11 +225,11 @@ class RedisQueue:
             self._claiming = False
         messages: list[StoredMessage] = []
         dead: list[tuple[StoredMessage, str]] = []
-        for i in range(0, len(raw), 5):
-            message = parse_message(self.uri, *raw[i : i + 4])
-            reason = raw[i + 4]
-            if reason:
-                dead.append((message, reason.decode() if isinstance(reason, bytes) else reason))
+        claimed = [Claimed(*row) for row in rows(raw, 5)]
+        for one in claimed:
+            message = parse_message(self.uri, one.guid, one.payload, one.meta, one.deliveries)
+            if one.reason:
+                dead.append((message, text(one.reason)))
             else:
                 messages.append(message)
         if dead:
@@ -245,7 +247,7 @@ class RedisQueue:
         leftover = self._hand_out(messages)
         if leftover:
             await self._unclaim(leftover)
-        if len(raw) == 5 * n:
+        if len(claimed) == n:
             self.deliver()  # there may be more
 
     def _hand_out(self, messages: list[StoredMessage]) -> list[StoredMessage]:
@@ -279,21 +281,14 @@ class RedisQueue:
         restored (``UNCLAIM``)."""
         registry = self._registry
         keys = self.keys
-        args: list[object] = []
-        for message in messages:
-            args += [message.guid, pickup_deadline_ms(message)]
         try:
             await registry.client.run(
-                "UNCLAIM",
-                [
-                    keys.ready,
-                    keys.count,
-                    keys.out(registry.node_id),
-                    keys.pickup,
-                    keys.stats,
-                    registry.lease(keys),
-                ],
-                args,
+                unclaim(
+                    keys,
+                    node=registry.node_id,
+                    lease=registry.lease(keys),
+                    messages=[Unclaimed(m.guid, pickup_deadline_ms(m)) for m in messages],
+                )
             )
         except StoreError as error:
             # Still this node's deliveries: reclaimed when the node stops or dies.
@@ -316,9 +311,13 @@ class RedisQueue:
         due = registry.now_ms() + round(delay * 1000)
         try:
             await registry.client.run(
-                "DELAY",
-                [self.keys.out(registry.node_id), self.keys.delayed, registry.lease(self.keys)],
-                [due, guid],
+                policy_scripts.delay(
+                    self.keys,
+                    node=registry.node_id,
+                    lease=registry.lease(self.keys),
+                    due_ms=due,
+                    guids=[guid],
+                )
             )
         except StoreError as error:
             # Still this node's delivery: reclaimed if the node dies, requeued below.

@@ -19,6 +19,7 @@ from typing import Any
 
 from holdfast.broker.redis.keys import NODES, QueueKeys, lease_key, mark_key, node_queues
 from holdfast.broker.redis.registry import RedisRegistry
+from holdfast.broker.redis.scripts import reclaim
 
 log = logging.getLogger(__name__)
 
@@ -75,14 +76,7 @@ class Reaper:
         moved = 0
         for raw in queues:
             uri = _text(raw)
-            keys = QueueKeys(uri)
-            back = int(
-                await client.run(
-                    "RECLAIM",
-                    [keys.ready, keys.out(incarnation), keys.consumers, keys.handles],
-                    [incarnation],
-                )
-            )
+            back = int(await client.run(reclaim(QueueKeys(uri), node=incarnation)))
             moved += back
             await registry.settle(uri, back)
             # Its moves to dead-letter queues, unfinished, are finished now.

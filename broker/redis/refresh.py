@@ -12,6 +12,8 @@ from typing import Any
 
 from holdfast.broker.redis.queues import RedisQueue
 from holdfast.broker.redis.registry import RedisRegistry
+from holdfast.broker.redis.script import rows, text
+from holdfast.broker.redis.scripts import QueueCounts, counts
 
 BATCH = 500
 """Queues read in one call."""
@@ -23,12 +25,13 @@ async def refresh_queues(registry: RedisRegistry) -> None:
     for start in range(0, len(queues), BATCH):
         chunk = queues[start : start + BATCH]
         if registry.client.spec.cluster:
-            values = await _pipelined(registry, chunk)
+            found = await _pipelined(registry, chunk)
         else:
-            keys = [key for queue in chunk for key in _keys(queue)]
-            values = await registry.client.run("COUNTS", keys, [registry.node_id])
-        for i, queue in enumerate(chunk):
-            depth, size, unsynced, others = (int(v) for v in values[4 * i : 4 * i + 4])
+            raw = await registry.client.run(
+                counts([queue.keys for queue in chunk], node=registry.node_id)
+            )
+            found = [QueueCounts(*(int(v) for v in row)) for row in rows(raw, 4)]
+        for queue, (depth, size, unsynced, others) in zip(chunk, found, strict=True):
             queue.ready.count = depth
             queue.live_bytes = size
             queue.remote_consumers = others
@@ -36,37 +39,28 @@ async def refresh_queues(registry: RedisRegistry) -> None:
                 registry.unsynced.add(queue.uri)  # another node's, or one it died with
 
 
-def _keys(queue: RedisQueue) -> tuple[str, str, str, str, str]:
-    keys = queue.keys
-    return (keys.ready, keys.delayed, keys.bytes, keys.unsynced, keys.consumers)
-
-
-async def _pipelined(registry: RedisRegistry, chunk: list[RedisQueue]) -> list[int]:
+async def _pipelined(registry: RedisRegistry, chunk: list[RedisQueue]) -> list[QueueCounts]:
     client = registry.client
 
     async def read() -> list[Any]:
         pipe = client.redis.pipeline(transaction=False)
+        # COUNTS's reads, a command each: on a cluster a script sees one slot.
         for queue in chunk:
-            ready, delayed, size, unsynced, consumers = _keys(queue)
-            pipe.llen(ready)
-            pipe.zcard(delayed)
-            pipe.get(size)
-            pipe.llen(unsynced)
-            pipe.hgetall(consumers)
+            keys = queue.keys
+            pipe.llen(keys.ready)
+            pipe.zcard(keys.delayed)
+            pipe.get(keys.bytes)
+            pipe.llen(keys.unsynced)
+            pipe.hgetall(keys.consumers)
         result: list[Any] = await pipe.execute()
         return result
 
     raw = await client.call("queue counts", read)
-    values: list[int] = []
-    for i in range(len(chunk)):
-        ready, delayed, size, unsynced, counts = raw[5 * i : 5 * i + 5]
-        others = sum(
-            int(v)
-            for k, v in counts.items()
-            if (k.decode() if isinstance(k, bytes) else k) != registry.node_id
-        )
-        values += [int(ready) + int(delayed), int(size or 0), int(unsynced), others]
-    return values
+    found: list[QueueCounts] = []
+    for ready, delayed, size, unsynced, consumers in rows(raw, 5):
+        others = sum(int(v) for k, v in consumers.items() if text(k) != registry.node_id)
+        found.append(QueueCounts(int(ready) + int(delayed), int(size or 0), int(unsynced), others))
+    return found
 
 
 __all__ = ["BATCH", "refresh_queues"]

@@ -1,6 +1,7 @@
 """This node's view of the queues on the Redis store, and the background work they
 need: batched confirms, requeues, the queue list, consumer and handle counts and
-wake-ups (the session code sees the same interface as ``broker.registry``)."""
+wake-ups (the session code sees the same interface as ``broker.registry``:
+``broker.interfaces``)."""
 
 from __future__ import annotations
 
@@ -11,19 +12,18 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+from holdfast.broker.redis import policy_scripts, scripts
 from holdfast.broker.redis.client import RedisClient
 from holdfast.broker.redis.graveyard import RedisGraveyard
 from holdfast.broker.redis.keys import QUEUES, WAKE, QueueKeys, lease_key, node_queues
 from holdfast.broker.redis.losses import RecentWork, SeqBook
 from holdfast.broker.redis.policies import PolicyBook
 from holdfast.broker.redis.queues import RedisQueue, parse_message
+from holdfast.broker.redis.script import rows, text
+from holdfast.broker.redis.scripts import Claimed
 from holdfast.broker.store import StoreError
 
 log = logging.getLogger(__name__)
-
-
-def _text(raw: Any) -> str:
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
 LIST_BATCH = 10_000
@@ -225,16 +225,7 @@ class RedisRegistry:
         """Remove messages this node delivered (confirmed, or moved elsewhere)."""
         keys = QueueKeys(uri)
         _, seq = await self.client.run(
-            "CONFIRM",
-            [
-                *keys.message_keys[1:],
-                keys.out(self.node_id),
-                keys.bytes,
-                keys.pickup,
-                self.lease(keys),
-                keys.seq,
-            ],
-            guids,
+            scripts.confirm(keys, node=self.node_id, lease=self.lease(keys), guids=guids)
         )
         self.seqs.saw(uri, int(seq))
 
@@ -243,7 +234,7 @@ class RedisRegistry:
         keys = QueueKeys(uri)
         try:
             await self.client.run(
-                "REQUEUE", [keys.ready, keys.out(self.node_id), self.lease(keys)], guids
+                scripts.requeue(keys, node=self.node_id, lease=self.lease(keys), guids=guids)
             )
         except StoreError as error:
             # Still in this node's deliveries: reclaimed if the node dies, else later.
@@ -261,12 +252,20 @@ class RedisRegistry:
         keys = QueueKeys(uri)
         await self.remember_queue(uri)
         raw = await self.client.run(
-            "SETTLE",
-            [*keys.message_keys, keys.out(self.node_id), keys.pickup, self.lease(keys)],
-            [now, cutoff, policy.max_deliveries or 0, released],
+            policy_scripts.settle(
+                keys,
+                node=self.node_id,
+                lease=self.lease(keys),
+                now_ms=now,
+                cutoff_ms=cutoff,
+                max_deliveries=policy.max_deliveries or 0,
+                released=released,
+            )
         )
+        settled = (Claimed(*row) for row in rows(raw, 5))
         dead = [
-            (parse_message(uri, *raw[i : i + 4]), _text(raw[i + 4])) for i in range(0, len(raw), 5)
+            (parse_message(uri, s.guid, s.payload, s.meta, s.deliveries), text(s.reason))
+            for s in settled
         ]
         if dead:
             queue = self._queues.get(uri)

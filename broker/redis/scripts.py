@@ -1,17 +1,22 @@
-"""The Lua scripts of a queue's life on the Redis store: PUT, CLAIM, UNCLAIM, CONFIRM,
-REQUEUE and RECLAIM (policies, moves and the admin's scripts are in ``policy_scripts``).
+"""The Lua scripts of a delivery's life on the Redis store: CLAIM, UNCLAIM, CONFIRM,
+REQUEUE and RECLAIM, and the heartbeat's COUNTS (PUT is in ``put_scripts``; policies in
+``policy_scripts``, moves in ``move_scripts``, the admin's in ``admin_scripts``), each
+with the function that lays out its KEYS and ARGV (``script``).
 
 Every script touches the keys of one queue only (one hash tag), so it runs on the
 one cluster node that holds the queue; those that change a delivery take the node's
-lease key last and refuse (``FENCED``) once it has lapsed (``lease``). Statuses
-returned by ``PUT`` are the wire statuses' numbers. A message's meta is
-``<digest>|<accepted_ms>|<properties JSON>``.
+lease key last and refuse (``FENCED``) once it has lapsed (``lease``). A message's
+meta is ``<digest>|<accepted_ms>|<properties JSON>``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.redis.lease_scripts import FENCE
-from holdfast.proto import pb
+from holdfast.broker.redis.script import Script, ScriptCall
 
 ACCEPTED = """
 local function accepted(meta)
@@ -53,75 +58,8 @@ end
 """
 """Lua: move a queue's write sequence on (when ``wrote``) and return it."""
 
-PUT_STORED = -1
-"""The PUT script's outcome for a PUT it stored."""
-PUT_REPLAYED = -2
-"""The PUT script's outcome for a replay of a GUID it knows with the same content."""
-PUT_OUTCOMES = {
-    "STORED": PUT_STORED,
-    "REPLAYED": PUT_REPLAYED,
-    "CONFLICT": pb.STATUS_CONFLICT,
-    "TOO_OLD": pb.STATUS_TOO_OLD,
-    "QUEUE_FULL": pb.STATUS_QUEUE_FULL,
-}
-"""Every outcome the PUT script returns, by the name its Lua uses: the wire statuses from
-the generated enum, the two successes negative so that they are no wire status."""
-
-PUT = (
-    "".join(f"local {name} = {value}\n" for name, value in PUT_OUTCOMES.items())
-    + SEQ
-    + """
--- KEYS: ready, body, meta, bytes, stats, pickup, unsynced, seq.
--- ARGV: history key prefix, retention ms, max age ms, now ms, max messages (0: no
--- limit), max bytes (0: no limit), hold ('1': new messages wait in unsynced until
--- replicas have them), then per PUT: guid, digest, age ms, properties JSON, payload,
--- pickup deadline ms (0: none).
--- Returns an outcome per PUT: STORED, REPLAYED, or the wire status CONFLICT,
--- TOO_OLD or QUEUE_FULL (the numbers are put in from Python: see PUT_OUTCOMES), then
--- the queue's write sequence.
-local prefix, retention, max_age, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local max_n, max_b = tonumber(ARGV[5]), tonumber(ARGV[6])
-local visible = KEYS[1]
-if ARGV[7] == '1' then visible = KEYS[7] end
-local n, b = 0, 0
-if max_n > 0 then n = redis.call('HLEN', KEYS[2]) end
-if max_b > 0 then b = tonumber(redis.call('GET', KEYS[4]) or '0') end
-local out, added = {}, 0
-local i = 8
-while i <= #ARGV do
-  local guid, digest, age, payload = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 4]
-  local known = redis.call('HGET', KEYS[3], guid)
-  if known then
-    local d = string.sub(known, 1, string.find(known, '|', 1, true) - 1)
-    if d == digest then table.insert(out, REPLAYED) else table.insert(out, CONFLICT) end
-  else
-    local h = redis.call('GET', prefix .. guid)
-    if h then
-      if h == digest then table.insert(out, REPLAYED) else table.insert(out, CONFLICT) end
-    elseif age > max_age then
-      table.insert(out, TOO_OLD)
-    elseif (max_n > 0 and n + 1 > max_n) or (max_b > 0 and b + #payload > max_b) then
-      table.insert(out, QUEUE_FULL)
-    else
-      redis.call('HSET', KEYS[2], guid, payload)
-      redis.call('HSET', KEYS[3], guid, digest .. '|' .. now .. '|' .. ARGV[i + 3])
-      redis.call('RPUSH', visible, guid)
-      redis.call('SET', prefix .. guid, digest, 'PX', retention)
-      redis.call('INCRBY', KEYS[4], #payload)
-      if ARGV[i + 5] ~= '0' then redis.call('ZADD', KEYS[6], ARGV[i + 5], guid) end
-      n, b, added = n + 1, b + #payload, added + 1
-      table.insert(out, STORED)
-    end
-  end
-  i = i + 6
-end
-if added > 0 then redis.call('HINCRBY', KEYS[5], 'accepted', added) end
-table.insert(out, seq(KEYS[8], added > 0))
-return out
-"""
-)
-
-CLAIM = (
+CLAIM = Script(
+    "CLAIM",
     ACCEPTED
     + FENCE
     + SEQ
@@ -169,10 +107,42 @@ end
 if redelivered > 0 then redis.call('HINCRBY', KEYS[7], 'redelivered', redelivered) end
 table.insert(out, seq(KEYS[9], #out > 0))
 return out
-"""
+""",
 )
 
-CONFIRM = (
+
+def claim(
+    queue: QueueKeys,
+    *,
+    node: str,
+    lease: str,
+    most: int,
+    now_ms: int,
+    max_deliveries: int,
+    cutoff_ms: int,
+) -> ScriptCall:
+    """CLAIM up to ``most`` ready messages of ``queue`` into ``node``'s deliveries
+    (fenced by ``lease``); 0 for ``max_deliveries`` or ``cutoff_ms`` is no limit. Its
+    reply is ``Claimed`` rows, then the write sequence."""
+    return CLAIM.call(
+        [*queue.message_keys, queue.out(node), queue.pickup, queue.stats, lease, queue.seq],
+        [most, now_ms, max_deliveries, cutoff_ms],
+    )
+
+
+class Claimed(NamedTuple):
+    """One message of a CLAIM (or SETTLE) reply, and why it is dead ('' if it is not)."""
+
+    guid: bytes
+    payload: bytes
+    meta: bytes
+    deliveries: int
+    """Its delivery count (this claim's delivery counted, unless it is dead)."""
+    reason: bytes | str
+
+
+CONFIRM = Script(
+    "CONFIRM",
     DROP
     + FENCE
     + SEQ
@@ -188,10 +158,23 @@ for _, guid in ipairs(ARGV) do
   end
 end
 return {n, seq(KEYS[8], n > 0)}
-"""
+""",
 )
 
-REQUEUE = (
+
+def confirm(queue: QueueKeys, *, node: str, lease: str, guids: Iterable[bytes]) -> ScriptCall:
+    """CONFIRM ``guids``, delivered by ``node`` (fenced by ``lease``)."""
+    return CONFIRM.call(
+        [
+            *(queue.body, queue.meta, queue.count, queue.out(node)),
+            *(queue.bytes, queue.pickup, lease, queue.seq),
+        ],
+        guids,
+    )
+
+
+REQUEUE = Script(
+    "REQUEUE",
     FENCE
     + """
 -- KEYS: ready, out(node), lease. ARGV: guids in delivery order. Back to the head,
@@ -205,10 +188,17 @@ for i = #ARGV, 1, -1 do
   end
 end
 return n
-"""
+""",
 )
 
-UNCLAIM = (
+
+def requeue(queue: QueueKeys, *, node: str, lease: str, guids: Iterable[bytes]) -> ScriptCall:
+    """REQUEUE ``guids`` (in delivery order), delivered by ``node``, at the head."""
+    return REQUEUE.call([queue.ready, queue.out(node), lease], guids)
+
+
+UNCLAIM = Script(
+    "UNCLAIM",
     FENCE
     + """
 -- KEYS: ready, count, out(node), pickup, stats, lease.
@@ -235,22 +225,30 @@ for i = #ARGV - 1, 1, -2 do
 end
 if redelivered > 0 then redis.call('HINCRBY', KEYS[5], 'redelivered', -redelivered) end
 return n
-"""
+""",
 )
 
-PROMOTE = """
--- KEYS: unsynced, ready. ARGV: a GUID replicas are known to have.
--- It and every GUID stored before it (replication keeps Redis's order) become
--- ready, in order. Returns how many.
-local at = redis.call('LPOS', KEYS[1], ARGV[1])
-if not at then return 0 end
-local guids = redis.call('LRANGE', KEYS[1], 0, at)
-redis.call('LTRIM', KEYS[1], at + 1, -1)
-for _, guid in ipairs(guids) do redis.call('RPUSH', KEYS[2], guid) end
-return #guids
-"""
 
-COUNTS = """
+class Unclaimed(NamedTuple):
+    """A claimed message UNCLAIM gives back: its GUID and pickup deadline (ms, 0: none)."""
+
+    guid: bytes
+    pickup_ms: int
+
+
+def unclaim(
+    queue: QueueKeys, *, node: str, lease: str, messages: Iterable[Unclaimed]
+) -> ScriptCall:
+    """UNCLAIM ``messages`` (in claim order) that ``node`` claimed and handed to nobody."""
+    return UNCLAIM.call(
+        [queue.ready, queue.count, queue.out(node), queue.pickup, queue.stats, lease],
+        [value for message in messages for value in message],
+    )
+
+
+COUNTS = Script(
+    "COUNTS",
+    """
 -- KEYS: per queue: ready, delayed, bytes, unsynced, consumers. ARGV: this node's
 -- incarnation. Read-only; for many queues at once (not on a cluster, where each
 -- queue is a slot of its own). Returns per queue: ready + delayed, payload bytes,
@@ -267,9 +265,35 @@ for i = 1, #KEYS, 5 do
   table.insert(out, others)
 end
 return out
-"""
+""",
+)
 
-RECLAIM = """
+
+def counts(queues: Iterable[QueueKeys], *, node: str) -> ScriptCall:
+    """COUNTS of ``queues``, as ``node`` (whose own consumers are not counted) sees them;
+    the reply is a ``QueueCounts`` row per queue."""
+    keys: list[str] = []
+    for queue in queues:
+        keys += [queue.ready, queue.delayed, queue.bytes, queue.unsynced, queue.consumers]
+    return COUNTS.call(keys, [node])
+
+
+class QueueCounts(NamedTuple):
+    """One queue's row of a COUNTS reply."""
+
+    depth: int
+    """Ready and delayed messages."""
+    size: int
+    """Payload bytes."""
+    unsynced: int
+    """Messages not yet on enough replicas (``durable``)."""
+    others: int
+    """Consumers attached on other nodes."""
+
+
+RECLAIM = Script(
+    "RECLAIM",
+    """
 -- KEYS: ready, out(dead node), consumers, handles. ARGV: dead node id.
 -- A dead node's deliveries go back to the head of the queue, oldest first.
 local guids = redis.call('ZRANGE', KEYS[2], 0, -1)
@@ -280,8 +304,33 @@ redis.call('DEL', KEYS[2])
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
 return #guids
-"""
+""",
+)
 
-__all__ = ["CLAIM", "CONFIRM", "COUNTS", "PROMOTE", "PUT", "RECLAIM", "REQUEUE", "UNCLAIM"]
-"""The scripts, each registered by this name (``ACCEPTED``, ``EMIT`` and ``DROP`` are
-pieces of them; ``PUT_OUTCOMES`` are the numbers ``PUT`` answers with)."""
+
+def reclaim(queue: QueueKeys, *, node: str) -> ScriptCall:
+    """RECLAIM the deliveries of the dead incarnation ``node`` of ``queue``."""
+    return RECLAIM.call([queue.ready, queue.out(node), queue.consumers, queue.handles], [node])
+
+
+__all__ = [
+    "ACCEPTED",
+    "CLAIM",
+    "CONFIRM",
+    "COUNTS",
+    "DROP",
+    "EMIT",
+    "RECLAIM",
+    "REQUEUE",
+    "SEQ",
+    "UNCLAIM",
+    "Claimed",
+    "QueueCounts",
+    "Unclaimed",
+    "claim",
+    "confirm",
+    "counts",
+    "reclaim",
+    "requeue",
+    "unclaim",
+]

@@ -44,6 +44,9 @@ from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.redis.losses import AckJournal
 from holdfast.broker.redis.marks import marks_key, parse_mark
 from holdfast.broker.redis.registry import RedisRegistry
+from holdfast.broker.redis.script import rows as rows_of
+from holdfast.broker.redis.script import text
+from holdfast.broker.redis.staging_side_scripts import ExpiredAttempt, expire_staged
 from holdfast.broker.staging import AttemptKey, StageOutcome, StagingLimits
 from holdfast.broker.store import StoreError
 from holdfast.proto import pb
@@ -92,10 +95,6 @@ def row_value(put: pb.Put) -> bytes:
     return header.encode() + b"\n" + put.payload
 
 
-def _text(raw: Any) -> str:
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
-
-
 class RedisStaging:
     """This node's side of transactional writes on the Redis store."""
 
@@ -117,42 +116,12 @@ class RedisStaging:
         self._ttl_ms = 2 * self._retention_ms
         self.budgets = TokenBudgets(client, limits, self._ttl_ms)
         """The tokens' staging budgets."""
-        self._scripts = {
-            name: client.redis.register_script(getattr(staging_scripts, name))
-            for name in staging_scripts.__all__
-            if name not in ("STATUS", "RECORD_MARK", "TAKE_BUDGET", "GIVE_BUDGET", "COUNT_NEW")
-        }
         self.expired_rows = 0
         """Staged rows this node's sweep discarded at their deadline (logged too)."""
         self.discarded_rows = 0
         """Staged rows discarded by this node's commits of other attempts and aborts."""
         self.staged_total = 0
         """Rows staged on the queues the last sweep visited."""
-
-    async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        return await self._client.script(name, self._scripts[name], keys, args)
-
-    async def _run_replicated(
-        self, name: str, keys: Sequence[str], args: Sequence[Any]
-    ) -> tuple[Any, bool]:
-        """Run a script that stages or publishes; with ``--redis-min-replicas N``, also
-        ``WAIT N`` on the same connection: the result, and whether N replicas confirmed."""
-        client, script = self._client, self._scripts[name]
-        if not client.min_replicas:
-            return await client.script(name, script, keys, args), True
-        timeout_ms = round(client.replica_timeout * 1000)
-
-        async def run_and_wait() -> list[Any]:
-            # A pipeline does not reload forgotten scripts by itself: load first.
-            await client.redis.script_load(script.script)
-            pipe = client.redis.pipeline(transaction=False)
-            await script(keys=list(keys), args=list(args), client=pipe)
-            pipe.execute_command("WAIT", client.min_replicas, timeout_ms)
-            done: list[Any] = await pipe.execute()
-            return done
-
-        result, acked = await client.call(name, run_and_wait)
-        return result, int(acked) >= client.min_replicas
 
     async def stage(self, key: AttemptKey, rows: Sequence[pb.Put], token: str) -> StageOutcome:
         """Stage ``rows`` (valid PUTs) for one task attempt, for ``token``."""
@@ -166,28 +135,26 @@ class RedisStaging:
             taken = await self.budgets.take(token, attempt, batch, size)
         if taken is None:
             return StageOutcome.OVER_TOKEN_LIMIT
-        args: list[Any] = [
-            key.app_id,
-            keys.app,
-            key.version,
-            f"{key.partition}:{key.attempt}",
-            self.registry.now_ms() + self._retention_ms,
-            self._ttl_ms,
-            limits.max_rows,
-            limits.max_bytes,
-            token,
-        ]
-        for guid, put in batch.items():
-            args += [guid, row_value(put)]
+        call = staging_scripts.stage_rows(
+            keys,
+            app_id=key.app_id,
+            version=key.version,
+            partition=key.partition,
+            attempt=key.attempt,
+            deadline_ms=self.registry.now_ms() + self._retention_ms,
+            ttl_ms=self._ttl_ms,
+            max_rows=limits.max_rows,
+            max_bytes=limits.max_bytes,
+            token=token,
+            rows=[(guid, row_value(put)) for guid, put in batch.items()],
+        )
         staged: list[Any] = [b"", 0, 0]
         replicated = True
         try:
-            staged, replicated = await self._run_replicated(
-                "STAGE_ROWS", [attempt, keys.index, keys.usage, keys.due, keys.marks], args
-            )
+            staged, replicated = await self._client.run_replicated(call)
         finally:
             if batch:
-                if _text(staged[0]) == "STAGED":
+                if text(staged[0]) == "STAGED":
                     # The batch may have replaced rows staged before: give back what it
                     # did not add.
                     back = (taken[0] - int(staged[1]), taken[1] - int(staged[2]))
@@ -195,7 +162,7 @@ class RedisStaging:
                     back = taken
                 if back != (0, 0):
                     await self.budgets.give(token, *back)
-        outcome = _text(staged[0])
+        outcome = text(staged[0])
         if outcome == "COMMITTED":
             return StageOutcome.COMMITTED
         if outcome == "OVER_LIMIT":
@@ -226,38 +193,24 @@ class RedisStaging:
         rows: int,
     ) -> pb.StagingReply:
         """Commit ``version``: one ``COMMIT_STAGED`` script (see the module docstring)."""
-        keys = VersionKeys(uri, app_id, version)
-        queue = keys.queue
         registry = self.registry
         policy = registry.policies.effective(uri)
-        args: list[Any] = [
-            app_id,
-            keys.app,
-            version,
-            digest,
-            rows,
-            registry.now_ms(),
-            queue.prefix + "g:",
-            self._history_ms,
-            policy.max_messages or 0,
-            policy.max_bytes or 0,
-            keys.prefix,
-        ]
-        for (partition, attempt), count in attempts.items():
-            args += [f"{partition}:{attempt}", count]
-        await registry.list_queue(uri)
-        result, replicated = await self._run_replicated(
-            "COMMIT_STAGED",
-            [
-                # With --redis-min-replicas the rows wait in the unsynced list until
-                # replicas have them (``durable``), as PUTs do.
-                queue.unsynced if self._client.min_replicas else queue.ready,
-                *(queue.body, queue.meta, queue.bytes, queue.stats, queue.pickup),
-                *(keys.marks, keys.index, keys.usage, keys.due, queue.seq),
-            ],
-            args,
+        call = staging_scripts.commit_staged(
+            VersionKeys(uri, app_id, version),
+            hold=bool(self._client.min_replicas),
+            app_id=app_id,
+            version=version,
+            digest=digest,
+            rows=rows,
+            now_ms=registry.now_ms(),
+            history_ms=self._history_ms,
+            max_messages=policy.max_messages or 0,
+            max_bytes=policy.max_bytes or 0,
+            attempts=attempts,
         )
-        outcome = _text(result[0])
+        await registry.list_queue(uri)
+        result, replicated = await self._client.run_replicated(call)
+        outcome = text(result[0])
         what = f"version {version} of {app_id[:100]!r} on {uri}"
         if outcome == "ALREADY":
             await self.budgets.give_back(result[2:])
@@ -296,11 +249,8 @@ class RedisStaging:
 
     async def abort(self, uri: str, app_id: str, version: int) -> int:
         """Discard every attempt of ``version``; returns the rows discarded."""
-        keys = VersionKeys(uri, app_id, version)
-        result = await self._run(
-            "ABORT_STAGED",
-            [keys.index, keys.usage, keys.due, keys.queue.stats],
-            [keys.app, keys.prefix],
+        result = await self._client.run(
+            staging_scripts.abort_staged(VersionKeys(uri, app_id, version))
         )
         discarded = int(result[0])
         await self.budgets.give_back(result[1:])
@@ -315,23 +265,23 @@ class RedisStaging:
         uris = await client.call("SMEMBERS staged", lambda: redis.smembers(STAGED_QUEUES))
         expired = staged = 0
         for raw_uri in uris:
-            uri = _text(raw_uri)
+            uri = text(raw_uri)
             queue = QueueKeys(uri)
             due, usage = queue.prefix + "stdue", queue.prefix + "stusage"
-            out = await self._run(
-                "EXPIRE_STAGED", [due, usage, queue.stats], [self.registry.now_ms(), EXPIRE_BATCH]
+            out = await client.run(
+                expire_staged(queue, now_ms=self.registry.now_ms(), most=EXPIRE_BATCH)
             )
-            for i in range(0, len(out), 5):
-                key, rows, size, token, app = out[i : i + 5]
-                expired += int(rows)
-                await self.budgets.give_back([token, rows, size])
-                _, version, partition, attempt = _text(key).rsplit(":st:", 1)[-1].split(":")
+            for row in rows_of(out, 5):
+                gone = ExpiredAttempt(*row)
+                expired += int(gone.rows)
+                await self.budgets.give_back([gone.token, gone.rows, gone.size])
+                _, version, partition, attempt = text(gone.key).rsplit(":st:", 1)[-1].split(":")
                 log.warning(
                     "staged rows expired: %d rows of %s application %r version %s partition "
                     "%s attempt %s were never committed within %g s and are discarded",
-                    int(rows),
+                    int(gone.rows),
                     uri,
-                    _text(app)[:100],
+                    text(gone.app)[:100],
                     version,
                     partition,
                     attempt,
@@ -344,7 +294,7 @@ class RedisStaging:
                 if await client.call("ZCARD", lambda k=due: redis.zcard(k)):  # type: ignore[misc]
                     await client.call("SADD staged", lambda u=uri: redis.sadd(STAGED_QUEUES, u))  # type: ignore[misc]
             values = await client.call("HGETALL usage", lambda k=usage: redis.hgetall(k))  # type: ignore[misc]
-            staged += sum(int(v) for f, v in values.items() if _text(f).startswith("r:"))
+            staged += sum(int(v) for f, v in values.items() if text(f).startswith("r:"))
         self.expired_rows += expired
         self.staged_total = staged
         return expired
@@ -353,7 +303,7 @@ class RedisStaging:
 def _refusal(outcome: str, result: Sequence[Any], what: str, rows: int) -> str:
     """The message of a refused commit (nothing of it was published)."""
     if outcome == "MISSING":
-        partition, attempt = _text(result[1]).split(":")
+        partition, attempt = text(result[1]).split(":")
         return (
             f"partition {partition} attempt {attempt}: {int(result[2])} rows staged, the "
             f"writer reported {int(result[3])} (expired, or lost by the broker)"

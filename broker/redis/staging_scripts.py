@@ -1,7 +1,7 @@
-"""The Lua scripts of transactional writes on the Redis store: STAGE_ROWS, COMMIT_STAGED,
-ABORT_STAGED, EXPIRE_STAGED (one queue's keys each, so one cluster slot), the commit
-marks' RECORD_MARK, and the per-token budget's TAKE_BUDGET and GIVE_BUDGET (the token's
-own key). Key names are ``staging_keys``'s.
+"""The Lua scripts of a transactional write's version on the Redis store: STAGE_ROWS,
+COMMIT_STAGED and ABORT_STAGED (one queue's keys each, so one cluster slot), each with
+the function that lays out its KEYS and ARGV (``script``). The budgets', the sweep's and
+the commit marks' scripts are ``staging_side_scripts``'s. Key names are ``staging``'s.
 
 A staged row is a field of its attempt's hash: GUID -> ``<digest>|<pickup ms>|<properties
 JSON>\\n<payload>`` (JSON escapes newlines, so the first one ends the header). An
@@ -11,7 +11,14 @@ attempt's entry in its version's index is ``<payload bytes>|<token>``. A commit 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from holdfast.broker.redis.script import Arg, Script, ScriptCall
 from holdfast.proto import pb
+
+if TYPE_CHECKING:
+    from holdfast.broker.redis.staging import VersionKeys
 
 MARK_VERSION = """
 local function mark_version(mark)
@@ -67,7 +74,8 @@ end
 """Lua: discard every attempt of one version (see the function's comment); ``reply``
 appends a list to a reply."""
 
-STAGE_ROWS = (
+STAGE_ROWS = Script(
+    "STAGE_ROWS",
     MARK_VERSION
     + """
 -- KEYS: attempt, version index, usage, due, marks.
@@ -111,10 +119,40 @@ redis.call('HSET', KEYS[2], ARGV[4], (held + delta) .. '|' .. ARGV[9])
 redis.call('ZADD', KEYS[4], ARGV[5], KEYS[1])
 for k = 1, 4 do redis.call('PEXPIRE', KEYS[k], ARGV[6]) end
 return {'STAGED', new_rows, delta}
-"""
+""",
 )
 
-COMMIT_STAGED = (
+
+def stage_rows(
+    keys: VersionKeys,
+    *,
+    app_id: str,
+    version: int,
+    partition: int,
+    attempt: int,
+    deadline_ms: int,
+    ttl_ms: int,
+    max_rows: int,
+    max_bytes: int,
+    token: str,
+    rows: Iterable[tuple[bytes, bytes]],
+) -> ScriptCall:
+    """STAGE_ROWS ``rows`` (guid, ``staging.row_value``) for one attempt of ``version``,
+    for ``token``; ``max_rows`` and ``max_bytes`` bound the application's staged rows on
+    the queue."""
+    args: list[Arg] = [
+        *(app_id, keys.app, version, f"{partition}:{attempt}", deadline_ms, ttl_ms),
+        *(max_rows, max_bytes, token),
+    ]
+    for guid, value in rows:
+        args += [guid, value]
+    return STAGE_ROWS.call(
+        [keys.attempt(partition, attempt), keys.index, keys.usage, keys.due, keys.marks], args
+    )
+
+
+COMMIT_STAGED = Script(
+    "COMMIT_STAGED",
     MARK_VERSION
     + DISCARD_VERSION
     + """
@@ -220,10 +258,47 @@ redis.call('HSET', KEYS[7], app, ARGV[3] .. '|' .. ARGV[5] .. '|' .. now .. '|' 
 local discarded, released = discard_version(KEYS[8], KEYS[9], KEYS[10], prefix, h, named)
 if discarded > 0 then redis.call('HINCRBY', KEYS[5], 'staged-discarded', discarded) end
 return reply({'PUBLISHED', #guids, discarded}, released)
-"""
+""",
 )
 
-ABORT_STAGED = (
+
+def commit_staged(
+    keys: VersionKeys,
+    *,
+    hold: bool,
+    app_id: str,
+    version: int,
+    digest: bytes,
+    rows: int,
+    now_ms: int,
+    history_ms: int,
+    max_messages: int,
+    max_bytes: int,
+    attempts: Mapping[tuple[int, int], int],
+) -> ScriptCall:
+    """COMMIT_STAGED ``version``: the named ``attempts`` ((partition, attempt) -> the
+    rows the writer reported) publish ``rows`` rows of content ``digest``. With ``hold``
+    they wait in the unsynced list until replicas have them (``durable``), as PUTs do;
+    0 for ``max_messages`` or ``max_bytes`` is no limit."""
+    queue = keys.queue
+    args: list[Arg] = [
+        *(app_id, keys.app, version, digest, rows, now_ms, queue.prefix + "g:", history_ms),
+        *(max_messages, max_bytes, keys.prefix),
+    ]
+    for (partition, attempt), count in attempts.items():
+        args += [f"{partition}:{attempt}", count]
+    return COMMIT_STAGED.call(
+        [
+            queue.unsynced if hold else queue.ready,
+            *(queue.body, queue.meta, queue.bytes, queue.stats, queue.pickup),
+            *(keys.marks, keys.index, keys.usage, keys.due, queue.seq),
+        ],
+        args,
+    )
+
+
+ABORT_STAGED = Script(
+    "ABORT_STAGED",
     DISCARD_VERSION
     + """
 -- KEYS: version index, usage, due, stats. ARGV: app hash, attempt key prefix.
@@ -231,102 +306,18 @@ ABORT_STAGED = (
 local discarded, released = discard_version(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[1], {})
 if discarded > 0 then redis.call('HINCRBY', KEYS[4], 'staged-discarded', discarded) end
 return reply({discarded}, released)
-"""
+""",
 )
 
-EXPIRE_STAGED = """
--- KEYS: due, usage, stats. ARGV: now ms, most attempts to expire.
--- Discards the attempts whose deadline passed; returns attempt key, rows, bytes,
--- token and application id of each.
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-local out, total = {}, 0
-for _, key in ipairs(due) do
-  local version_prefix, h, field = string.match(key, '^(.*st:(%x+):%d+:)(%d+:%d+)$')
-  local idx = version_prefix .. 'idx'
-  local entry = redis.call('HGET', idx, field)
-  local n = redis.call('HLEN', key)
-  local b, token = 0, ''
-  if entry then
-    local bar = string.find(entry, '|', 1, true)
-    b, token = tonumber(string.sub(entry, 1, bar - 1)), string.sub(entry, bar + 1)
-  end
-  redis.call('DEL', key)
-  redis.call('HDEL', idx, field)
-  redis.call('ZREM', KEYS[1], key)
-  local app = redis.call('HGET', KEYS[2], 'a:' .. h) or h
-  if redis.call('HINCRBY', KEYS[2], 'r:' .. h, -n) <= 0 then
-    redis.call('HDEL', KEYS[2], 'r:' .. h, 'a:' .. h)
-  end
-  if redis.call('HINCRBY', KEYS[2], 'b:' .. h, -b) <= 0 then
-    redis.call('HDEL', KEYS[2], 'b:' .. h)
-  end
-  total = total + n
-  table.insert(out, key)
-  table.insert(out, n)
-  table.insert(out, b)
-  table.insert(out, token)
-  table.insert(out, app)
-end
-if total > 0 then redis.call('HINCRBY', KEYS[3], 'staged-expired', total) end
-return out
-"""
 
-RECORD_MARK = (
-    MARK_VERSION
-    + """
--- KEYS: marks. ARGV: app id, version, digest, rows, now ms.
--- A higher version replaces the mark; otherwise it stays. Returns {changed (0/1),
--- the mark now}.
-local mark = redis.call('HGET', KEYS[1], ARGV[1])
-if mark_version(mark) >= tonumber(ARGV[2]) then return {0, mark} end
-mark = ARGV[2] .. '|' .. ARGV[4] .. '|' .. ARGV[5] .. '|' .. ARGV[3]
-redis.call('HSET', KEYS[1], ARGV[1], mark)
-return {1, mark}
-"""
-)
+def abort_staged(keys: VersionKeys) -> ScriptCall:
+    """ABORT_STAGED every attempt of the version of ``keys``."""
+    return ABORT_STAGED.call(
+        [keys.index, keys.usage, keys.due, keys.queue.stats], [keys.app, keys.prefix]
+    )
 
-TAKE_BUDGET = """
--- KEYS: a token's budget. ARGV: rows, bytes, max rows, max bytes, TTL ms.
--- Takes rows and bytes from the token's budget, or refuses: {1} or {0, rows, bytes}.
-local rows = tonumber(redis.call('HGET', KEYS[1], 'rows') or '0')
-local bytes = tonumber(redis.call('HGET', KEYS[1], 'bytes') or '0')
-local more_rows, more_bytes = tonumber(ARGV[1]), tonumber(ARGV[2])
-if rows + more_rows > tonumber(ARGV[3]) or bytes + more_bytes > tonumber(ARGV[4]) then
-  return {0, rows, bytes}
-end
-redis.call('HINCRBY', KEYS[1], 'rows', ARGV[1])
-redis.call('HINCRBY', KEYS[1], 'bytes', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
-return {1}
-"""
 
-COUNT_NEW = """
--- KEYS: attempt. ARGV per row: guid, payload bytes.
--- Returns the rows a STAGE_ROWS of these would add and the bytes it would add (less
--- when it replaces bigger rows): what a token's budget must hold for it.
-local new_rows, delta = 0, 0
-for i = 1, #ARGV, 2 do
-  local old = redis.call('HGET', KEYS[1], ARGV[i])
-  if old then
-    delta = delta + tonumber(ARGV[i + 1]) - (#old - string.find(old, '\\n', 1, true))
-  else
-    new_rows, delta = new_rows + 1, delta + tonumber(ARGV[i + 1])
-  end
-end
-return {new_rows, delta}
-"""
-
-GIVE_BUDGET = """
--- KEYS: a token's budget. ARGV: rows, bytes. Gives them back (never below 0).
-local rows = redis.call('HINCRBY', KEYS[1], 'rows', -tonumber(ARGV[1]))
-local bytes = redis.call('HINCRBY', KEYS[1], 'bytes', -tonumber(ARGV[2]))
-if rows <= 0 and bytes <= 0 then redis.call('DEL', KEYS[1]) return 0 end
-if rows < 0 then redis.call('HSET', KEYS[1], 'rows', 0) end
-if bytes < 0 then redis.call('HSET', KEYS[1], 'bytes', 0) end
-return 1
-"""
-
-STATUS = {
+STATUS: dict[str, pb.Status] = {
     "MISSING": pb.STATUS_NOT_FOUND,
     "REPEATED": pb.STATUS_CONFLICT,
     "CONFLICT": pb.STATUS_CONFLICT,
@@ -338,11 +329,9 @@ STATUS = {
 __all__ = [
     "ABORT_STAGED",
     "COMMIT_STAGED",
-    "COUNT_NEW",
-    "EXPIRE_STAGED",
-    "GIVE_BUDGET",
-    "RECORD_MARK",
     "STAGE_ROWS",
     "STATUS",
-    "TAKE_BUDGET",
+    "abort_staged",
+    "commit_staged",
+    "stage_rows",
 ]

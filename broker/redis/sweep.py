@@ -15,8 +15,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from holdfast.broker.redis import policy_scripts
 from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.redis.queues import parse_message
+from holdfast.broker.redis.script import rows
 from holdfast.broker.store import StoreError
 from holdfast.proto.policy import REASON_EXPIRED
 
@@ -89,7 +91,7 @@ class Sweeper:
         registry = self._registry
         client = registry.client
         keys = QueueKeys(uri)
-        released = int(await client.run("RELEASE", [keys.delayed, keys.ready], [now]))
+        released = int(await client.run(policy_scripts.release(keys, now_ms=now)))
         if released:
             await registry.settle(uri, released)
             registry.wake(uri)
@@ -97,14 +99,17 @@ class Sweeper:
         cutoff = now - round(ttl * 1000) if ttl is not None else 0
         await registry.remember_queue(uri)
         raw = await client.run(
-            "EXPIRE",
-            [*keys.message_keys, keys.out(registry.node_id), keys.pickup, registry.lease(keys)],
-            [now, cutoff, EXPIRE_BATCH],
+            policy_scripts.expire(
+                keys,
+                node=registry.node_id,
+                lease=registry.lease(keys),
+                now_ms=now,
+                cutoff_ms=cutoff,
+                most=EXPIRE_BATCH,
+            )
         )
         if raw:
-            dead = [
-                (parse_message(uri, *raw[i : i + 4]), REASON_EXPIRED) for i in range(0, len(raw), 4)
-            ]
+            dead = [(parse_message(uri, *row), REASON_EXPIRED) for row in rows(raw, 4)]
             queue = registry.get(uri)
             if queue is not None:
                 queue.dead[REASON_EXPIRED] += len(dead)

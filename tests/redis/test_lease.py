@@ -15,6 +15,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from holdfast.broker.redis import scripts
 from holdfast.broker.redis.client import FencedError, RedisClient, parse_redis_spec
 from holdfast.broker.redis.keys import QueueKeys, lease_key, mark_key
 from holdfast.broker.redis.lease import (
@@ -139,16 +140,15 @@ def test_a_claim_under_a_lapsed_lease_is_refused(server: RedisServer, plain: Any
         try:
             with pytest.raises(FencedError):
                 await client.run(
-                    "CLAIM",
-                    [
-                        *keys.message_keys,
-                        keys.out("gone.7"),
-                        keys.pickup,
-                        keys.stats,
-                        lease_key("gone.7"),
-                        keys.seq,
-                    ],
-                    [10, 0, 0, 0],
+                    scripts.claim(
+                        keys,
+                        node="gone.7",
+                        lease=lease_key("gone.7"),
+                        most=10,
+                        now_ms=0,
+                        max_deliveries=0,
+                        cutoff_ms=0,
+                    )
                 )
         finally:
             await client.close()
