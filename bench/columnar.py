@@ -1,7 +1,7 @@
 """Issue #33 before/after: the columnar wire and batch-at-a-time paths against a
-baseline tree (``main`` by default), measured in the same run.
+baseline tree (``BEFORE`` by default), measured in the same run.
 
-    .venv/bin/python bench/columnar.py [--baseline-ref main] [--count 100000] [--runs 2]
+    .venv/bin/python bench/columnar.py [--baseline-ref REF] [--count 100000] [--runs 2]
 
 The baseline is ``git archive``d into a temporary directory and imported instead of
 this tree through ``PYTHONPATH`` (a tree of links named ``holdfast``, like
@@ -38,6 +38,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PACKAGES = ("proto", "server", "sdk", "broker", "proxy", "admin", "pool")
 SIZE = 100
+BEFORE = "cbd02c8"
+"""The last landed tree before the columnar wire (protocol 1, a message at a time): the
+"before" of issue #33's before/after."""
 
 
 def baseline_tree(ref: str, into: Path) -> Path:
@@ -338,7 +341,7 @@ def measure(
 def main() -> int:
     """Measure the baseline and this tree; print the table and one JSON line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--baseline-ref", default="main")
+    parser.add_argument("--baseline-ref", default=BEFORE)
     parser.add_argument(
         "--after-ref", default=None, help="measure this commit instead of the working tree"
     )

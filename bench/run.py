@@ -277,8 +277,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--otel-count", type=int, default=50_000, help="traced posts per mode")
     parser.add_argument(
         "--columnar-baseline",
-        default="main",
-        help="issue #33 before/after against this git ref (bench/columnar.py); '' skips it",
+        default=columnar.BEFORE,
+        help="issue #33 before/after against this git ref (bench/columnar.py; default: "
+        "the last tree before the columnar wire); '' skips it",
     )
     parser.add_argument("--json", default=str(harness.REPO / "bench-results.json"))
     return parser.parse_args(argv)
