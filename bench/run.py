@@ -22,10 +22,12 @@ as subprocesses on free ports of 127.0.0.1 (stopped by PID however the run ends)
    plain gRPC unary call (``bench/rpcload.py``); request data streams: 1 GB caller ->
    broker -> worker, MB/s and both processes' peak RSS (``bench/streamload.py``).
 8. Spark: rows/s per task of ``df.write.format("holdfast")``, direct and through the
-   proxy (``bench/spark.py``; ``--spark-rows 0`` skips it).
+   proxy, beside a plain redis-py ``XADD`` pipeline from the same executors
+   (``bench/spark.py``; ``--spark-rows 0`` skips it).
 9. OpenTelemetry: a producer's ``post()`` cost with telemetry off, with the API and
    no provider, sampled at 1 % and every span recorded (``bench/otelcost.py``).
-10. Issue #33 before/after: this tree against ``--columnar-baseline`` (``main``),
+10. Issue #33 before/after: this tree against ``--columnar-baseline`` (the last tree
+   before the columnar wire),
    PUT->ACK direct and sidecar against JetStream, bytes per message, and callgrind
    instructions per message per hop (``bench/columnar.py``).
 
