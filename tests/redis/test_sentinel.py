@@ -1,7 +1,8 @@
 """``redis+sentinel://``: the broker asks Sentinel for the primary, so a failover that
 Sentinel runs (the primary ``kill -9``ed, its replica promoted) is followed by the
 same broker process without an operator. ACKed PUTs (``--redis-min-replicas 1``)
-are all there after it, once each."""
+are all there after it, once each; without it, a failover onto a replica that lagged
+loses ACKed PUTs, and the broker reports them."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from holdfast.sdk import AckStatus, Session
+from holdfast.sdk import AckStatus, DataLost, Session
 from tests.policies.support import Collector
+from tests.redis.fencing_kit import Events
 from tests.redis.test_nodes import URI, Acks
 from tests.support.processes import BrokerProcess
 from tests.support.redis_server import REDIS_CLI, REDIS_SERVER, RedisServer, free_port
@@ -92,3 +94,78 @@ def test_a_sentinel_failover_is_followed_and_loses_nothing_acked(tmp_path: Path)
         primary.stop()
     assert [acks.statuses.get(g) for g in guids] == [[AckStatus.SUCCESS]] * len(guids)
     assert Counter(got.guids()) == Counter({g: 1 for g in guids})
+
+
+def test_a_failover_onto_a_lagging_replica_reports_what_it_lost(tmp_path: Path) -> None:
+    """Without ``--redis-min-replicas``: the replica is stopped (SIGSTOP) while 5,000
+    PUTs are ACKed SUCCESS by the primary, the primary is ``kill -9``ed, the replica
+    resumes and Sentinel promotes it without those writes. The broker follows the
+    failover, logs LOST DATA with a bound on what it had ACKed since, and the session
+    gets a ``DataLost`` event: every ACKed message is either delivered or within that
+    bound, never lost in silence."""
+    primary = RedisServer(tmp_path / "primary", aof=False).start()
+    replica = RedisServer(
+        tmp_path / "replica", aof=False, extra=("--replicaof", "127.0.0.1", str(primary.port))
+    ).start()
+    (tmp_path / "sentinel").mkdir()
+    sentinel, sentinel_port = _sentinel(tmp_path / "sentinel", primary.port)
+    events = Events()
+    try:
+        wait_until(lambda: "state=online" in primary.cli("INFO", "replication"), 15, "replica")
+        wait_until(lambda: _primary_port(sentinel_port) == primary.port, 15, "the Sentinel")
+        store = f"redis+sentinel://127.0.0.1:{sentinel_port}/{SERVICE}"
+        acks = Acks()
+        got = Collector()
+        with (
+            BrokerProcess(["--store", store]) as broker,
+            Session(broker.address, options=FAST, on_event=events) as session,
+        ):
+            queue = session.open_queue(URI, write=True, on_ack=acks)
+            before = [queue.post(b"before-%d" % i) for i in range(200)]
+            assert session.flush(timeout=30)
+            wait_until(lambda: _replica_offset(replica) >= _primary_offset(primary), 15, "sync")
+            os.kill(replica.pid, signal.SIGSTOP)  # it lags: the primary keeps its writes
+            try:
+                # 20 MB: more than loopback's socket buffers hold for the stopped replica.
+                lagging = [queue.post(b"%d" % i + bytes(4096)) for i in range(5000)]
+                assert session.flush(timeout=30)
+                primary.kill()
+            finally:
+                os.kill(replica.pid, signal.SIGCONT)
+            wait_until(lambda: _primary_port(sentinel_port) == replica.port, 30, "the failover")
+            wait_until(lambda: broker.count("LOST DATA") >= 1, 30, "the loss reported")
+            wait_until(lambda: events.of(DataLost), 15, "a DataLost event")
+            survivors = int(replica.cli("HLEN", "hf:{" + URI + "}:body"))
+            session.open_queue(URI, read=True, on_message=got)
+            got.wait_for(survivors, timeout=30)
+            report = next(line for line in broker.output.splitlines() if "LOST DATA" in line)
+    finally:
+        os.kill(sentinel.pid, signal.SIGKILL)
+        sentinel.wait(10)
+        replica.stop()
+        primary.stop()
+    acked = {g for g in before + lagging if acks.statuses.get(g) == [AckStatus.SUCCESS]}
+    assert len(acked) == 5200
+    delivered = Counter(got.guids())
+    assert set(delivered) <= acked and set(before) <= set(delivered)
+    assert len(delivered) == survivors and max(delivered.values()) == 1
+    missing = len(acked) - survivors
+    assert missing > 0, "nothing was lost: the replica did not lag"
+    bound = int(report.split("up to ")[1].split(" messages")[0])
+    assert missing <= bound, report
+
+
+def _offset(server: RedisServer, field: str) -> int:
+    info = server.cli("INFO", "replication")
+    for line in info.splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split(":", 1)[1])
+    return -1
+
+
+def _primary_offset(primary: RedisServer) -> int:
+    return _offset(primary, "master_repl_offset")
+
+
+def _replica_offset(replica: RedisServer) -> int:
+    return _offset(replica, "slave_repl_offset")
