@@ -6,6 +6,7 @@ figures belong to ``make bench``."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import signal
 import subprocess
@@ -19,8 +20,10 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def run_bench(script: str, *args: str, stdin: str = "", timeout: float = 150) -> str:
-    """Run ``python bench/SCRIPT ARGS`` (or ``-c SCRIPT``) in ``bench/``; stopped by PID
-    (SIGTERM, which stops the servers it started, then SIGKILL) if it overruns."""
+    """Run ``python bench/SCRIPT ARGS`` (or ``-c SCRIPT``) in ``bench/``, in a process
+    group of its own; if it overruns, the group is stopped by its id (the script's PID):
+    SIGTERM, then SIGKILL, so the servers and workers it started go with it even when
+    it cannot unwind (a SIGTERM that lands in a C call left its workers running)."""
     command = [sys.executable, "-c", script] if script.startswith("import") else [
         sys.executable, str(BENCH / script)
     ]  # fmt: skip
@@ -31,16 +34,17 @@ def run_bench(script: str, *args: str, stdin: str = "", timeout: float = 150) ->
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,
     )
     try:
         out, err = proc.communicate(stdin, timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(5)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever of the group is left
+        proc.wait(5)
         raise
     assert proc.returncode == 0, f"{script} exited {proc.returncode}:\n{out}\n{err[-3000:]}"
     return out
