@@ -85,3 +85,41 @@ def test_a_write_sequence_that_moved_on_during_the_read_is_no_loss() -> None:
     # A read below what the node saw before it is a loss, from the second it saw more.
     registry.client = _RacingClient(registry, uri, stored=5, later=11)
     assert asyncio.run(check._went_back()) == {uri: 100.0}
+
+
+def test_halt_ends_a_loop_whose_work_absorbed_its_cancel() -> None:
+    """A cancellation that lands inside a Redis call can be absorbed by the client; the
+    node's loop must end all the same (it went on, and ``halt`` waited forever: a
+    broker's stop hung, seen in ``make bench``)."""
+    import asyncio
+    import contextlib
+
+    from holdfast.broker.redis.nodes import NodeLife
+
+    async def scenario() -> None:
+        life = object.__new__(NodeLife)  # only the loops: no Redis, no lease
+        life._halting = False
+        inside = asyncio.Event()
+        absorbed: list[bool] = []
+
+        async def absorbing() -> None:
+            inside.set()
+            if absorbed:  # absorbs one cancel only, so that the test can end either way
+                await asyncio.sleep(0.5)
+                return
+            with contextlib.suppress(asyncio.CancelledError):  # as a retrying client does
+                await asyncio.sleep(0.5)
+            absorbed.append(True)
+
+        loop_task = asyncio.get_running_loop().create_task(life._every(0.001, absorbing))
+        life._tasks = [loop_task]
+        await asyncio.wait_for(inside.wait(), 5)
+        halting = asyncio.ensure_future(life.halt())
+        done, _ = await asyncio.wait({halting}, timeout=5)
+        if not done:
+            loop_task.cancel()  # ends it: the work absorbs no second cancel
+            await halting
+        assert done, "halt() still waiting for a loop whose cancel was absorbed"
+        assert absorbed and loop_task.done()
+
+    asyncio.run(scenario())
