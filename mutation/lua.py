@@ -177,7 +177,11 @@ def _changes(source: str, toks: list[Token]) -> Iterator[tuple[int, int, str, st
 
 def mutants(root: Path, module: str) -> list[Mutant]:
     """Every mutant of the Lua in ``root / module``, in source order."""
-    source = (root / module).read_text()
+    return find(module, (root / module).read_text())
+
+
+def find(module: str, source: str) -> list[Mutant]:
+    """Every mutant of the Lua in ``source``, the text of ``module``, in source order."""
     found: list[tuple[int, int, str, str]] = []
     for start, end in lua_spans(source):
         toks = list(tokens(source, start, end))
