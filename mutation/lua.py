@@ -21,6 +21,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -226,11 +227,13 @@ def mutated(root: Path, mutant: Mutant) -> Iterator[None]:
 @dataclass(frozen=True, slots=True)
 class Result:
     """What one mutant's test run found: killed (the tests failed, or hung past the
-    timeout, which counts as killed as in cosmic-ray) and how long it took."""
+    timeout, which counts as killed as in cosmic-ray), how long it took, and why
+    (the first failing test pytest names, or ``timeout``)."""
 
     mutant: Mutant
     killed: bool
     seconds: float
+    why: str = ""
 
 
 def _clear_bytecode(path: Path) -> None:
@@ -240,29 +243,43 @@ def _clear_bytecode(path: Path) -> None:
         cached.unlink(missing_ok=True)
 
 
-def run_one(root: Path, mutant: Mutant, command: list[str], timeout: float) -> Result:
-    """Run ``command`` (the tests) in ``root`` with ``mutant`` applied; the module is
-    restored and the tests' process group (servers they started too) ended after."""
-    started = time.monotonic()
-    with mutated(root, mutant):
-        _clear_bytecode(root / mutant.module)
+def _first_failure(output: str) -> str:
+    """The first ``FAILED``/``ERROR`` line of pytest's summary ('' if none)."""
+    return next((x for x in output.splitlines() if x.startswith(("FAILED ", "ERROR "))), "")
+
+
+def _run_tests(root: Path, command: list[str], timeout: float) -> tuple[bool, str]:
+    """(failed, why) of one run of ``command``; its process group (the servers the
+    tests started too) is ended after it, however it ends."""
+    with tempfile.TemporaryFile("w+") as output:
         process = subprocess.Popen(
-            command,
-            cwd=root,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
+            command, cwd=root, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
         )
         try:
-            killed = process.wait(timeout=timeout) != 0
+            code = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            killed = True
+            return True, "timeout"
         finally:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+        output.seek(0)
+        return code != 0, _first_failure(output.read()) if code else ""
+
+
+def run_one(root: Path, mutant: Mutant, command: list[str], timeout: float) -> Result:
+    """Run ``command`` (the tests) in ``root`` with ``mutant`` applied; the module is
+    restored after. A kill by a fixture's ERROR alone (a server slow to stop on a busy
+    machine, not a rule broken) is run once more and stands only if the tests fail again."""
+    started = time.monotonic()
+    with mutated(root, mutant):
+        _clear_bytecode(root / mutant.module)
+        killed, why = _run_tests(root, command, timeout)
+        if killed and why.startswith("ERROR "):
+            killed, again = _run_tests(root, command, timeout)
+            why = f"{why}; again: {again}" if killed else ""
     _clear_bytecode(root / mutant.module)
-    return Result(mutant, killed, time.monotonic() - started)
+    return Result(mutant, killed, time.monotonic() - started, why)
 
 
 def run(
@@ -276,13 +293,15 @@ def run(
         results.append(result)
         print(
             f"[{number}/{len(found)}] {'killed' if result.killed else 'SURVIVED'} "
-            f"{result.seconds:5.1f}s {mutant.module}:{mutant.line} {mutant.operator}",
+            f"{result.seconds:5.1f}s {mutant.module}:{mutant.line} {mutant.operator} "
+            f"{result.why}",
             file=sys.stderr,
             flush=True,
         )
         if log is not None:
             with log.open("a") as out:
-                record = asdict(mutant) | {"killed": result.killed, "seconds": result.seconds}
+                outcome = {"killed": result.killed, "seconds": result.seconds, "why": result.why}
+                record = asdict(mutant) | outcome
                 out.write(json.dumps(record) + "\n")
     return results
 
@@ -292,6 +311,6 @@ def read_log(log: Path) -> list[Result]:
     results = []
     for line in log.read_text().splitlines():
         record = json.loads(line)
-        killed, seconds = bool(record.pop("killed")), float(record.pop("seconds"))
-        results.append(Result(Mutant(**record), killed, seconds))
+        killed, seconds, why = record.pop("killed"), record.pop("seconds"), record.pop("why")
+        results.append(Result(Mutant(**record), bool(killed), float(seconds), str(why)))
     return results
