@@ -171,3 +171,21 @@ def test_every_lua_target_names_modules_with_mutants() -> None:
     for target in targets:
         for module in target.modules:
             assert lua.mutants(ROOT, module), module
+
+
+def test_a_kill_by_a_fixture_error_alone_stands_only_if_the_tests_fail_again(
+    tmp_path: Path,
+) -> None:
+    module = write(tmp_path, MODULE)
+    (mutant, *_) = lua.mutants(tmp_path, module)
+    runs = tmp_path / "runs"
+    # The "tests": an ERROR (a fixture's teardown) on their first run only.
+    flaky = (
+        f"import pathlib, sys; p = pathlib.Path({str(runs)!r}); first = not p.exists(); "
+        "p.touch(); print('ERROR t.py::test_x - TimeoutError' if first else ''); "
+        "sys.exit(1 if first else 0)"
+    )
+    assert not lua.run_one(tmp_path, mutant, [sys.executable, "-c", flaky], 30).killed
+    failing = "print('FAILED t.py::test_x - assert 1 == 2'); raise SystemExit(1)"
+    result = lua.run_one(tmp_path, mutant, [sys.executable, "-c", failing], 30)
+    assert (result.killed, result.why) == (True, "FAILED t.py::test_x - assert 1 == 2")
