@@ -194,6 +194,17 @@ class RedisWorld:
         await RedisAdmin(self.a).purge(self.uri)
         await self.settle()
 
+    async def no_trace(self, guid: bytes) -> None:
+        """A message that left the queue (confirmed, purged, dead-lettered) leaves
+        nothing behind in it: no meta, delivery count or pickup deadline (keys that
+        would grow for ever), and the queue's payload bytes (its ``max_bytes`` measure)
+        back to 0: each walk's queue holds one message."""
+        redis = self.client.redis
+        assert await redis.hget(self.keys.meta, guid) is None, "meta left behind"
+        assert await redis.hget(self.keys.count, guid) is None, "delivery count left behind"
+        assert await redis.zscore(self.keys.pickup, guid) is None, "pickup deadline left"
+        assert int(await redis.get(self.keys.bytes) or 0) == 0, "payload bytes left counted"
+
     async def seen(self, guid: bytes) -> Seen:
         """Where the store has ``guid``; it must be in one place only."""
         redis = self.client.redis
@@ -201,6 +212,7 @@ class RedisWorld:
         meta = await redis.hget(dlq.meta, guid)
         if meta is not None:
             assert await redis.hget(self.keys.body, guid) is None, "dead-lettered and kept"
+            await self.no_trace(guid)
             copy = parse_message(self.dead_letter, guid, b"", meta, 0)
             return Seen(
                 State.DEAD,
@@ -222,6 +234,7 @@ class RedisWorld:
         count = int(await redis.hget(self.keys.count, guid) or 0)
         if await redis.hget(self.keys.body, guid) is None:
             assert not places, f"{guid!r} has no body but is listed in {places}"
+            await self.no_trace(guid)
             return Seen(None, count)
         assert len(places) == 1, f"{guid!r} is in {places}"
         return Seen(places[0], count)
