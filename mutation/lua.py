@@ -300,10 +300,14 @@ def run(
         )
         if log is not None:
             with log.open("a") as out:
-                outcome = {"killed": result.killed, "seconds": result.seconds, "why": result.why}
-                record = asdict(mutant) | outcome
-                out.write(json.dumps(record) + "\n")
+                out.write(record(result))
     return results
+
+
+def record(result: Result) -> str:
+    """``result`` as a line of a run's log."""
+    outcome = {"killed": result.killed, "seconds": result.seconds, "why": result.why}
+    return json.dumps(asdict(result.mutant) | outcome) + "\n"
 
 
 def read_log(log: Path) -> list[Result]:

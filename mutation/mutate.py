@@ -18,7 +18,8 @@ not counted against the score: ``killed / (mutants - equivalent)``.
 
 A target of ``kind = "lua"`` mutates the Lua scripts inside its modules' strings instead
 (``mutation/lua.py``: cosmic-ray sees only Python); its equivalent entries name the Lua
-line and a ``lua/`` operator, and ``--sessions`` keeps its results as ``<target>.jsonl``.
+line and a ``lua/`` operator, and ``--sessions`` keeps its results as ``<target>.jsonl``;
+``--survivors`` runs only the survivors kept there again (once tests were added).
 
 Not part of ``make test``: it runs the target's tests once per mutant.
 """
@@ -215,6 +216,25 @@ def skip_annotations(session: Path) -> None:
                     db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
 
 
+def rerun_survivors(target: Target, where: Path) -> Outcome:
+    """Run the survivors of a Lua target's kept log again (after tests were added: a
+    kill stands, the tests only grew) and rewrite the log with their new results."""
+    started = time.monotonic()
+    check_baseline(target)
+    log = where / f"{target.name}.jsonl"
+    kept = lua.read_log(log)
+    current = {m for module in target.modules for m in lua.mutants(ROOT, module)}
+    if {r.mutant for r in kept} != current:
+        raise SystemExit(f"mutation: {target.name}'s modules changed since the run: run it whole")
+    survivors = [r.mutant for r in kept if not r.killed]
+    again = {
+        r.mutant: r for r in lua.run(ROOT, survivors, pytest_command(target), target.timeout, None)
+    }
+    results = [again.get(r.mutant, r) for r in kept]
+    log.write_text("".join(lua.record(r) for r in results))
+    return lua_outcome(target, results, time.monotonic() - started)
+
+
 def lua_outcome(target: Target, results: list[lua.Result], seconds: float) -> Outcome:
     """Count the results of a Lua target's mutants."""
     survived: list[Survivor] = []
@@ -318,9 +338,14 @@ def main() -> None:
     parser.add_argument(
         "--report", action="store_true", help="only report the sessions kept in --sessions"
     )
+    parser.add_argument(
+        "--survivors",
+        action="store_true",
+        help="run only the survivors of the Lua targets' runs kept in --sessions again",
+    )
     args = parser.parse_args()
-    if args.report and args.sessions is None:
-        parser.error("--report reads the sessions kept in --sessions DIR")
+    if (args.report or args.survivors) and args.sessions is None:
+        parser.error("--report and --survivors read the sessions kept in --sessions DIR")
     targets = load_targets(ROOT / "mutation" / "targets.toml")
     unknown = set(args.targets) - {t.name for t in targets}
     if unknown:
@@ -335,6 +360,10 @@ def main() -> None:
             else read_session(t, kept / f"{t.name}.sqlite", 0.0)
             for t in chosen
         ]
+    elif args.survivors:
+        if any(t.kind != "lua" for t in chosen):
+            parser.error("--survivors is for Lua targets only (name them)")
+        outcomes = [rerun_survivors(t, args.sessions.resolve()) for t in chosen]
     elif args.sessions is not None:
         args.sessions.mkdir(parents=True, exist_ok=True)
         outcomes = [run_target(t, args.sessions.resolve()) for t in chosen]
