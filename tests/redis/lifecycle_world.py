@@ -127,7 +127,9 @@ class RedisWorld:
     async def put(self, guid: bytes, pickup_s: float | None) -> None:
         """PUT one message (with a pickup TTL of ``pickup_s`` seconds if given)."""
         properties = {} if pickup_s is None else {PICKUP_TTL: str(round(pickup_s * 1000))}
-        put = PutRow(1, guid, b"walk", properties, 0)
+        # One byte: the smallest payload, so a removal that skips it (``size > 1``) shows
+        # in the queue's payload bytes.
+        put = PutRow(1, guid, b"w", properties, 0)
         [status] = await self.puts._put(self.uri, [put])
         assert status == pb.STATUS_OK
 
