@@ -243,9 +243,14 @@ def _clear_bytecode(path: Path) -> None:
         cached.unlink(missing_ok=True)
 
 
+_SUMMARY = re.compile(r"^(?:FAILED|ERROR) \S+::\S+", re.MULTILINE)
+"""A line of pytest's short summary (not a captured log line at level ERROR)."""
+
+
 def _first_failure(output: str) -> str:
     """The first ``FAILED``/``ERROR`` line of pytest's summary ('' if none)."""
-    return next((x for x in output.splitlines() if x.startswith(("FAILED ", "ERROR "))), "")
+    match = _SUMMARY.search(output)
+    return "" if match is None else output[match.start() : output.find("\n", match.start())]
 
 
 def _run_tests(root: Path, command: list[str], timeout: float) -> tuple[bool, str]:

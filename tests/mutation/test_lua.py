@@ -186,6 +186,10 @@ def test_a_kill_by_a_fixture_error_alone_stands_only_if_the_tests_fail_again(
         "sys.exit(1 if first else 0)"
     )
     assert not lua.run_one(tmp_path, mutant, [sys.executable, "-c", flaky], 30).killed
-    failing = "print('FAILED t.py::test_x - assert 1 == 2'); raise SystemExit(1)"
+    # A captured log line at level ERROR is no failed test: the summary line is.
+    failing = (
+        "print('ERROR    holdfast.broker:x.py:1 a log line'); "
+        "print('FAILED t.py::test_x - assert 1 == 2'); raise SystemExit(1)"
+    )
     result = lua.run_one(tmp_path, mutant, [sys.executable, "-c", failing], 30)
     assert (result.killed, result.why) == (True, "FAILED t.py::test_x - assert 1 == 2")
