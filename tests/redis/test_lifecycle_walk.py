@@ -19,6 +19,7 @@ import pytest
 
 from holdfast.broker.lifecycle import (
     TRANSITIONS,
+    Admission,
     Event,
     Guard,
     Message,
@@ -26,8 +27,11 @@ from holdfast.broker.lifecycle import (
     Row,
     Rules,
     State,
+    admit,
     apply,
 )
+from holdfast.proto import pb
+from holdfast.proto.columns import PutRow
 from holdfast.proto.policy import REASON_EXPIRED
 from tests.redis.lifecycle_world import STAGE_RETENTION, RedisWorld, Seen
 from tests.support.redis_server import RedisServer
@@ -290,3 +294,26 @@ def test_a_claim_nobody_took_does_not_count_a_delivery(redis_url: str) -> None:
 @pytest.mark.timeout(30)
 def test_a_claim_nobody_took_keeps_the_pickup_deadline(redis_url: str) -> None:
     claim_and_leave(redis_url, "tick")
+
+
+@pytest.mark.timeout(30)
+def test_a_put_as_old_as_the_window_is_admitted_and_one_ms_older_is_too_old(
+    redis_url: str,
+) -> None:
+    """The PUT script's age rule at its boundary, with ``lifecycle.admit`` as the model:
+    TOO_OLD is an age past the window, not one equal to it."""
+
+    async def walk() -> None:
+        world = RedisWorld(redis_url)
+        await world.start()
+        try:
+            window = world.puts._max_age_ms
+            ages = [window, window + 1]
+            rows = [PutRow(1, bytes([n]) * 16, b"w", {}, age) for n, age in enumerate(ages, 3)]
+            model = [admit(None, 0, age, window, False, False) for age in ages]
+            assert model == [Admission.ACCEPT, Admission.TOO_OLD]
+            assert await world.puts._put(world.uri, rows) == [pb.STATUS_OK, pb.STATUS_TOO_OLD]
+        finally:
+            await world.close()
+
+    asyncio.run(walk())
