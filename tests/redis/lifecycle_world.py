@@ -239,6 +239,9 @@ class RedisWorld:
             await self.no_trace(guid)
             return Seen(None, count)
         assert len(places) == 1, f"{guid!r} is in {places}"
+        # A pickup deadline is for a message never delivered: the first delivery ends it.
+        if count > 0:
+            assert await redis.zscore(self.keys.pickup, guid) is None, "delivered, pickup kept"
         return Seen(places[0], count)
 
 
