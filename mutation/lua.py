@@ -163,7 +163,11 @@ def _changes(source: str, toks: list[Token]) -> Iterator[tuple[int, int, str, st
         elif tok.kind == "number" and tok.text in ("0", "1"):
             # A literal compared with something: elsewhere (an index, a Redis argument)
             # 0 and 1 are mostly the same to Lua (string.find's init) or plain breakage.
-            if (before and before.text in COMPARISONS) or (after and after.text in COMPARISONS):
+            # After a + or - it is the arithmetic operator's (one mutant, not two).
+            compared = (before and before.text in COMPARISONS) or (
+                after and after.text in COMPARISONS and not (before and before.text in "+-")
+            )
+            if compared:
                 swap = "1" if tok.text == "0" else "0"
                 yield tok.start, end, swap, f"lua/Number{tok.text}_{swap}"
         elif tok.text == "redis" and (
