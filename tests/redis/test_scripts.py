@@ -1,0 +1,86 @@
+"""Redis scripts whose rules the single-node tests do not reach, run on a redis-server
+directly: ``PROMOTE`` (only with ``min_replicas``), ``COUNTS`` (the consumers of other
+nodes) and ``RECLAIM``'s bookkeeping of a dead node. Each is held to what its callers
+rely on (``durable``, ``refresh``, ``reaper``)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from holdfast.broker.redis.keys import QueueKeys
+from holdfast.broker.redis.scripts import COUNTS, PROMOTE, RECLAIM
+from tests.support.redis_server import RedisServer
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[redis.Redis]:
+    """A client of one redis-server (each test has queues of its own)."""
+    with RedisServer(tmp_path_factory.mktemp("scripts"), aof=False) as server:
+        client = redis.Redis(host="127.0.0.1", port=server.port)
+        yield client
+        client.close()
+
+
+def queue() -> QueueKeys:
+    return QueueKeys(f"hf://scripts/q-{uuid.uuid4().hex[:10]}")
+
+
+def run(db: redis.Redis, script: str, keys: list[str], args: list[str]) -> object:
+    return db.eval(script, len(keys), *keys, *args)
+
+
+def test_promote_makes_the_guid_and_every_one_stored_before_it_ready_in_order(
+    db: redis.Redis,
+) -> None:
+    keys = queue()
+    db.rpush(keys.unsynced, "a", "b", "c", "d")
+    promote = [keys.unsynced, keys.ready]
+    assert run(db, PROMOTE, promote, ["b"]) == 2
+    assert db.lrange(keys.ready, 0, -1) == [b"a", b"b"]
+    assert db.lrange(keys.unsynced, 0, -1) == [b"c", b"d"]
+    # A GUID promoted already (or never held back) moves nothing.
+    assert run(db, PROMOTE, promote, ["b"]) == 0
+    assert run(db, PROMOTE, promote, ["d"]) == 2
+    assert db.lrange(keys.ready, 0, -1) == [b"a", b"b", b"c", b"d"]
+    assert db.llen(keys.unsynced) == 0
+
+
+def test_counts_reads_depth_bytes_unsynced_and_the_consumers_of_other_nodes(
+    db: redis.Redis,
+) -> None:
+    busy, empty = queue(), queue()
+    db.rpush(busy.ready, "a", "b")
+    db.zadd(busy.delayed, {"c": 1})
+    db.set(busy.bytes, 7)
+    db.rpush(busy.unsynced, "d")
+    db.hset(busy.consumers, mapping={"me": 2, "n1": 3, "n2": 1})
+
+    def five(keys: QueueKeys) -> list[str]:
+        return [keys.ready, keys.delayed, keys.bytes, keys.unsynced, keys.consumers]
+
+    # Per queue: ready + delayed, bytes, unsynced, consumers on nodes other than "me".
+    assert run(db, COUNTS, five(busy) + five(empty), ["me"]) == [3, 7, 1, 4, 0, 0, 0, 0]
+
+
+def test_reclaim_puts_a_dead_nodes_deliveries_back_first_and_forgets_its_handles(
+    db: redis.Redis,
+) -> None:
+    keys = queue()
+    db.rpush(keys.ready, "x")
+    db.zadd(keys.out("dead"), {"g1": 1, "g2": 2})
+    db.hset(keys.consumers, mapping={"dead": 1, "live": 2})
+    db.hset(keys.handles, mapping={"dead": 1, "live": 1})
+    reclaim = [keys.ready, keys.out("dead"), keys.consumers, keys.handles]
+    assert run(db, RECLAIM, reclaim, ["dead"]) == 2
+    # Oldest delivery first, ahead of what was ready.
+    assert db.lrange(keys.ready, 0, -1) == [b"g1", b"g2", b"x"]
+    assert not db.exists(keys.out("dead"))
+    # Its consumers and open handles are gone with it (a DELETE is no longer refused).
+    assert db.hgetall(keys.consumers) == {b"live": b"2"}
+    assert db.hgetall(keys.handles) == {b"live": b"1"}
