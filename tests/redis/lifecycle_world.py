@@ -130,8 +130,10 @@ class RedisWorld:
         # One byte: the smallest payload, so a removal that skips it (``size > 1``) shows
         # in the queue's payload bytes.
         put = PutRow(1, guid, b"w", properties, 0)
+        before = await self.write_sequence()
         [status] = await self.puts._put(self.uri, [put])
         assert status == pb.STATUS_OK
+        assert await self.write_sequence() == before + 1, "a PUT that stored kept the sequence"
 
     async def stage(self, guid: bytes) -> None:
         """Stage one row for the walk's attempt."""
@@ -163,8 +165,15 @@ class RedisWorld:
         return guid
 
     async def confirm(self) -> None:
+        before = await self.write_sequence()
         assert self.queue.confirm(self.consumer, self.held())
         await self.settle()
+        assert await self.write_sequence() == before + 1, "a confirm kept the sequence"
+
+    async def write_sequence(self) -> int:
+        """The queue's write sequence: every script that changed the queue moves it on
+        by one (what the node's loss check compares, ``losses``)."""
+        return int(await self.client.redis.get(self.keys.seq) or 0)
 
     async def reject(self, requeue: bool, delay: float = 0.0) -> None:
         assert self.queue.reject(self.consumer, self.held(), requeue, delay)

@@ -1,7 +1,8 @@
 """Redis scripts whose rules the single-node tests do not reach, run on a redis-server
 directly: ``PROMOTE`` (only with ``min_replicas``), ``COUNTS`` (the consumers of other
-nodes) and ``RECLAIM``'s bookkeeping of a dead node. Each is held to what its callers
-rely on (``durable``, ``refresh``, ``reaper``)."""
+nodes), ``RECLAIM``'s bookkeeping of a dead node, and the write sequence of scripts
+that change nothing. Each is held to what its callers rely on (``durable``,
+``refresh``, ``reaper``, ``losses``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 import redis
 
 from holdfast.broker.redis.keys import QueueKeys
-from holdfast.broker.redis.scripts import COUNTS, PROMOTE, RECLAIM
+from holdfast.broker.redis.scripts import CONFIRM, COUNTS, PROMOTE, PUT, PUT_OUTCOMES, RECLAIM
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.timeout(30)
@@ -84,3 +85,20 @@ def test_reclaim_puts_a_dead_nodes_deliveries_back_first_and_forgets_its_handles
     # Its consumers and open handles are gone with it (a DELETE is no longer refused).
     assert db.hgetall(keys.consumers) == {b"live": b"2"}
     assert db.hgetall(keys.handles) == {b"live": b"1"}
+
+
+def test_a_put_or_a_confirm_that_changes_nothing_keeps_the_write_sequence(
+    db: redis.Redis,
+) -> None:
+    """The sequence moves by one per script that changed the queue (``losses``): a PUT
+    that stored nothing (too old) and a confirm of nothing held return it unmoved."""
+    keys = queue()
+    db.set(keys.seq, 5)
+    put_keys = [keys.ready, keys.body, keys.meta, keys.bytes, keys.stats, keys.pickup]
+    put_keys += [keys.unsynced, keys.seq]
+    header = [keys.prefix + "g:", "60000", "1000", "1700000000000", "0", "0", "0"]
+    too_old = ["g1", "digest", "1001", "{}", "payload", "0"]
+    assert run(db, PUT, put_keys, header + too_old) == [PUT_OUTCOMES["TOO_OLD"], 5]
+    # A non-lease key in the lease's place: no fence (as on a Cluster).
+    confirm_keys = [keys.body, keys.meta, keys.count, keys.out("n"), keys.bytes, keys.pickup]
+    assert run(db, CONFIRM, [*confirm_keys, keys.ready, keys.seq], ["g1"]) == [0, 5]
