@@ -317,3 +317,43 @@ def test_a_put_as_old_as_the_window_is_admitted_and_one_ms_older_is_too_old(
             await world.close()
 
     asyncio.run(walk())
+
+
+TTL_AT = [Step("policy", (3, 10.0)), Step("put"), Step("advance", 10.0)]
+TTL_BEFORE = [Step("policy", (3, 10.0)), Step("put"), Step("advance", 9.999)]
+PICKUP_AT = [Step("policy", (3, None)), Step("put", 3.0), Step("advance", 3.0)]
+PICKUP_BEFORE = [Step("policy", (3, None)), Step("put", 3.0), Step("advance", 2.999)]
+BOUNDARIES = {
+    "ttl-reached-deliver": [*TTL_AT, Step("deliver")],
+    "ttl-not-reached-deliver": [*TTL_BEFORE, Step("deliver")],
+    "ttl-reached-sweep": [*TTL_AT, Step("sweep")],
+    "ttl-not-reached-sweep": [*TTL_BEFORE, Step("sweep")],
+    # Only the sweep: the table has no pickup guard on delivery (READY x DELIVER), while
+    # Redis's CLAIM buries a message past its pickup deadline (reported on #29).
+    "pickup-reached-sweep": [*PICKUP_AT, Step("sweep")],
+    "pickup-not-reached-sweep": [*PICKUP_BEFORE, Step("sweep")],
+    "pickup-not-reached-deliver": [*PICKUP_BEFORE, Step("deliver")],
+}
+"""A ready message at its TTL or pickup deadline to the millisecond, or one before, then
+delivered or swept."""
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("boundary", list(BOUNDARIES))
+def test_at_the_deadline_to_the_millisecond_redis_agrees_with_the_model(
+    boundary: str, redis_url: str
+) -> None:
+    """The guards' comparisons at their edges (``lifecycle``: expired at the deadline,
+    not a millisecond before), on delivery (CLAIM) and on the sweep (EXPIRE)."""
+
+    async def walk() -> None:
+        world = RedisWorld(redis_url)
+        await world.start()
+        try:
+            walker = Walk(world)
+            for step in BOUNDARIES[boundary]:
+                await walker.take(step)
+        finally:
+            await world.close()
+
+    asyncio.run(walk())
