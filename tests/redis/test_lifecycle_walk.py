@@ -319,6 +319,63 @@ def test_a_put_as_old_as_the_window_is_admitted_and_one_ms_older_is_too_old(
     asyncio.run(walk())
 
 
+@pytest.mark.timeout(30)
+def test_a_claim_nobody_took_of_a_message_without_a_pickup_ttl_gives_it_none(
+    redis_url: str,
+) -> None:
+    """Given back unseen, a message that had no pickup deadline gets none (a deadline of
+    0 would bury it at the next sweep)."""
+
+    async def walk() -> None:
+        world = RedisWorld(redis_url)
+        await world.start()
+        guid = b"\x03" * 16
+        try:
+            await world.put(guid, None)
+            world.queue.attach(world.consumer)
+            world.queue.detach(world.consumer)
+            await world.settle()
+            world.clock.ms += 4000
+            await world.sweep()
+            assert await world.seen(guid) == Seen(State.READY, 0)
+        finally:
+            await world.close()
+
+    asyncio.run(walk())
+
+
+@pytest.mark.timeout(30)
+def test_a_claim_nobody_took_after_a_delivery_keeps_the_count_and_the_counter(
+    redis_url: str,
+) -> None:
+    """Delivered once and requeued, then claimed for a consumer that left: the claim's
+    count (2) and its redelivery are taken back, the first delivery's count stays."""
+
+    async def walk() -> None:
+        world = RedisWorld(redis_url)
+        await world.start()
+        guid = b"\x04" * 16
+        try:
+            await world.put(guid, 3.0)
+            await world.deliver()
+            await world.reject(requeue=True)
+            world.queue.detach(world.consumer)
+            await world.settle()
+            assert await world.seen(guid) == Seen(State.READY, 1)
+            world.queue.attach(world.consumer)  # the claim is on its way
+            world.queue.detach(world.consumer)  # ...and its consumer goes
+            await world.settle()
+            assert await world.seen(guid) == Seen(State.READY, 1)
+            redelivered = await world.client.redis.hget(world.keys.stats, "redelivered")
+            assert int(redelivered or 0) == 0
+            await world.deliver()
+            assert await world.seen(guid) == Seen(State.HELD, 2)
+        finally:
+            await world.close()
+
+    asyncio.run(walk())
+
+
 TTL_AT = [Step("policy", (3, 10.0)), Step("put"), Step("advance", 10.0)]
 TTL_BEFORE = [Step("policy", (3, 10.0)), Step("put"), Step("advance", 9.999)]
 PICKUP_AT = [Step("policy", (3, None)), Step("put", 3.0), Step("advance", 3.0)]
