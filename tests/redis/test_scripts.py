@@ -13,7 +13,16 @@ import pytest
 import redis
 
 from holdfast.broker.redis.keys import QueueKeys
-from holdfast.broker.redis.scripts import CONFIRM, COUNTS, PROMOTE, PUT, PUT_OUTCOMES, RECLAIM
+from holdfast.broker.redis.scripts import (
+    CONFIRM,
+    COUNTS,
+    PROMOTE,
+    PUT,
+    PUT_OUTCOMES,
+    RECLAIM,
+    REQUEUE,
+    UNCLAIM,
+)
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.timeout(30)
@@ -102,3 +111,18 @@ def test_a_put_or_a_confirm_that_changes_nothing_keeps_the_write_sequence(
     # A non-lease key in the lease's place: no fence (as on a Cluster).
     confirm_keys = [keys.body, keys.meta, keys.count, keys.out("n"), keys.bytes, keys.pickup]
     assert run(db, CONFIRM, [*confirm_keys, keys.ready, keys.seq], ["g1"]) == [0, 5]
+
+
+def test_requeue_and_unclaim_put_back_in_order_and_answer_how_many(db: redis.Redis) -> None:
+    """Both answer the number of messages they gave back (only the node's own
+    deliveries: a GUID it does not hold is skipped)."""
+    keys = queue()
+    out = keys.out("n")
+    db.zadd(out, {"a": 1, "b": 2, "c": 3})
+    db.hset(keys.count, mapping={"a": 1, "b": 1, "c": 1})
+    # A non-lease key in the lease's place: no fence (as on a Cluster).
+    assert run(db, REQUEUE, [keys.ready, out, keys.seq], ["a", "b", "gone"]) == 2
+    assert db.lrange(keys.ready, 0, -1) == [b"a", b"b"]
+    unclaim = [keys.ready, keys.count, out, keys.pickup, keys.stats, keys.seq]
+    assert run(db, UNCLAIM, unclaim, ["gone", "0", "c", "0"]) == 1
+    assert db.lrange(keys.ready, 0, -1) == [b"c", b"a", b"b"]
