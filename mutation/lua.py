@@ -80,12 +80,19 @@ class Mutant:
     occurrence: int
     """How many earlier mutants of this operator are on the same line."""
     code: str
-    """The line of the unmutated source, stripped."""
+    """The script (the constant it is a part of) and the line of the unmutated source,
+    stripped: ``UNCLAIM: n = n + 1`` (one line of Lua may be in several scripts)."""
+
+    @property
+    def key(self) -> tuple[str, int, int, str, str]:
+        """What the mutant changes, whatever its line's text: it names it across runs."""
+        return (self.module, self.start, self.end, self.replacement, self.operator)
 
 
-def lua_spans(source: str) -> list[tuple[int, int]]:
+def lua_spans(source: str) -> list[tuple[int, int, str]]:
     """Where the Lua is in a module: the insides of its triple-quoted string constants
-    that are part of an assigned value (docstrings are statements of their own)."""
+    that are part of an assigned value (docstrings are statements of their own), each
+    with the name it is assigned to."""
     lines = source.splitlines(keepends=True)
     offsets = [0]
     for line in lines:
@@ -94,6 +101,8 @@ def lua_spans(source: str) -> list[tuple[int, int]]:
     for node in ast.walk(ast.parse(source)):
         if not isinstance(node, ast.Assign | ast.AnnAssign) or node.value is None:
             continue
+        target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+        name = ast.unparse(target)
         for part in ast.walk(node.value):
             if not (isinstance(part, ast.Constant) and isinstance(part.value, str)):
                 continue
@@ -101,7 +110,7 @@ def lua_spans(source: str) -> list[tuple[int, int]]:
             start = offsets[part.lineno - 1] + part.col_offset
             end = offsets[part.end_lineno - 1] + part.end_col_offset
             if source.startswith('"""', start) and source.endswith('"""', 0, end):
-                spans.append((start + 3, end - 3))
+                spans.append((start + 3, end - 3, name))
     return sorted(spans)
 
 
@@ -187,18 +196,18 @@ def mutants(root: Path, module: str) -> list[Mutant]:
 
 def find(module: str, source: str) -> list[Mutant]:
     """Every mutant of the Lua in ``source``, the text of ``module``, in source order."""
-    found: list[tuple[int, int, str, str]] = []
-    for start, end in lua_spans(source):
+    found: list[tuple[int, int, str, str, str]] = []
+    for start, end, name in lua_spans(source):
         toks = list(tokens(source, start, end))
-        found.extend(_changes(source, toks))
+        found.extend((*change, name) for change in _changes(source, toks))
     lines = source.splitlines()
     seen: dict[tuple[int, str], int] = {}
     out = []
-    for start, end, replacement, operator in sorted(found):
+    for start, end, replacement, operator, name in sorted(found):
         line = source.count("\n", 0, start) + 1
         occurrence = seen.get((line, operator), 0)
         seen[(line, operator)] = occurrence + 1
-        code = lines[line - 1].strip()
+        code = f"{name}: {lines[line - 1].strip()}"
         out.append(Mutant(module, start, end, replacement, operator, line, occurrence, code))
     return out
 

@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mutation import lua
@@ -223,10 +223,9 @@ def rerun_survivors(target: Target, where: Path) -> Outcome:
     check_baseline(target)
     log = where / f"{target.name}.jsonl"
     kept = lua.read_log(log)
-    current = {m for module in target.modules for m in lua.mutants(ROOT, module)}
-    if not current <= {r.mutant for r in kept}:
+    if len(current_results(target, kept)) < sum(len(lua.mutants(ROOT, m)) for m in target.modules):
         raise SystemExit(f"mutation: {target.name}'s modules changed since the run: run it whole")
-    kept = [r for r in kept if r.mutant in current]
+    kept = current_results(target, kept)
     survivors = [r.mutant for r in kept if not r.killed]
     again = {
         r.mutant: r for r in lua.run(ROOT, survivors, pytest_command(target), target.timeout, None)
@@ -234,6 +233,13 @@ def rerun_survivors(target: Target, where: Path) -> Outcome:
     results = [again.get(r.mutant, r) for r in kept]
     log.write_text("".join(lua.record(r) for r in results))
     return lua_outcome(target, results, time.monotonic() - started)
+
+
+def current_results(target: Target, kept: list[lua.Result]) -> list[lua.Result]:
+    """The kept results of the mutants the target's modules make now, each described as
+    now (a log may predate a change of the mutator's operators or descriptions)."""
+    current = {m.key: m for module in target.modules for m in lua.mutants(ROOT, module)}
+    return [replace(r, mutant=current[r.mutant.key]) for r in kept if r.mutant.key in current]
 
 
 def lua_outcome(target: Target, results: list[lua.Result], seconds: float) -> Outcome:
@@ -356,7 +362,7 @@ def main() -> None:
     if args.report:
         kept = args.sessions.resolve()
         outcomes = [
-            lua_outcome(t, lua.read_log(kept / f"{t.name}.jsonl"), 0.0)
+            lua_outcome(t, current_results(t, lua.read_log(kept / f"{t.name}.jsonl")), 0.0)
             if t.kind == "lua"
             else read_session(t, kept / f"{t.name}.sqlite", 0.0)
             for t in chosen

@@ -60,6 +60,11 @@ def test_only_the_lua_code_of_a_script_string_is_mutated(tmp_path: Path) -> None
         ("lua/RemoveNot", "not ", ""),
         ("lua/RemoveCall_DEL", "redis.call('DEL', KEYS[1])", "do end"),
     ]
+    # Each names the script it is in (one line of Lua may be in several scripts).
+    assert {m.code for m in lua.mutants(tmp_path, "mod.py")} == {
+        "SCRIPT: if a < b and not c then",
+        "SCRIPT: redis.call('DEL', KEYS[1])",
+    }
 
 
 def test_each_operator_makes_its_change(tmp_path: Path) -> None:
@@ -122,7 +127,7 @@ def test_mutants_of_the_redis_scripts_change_one_lua_code_spot_each() -> None:
         assert len(found) > 50
         assert len({(m.start, m.operator) for m in found}) == len(found)
         for mutant in found:
-            assert any(a <= mutant.start and mutant.end <= b for a, b in spans), mutant
+            assert any(a <= mutant.start and mutant.end <= b for a, b, _ in spans), mutant
             line_start = source.rfind("\n", 0, mutant.start) + 1
             assert "--" not in source[line_start : mutant.start], mutant
             # Python-wise the module is the same but for one string constant.
