@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from holdfast.broker.redis.keys import QueueKeys
+from holdfast.broker.redis.policy_scripts import ADD, DELAY, GONE, LEAVE, STAY
 from holdfast.broker.redis.scripts import (
     CONFIRM,
     COUNTS,
@@ -126,3 +127,30 @@ def test_requeue_and_unclaim_put_back_in_order_and_answer_how_many(db: redis.Red
     unclaim = [keys.ready, keys.count, out, keys.pickup, keys.stats, keys.seq]
     assert run(db, UNCLAIM, unclaim, ["gone", "0", "c", "0"]) == 1
     assert db.lrange(keys.ready, 0, -1) == [b"c", b"a", b"b"]
+
+
+def test_the_move_scripts_answer_how_many_they_moved(db: redis.Redis) -> None:
+    """DELAY, LEAVE, GONE, STAY and ADD each answer the number of messages they acted
+    on, skipping one not where they look for it (``policy_scripts``)."""
+    keys, target = queue(), queue()
+    out = keys.out("n")
+    db.zadd(out, {"a": 1, "b": 2, "c": 3})
+    for guid in ("a", "b", "c"):
+        db.hset(keys.body, guid, "p")
+        db.hset(keys.meta, guid, "d|1|{}")
+    db.set(keys.bytes, 3)
+    # A non-lease key in the lease's place: no fence (as on a Cluster).
+    assert run(db, DELAY, [out, keys.delayed, keys.seq], ["99", "a", "gone"]) == 1
+    leave = [keys.leaving, keys.seq]
+    assert run(db, LEAVE, [out, *leave], ["5", "b", "x|t", "c", "x|t", "gone", "x|t"]) == 2
+    assert run(db, STAY, [keys.leaving, keys.ready], ["c", "gone"]) == 1
+    assert db.lrange(keys.ready, 0, -1) == [b"c"]
+    gone = [keys.body, keys.meta, keys.count, keys.leaving, keys.bytes, keys.pickup]
+    assert run(db, GONE, gone, ["b", "gone"]) == 1
+    assert not db.hexists(keys.body, "b")
+    add = [target.ready, target.body, target.meta, target.count, target.bytes]
+    args = [target.prefix + "mv:", "60000", "b", "m1", "d|1|{}", "p", "e", "m2", "d|1|{}", "p"]
+    assert run(db, ADD, add, args) == 2
+    # The same moves again add nothing: each move adds one copy.
+    assert run(db, ADD, add, args) == 0
+    assert db.lrange(target.ready, 0, -1) == [b"b", b"e"]
