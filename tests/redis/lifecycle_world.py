@@ -208,13 +208,18 @@ class RedisWorld:
     async def no_trace(self, guid: bytes) -> None:
         """A message that left the queue (confirmed, purged, dead-lettered) leaves
         nothing behind in it: no meta, delivery count or pickup deadline (keys that
-        would grow for ever), and the queue's payload bytes (its ``max_bytes`` measure)
-        back to 0: each walk's queue holds one message."""
+        would grow for ever), the queue's payload bytes (its ``max_bytes`` measure) back
+        to 0 (each walk's queue holds one message), and its GUID in no list or set."""
         redis = self.client.redis
         assert await redis.hget(self.keys.meta, guid) is None, "meta left behind"
         assert await redis.hget(self.keys.count, guid) is None, "delivery count left behind"
         assert await redis.zscore(self.keys.pickup, guid) is None, "pickup deadline left"
         assert int(await redis.get(self.keys.bytes) or 0) == 0, "payload bytes left counted"
+        # ...nor a place it could be delivered or buried from again.
+        assert await redis.lpos(self.keys.ready, guid) is None, "left in the ready list"
+        assert await redis.zscore(self.keys.delayed, guid) is None, "left delayed"
+        for node in (self.a.node_id, self.b.node_id):
+            assert await redis.zscore(self.keys.out(node), guid) is None, "left held"
 
     async def seen(self, guid: bytes) -> Seen:
         """Where the store has ``guid``; it must be in one place only."""
