@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from holdfast.broker.redis.keys import QueueKeys
-from holdfast.broker.redis.policy_scripts import ADD, DELAY, GONE, LEAVE, STAY
+from holdfast.broker.redis.policy_scripts import ADD, DELAY, EXPIRE, GONE, LEAVE, STAY
 from holdfast.broker.redis.scripts import (
     CONFIRM,
     COUNTS,
@@ -154,3 +154,48 @@ def test_the_move_scripts_answer_how_many_they_moved(db: redis.Redis) -> None:
     # The same moves again add nothing: each move adds one copy.
     assert run(db, ADD, add, args) == 0
     assert db.lrange(target.ready, 0, -1) == [b"b", b"e"]
+
+
+def test_expire_takes_at_most_a_batch_and_stops_at_a_fresh_never_delivered_message(
+    db: redis.Redis,
+) -> None:
+    """EXPIRE (the sweep): ready messages accepted at or before the cutoff, at most
+    ``most`` a call; it steps over delivered ones within the TTL, stops at the first
+    never-delivered one within it, and drops a ready GUID whose message is gone."""
+    keys = queue()
+    accepted = {"old1": 1000, "again": 5000, "old2": 1500, "fresh": 5000, "old3": 1000}
+    db.rpush(keys.ready, "stale", *accepted)
+    for guid, ms in accepted.items():
+        db.hset(keys.body, guid, "p")
+        db.hset(keys.meta, guid, f"d|{ms}|{{}}")
+    db.hset(keys.count, "again", 1)
+    # A non-lease key in the lease's place: no fence (as on a Cluster).
+    expire = [keys.ready, keys.body, keys.meta, keys.count, keys.out("n"), keys.pickup, keys.seq]
+
+    def taken(most: int) -> list[bytes]:
+        reply = run(db, EXPIRE, expire, ["9000", "2000", str(most)])
+        assert isinstance(reply, list)
+        return reply[0::4]
+
+    assert taken(1) == [b"old1"]
+    assert db.lrange(keys.ready, 0, -1) == [b"again", b"old2", b"fresh", b"old3"]
+    assert taken(10) == [b"old2"]
+    assert db.lrange(keys.ready, 0, -1) == [b"again", b"fresh", b"old3"]
+
+
+def test_expire_takes_a_never_delivered_message_past_its_pickup_deadline_only(
+    db: redis.Redis,
+) -> None:
+    keys = queue()
+    for guid in ("missed", "delivered", "early"):
+        db.hset(keys.body, guid, "p")
+        db.hset(keys.meta, guid, "d|1000|{}")
+    db.rpush(keys.ready, "missed", "early")
+    db.hset(keys.count, "delivered", 1)
+    db.zadd(keys.pickup, {"missed": 100, "delivered": 100, "early": 300})
+    expire = [keys.ready, keys.body, keys.meta, keys.count, keys.out("n"), keys.pickup, keys.seq]
+    reply = run(db, EXPIRE, expire, ["200", "0", "10"])
+    assert isinstance(reply, list) and reply[0::4] == [b"missed"]
+    assert db.lrange(keys.ready, 0, -1) == [b"early"]
+    # The due deadlines are gone, taken or not; a later one stays.
+    assert db.zrange(keys.pickup, 0, -1) == [b"early"]
