@@ -13,7 +13,16 @@ import pytest
 import redis
 
 from holdfast.broker.redis.keys import QueueKeys
-from holdfast.broker.redis.policy_scripts import ADD, DELAY, EXPIRE, GONE, LEAVE, STAY
+from holdfast.broker.redis.policy_scripts import (
+    ADD,
+    DELAY,
+    EXPIRE,
+    GONE,
+    LEAVE,
+    LEAVING,
+    SETTLE,
+    STAY,
+)
 from holdfast.broker.redis.scripts import (
     CONFIRM,
     COUNTS,
@@ -199,3 +208,45 @@ def test_expire_takes_a_never_delivered_message_past_its_pickup_deadline_only(
     assert db.lrange(keys.ready, 0, -1) == [b"early"]
     # The due deadlines are gone, taken or not; a later one stays.
     assert db.zrange(keys.pickup, 0, -1) == [b"early"]
+
+
+def test_settle_buries_only_the_released_messages_spent_or_at_their_ttl(
+    db: redis.Redis,
+) -> None:
+    """SETTLE (``lifecycle.release`` on the first n ready messages): spent ones with
+    ``delivery-limit``, ones accepted at or before the cutoff ``expired``, the rest
+    and the messages behind the first n stay ready."""
+    keys = queue()
+    accepted = {"spent": 5000, "at-ttl": 2000, "young": 2001, "behind": 1000}
+    db.rpush(keys.ready, *accepted)
+    for guid, ms in accepted.items():
+        db.hset(keys.body, guid, "p")
+        db.hset(keys.meta, guid, f"d|{ms}|{{}}")
+    db.hset(keys.count, mapping={"spent": 1, "young": 0})
+    settle = [keys.ready, keys.body, keys.meta, keys.count, keys.out("n"), keys.pickup]
+    # A non-lease key in the lease's place: no fence (as on a Cluster).
+    reply = run(db, SETTLE, [*settle, keys.seq], ["9000", "2000", "1", "3"])
+    assert isinstance(reply, list)
+    assert list(zip(reply[0::5], reply[4::5], strict=True)) == [
+        (b"spent", b"delivery-limit"),
+        (b"at-ttl", b"expired"),
+    ]
+    assert db.lrange(keys.ready, 0, -1) == [b"young", b"behind"]
+    # Without a limit or a TTL nothing is buried.
+    assert run(db, SETTLE, [*settle, keys.seq], ["9000", "0", "0", "2"]) == []
+
+
+def test_leaving_lists_the_moves_begun_by_then_with_their_reason_and_target(
+    db: redis.Redis,
+) -> None:
+    keys = queue()
+    db.hset(keys.body, mapping={"a": "p", "b": "p"})
+    db.hset(keys.meta, mapping={"a": "d|1|{}", "b": "d|1|{}"})
+    leaving = {"a": "100|expired|hf://t", "b": "101|expired|hf://t", "c": "99|expired|hf://t"}
+    db.hset(keys.leaving, mapping=leaving)
+    reply = run(db, LEAVING, [keys.leaving, keys.body, keys.meta, keys.count], ["100"])
+    assert isinstance(reply, list)
+    assert (reply[0], reply[4]) == (b"a", b"expired|hf://t")
+    assert len(reply) == 5
+    # "c" has no message left (its move finished): its entry goes.
+    assert sorted(db.hkeys(keys.leaving)) == [b"a", b"b"]
