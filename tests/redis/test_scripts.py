@@ -242,8 +242,8 @@ def test_leaving_lists_the_moves_begun_by_then_with_their_reason_and_target(
     keys = queue()
     db.hset(keys.body, mapping={"a": "p", "b": "p"})
     db.hset(keys.meta, mapping={"a": "d|1|{}", "b": "d|1|{}"})
-    leaving = {"a": "100|expired|hf://t", "b": "101|expired|hf://t", "c": "99|expired|hf://t"}
-    db.hset(keys.leaving, mapping=leaving)
+    for guid, since in (("a", 100), ("b", 101), ("c", 99)):
+        db.hset(keys.leaving, guid, f"{since}|expired|hf://t")
     reply = run(db, LEAVING, [keys.leaving, keys.body, keys.meta, keys.count], ["100"])
     assert isinstance(reply, list)
     assert (reply[0], reply[4]) == (b"a", b"expired|hf://t")
