@@ -163,6 +163,10 @@ def test_the_move_scripts_answer_how_many_they_moved(db: redis.Redis) -> None:
     # The same moves again add nothing: each move adds one copy.
     assert run(db, ADD, add, args) == 0
     assert db.lrange(target.ready, 0, -1) == [b"b", b"e"]
+    assert db.get(target.bytes) == b"2"
+    # Once "b" left the target, another move of it (a new move id) adds it again.
+    db.hdel(target.body, "b")
+    assert run(db, ADD, add, [target.prefix + "mv:", "60000", "b", "m3", "d|1|{}", "p"]) == 1
 
 
 def test_expire_takes_at_most_a_batch_and_stops_at_a_fresh_never_delivered_message(
