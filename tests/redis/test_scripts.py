@@ -20,6 +20,7 @@ from holdfast.broker.redis.policy_scripts import (
     GONE,
     LEAVE,
     LEAVING,
+    REPAIR,
     SETTLE,
     STAY,
 )
@@ -254,3 +255,32 @@ def test_leaving_lists_the_moves_begun_by_then_with_their_reason_and_target(
     assert len(reply) == 5
     # "c" has no message left (its move finished): its entry goes.
     assert sorted(db.hkeys(keys.leaving)) == [b"a", b"b"]
+
+
+def test_repair_raises_counts_to_what_the_node_saw_and_removes_what_it_saw_confirmed(
+    db: redis.Redis,
+) -> None:
+    """REPAIR after Redis went back in time (``losscheck``): a message still here gets
+    at least the count the node saw (counts never go back), and one the node saw
+    confirmed is removed again from every key; GUIDs not here are skipped."""
+    keys = queue()
+    for guid in ("a", "b", "c", "d"):
+        db.hset(keys.body, guid, "p")
+        db.hset(keys.meta, guid, "d|1|{}")
+    db.set(keys.bytes, 4)
+    db.hset(keys.count, mapping={"a": 1, "b": 3, "c": 1, "d": 2})
+    db.rpush(keys.ready, "c", "b")
+    db.zadd(keys.pickup, {"c": 5})
+    db.zadd(keys.delayed, {"d": 5})
+    repair = [keys.body, keys.meta, keys.count, keys.ready, keys.bytes, keys.pickup]
+    seen = ["4", "a", "2", "b", "2", "d", "2", "x", "5"]
+    assert run(db, REPAIR, [*repair, keys.delayed], [*seen, "c", "y"]) == [1, 1]
+    assert db.hgetall(keys.count) == {b"a": b"2", b"b": b"3", b"d": b"2"}
+    assert sorted(db.hkeys(keys.body)) == [b"a", b"b", b"d"]
+    assert not db.hexists(keys.meta, "c")
+    assert db.lrange(keys.ready, 0, -1) == [b"b"]
+    assert db.zcard(keys.pickup) == 0
+    assert db.get(keys.bytes) == b"3"
+    # Confirmed and delayed: removed from the delayed set too.
+    assert run(db, REPAIR, [*repair, keys.delayed], ["0", "d"]) == [0, 1]
+    assert db.zcard(keys.delayed) == 0
