@@ -23,6 +23,7 @@ from holdfast.broker.redis.policy_scripts import (
     REPAIR,
     SETTLE,
     STAY,
+    TAKE,
 )
 from holdfast.broker.redis.scripts import (
     CONFIRM,
@@ -284,3 +285,19 @@ def test_repair_raises_counts_to_what_the_node_saw_and_removes_what_it_saw_confi
     # Confirmed and delayed: removed from the delayed set too.
     assert run(db, REPAIR, [*repair, keys.delayed], ["0", "d"]) == [0, 1]
     assert db.zcard(keys.delayed) == 0
+
+
+def test_take_marks_every_ready_and_delayed_message_of_a_queue_leaving(db: redis.Redis) -> None:
+    """TAKE (a replay of a dead-letter queue): every ready and delayed message leaves
+    its lists and is marked leaving (``<now>|replay|``) until the move finishes."""
+    keys = queue()
+    for guid in ("a", "b"):
+        db.hset(keys.body, guid, "p")
+        db.hset(keys.meta, guid, "d|1|{}")
+    db.rpush(keys.ready, "a")
+    db.zadd(keys.delayed, {"b": 5})
+    take = [keys.ready, keys.delayed, keys.body, keys.meta, keys.count, keys.leaving]
+    reply = run(db, TAKE, take, ["7"])
+    assert isinstance(reply, list) and reply[0::4] == [b"a", b"b"]
+    assert (db.llen(keys.ready), db.zcard(keys.delayed)) == (0, 0)
+    assert db.hgetall(keys.leaving) == {b"a": b"7|replay|", b"b": b"7|replay|"}
