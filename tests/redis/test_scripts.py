@@ -16,10 +16,12 @@ from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.redis.policy_scripts import (
     ADD,
     DELAY,
+    DELETE,
     EXPIRE,
     GONE,
     LEAVE,
     LEAVING,
+    PURGE,
     REPAIR,
     SETTLE,
     STAY,
@@ -301,3 +303,32 @@ def test_take_marks_every_ready_and_delayed_message_of_a_queue_leaving(db: redis
     assert isinstance(reply, list) and reply[0::4] == [b"a", b"b"]
     assert (db.llen(keys.ready), db.zcard(keys.delayed)) == (0, 0)
     assert db.hgetall(keys.leaving) == {b"a": b"7|replay|", b"b": b"7|replay|"}
+
+
+def test_purge_removes_every_waiting_message_and_answers_how_many(db: redis.Redis) -> None:
+    keys = queue()
+    for guid in ("a", "b", "c"):
+        db.hset(keys.body, guid, "p")
+        db.hset(keys.meta, guid, "d|1|{}")
+    db.set(keys.bytes, 3)
+    db.rpush(keys.ready, "a")
+    db.zadd(keys.delayed, {"b": 5})
+    db.rpush(keys.unsynced, "c")
+    db.zadd(keys.pickup, {"a": 5})
+    purge = [keys.ready, keys.delayed, keys.body, keys.meta, keys.count, keys.pickup]
+    assert run(db, PURGE, [*purge, keys.bytes, keys.unsynced], []) == 3
+    assert (db.hlen(keys.body), db.zcard(keys.pickup), db.get(keys.bytes)) == (0, 0, b"0")
+
+
+def test_delete_is_refused_while_a_handle_is_open_and_else_deletes_the_queue(
+    db: redis.Redis,
+) -> None:
+    keys = queue()
+    db.hset(keys.body, "a", "p")
+    db.rpush(keys.ready, "a")
+    db.hset(keys.handles, mapping={"n1": 2, "n2": 0})
+    delete = [keys.handles, keys.body, keys.ready]
+    assert run(db, DELETE, delete, []) == -2
+    db.hset(keys.handles, "n1", 0)
+    assert run(db, DELETE, delete, []) == 1
+    assert not db.exists(keys.body, keys.ready, keys.handles)
