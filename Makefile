@@ -84,13 +84,14 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/run.py
 
 # Mutation testing of the broker's rules (cosmic-ray; mutation/targets.toml), not in make test.
+# `make mutation TARGETS=lua-delivery` runs the targets named only.
 MUTATION_STAMP := $(VENV)/.mutation-stamp
 $(MUTATION_STAMP): $(STAMP) $(JAVA_STAMP) $(REDIS_STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test,mutation]'
 	touch $(MUTATION_STAMP)
 
 mutation: $(MUTATION_STAMP)
-	$(BIN)/python mutation/mutate.py
+	$(BIN)/python -m mutation.mutate $(TARGETS)
 
 proto: $(STAMP)
 	$(BIN)/python proto/generate.py

@@ -16,6 +16,11 @@ nothing anyone can observe (an equivalent mutant) is listed in its target's
 ``equivalent`` entries (the source line, the operator, and why) and reported apart,
 not counted against the score: ``killed / (mutants - equivalent)``.
 
+A target of ``kind = "lua"`` mutates the Lua scripts inside its modules' strings instead
+(``mutation/lua.py``: cosmic-ray sees only Python); its equivalent entries name the Lua
+line and a ``lua/`` operator, and ``--sessions`` keeps its results as ``<target>.jsonl``;
+``--survivors`` runs only the survivors kept there again (once tests were added).
+
 Not part of ``make test``: it runs the target's tests once per mutant.
 """
 
@@ -29,8 +34,10 @@ import sys
 import tempfile
 import time
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+from mutation import lua
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -55,6 +62,8 @@ class Target:
     tests: tuple[str, ...]
     timeout: float
     equivalent: tuple[Equivalent, ...] = ()
+    kind: str = "python"
+    """``python`` (cosmic-ray) or ``lua`` (the scripts in the modules' strings)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +109,7 @@ def load_targets(path: Path) -> list[Target]:
             modules=tuple(entry["modules"]),
             tests=tuple(entry["tests"]),
             timeout=float(entry.get("timeout", 120)),
+            kind=entry.get("kind", "python"),
             equivalent=tuple(
                 Equivalent(e["code"].strip(), e["operator"], e["why"])
                 for e in entry.get("equivalent", ())
@@ -148,6 +158,12 @@ def run_target(target: Target, where: Path) -> Outcome:
     """Baseline, init, filter, exec and read back one target."""
     started = time.monotonic()
     check_baseline(target)
+    if target.kind == "lua":
+        found = [m for module in target.modules for m in lua.mutants(ROOT, module)]
+        log = where / f"{target.name}.jsonl"
+        log.unlink(missing_ok=True)
+        results = lua.run(ROOT, found, pytest_command(target), target.timeout, log)
+        return lua_outcome(target, results, time.monotonic() - started)
     config = write_config(target, where)
     session = where / f"{target.name}.sqlite"
     _tool("cosmic-ray", "init", str(config), str(session))
@@ -200,6 +216,61 @@ def skip_annotations(session: Path) -> None:
                     db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
 
 
+def rerun_survivors(target: Target, where: Path) -> Outcome:
+    """Run the survivors of a Lua target's kept log again (after tests were added: a
+    kill stands, the tests only grew) and rewrite the log with their new results."""
+    started = time.monotonic()
+    check_baseline(target)
+    log = where / f"{target.name}.jsonl"
+    kept = lua.read_log(log)
+    if len(current_results(target, kept)) < sum(len(lua.mutants(ROOT, m)) for m in target.modules):
+        raise SystemExit(f"mutation: {target.name}'s modules changed since the run: run it whole")
+    kept = current_results(target, kept)
+    survivors = [r.mutant for r in kept if not r.killed]
+    again = {
+        r.mutant: r for r in lua.run(ROOT, survivors, pytest_command(target), target.timeout, None)
+    }
+    results = [again.get(r.mutant, r) for r in kept]
+    log.write_text("".join(lua.record(r) for r in results))
+    return lua_outcome(target, results, time.monotonic() - started)
+
+
+def current_results(target: Target, kept: list[lua.Result]) -> list[lua.Result]:
+    """The kept results of the mutants the target's modules make now, each described as
+    now (a log may predate a change of the mutator's operators or descriptions)."""
+    current = {m.key: m for module in target.modules for m in lua.mutants(ROOT, module)}
+    return [replace(r, mutant=current[r.mutant.key]) for r in kept if r.mutant.key in current]
+
+
+def lua_outcome(target: Target, results: list[lua.Result], seconds: float) -> Outcome:
+    """Count the results of a Lua target's mutants."""
+    survived: list[Survivor] = []
+    equivalent: list[tuple[Survivor, Equivalent]] = []
+    for r in results:
+        if not r.killed:
+            m = r.mutant
+            survivor = Survivor(m.module, m.line, m.operator, m.occurrence, m.code)
+            why = equivalent_of(target, survivor)
+            if why is None:
+                survived.append(survivor)
+            else:
+                equivalent.append((survivor, why))
+    killed = sum(r.killed for r in results)
+    return Outcome(target, killed, survived, 0, seconds, equivalent)
+
+
+def equivalent_of(target: Target, survivor: Survivor) -> Equivalent | None:
+    """The entry of ``target.equivalent`` that covers ``survivor``, if any."""
+    return next(
+        (
+            e
+            for e in target.equivalent
+            if e.code == survivor.code and survivor.operator.startswith(e.operator)
+        ),
+        None,
+    )
+
+
 def read_session(target: Target, session: Path, seconds: float) -> Outcome:
     """Count the outcomes cosmic-ray recorded in ``session``."""
     from cosmic_ray.work_db import WorkDB, use_db
@@ -225,14 +296,7 @@ def read_session(target: Target, session: Path, seconds: float) -> Outcome:
                     spec.occurrence,
                     lines[module][spec.start_pos[0] - 1].strip(),
                 )
-                why = next(
-                    (
-                        e
-                        for e in target.equivalent
-                        if e.code == survivor.code and survivor.operator.startswith(e.operator)
-                    ),
-                    None,
-                )
+                why = equivalent_of(target, survivor)
                 if why is None:
                     survived.append(survivor)
                 else:
@@ -281,9 +345,14 @@ def main() -> None:
     parser.add_argument(
         "--report", action="store_true", help="only report the sessions kept in --sessions"
     )
+    parser.add_argument(
+        "--survivors",
+        action="store_true",
+        help="run only the survivors of the Lua targets' runs kept in --sessions again",
+    )
     args = parser.parse_args()
-    if args.report and args.sessions is None:
-        parser.error("--report reads the sessions kept in --sessions DIR")
+    if (args.report or args.survivors) and args.sessions is None:
+        parser.error("--report and --survivors read the sessions kept in --sessions DIR")
     targets = load_targets(ROOT / "mutation" / "targets.toml")
     unknown = set(args.targets) - {t.name for t in targets}
     if unknown:
@@ -291,9 +360,17 @@ def main() -> None:
     chosen = [t for t in targets if not args.targets or t.name in args.targets]
     os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
     if args.report:
+        kept = args.sessions.resolve()
         outcomes = [
-            read_session(t, args.sessions.resolve() / f"{t.name}.sqlite", 0.0) for t in chosen
+            lua_outcome(t, current_results(t, lua.read_log(kept / f"{t.name}.jsonl")), 0.0)
+            if t.kind == "lua"
+            else read_session(t, kept / f"{t.name}.sqlite", 0.0)
+            for t in chosen
         ]
+    elif args.survivors:
+        if any(t.kind != "lua" for t in chosen):
+            parser.error("--survivors is for Lua targets only (name them)")
+        outcomes = [rerun_survivors(t, args.sessions.resolve()) for t in chosen]
     elif args.sessions is not None:
         args.sessions.mkdir(parents=True, exist_ok=True)
         outcomes = [run_target(t, args.sessions.resolve()) for t in chosen]

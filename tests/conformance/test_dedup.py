@@ -11,6 +11,7 @@ import pytest
 from holdfast.sdk import AckStatus, Message
 from tests.conformance.harness import World
 from tests.conformance.support import post_and_wait, wait_ready
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.conformance, pytest.mark.timeout(60)]
 
@@ -58,3 +59,21 @@ def test_a_guid_stays_known_while_its_message_is_queued_or_held(world: World) ->
         assert post_and_wait(session, uri, b"held", guid=guid) is AckStatus.SUCCESS
         assert post_and_wait(session, uri, b"other", guid=guid) is AckStatus.CONFLICT
     wait_ready(world, uri, 1)  # released by the session's close: still one message
+
+
+def test_after_its_message_is_confirmed_a_guid_is_known_from_the_history(world: World) -> None:
+    """The message is gone; inside the window the history still knows the GUID and
+    its content: a replay is ACKed and not enqueued again, other content conflicts."""
+    uri, guid = world.uri(), uuid.uuid4()
+    with world.session() as session:
+        assert post_and_wait(session, uri, b"done", guid=guid) is AckStatus.SUCCESS
+        taken: list[Message] = []
+        reader = session.open_queue(uri, read=True, on_message=taken.append)
+        wait_until(lambda: len(taken) == 1, 10, "the delivery")
+        taken[0].confirm()
+        wait_until(lambda: world.admin.stats(uri).unconfirmed == 0, 10, "the confirm")
+        reader.close()
+        assert post_and_wait(session, uri, b"done", guid=guid) is AckStatus.SUCCESS
+        assert post_and_wait(session, uri, b"other", guid=guid) is AckStatus.CONFLICT
+    wait_ready(world, uri, 0)
+    assert len(taken) == 1

@@ -53,6 +53,14 @@ def test_a_put_past_max_bytes_waits_for_room_and_goes_in_once(world: World) -> N
     fill_past(world, QueuePolicy(max_bytes=250), payloads, 2)
 
 
+def test_a_put_that_fills_max_bytes_exactly_goes_in_and_one_byte_more_waits(
+    world: World,
+) -> None:
+    # The limit is inclusive: bytes + payload > max_bytes is full, == is not. With a
+    # limit of one byte the first one-byte PUT fills the queue and the second waits.
+    fill_past(world, QueuePolicy(max_bytes=1), [b"a", b"b"], 1)
+
+
 def test_the_depth_limit_counts_what_consumers_hold(world: World) -> None:
     uri = world.uri("held")
     world.admin.set_policy(uri, QueuePolicy(max_messages=1))

@@ -127,9 +127,13 @@ class RedisWorld:
     async def put(self, guid: bytes, pickup_s: float | None) -> None:
         """PUT one message (with a pickup TTL of ``pickup_s`` seconds if given)."""
         properties = {} if pickup_s is None else {PICKUP_TTL: str(round(pickup_s * 1000))}
-        put = PutRow(1, guid, b"walk", properties, 0)
+        # One byte: the smallest payload, so a removal that skips it (``size > 1``) shows
+        # in the queue's payload bytes.
+        put = PutRow(1, guid, b"w", properties, 0)
+        before = await self.write_sequence()
         [status] = await self.puts._put(self.uri, [put])
         assert status == pb.STATUS_OK
+        assert await self.write_sequence() == before + 1, "a PUT that stored kept the sequence"
 
     async def stage(self, guid: bytes) -> None:
         """Stage one row for the walk's attempt."""
@@ -161,8 +165,15 @@ class RedisWorld:
         return guid
 
     async def confirm(self) -> None:
+        before = await self.write_sequence()
         assert self.queue.confirm(self.consumer, self.held())
         await self.settle()
+        assert await self.write_sequence() == before + 1, "a confirm kept the sequence"
+
+    async def write_sequence(self) -> int:
+        """The queue's write sequence: every script that changed the queue moves it on
+        by one (what the node's loss check compares, ``losses``)."""
+        return int(await self.client.redis.get(self.keys.seq) or 0)
 
     async def reject(self, requeue: bool, delay: float = 0.0) -> None:
         assert self.queue.reject(self.consumer, self.held(), requeue, delay)
@@ -194,6 +205,22 @@ class RedisWorld:
         await RedisAdmin(self.a).purge(self.uri)
         await self.settle()
 
+    async def no_trace(self, guid: bytes) -> None:
+        """A message that left the queue (confirmed, purged, dead-lettered) leaves
+        nothing behind in it: no meta, delivery count or pickup deadline (keys that
+        would grow for ever), the queue's payload bytes (its ``max_bytes`` measure) back
+        to 0 (each walk's queue holds one message), and its GUID in no list or set."""
+        redis = self.client.redis
+        assert await redis.hget(self.keys.meta, guid) is None, "meta left behind"
+        assert await redis.hget(self.keys.count, guid) is None, "delivery count left behind"
+        assert await redis.zscore(self.keys.pickup, guid) is None, "pickup deadline left"
+        assert int(await redis.get(self.keys.bytes) or 0) == 0, "payload bytes left counted"
+        # ...nor a place it could be delivered or buried from again.
+        assert await redis.lpos(self.keys.ready, guid) is None, "left in the ready list"
+        assert await redis.zscore(self.keys.delayed, guid) is None, "left delayed"
+        for node in (self.a.node_id, self.b.node_id):
+            assert await redis.zscore(self.keys.out(node), guid) is None, "left held"
+
     async def seen(self, guid: bytes) -> Seen:
         """Where the store has ``guid``; it must be in one place only."""
         redis = self.client.redis
@@ -201,6 +228,7 @@ class RedisWorld:
         meta = await redis.hget(dlq.meta, guid)
         if meta is not None:
             assert await redis.hget(self.keys.body, guid) is None, "dead-lettered and kept"
+            await self.no_trace(guid)
             copy = parse_message(self.dead_letter, guid, b"", meta, 0)
             return Seen(
                 State.DEAD,
@@ -222,8 +250,12 @@ class RedisWorld:
         count = int(await redis.hget(self.keys.count, guid) or 0)
         if await redis.hget(self.keys.body, guid) is None:
             assert not places, f"{guid!r} has no body but is listed in {places}"
+            await self.no_trace(guid)
             return Seen(None, count)
         assert len(places) == 1, f"{guid!r} is in {places}"
+        # A pickup deadline is for a message never delivered: the first delivery ends it.
+        if count > 0:
+            assert await redis.zscore(self.keys.pickup, guid) is None, "delivered, pickup kept"
         return Seen(places[0], count)
 
 

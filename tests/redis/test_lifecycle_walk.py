@@ -19,6 +19,7 @@ import pytest
 
 from holdfast.broker.lifecycle import (
     TRANSITIONS,
+    Admission,
     Event,
     Guard,
     Message,
@@ -26,8 +27,11 @@ from holdfast.broker.lifecycle import (
     Row,
     Rules,
     State,
+    admit,
     apply,
 )
+from holdfast.proto import pb
+from holdfast.proto.columns import PutRow
 from holdfast.proto.policy import REASON_EXPIRED
 from tests.redis.lifecycle_world import STAGE_RETENTION, RedisWorld, Seen
 from tests.support.redis_server import RedisServer
@@ -290,3 +294,123 @@ def test_a_claim_nobody_took_does_not_count_a_delivery(redis_url: str) -> None:
 @pytest.mark.timeout(30)
 def test_a_claim_nobody_took_keeps_the_pickup_deadline(redis_url: str) -> None:
     claim_and_leave(redis_url, "tick")
+
+
+@pytest.mark.timeout(30)
+def test_a_put_as_old_as_the_window_is_admitted_and_one_ms_older_is_too_old(
+    redis_url: str,
+) -> None:
+    """The PUT script's age rule at its boundary, with ``lifecycle.admit`` as the model:
+    TOO_OLD is an age past the window, not one equal to it."""
+
+    async def walk() -> None:
+        world = RedisWorld(redis_url)
+        await world.start()
+        try:
+            window = world.puts._max_age_ms
+            ages = [window, window + 1]
+            rows = [PutRow(1, bytes([n]) * 16, b"w", {}, age) for n, age in enumerate(ages, 3)]
+            model = [admit(None, 0, age, window, False, False) for age in ages]
+            assert model == [Admission.ACCEPT, Admission.TOO_OLD]
+            assert await world.puts._put(world.uri, rows) == [pb.STATUS_OK, pb.STATUS_TOO_OLD]
+        finally:
+            await world.close()
+
+    asyncio.run(walk())
+
+
+@pytest.mark.timeout(30)
+def test_a_claim_nobody_took_of_a_message_without_a_pickup_ttl_gives_it_none(
+    redis_url: str,
+) -> None:
+    """Given back unseen, a message that had no pickup deadline gets none (a deadline of
+    0 would bury it at the next sweep)."""
+
+    async def walk() -> None:
+        world = RedisWorld(redis_url)
+        await world.start()
+        guid = b"\x03" * 16
+        try:
+            await world.put(guid, None)
+            world.queue.attach(world.consumer)
+            world.queue.detach(world.consumer)
+            await world.settle()
+            world.clock.ms += 4000
+            await world.sweep()
+            assert await world.seen(guid) == Seen(State.READY, 0)
+        finally:
+            await world.close()
+
+    asyncio.run(walk())
+
+
+@pytest.mark.timeout(30)
+def test_a_claim_nobody_took_after_a_delivery_keeps_the_count_and_the_counter(
+    redis_url: str,
+) -> None:
+    """Delivered once and requeued, then claimed for a consumer that left: the claim's
+    count (2) and its redelivery are taken back, the first delivery's count stays."""
+
+    async def walk() -> None:
+        world = RedisWorld(redis_url)
+        await world.start()
+        guid = b"\x04" * 16
+        try:
+            await world.put(guid, 3.0)
+            await world.deliver()
+            await world.reject(requeue=True)
+            world.queue.detach(world.consumer)
+            await world.settle()
+            assert await world.seen(guid) == Seen(State.READY, 1)
+            world.queue.attach(world.consumer)  # the claim is on its way
+            world.queue.detach(world.consumer)  # ...and its consumer goes
+            await world.settle()
+            assert await world.seen(guid) == Seen(State.READY, 1)
+            redelivered = await world.client.redis.hget(world.keys.stats, "redelivered")
+            assert int(redelivered or 0) == 0
+            await world.deliver()
+            assert await world.seen(guid) == Seen(State.HELD, 2)
+        finally:
+            await world.close()
+
+    asyncio.run(walk())
+
+
+TTL_AT = [Step("policy", (3, 10.0)), Step("put"), Step("advance", 10.0)]
+TTL_BEFORE = [Step("policy", (3, 10.0)), Step("put"), Step("advance", 9.999)]
+PICKUP_AT = [Step("policy", (3, None)), Step("put", 3.0), Step("advance", 3.0)]
+PICKUP_BEFORE = [Step("policy", (3, None)), Step("put", 3.0), Step("advance", 2.999)]
+BOUNDARIES = {
+    "ttl-reached-deliver": [*TTL_AT, Step("deliver")],
+    "ttl-not-reached-deliver": [*TTL_BEFORE, Step("deliver")],
+    "ttl-reached-sweep": [*TTL_AT, Step("sweep")],
+    "ttl-not-reached-sweep": [*TTL_BEFORE, Step("sweep")],
+    # Only the sweep: the table has no pickup guard on delivery (READY x DELIVER), while
+    # Redis's CLAIM buries a message past its pickup deadline (reported on #29).
+    "pickup-reached-sweep": [*PICKUP_AT, Step("sweep")],
+    "pickup-not-reached-sweep": [*PICKUP_BEFORE, Step("sweep")],
+    "pickup-not-reached-deliver": [*PICKUP_BEFORE, Step("deliver")],
+}
+"""A ready message at its TTL or pickup deadline to the millisecond, or one before, then
+delivered or swept."""
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("boundary", list(BOUNDARIES))
+def test_at_the_deadline_to_the_millisecond_redis_agrees_with_the_model(
+    boundary: str, redis_url: str
+) -> None:
+    """The guards' comparisons at their edges (``lifecycle``: expired at the deadline,
+    not a millisecond before), on delivery (CLAIM) and on the sweep (EXPIRE)."""
+
+    async def walk() -> None:
+        world = RedisWorld(redis_url)
+        await world.start()
+        try:
+            walker = Walk(world)
+            for step in BOUNDARIES[boundary]:
+                await walker.take(step)
+        finally:
+            await world.close()
+
+    asyncio.run(walk())

@@ -1,0 +1,1 @@
+"""Tests of the mutation testing tools (mutation/)."""

@@ -1,0 +1,335 @@
+"""Redis scripts whose rules the single-node tests do not reach, run on a redis-server
+directly: ``PROMOTE`` (only with ``min_replicas``), ``COUNTS`` (the consumers of other
+nodes), ``RECLAIM``'s bookkeeping of a dead node, and the write sequence of scripts
+that change nothing. Each is held to what its callers rely on (``durable``,
+``refresh``, ``reaper``, ``losses``)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from holdfast.broker.redis.keys import QueueKeys
+from holdfast.broker.redis.policy_scripts import (
+    ADD,
+    DELAY,
+    DELETE,
+    EXPIRE,
+    GONE,
+    LEAVE,
+    LEAVING,
+    PURGE,
+    REPAIR,
+    SETTLE,
+    STAY,
+    TAKE,
+)
+from holdfast.broker.redis.scripts import (
+    CONFIRM,
+    COUNTS,
+    PROMOTE,
+    PUT,
+    PUT_OUTCOMES,
+    RECLAIM,
+    REQUEUE,
+    UNCLAIM,
+)
+from tests.support.redis_server import RedisServer
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[redis.Redis]:
+    """A client of one redis-server (each test has queues of its own)."""
+    with RedisServer(tmp_path_factory.mktemp("scripts"), aof=False) as server:
+        client = redis.Redis(host="127.0.0.1", port=server.port)
+        yield client
+        client.close()
+
+
+def queue() -> QueueKeys:
+    return QueueKeys(f"hf://scripts/q-{uuid.uuid4().hex[:10]}")
+
+
+def run(db: redis.Redis, script: str, keys: list[str], args: list[str]) -> object:
+    return db.eval(script, len(keys), *keys, *args)
+
+
+def test_promote_makes_the_guid_and_every_one_stored_before_it_ready_in_order(
+    db: redis.Redis,
+) -> None:
+    keys = queue()
+    db.rpush(keys.unsynced, "a", "b", "c", "d")
+    promote = [keys.unsynced, keys.ready]
+    assert run(db, PROMOTE, promote, ["b"]) == 2
+    assert db.lrange(keys.ready, 0, -1) == [b"a", b"b"]
+    assert db.lrange(keys.unsynced, 0, -1) == [b"c", b"d"]
+    # A GUID promoted already (or never held back) moves nothing.
+    assert run(db, PROMOTE, promote, ["b"]) == 0
+    assert run(db, PROMOTE, promote, ["d"]) == 2
+    assert db.lrange(keys.ready, 0, -1) == [b"a", b"b", b"c", b"d"]
+    assert db.llen(keys.unsynced) == 0
+
+
+def test_counts_reads_depth_bytes_unsynced_and_the_consumers_of_other_nodes(
+    db: redis.Redis,
+) -> None:
+    busy, empty = queue(), queue()
+    db.rpush(busy.ready, "a", "b")
+    db.zadd(busy.delayed, {"c": 1})
+    db.set(busy.bytes, 7)
+    db.rpush(busy.unsynced, "d")
+    db.hset(busy.consumers, mapping={"me": 2, "n1": 3, "n2": 1})
+
+    def five(keys: QueueKeys) -> list[str]:
+        return [keys.ready, keys.delayed, keys.bytes, keys.unsynced, keys.consumers]
+
+    # Per queue: ready + delayed, bytes, unsynced, consumers on nodes other than "me".
+    assert run(db, COUNTS, five(busy) + five(empty), ["me"]) == [3, 7, 1, 4, 0, 0, 0, 0]
+
+
+def test_reclaim_puts_a_dead_nodes_deliveries_back_first_and_forgets_its_handles(
+    db: redis.Redis,
+) -> None:
+    keys = queue()
+    db.rpush(keys.ready, "x")
+    db.zadd(keys.out("dead"), {"g1": 1, "g2": 2})
+    db.hset(keys.consumers, mapping={"dead": 1, "live": 2})
+    db.hset(keys.handles, mapping={"dead": 1, "live": 1})
+    reclaim = [keys.ready, keys.out("dead"), keys.consumers, keys.handles]
+    assert run(db, RECLAIM, reclaim, ["dead"]) == 2
+    # Oldest delivery first, ahead of what was ready.
+    assert db.lrange(keys.ready, 0, -1) == [b"g1", b"g2", b"x"]
+    assert not db.exists(keys.out("dead"))
+    # Its consumers and open handles are gone with it (a DELETE is no longer refused).
+    assert db.hgetall(keys.consumers) == {b"live": b"2"}
+    assert db.hgetall(keys.handles) == {b"live": b"1"}
+
+
+def test_a_put_or_a_confirm_that_changes_nothing_keeps_the_write_sequence(
+    db: redis.Redis,
+) -> None:
+    """The sequence moves by one per script that changed the queue (``losses``): a PUT
+    that stored nothing (too old) and a confirm of nothing held return it unmoved."""
+    keys = queue()
+    db.set(keys.seq, 5)
+    put_keys = [keys.ready, keys.body, keys.meta, keys.bytes, keys.stats, keys.pickup]
+    put_keys += [keys.unsynced, keys.seq]
+    header = [keys.prefix + "g:", "60000", "1000", "1700000000000", "0", "0", "0"]
+    too_old = ["g1", "digest", "1001", "{}", "payload", "0"]
+    assert run(db, PUT, put_keys, header + too_old) == [PUT_OUTCOMES["TOO_OLD"], 5]
+    # A non-lease key in the lease's place: no fence (as on a Cluster).
+    confirm_keys = [keys.body, keys.meta, keys.count, keys.out("n"), keys.bytes, keys.pickup]
+    assert run(db, CONFIRM, [*confirm_keys, keys.ready, keys.seq], ["g1"]) == [0, 5]
+
+
+def test_requeue_and_unclaim_put_back_in_order_and_answer_how_many(db: redis.Redis) -> None:
+    """Both answer the number of messages they gave back (only the node's own
+    deliveries: a GUID it does not hold is skipped)."""
+    keys = queue()
+    out = keys.out("n")
+    db.zadd(out, {"a": 1, "b": 2, "c": 3})
+    db.hset(keys.count, mapping={"a": 1, "b": 1, "c": 1})
+    # A non-lease key in the lease's place: no fence (as on a Cluster).
+    assert run(db, REQUEUE, [keys.ready, out, keys.seq], ["a", "b", "gone"]) == 2
+    assert db.lrange(keys.ready, 0, -1) == [b"a", b"b"]
+    unclaim = [keys.ready, keys.count, out, keys.pickup, keys.stats, keys.seq]
+    assert run(db, UNCLAIM, unclaim, ["gone", "0", "c", "0"]) == 1
+    assert db.lrange(keys.ready, 0, -1) == [b"c", b"a", b"b"]
+
+
+def test_the_move_scripts_answer_how_many_they_moved(db: redis.Redis) -> None:
+    """DELAY, LEAVE, GONE, STAY and ADD each answer the number of messages they acted
+    on, skipping one not where they look for it (``policy_scripts``)."""
+    keys, target = queue(), queue()
+    out = keys.out("n")
+    db.zadd(out, {"a": 1, "b": 2, "c": 3})
+    for guid in ("a", "b", "c"):
+        db.hset(keys.body, guid, "p")
+        db.hset(keys.meta, guid, "d|1|{}")
+    db.set(keys.bytes, 3)
+    # A non-lease key in the lease's place: no fence (as on a Cluster).
+    assert run(db, DELAY, [out, keys.delayed, keys.seq], ["99", "a", "gone"]) == 1
+    leave = [keys.leaving, keys.seq]
+    assert run(db, LEAVE, [out, *leave], ["5", "b", "x|t", "c", "x|t", "gone", "x|t"]) == 2
+    assert db.hget(keys.leaving, "c") == b"5|x|t"
+    assert run(db, STAY, [keys.leaving, keys.ready], ["c", "gone"]) == 1
+    assert db.lrange(keys.ready, 0, -1) == [b"c"]
+    gone = [keys.body, keys.meta, keys.count, keys.leaving, keys.bytes, keys.pickup]
+    assert run(db, GONE, gone, ["b", "gone"]) == 1
+    assert not db.hexists(keys.body, "b")
+    add = [target.ready, target.body, target.meta, target.count, target.bytes]
+    args = [target.prefix + "mv:", "60000", "b", "m1", "d|1|{}", "p", "e", "m2", "d|1|{}", "p"]
+    assert run(db, ADD, add, args) == 2
+    # The same moves again add nothing: each move adds one copy.
+    assert run(db, ADD, add, args) == 0
+    assert db.lrange(target.ready, 0, -1) == [b"b", b"e"]
+    assert db.get(target.bytes) == b"2"
+    # Once "b" left the target, another move of it (a new move id) adds it again.
+    db.hdel(target.body, "b")
+    assert run(db, ADD, add, [target.prefix + "mv:", "60000", "b", "m3", "d|1|{}", "p"]) == 1
+
+
+def test_expire_takes_at_most_a_batch_and_stops_at_a_fresh_never_delivered_message(
+    db: redis.Redis,
+) -> None:
+    """EXPIRE (the sweep): ready messages accepted at or before the cutoff, at most
+    ``most`` a call; it steps over delivered ones within the TTL, stops at the first
+    never-delivered one within it, and drops a ready GUID whose message is gone."""
+    keys = queue()
+    accepted = {"old1": 1000, "again": 5000, "old2": 1500, "fresh": 5000, "old3": 1000}
+    db.rpush(keys.ready, "stale", *accepted)
+    for guid, ms in accepted.items():
+        db.hset(keys.body, guid, "p")
+        db.hset(keys.meta, guid, f"d|{ms}|{{}}")
+    db.hset(keys.count, "again", 1)
+    # A non-lease key in the lease's place: no fence (as on a Cluster).
+    expire = [keys.ready, keys.body, keys.meta, keys.count, keys.out("n"), keys.pickup, keys.seq]
+
+    def taken(most: int) -> list[bytes]:
+        reply = run(db, EXPIRE, expire, ["9000", "2000", str(most)])
+        assert isinstance(reply, list)
+        return reply[0::4]
+
+    assert taken(1) == [b"old1"]
+    assert db.lrange(keys.ready, 0, -1) == [b"again", b"old2", b"fresh", b"old3"]
+    assert taken(10) == [b"old2"]
+    assert db.lrange(keys.ready, 0, -1) == [b"again", b"fresh", b"old3"]
+
+
+def test_expire_takes_a_never_delivered_message_past_its_pickup_deadline_only(
+    db: redis.Redis,
+) -> None:
+    keys = queue()
+    for guid in ("missed", "delivered", "early"):
+        db.hset(keys.body, guid, "p")
+        db.hset(keys.meta, guid, "d|1000|{}")
+    db.rpush(keys.ready, "missed", "early")
+    db.hset(keys.count, "delivered", 1)
+    db.zadd(keys.pickup, {"missed": 100, "delivered": 100, "early": 300})
+    expire = [keys.ready, keys.body, keys.meta, keys.count, keys.out("n"), keys.pickup, keys.seq]
+    reply = run(db, EXPIRE, expire, ["200", "0", "10"])
+    assert isinstance(reply, list) and reply[0::4] == [b"missed"]
+    assert db.lrange(keys.ready, 0, -1) == [b"early"]
+    # The due deadlines are gone, taken or not; a later one stays.
+    assert db.zrange(keys.pickup, 0, -1) == [b"early"]
+
+
+def test_settle_buries_only_the_released_messages_spent_or_at_their_ttl(
+    db: redis.Redis,
+) -> None:
+    """SETTLE (``lifecycle.release`` on the first n ready messages): spent ones with
+    ``delivery-limit``, ones accepted at or before the cutoff ``expired``, the rest
+    and the messages behind the first n stay ready."""
+    keys = queue()
+    accepted = {"spent": 5000, "at-ttl": 2000, "young": 2001, "behind": 1000}
+    db.rpush(keys.ready, *accepted)
+    for guid, ms in accepted.items():
+        db.hset(keys.body, guid, "p")
+        db.hset(keys.meta, guid, f"d|{ms}|{{}}")
+    db.hset(keys.count, mapping={"spent": 1, "young": 0})
+    settle = [keys.ready, keys.body, keys.meta, keys.count, keys.out("n"), keys.pickup]
+    # A non-lease key in the lease's place: no fence (as on a Cluster).
+    reply = run(db, SETTLE, [*settle, keys.seq], ["9000", "2000", "1", "3"])
+    assert isinstance(reply, list)
+    assert list(zip(reply[0::5], reply[4::5], strict=True)) == [
+        (b"spent", b"delivery-limit"),
+        (b"at-ttl", b"expired"),
+    ]
+    assert db.lrange(keys.ready, 0, -1) == [b"young", b"behind"]
+    # Without a limit or a TTL nothing is buried.
+    assert run(db, SETTLE, [*settle, keys.seq], ["9000", "0", "0", "2"]) == []
+
+
+def test_leaving_lists_the_moves_begun_by_then_with_their_reason_and_target(
+    db: redis.Redis,
+) -> None:
+    keys = queue()
+    db.hset(keys.body, mapping={"a": "p", "b": "p"})
+    db.hset(keys.meta, mapping={"a": "d|1|{}", "b": "d|1|{}"})
+    for guid, since in (("a", 100), ("b", 101), ("c", 99)):
+        db.hset(keys.leaving, guid, f"{since}|expired|hf://t")
+    reply = run(db, LEAVING, [keys.leaving, keys.body, keys.meta, keys.count], ["100"])
+    assert isinstance(reply, list)
+    assert (reply[0], reply[4]) == (b"a", b"expired|hf://t")
+    assert len(reply) == 5
+    # "c" has no message left (its move finished): its entry goes.
+    assert sorted(db.hkeys(keys.leaving)) == [b"a", b"b"]
+
+
+def test_repair_raises_counts_to_what_the_node_saw_and_removes_what_it_saw_confirmed(
+    db: redis.Redis,
+) -> None:
+    """REPAIR after Redis went back in time (``losscheck``): a message still here gets
+    at least the count the node saw (counts never go back), and one the node saw
+    confirmed is removed again from every key; GUIDs not here are skipped."""
+    keys = queue()
+    for guid in ("a", "b", "c", "d"):
+        db.hset(keys.body, guid, "p")
+        db.hset(keys.meta, guid, "d|1|{}")
+    db.set(keys.bytes, 4)
+    db.hset(keys.count, mapping={"a": 1, "b": 3, "c": 1, "d": 2})
+    db.rpush(keys.ready, "c", "b")
+    db.zadd(keys.pickup, {"c": 5})
+    db.zadd(keys.delayed, {"d": 5})
+    repair = [keys.body, keys.meta, keys.count, keys.ready, keys.bytes, keys.pickup]
+    seen = ["4", "a", "2", "b", "2", "d", "2", "x", "5"]
+    assert run(db, REPAIR, [*repair, keys.delayed], [*seen, "c", "y"]) == [1, 1]
+    assert db.hgetall(keys.count) == {b"a": b"2", b"b": b"3", b"d": b"2"}
+    assert sorted(db.hkeys(keys.body)) == [b"a", b"b", b"d"]
+    assert not db.hexists(keys.meta, "c")
+    assert db.lrange(keys.ready, 0, -1) == [b"b"]
+    assert db.zcard(keys.pickup) == 0
+    assert db.get(keys.bytes) == b"3"
+    # Confirmed and delayed: removed from the delayed set too.
+    assert run(db, REPAIR, [*repair, keys.delayed], ["0", "d"]) == [0, 1]
+    assert db.zcard(keys.delayed) == 0
+
+
+def test_take_marks_every_ready_and_delayed_message_of_a_queue_leaving(db: redis.Redis) -> None:
+    """TAKE (a replay of a dead-letter queue): every ready and delayed message leaves
+    its lists and is marked leaving (``<now>|replay|``) until the move finishes."""
+    keys = queue()
+    for guid in ("a", "b"):
+        db.hset(keys.body, guid, "p")
+        db.hset(keys.meta, guid, "d|1|{}")
+    db.rpush(keys.ready, "a")
+    db.zadd(keys.delayed, {"b": 5})
+    take = [keys.ready, keys.delayed, keys.body, keys.meta, keys.count, keys.leaving]
+    reply = run(db, TAKE, take, ["7"])
+    assert isinstance(reply, list) and reply[0::4] == [b"a", b"b"]
+    assert (db.llen(keys.ready), db.zcard(keys.delayed)) == (0, 0)
+    assert db.hgetall(keys.leaving) == {b"a": b"7|replay|", b"b": b"7|replay|"}
+
+
+def test_purge_removes_every_waiting_message_and_answers_how_many(db: redis.Redis) -> None:
+    keys = queue()
+    for guid in ("a", "b", "c"):
+        db.hset(keys.body, guid, "p")
+        db.hset(keys.meta, guid, "d|1|{}")
+    db.set(keys.bytes, 3)
+    db.rpush(keys.ready, "a")
+    db.zadd(keys.delayed, {"b": 5})
+    db.rpush(keys.unsynced, "c")
+    db.zadd(keys.pickup, {"a": 5})
+    purge = [keys.ready, keys.delayed, keys.body, keys.meta, keys.count, keys.pickup]
+    assert run(db, PURGE, [*purge, keys.bytes, keys.unsynced], []) == 3
+    assert (db.hlen(keys.body), db.zcard(keys.pickup), db.get(keys.bytes)) == (0, 0, b"0")
+
+
+def test_delete_is_refused_while_a_handle_is_open_and_else_deletes_the_queue(
+    db: redis.Redis,
+) -> None:
+    keys = queue()
+    db.hset(keys.body, "a", "p")
+    db.rpush(keys.ready, "a")
+    db.hset(keys.handles, mapping={"n1": 1, "n2": 0})
+    delete = [keys.handles, keys.body, keys.ready]
+    assert run(db, DELETE, delete, []) == -1
+    db.hset(keys.handles, "n1", 0)
+    assert run(db, DELETE, delete, []) == 1
+    assert not db.exists(keys.body, keys.ready, keys.handles)
