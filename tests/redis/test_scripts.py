@@ -12,31 +12,13 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from holdfast.broker.redis.admin_scripts import DELETE, PURGE
 from holdfast.broker.redis.keys import QueueKeys
-from holdfast.broker.redis.policy_scripts import (
-    ADD,
-    DELAY,
-    DELETE,
-    EXPIRE,
-    GONE,
-    LEAVE,
-    LEAVING,
-    PURGE,
-    REPAIR,
-    SETTLE,
-    STAY,
-    TAKE,
-)
-from holdfast.broker.redis.scripts import (
-    CONFIRM,
-    COUNTS,
-    PROMOTE,
-    PUT,
-    PUT_OUTCOMES,
-    RECLAIM,
-    REQUEUE,
-    UNCLAIM,
-)
+from holdfast.broker.redis.move_scripts import ADD, GONE, LEAVE, LEAVING, STAY, TAKE
+from holdfast.broker.redis.policy_scripts import DELAY, EXPIRE, REPAIR, SETTLE
+from holdfast.broker.redis.put_scripts import PROMOTE, PUT, PUT_OUTCOMES
+from holdfast.broker.redis.script import Script
+from holdfast.broker.redis.scripts import CONFIRM, COUNTS, RECLAIM, REQUEUE, UNCLAIM
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.timeout(30)
@@ -55,8 +37,11 @@ def queue() -> QueueKeys:
     return QueueKeys(f"hf://scripts/q-{uuid.uuid4().hex[:10]}")
 
 
-def run(db: redis.Redis, script: str, keys: list[str], args: list[str]) -> object:
-    return db.eval(script, len(keys), *keys, *args)
+def run(db: redis.Redis, script: Script, keys: list[str], args: list[str]) -> object:
+    """Run ``script``'s Lua with KEYS and ARGV as given: these tests reach each script's
+    rules directly, below the layout functions the broker calls (whose order
+    ``test_script_layout.py`` checks against the same Lua)."""
+    return db.eval(script.lua, len(keys), *keys, *args)
 
 
 def test_promote_makes_the_guid_and_every_one_stored_before_it_ready_in_order(
