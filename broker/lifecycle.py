@@ -9,17 +9,16 @@ state does not accept raises ``IllegalTransition`` (as h11's ``_state.py`` does)
     (accepted) ─────▶ READY ───────────────────────────────────▶ HELD ──confirm──▶ CONFIRMED
                         ▲  │ tick: past TTL / pickup missed        │ │ │
                         │  └──────────────▶ DEAD(expired)          │ │ └─reject──▶ DEAD(rejected)
-                        │  deliver when spent / past TTL ──▶ DEAD   │ └─delay──▶ DELAYED ─due─┐
+                        │  deliver: spent / TTL / pickup ──▶ DEAD  │ └─delay──▶ DELAYED ─due─┐
                         └──── release (requeue, session lost, node lost), due ◀──────────────┘
                               (spent ──▶ DEAD(delivery-limit), past TTL ──▶ DEAD(expired))
     READY, DELAYED ──purge──▶ PURGED        HELD: tick and purge leave it held
     STAGED ──commit──▶ READY    STAGED ──discard / tick past its deadline──▶ DISCARDED
 
-**Staged** rows (transactional writes, ``staging``) are kept apart from the queue under
-(application, version, partition, attempt), invisible to consumers and to purge; the
-writer's commit publishes the attempts it names (as PUTs: ``admit`` still decides them)
-and discards the others; an abort discards all; a staged row past its deadline is
-discarded by the sweep, which logs and counts it.
+**Staged** rows (transactional writes, ``staging``) are kept apart under (application,
+version, partition, attempt), invisible to consumers and purge; the writer's commit
+publishes the attempts it names (as PUTs, decided by ``admit``), discards the others;
+an abort discards all; the sweep discards (logs, counts) one past its deadline.
 
 The guards, each decided in one place:
 
@@ -33,17 +32,18 @@ The guards, each decided in one place:
   ``expired`` when it is released after its TTL instead of being redelivered. A delayed
   message is checked when its delay is over.
 * **pickup TTL** (``x-ttl-ms``, ``pickup_missed``): a message never delivered by its
-  pickup deadline is dead-lettered ``expired`` (request/reply: nobody picked it up).
+  pickup deadline is dead-lettered ``expired``, by the sweep or at its delivery,
+  whichever comes first (request/reply: nobody picked it up, so it never runs).
 
 ``admit`` decides a PUT in the same way: a replay of a known GUID (its message still
 lives, or the history holds it) is a DUPLICATE if the content matches and a CONFLICT if
 not; an unknown GUID older than the window is TOO_OLD; then the queue's depth limit and
 the history's bound refuse it; else it is accepted (and becomes READY once durable).
 
-The memory and sqlite stores run this module (``queues.Queue`` calls ``spent``,
-``expired``, ``pickup_missed`` and ``release``; ``puts`` calls ``admit``); the Redis
-store calls ``release`` where it gives a message back, and its scripts take the limit
-and the TTL cutoff the node computes from the same policy.
+Memory and sqlite run this module (``queues.Queue`` calls ``before_delivery``,
+``expired``, ``pickup_missed`` and ``release``; ``puts`` calls ``admit``); Redis calls
+``release`` where it gives a message back, its scripts take the limit and the TTL
+cutoff from the same policy, and a walk holds them to every row.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ class Event(Enum):
     COMMIT = "commit"
     """The writer's driver committed the staged attempt this row belongs to."""
     DISCARD = "discard"
-    """The writer aborted, or committed another attempt of the same partition."""
+    """The writer aborted, or committed another attempt of its partition."""
 
 
 class Guard(Enum):
@@ -145,8 +145,7 @@ class Effect(Enum):
 
 @dataclass(frozen=True, slots=True)
 class Row:
-    """One transition: in ``state``, on ``event``, if ``guard`` holds, go to ``target``
-    with ``effect`` (and, for a burial, ``reason``)."""
+    """In ``state``, on ``event``, if ``guard``: to ``target``, with ``effect`` (``reason``)."""
 
     state: State
     event: Event
@@ -167,6 +166,7 @@ _RELEASE_ROWS = (
 TRANSITIONS: tuple[Row, ...] = (
     Row(_S.READY, _E.DELIVER, _G.SPENT, _S.DEAD, _F.BURY, REASON_DELIVERY_LIMIT),
     Row(_S.READY, _E.DELIVER, _G.EXPIRED, _S.DEAD, _F.BURY, REASON_EXPIRED),
+    Row(_S.READY, _E.DELIVER, _G.PICKUP_MISSED, _S.DEAD, _F.BURY, REASON_EXPIRED),
     Row(_S.READY, _E.DELIVER, _G.ALWAYS, _S.HELD, _F.PUSH),
     Row(_S.READY, _E.TICK, _G.EXPIRED, _S.DEAD, _F.BURY, REASON_EXPIRED),
     Row(_S.READY, _E.TICK, _G.PICKUP_MISSED, _S.DEAD, _F.BURY, REASON_EXPIRED),
@@ -194,8 +194,7 @@ TRANSITIONS: tuple[Row, ...] = (
     Row(_S.STAGED, _E.TICK, _G.ALWAYS, _S.STAGED, _F.NONE),
     Row(_S.STAGED, _E.PURGE, _G.ALWAYS, _S.STAGED, _F.NONE),
 )
-"""Every legal transition. Rows of one (state, event) cell are tried in order; the
-last row of every cell is ``ALWAYS``, so a legal event always has an outcome."""
+"""Every legal transition; a cell's rows are tried in order, its last is ``ALWAYS``."""
 
 RELEASES = frozenset((_E.REQUEUE, _E.SESSION_LOST, _E.NODE_LOST, _E.DUE))
 """The events that give a message back to the queue (``release``)."""
@@ -329,11 +328,12 @@ def release(delivery_count: int, accepted_at: float, now: float, rules: Policy) 
 
 
 def before_delivery(
-    delivery_count: int, accepted_at: float, now: float, rules: Policy
+    count: int, accepted_at: float, now: float, rules: Policy, pickup: float | None = None
 ) -> str | None:
     """A READY message about to be delivered: ``None`` to PUSH it, else the reason it is
-    dead-lettered instead (the same guards, in the same order, as a release)."""
-    return release(delivery_count, accepted_at, now, rules)
+    dead-lettered instead (a release's guards, then a missed pickup deadline)."""
+    reason = release(count, accepted_at, now, rules)
+    return REASON_EXPIRED if reason is None and pickup_missed(count, pickup, now) else reason
 
 
 class Admission(Enum):

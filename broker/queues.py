@@ -34,7 +34,6 @@ from holdfast.broker.store import DeliveryUpdate, StoredMessage
 from holdfast.broker.updates import PendingPush, Updates
 from holdfast.proto.policy import (
     NO_POLICY,
-    PICKUP_TTL,
     REASON_EXPIRED,
     REASON_REJECTED,
     QueuePolicy,
@@ -134,8 +133,8 @@ class Queue:
         self.live[message.guid] = message
         self.live_bytes += len(message.payload)
         self.ready.append(message)
-        if message.properties and PICKUP_TTL in message.properties:
-            deadline = message.accepted_at + int(message.properties[PICKUP_TTL]) / 1000
+        deadline = message.pickup_deadline()
+        if deadline is not None:
             heapq.heappush(self.pickups, (deadline, next(_sequence), message))
             if self._timed is not None:
                 self._timed.add(self)
@@ -319,8 +318,8 @@ class Queue:
         if not ready or not count:
             return
         policy = self.policy
-        # Queues without a limit or TTL (most) skip the lifecycle's guards altogether.
-        checked = policy.max_deliveries is not None or policy.ttl is not None
+        # Queues without a limit, a TTL or a pickup deadline (most) skip the guards.
+        checked = policy.max_deliveries is not None or policy.ttl is not None or self.pickups
         now = self._clock() if checked else 0.0
         dead: list[tuple[StoredMessage, str]] = []
         uri = self.uri
@@ -337,7 +336,10 @@ class Queue:
                 break
             message = ready.popleft()
             if checked:
-                reason = before_delivery(message.delivery_count, message.accepted_at, now, policy)
+                pickup = message.pickup_deadline() if self.pickups else None
+                reason = before_delivery(
+                    message.delivery_count, message.accepted_at, now, policy, pickup
+                )
                 if reason is not None:
                     dead.append((message, reason))
                     continue

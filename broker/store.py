@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
-from holdfast.proto.policy import QueuePolicy
+from holdfast.proto.policy import PICKUP_TTL, QueuePolicy
 
 NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})
 """The shared, read-only properties of a message that has none."""
@@ -60,6 +60,11 @@ class StoredMessage:
     digest: int = 0
     """``dedup.content_digest`` of payload and properties: a replay under this GUID
     with another digest is a CONFLICT."""
+
+    def pickup_deadline(self) -> float | None:
+        """When its pickup TTL (``x-ttl-ms``) ends, on the broker clock; None without one."""
+        ttl_ms = self.properties.get(PICKUP_TTL) if self.properties else None
+        return None if ttl_ms is None else self.accepted_at + int(ttl_ms) / 1000
 
 
 class HistoryEntry(NamedTuple):

@@ -114,6 +114,30 @@ def test_a_pickup_ttl_ends_a_message_nobody_took(world: World) -> None:
     assert dead_reasons(world, dead) == ["expired"]
 
 
+def test_a_message_past_its_pickup_deadline_is_dead_lettered_not_delivered(
+    world: World,
+) -> None:
+    # The consumer is full while the deadline passes; its confirm makes room, and the
+    # delivery that follows at once (before any sweep) must bury it, not hand it out:
+    # a request nobody picked up in time never runs (the table's deliver/pickup-missed
+    # row; the memory and sqlite stores delivered it until the next sweep).
+    uri, dead = world.uri("pickup-late"), world.uri("dead")
+    world.admin.set_policy(uri, QueuePolicy(dead_letter=dead))
+    with world.session() as session:
+        inbox = Inbox()
+        options = QueueOptions(max_unconfirmed_messages=1)
+        session.open_queue(uri, read=True, on_message=inbox, options=options)
+        assert post_and_wait(session, uri, b"first") is AckStatus.SUCCESS
+        first = inbox.wait(1)[0]
+        late = post_and_wait(session, uri, b"request", properties={"x-ttl-ms": "5000"})
+        assert late is AckStatus.SUCCESS
+        world.time.advance(6)
+        first.confirm()
+        wait_ready(world, dead, 1)
+        assert dead_reasons(world, dead) == ["expired"]
+        assert [m.payload for m in inbox.messages] == [b"first"]
+
+
 def test_a_ready_message_expires_behind_a_newer_one_that_came_back(world: World) -> None:
     # A released message goes to the front, so the ready list is not in acceptance
     # order: the sweep must still find the older message behind it.

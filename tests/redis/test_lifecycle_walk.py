@@ -96,6 +96,12 @@ SPECIAL: dict[tuple[State, Event, Guard], list[Step]] = {
         Step("advance", 4.0),
         Step("sweep"),
     ],
+    (State.READY, Event.DELIVER, Guard.PICKUP_MISSED): [
+        Step("policy", (3, None)),
+        Step("put", 3.0),
+        Step("advance", 4.0),
+        Step("deliver"),
+    ],
     (State.READY, Event.TICK, Guard.ALWAYS): [
         Step("policy", (3, 10.0)),
         Step("put", 3.0),
@@ -385,8 +391,7 @@ BOUNDARIES = {
     "ttl-not-reached-deliver": [*TTL_BEFORE, Step("deliver")],
     "ttl-reached-sweep": [*TTL_AT, Step("sweep")],
     "ttl-not-reached-sweep": [*TTL_BEFORE, Step("sweep")],
-    # Only the sweep: the table has no pickup guard on delivery (READY x DELIVER), while
-    # Redis's CLAIM buries a message past its pickup deadline (reported on #29).
+    "pickup-reached-deliver": [*PICKUP_AT, Step("deliver")],
     "pickup-reached-sweep": [*PICKUP_AT, Step("sweep")],
     "pickup-not-reached-sweep": [*PICKUP_BEFORE, Step("sweep")],
     "pickup-not-reached-deliver": [*PICKUP_BEFORE, Step("deliver")],
