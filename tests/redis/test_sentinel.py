@@ -6,10 +6,12 @@ loses ACKed PUTs, and the broker reports them."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -58,16 +60,29 @@ def _primary_port(sentinel_port: int) -> int:
     return int(lines[1]) if len(lines) == 2 else 0
 
 
-def test_a_sentinel_failover_is_followed_and_loses_nothing_acked(tmp_path: Path) -> None:
-    primary = RedisServer(tmp_path / "primary").start()
+@contextlib.contextmanager
+def watched_pair(tmp_path: Path, aof: bool) -> Iterator[tuple[RedisServer, RedisServer, int]]:
+    """A primary, its replica in sync, and one Sentinel watching them: ``(primary,
+    replica, sentinel port)``; all three stopped by PID at the end."""
+    primary = RedisServer(tmp_path / "primary", aof=aof).start()
     replica = RedisServer(
-        tmp_path / "replica", extra=("--replicaof", "127.0.0.1", str(primary.port))
+        tmp_path / "replica", aof=aof, extra=("--replicaof", "127.0.0.1", str(primary.port))
     ).start()
     (tmp_path / "sentinel").mkdir()
     sentinel, sentinel_port = _sentinel(tmp_path / "sentinel", primary.port)
     try:
         wait_until(lambda: "state=online" in primary.cli("INFO", "replication"), 15, "replica")
         wait_until(lambda: _primary_port(sentinel_port) == primary.port, 15, "the Sentinel")
+        yield primary, replica, sentinel_port
+    finally:
+        os.kill(sentinel.pid, signal.SIGKILL)
+        sentinel.wait(10)
+        replica.stop()
+        primary.stop()
+
+
+def test_a_sentinel_failover_is_followed_and_loses_nothing_acked(tmp_path: Path) -> None:
+    with watched_pair(tmp_path, aof=True) as (primary, replica, sentinel_port):
         store = f"redis+sentinel://127.0.0.1:{sentinel_port}/{SERVICE}"
         acks = Acks()
         got = Collector()
@@ -87,11 +102,6 @@ def test_a_sentinel_failover_is_followed_and_loses_nothing_acked(tmp_path: Path)
             for line in broker.output.splitlines():
                 if "LOST DATA" in line:
                     assert "0 messages this node ACKed SUCCESS" in line, line
-    finally:
-        os.kill(sentinel.pid, signal.SIGKILL)
-        sentinel.wait(10)
-        replica.stop()
-        primary.stop()
     assert [acks.statuses.get(g) for g in guids] == [[AckStatus.SUCCESS]] * len(guids)
     assert Counter(got.guids()) == Counter({g: 1 for g in guids})
 
@@ -103,16 +113,8 @@ def test_a_failover_onto_a_lagging_replica_reports_what_it_lost(tmp_path: Path) 
     failover, logs LOST DATA with a bound on what it had ACKed since, and the session
     gets a ``DataLost`` event: every ACKed message is either delivered or within that
     bound, never lost in silence."""
-    primary = RedisServer(tmp_path / "primary", aof=False).start()
-    replica = RedisServer(
-        tmp_path / "replica", aof=False, extra=("--replicaof", "127.0.0.1", str(primary.port))
-    ).start()
-    (tmp_path / "sentinel").mkdir()
-    sentinel, sentinel_port = _sentinel(tmp_path / "sentinel", primary.port)
     events = Events()
-    try:
-        wait_until(lambda: "state=online" in primary.cli("INFO", "replication"), 15, "replica")
-        wait_until(lambda: _primary_port(sentinel_port) == primary.port, 15, "the Sentinel")
+    with watched_pair(tmp_path, aof=False) as (primary, replica, sentinel_port):
         store = f"redis+sentinel://127.0.0.1:{sentinel_port}/{SERVICE}"
         acks = Acks()
         got = Collector()
@@ -139,11 +141,6 @@ def test_a_failover_onto_a_lagging_replica_reports_what_it_lost(tmp_path: Path) 
             session.open_queue(URI, read=True, on_message=got)
             got.wait_for(survivors, timeout=30)
             report = next(line for line in broker.output.splitlines() if "LOST DATA" in line)
-    finally:
-        os.kill(sentinel.pid, signal.SIGKILL)
-        sentinel.wait(10)
-        replica.stop()
-        primary.stop()
     acked = {g for g in before + lagging if acks.statuses.get(g) == [AckStatus.SUCCESS]}
     assert len(acked) == 5200
     delivered = Counter(got.guids())
