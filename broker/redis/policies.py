@@ -90,4 +90,11 @@ class PolicyBook:
         await self._client.call("PUBLISH changed", lambda: redis.publish(CHANGED, what))
 
 
-__all__ = ["PolicyBook"]
+def ttl_cutoff_ms(now_ms: int, ttl: float | None) -> int:
+    """The acceptance time (ms) at or before which a message is past ``ttl`` at
+    ``now_ms``: what the CLAIM, SETTLE and EXPIRE scripts compare with (0: no TTL).
+    ``lifecycle.expired`` says the same in seconds; this is its form for the scripts."""
+    return now_ms - round(ttl * 1000) if ttl is not None else 0
+
+
+__all__ = ["PolicyBook", "ttl_cutoff_ms"]

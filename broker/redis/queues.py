@@ -33,6 +33,7 @@ from holdfast.broker.consumers import Consumer
 from holdfast.broker.lifecycle import release
 from holdfast.broker.redis import policy_scripts
 from holdfast.broker.redis.keys import QueueKeys
+from holdfast.broker.redis.policies import ttl_cutoff_ms
 from holdfast.broker.redis.script import rows, text
 from holdfast.broker.redis.scripts import Claimed, Unclaimed, claim, unclaim
 from holdfast.broker.store import NO_PROPERTIES, StoredMessage, StoreError
@@ -198,7 +199,7 @@ class RedisQueue:
         node = registry.node_id
         policy = self.policy
         now = registry.now_ms()
-        cutoff = now - round(policy.ttl * 1000) if policy.ttl is not None else 0
+        cutoff = ttl_cutoff_ms(now, policy.ttl)
         try:
             await registry.remember_queue(self.uri)
             raw = await registry.client.run(

@@ -17,7 +17,7 @@ from holdfast.broker.redis.client import RedisClient
 from holdfast.broker.redis.graveyard import RedisGraveyard
 from holdfast.broker.redis.keys import QUEUES, WAKE, QueueKeys, lease_key, node_queues
 from holdfast.broker.redis.losses import RecentWork, SeqBook
-from holdfast.broker.redis.policies import PolicyBook
+from holdfast.broker.redis.policies import PolicyBook, ttl_cutoff_ms
 from holdfast.broker.redis.queues import RedisQueue, parse_message
 from holdfast.broker.redis.script import rows, text
 from holdfast.broker.redis.scripts import Claimed
@@ -248,7 +248,7 @@ class RedisRegistry:
         if released <= 0 or (policy.max_deliveries is None and policy.ttl is None):
             return
         now = self.now_ms()
-        cutoff = now - round(policy.ttl * 1000) if policy.ttl is not None else 0
+        cutoff = ttl_cutoff_ms(now, policy.ttl)
         keys = QueueKeys(uri)
         await self.remember_queue(uri)
         raw = await self.client.run(

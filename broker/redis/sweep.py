@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from holdfast.broker.redis import policy_scripts
 from holdfast.broker.redis.keys import QueueKeys
+from holdfast.broker.redis.policies import ttl_cutoff_ms
 from holdfast.broker.redis.queues import parse_message
 from holdfast.broker.redis.script import rows
 from holdfast.broker.store import StoreError
@@ -96,7 +97,7 @@ class Sweeper:
             await registry.settle(uri, released)
             registry.wake(uri)
         ttl = registry.policies.effective(uri).ttl
-        cutoff = now - round(ttl * 1000) if ttl is not None else 0
+        cutoff = ttl_cutoff_ms(now, ttl)
         await registry.remember_queue(uri)
         raw = await client.run(
             policy_scripts.expire(
