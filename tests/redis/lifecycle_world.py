@@ -9,7 +9,9 @@ calls each step itself, so nothing moves a message between two looks.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from holdfast.broker.consumers import Consumer, FlowLimits
@@ -259,4 +261,18 @@ class RedisWorld:
         return Seen(places[0], count)
 
 
-__all__ = ["Clock", "RedisWorld", "Seen", "Sink"]
+def in_world(redis_url: str, body: Callable[[RedisWorld], Awaitable[None]]) -> None:
+    """Run ``body`` against a started ``RedisWorld`` on ``redis_url``, closed after."""
+
+    async def run() -> None:
+        world = RedisWorld(redis_url)
+        await world.start()
+        try:
+            await body(world)
+        finally:
+            await world.close()
+
+    asyncio.run(run())
+
+
+__all__ = ["Clock", "RedisWorld", "Seen", "Sink", "in_world"]

@@ -11,7 +11,6 @@ step must have taken the row named. A rule missing from a script fails its row.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -33,7 +32,7 @@ from holdfast.broker.lifecycle import (
 from holdfast.proto import pb
 from holdfast.proto.columns import PutRow
 from holdfast.proto.policy import REASON_EXPIRED
-from tests.redis.lifecycle_world import STAGE_RETENTION, RedisWorld, Seen
+from tests.redis.lifecycle_world import STAGE_RETENTION, RedisWorld, Seen, in_world
 from tests.support.redis_server import RedisServer
 
 DELAY = 5.0
@@ -244,20 +243,15 @@ class Walk:
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("row", TRANSITIONS, ids=row_id)
 def test_redis_takes_the_row(row: Row, redis_url: str) -> None:
-    async def walk() -> None:
-        world = RedisWorld(redis_url)
-        await world.start()
-        try:
-            walker = Walk(world)
-            for step in scenario(row):
-                await walker.take(step)
-            assert walker.last is not None and walker.last.row == row, (
-                f"the scenario took {walker.last and walker.last.row}, not {row}"
-            )
-        finally:
-            await world.close()
+    async def walk(world: RedisWorld) -> None:
+        walker = Walk(world)
+        for step in scenario(row):
+            await walker.take(step)
+        assert walker.last is not None and walker.last.row == row, (
+            f"the scenario took {walker.last and walker.last.row}, not {row}"
+        )
 
-    asyncio.run(walk())
+    in_world(redis_url, walk)
 
 
 def claim_and_leave(redis_url: str, then: str) -> None:
@@ -265,31 +259,26 @@ def claim_and_leave(redis_url: str, then: str) -> None:
     node ``a`` claimed the message (counting a delivery) and had nobody to PUSH it to,
     so it went back unseen. In the model it was never delivered."""
 
-    async def walk() -> None:
-        world = RedisWorld(redis_url)
-        await world.start()
+    async def walk(world: RedisWorld) -> None:
         guid = b"\x02" * 16
-        try:
-            await world.set_policy(1, None)
-            await world.put(guid, 3.0)
-            world.queue.attach(world.consumer)  # the claim is on its way
-            world.queue.detach(world.consumer)  # ...and its consumer goes
-            await world.settle()
-            assert await world.seen(guid) == Seen(State.READY, 0)
-            if then == "deliver":
-                # Not spent: the next consumer gets its first delivery.
-                await world.deliver()
-                assert await world.seen(guid) == Seen(State.HELD, 1)
-                assert world.sink.counts[guid] == 1
-            else:
-                # Never delivered: its pickup deadline still holds.
-                world.clock.ms += 4000
-                await world.sweep()
-                assert await world.seen(guid) == Seen(State.DEAD, 0, REASON_EXPIRED)
-        finally:
-            await world.close()
+        await world.set_policy(1, None)
+        await world.put(guid, 3.0)
+        world.queue.attach(world.consumer)  # the claim is on its way
+        world.queue.detach(world.consumer)  # ...and its consumer goes
+        await world.settle()
+        assert await world.seen(guid) == Seen(State.READY, 0)
+        if then == "deliver":
+            # Not spent: the next consumer gets its first delivery.
+            await world.deliver()
+            assert await world.seen(guid) == Seen(State.HELD, 1)
+            assert world.sink.counts[guid] == 1
+        else:
+            # Never delivered: its pickup deadline still holds.
+            world.clock.ms += 4000
+            await world.sweep()
+            assert await world.seen(guid) == Seen(State.DEAD, 0, REASON_EXPIRED)
 
-    asyncio.run(walk())
+    in_world(redis_url, walk)
 
 
 @pytest.mark.timeout(30)
@@ -309,20 +298,15 @@ def test_a_put_as_old_as_the_window_is_admitted_and_one_ms_older_is_too_old(
     """The PUT script's age rule at its boundary, with ``lifecycle.admit`` as the model:
     TOO_OLD is an age past the window, not one equal to it."""
 
-    async def walk() -> None:
-        world = RedisWorld(redis_url)
-        await world.start()
-        try:
-            window = world.puts._max_age_ms
-            ages = [window, window + 1]
-            rows = [PutRow(1, bytes([n]) * 16, b"w", {}, age) for n, age in enumerate(ages, 3)]
-            model = [admit(None, 0, age, window, False, False) for age in ages]
-            assert model == [Admission.ACCEPT, Admission.TOO_OLD]
-            assert await world.puts._put(world.uri, rows) == [pb.STATUS_OK, pb.STATUS_TOO_OLD]
-        finally:
-            await world.close()
+    async def walk(world: RedisWorld) -> None:
+        window = world.puts._max_age_ms
+        ages = [window, window + 1]
+        rows = [PutRow(1, bytes([n]) * 16, b"w", {}, age) for n, age in enumerate(ages, 3)]
+        model = [admit(None, 0, age, window, False, False) for age in ages]
+        assert model == [Admission.ACCEPT, Admission.TOO_OLD]
+        assert await world.puts._put(world.uri, rows) == [pb.STATUS_OK, pb.STATUS_TOO_OLD]
 
-    asyncio.run(walk())
+    in_world(redis_url, walk)
 
 
 @pytest.mark.timeout(30)
@@ -332,22 +316,17 @@ def test_a_claim_nobody_took_of_a_message_without_a_pickup_ttl_gives_it_none(
     """Given back unseen, a message that had no pickup deadline gets none (a deadline of
     0 would bury it at the next sweep)."""
 
-    async def walk() -> None:
-        world = RedisWorld(redis_url)
-        await world.start()
+    async def walk(world: RedisWorld) -> None:
         guid = b"\x03" * 16
-        try:
-            await world.put(guid, None)
-            world.queue.attach(world.consumer)
-            world.queue.detach(world.consumer)
-            await world.settle()
-            world.clock.ms += 4000
-            await world.sweep()
-            assert await world.seen(guid) == Seen(State.READY, 0)
-        finally:
-            await world.close()
+        await world.put(guid, None)
+        world.queue.attach(world.consumer)
+        world.queue.detach(world.consumer)
+        await world.settle()
+        world.clock.ms += 4000
+        await world.sweep()
+        assert await world.seen(guid) == Seen(State.READY, 0)
 
-    asyncio.run(walk())
+    in_world(redis_url, walk)
 
 
 @pytest.mark.timeout(30)
@@ -357,29 +336,24 @@ def test_a_claim_nobody_took_after_a_delivery_keeps_the_count_and_the_counter(
     """Delivered once and requeued, then claimed for a consumer that left: the claim's
     count (2) and its redelivery are taken back, the first delivery's count stays."""
 
-    async def walk() -> None:
-        world = RedisWorld(redis_url)
-        await world.start()
+    async def walk(world: RedisWorld) -> None:
         guid = b"\x04" * 16
-        try:
-            await world.put(guid, 3.0)
-            await world.deliver()
-            await world.reject(requeue=True)
-            world.queue.detach(world.consumer)
-            await world.settle()
-            assert await world.seen(guid) == Seen(State.READY, 1)
-            world.queue.attach(world.consumer)  # the claim is on its way
-            world.queue.detach(world.consumer)  # ...and its consumer goes
-            await world.settle()
-            assert await world.seen(guid) == Seen(State.READY, 1)
-            redelivered = await world.client.redis.hget(world.keys.stats, "redelivered")
-            assert int(redelivered or 0) == 0
-            await world.deliver()
-            assert await world.seen(guid) == Seen(State.HELD, 2)
-        finally:
-            await world.close()
+        await world.put(guid, 3.0)
+        await world.deliver()
+        await world.reject(requeue=True)
+        world.queue.detach(world.consumer)
+        await world.settle()
+        assert await world.seen(guid) == Seen(State.READY, 1)
+        world.queue.attach(world.consumer)  # the claim is on its way
+        world.queue.detach(world.consumer)  # ...and its consumer goes
+        await world.settle()
+        assert await world.seen(guid) == Seen(State.READY, 1)
+        redelivered = await world.client.redis.hget(world.keys.stats, "redelivered")
+        assert int(redelivered or 0) == 0
+        await world.deliver()
+        assert await world.seen(guid) == Seen(State.HELD, 2)
 
-    asyncio.run(walk())
+    in_world(redis_url, walk)
 
 
 TTL_AT = [Step("policy", (3, 10.0)), Step("put"), Step("advance", 10.0)]
@@ -408,14 +382,9 @@ def test_at_the_deadline_to_the_millisecond_redis_agrees_with_the_model(
     """The guards' comparisons at their edges (``lifecycle``: expired at the deadline,
     not a millisecond before), on delivery (CLAIM) and on the sweep (EXPIRE)."""
 
-    async def walk() -> None:
-        world = RedisWorld(redis_url)
-        await world.start()
-        try:
-            walker = Walk(world)
-            for step in BOUNDARIES[boundary]:
-                await walker.take(step)
-        finally:
-            await world.close()
+    async def walk(world: RedisWorld) -> None:
+        walker = Walk(world)
+        for step in BOUNDARIES[boundary]:
+            await walker.take(step)
 
-    asyncio.run(walk())
+    in_world(redis_url, walk)
