@@ -31,7 +31,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from holdfast.sdk.errors import ConfirmDroppedError, HoldfastError, StreamError
+from holdfast.sdk.errors import HoldfastError, StreamError
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.rpc.chunks import (
     CHUNK_SIZE,
@@ -41,11 +41,11 @@ from holdfast.sdk.rpc.chunks import (
     Incoming,
     Outgoing,
     Readable,
-    Verdict,
+    confirm_chunk,
     parse_names,
     stream_uri,
 )
-from holdfast.sdk.types import Ack, Message
+from holdfast.sdk.types import Ack
 
 if TYPE_CHECKING:
     from holdfast.sdk.aio.queue import Queue
@@ -184,24 +184,13 @@ class AsyncStreamReader:
                     error = StreamError(f"stream {self.name}: the session closed")
                 await self.aclose()
                 raise error from None
-            verdict = self._in.offer(got)
-            if verdict is Verdict.NEXT:
-                message = got
-            elif verdict is Verdict.DROP:
-                _confirm(got)  # a duplicate, or not a chunk of ours
-        _confirm(message)
+            message = self._in.take(got)
+        confirm_chunk(message)
         try:
             self._in.accept(message)
         finally:
             if self._in.done:
                 await self.aclose()
-
-
-def _confirm(message: Message) -> None:
-    """Confirm a chunk the reader has taken; a CONFIRM dropped with the link is fine
-    (its redelivery is skipped by its sequence number)."""
-    with contextlib.suppress(ConfirmDroppedError):
-        message.confirm()
 
 
 def start_senders(

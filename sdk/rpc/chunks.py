@@ -10,6 +10,7 @@ the broker's ACKs or for the next chunk, is theirs.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import re
 import uuid
@@ -17,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from holdfast.sdk.errors import InvalidArgumentError, StreamError
+from holdfast.sdk.errors import ConfirmDroppedError, InvalidArgumentError, StreamError
 from holdfast.sdk.rpc import wire
 from holdfast.sdk.types import Ack, AckStatus, Message
 
@@ -148,6 +149,14 @@ class Outgoing:
         return Chunk(payload, properties, chunk_guid(self._guid, self.name, seq))
 
 
+def confirm_chunk(message: Message) -> None:
+    """Confirm a chunk the reader has taken. A CONFIRM dropped with the link (or of a
+    chunk delivered on an earlier connection) is fine: the chunk itself is read, and
+    its redelivery is dropped as a duplicate by its sequence number."""
+    with contextlib.suppress(ConfirmDroppedError):
+        message.confirm()
+
+
 class Verdict(enum.Enum):
     """What a reader does with a chunk delivered to it (``Incoming.offer``)."""
 
@@ -205,6 +214,15 @@ class Incoming:
             return Verdict.HOLD
         self._next += 1
         return Verdict.NEXT
+
+    def take(self, message: Message) -> Message | None:
+        """``offer`` a delivered chunk and settle what is not read: a duplicate or a
+        stranger is confirmed and dropped, an early one held (None); the chunk whose
+        turn it is comes back, to be ``accept``ed."""
+        verdict = self.offer(message)
+        if verdict is Verdict.DROP:
+            confirm_chunk(message)
+        return message if verdict is Verdict.NEXT else None
 
     def accept(self, message: Message) -> None:
         """Take the chunk whose turn it is: its bytes are buffered, or the stream ends;

@@ -16,14 +16,13 @@ stays bounded whatever the size of the stream.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from holdfast.sdk.errors import ConfirmDroppedError, StreamError
+from holdfast.sdk.errors import StreamError
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.rpc.chunks import (
     ABORT,
@@ -37,9 +36,9 @@ from holdfast.sdk.rpc.chunks import (
     Incoming,
     Outgoing,
     Readable,
-    Verdict,
     check_names,
     chunk_guid,
+    confirm_chunk,
     parse_names,
     stream_uri,
 )
@@ -147,25 +146,13 @@ class StreamReader:
                 error = self._in.stalled(time.monotonic() - started)
                 self.close()
                 raise error
-            verdict = self._in.offer(got)
-            if verdict is Verdict.NEXT:
-                message = got
-            elif verdict is Verdict.DROP:
-                _confirm(got)  # a duplicate, or not a chunk of ours
-        _confirm(message)
+            message = self._in.take(got)
+        confirm_chunk(message)
         try:
             self._in.accept(message)
         finally:
             if self._in.done:
                 self.close()
-
-
-def _confirm(message: Message) -> None:
-    """Confirm a chunk the reader has taken. A CONFIRM dropped with the link (or of a
-    chunk delivered on an earlier connection) is fine: the chunk itself is read, and
-    its redelivery is dropped as a duplicate by its sequence number."""
-    with contextlib.suppress(ConfirmDroppedError):
-        message.confirm()
 
 
 def start_senders(
