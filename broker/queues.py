@@ -319,7 +319,7 @@ class Queue:
             return
         policy = self.policy
         # Queues without a limit, a TTL or a pickup deadline (most) skip the guards.
-        checked = policy.max_deliveries is not None or policy.ttl is not None or self.pickups
+        checked = policy.max_deliveries is not None or policy.ttl is not None or bool(self.pickups)
         now = self._clock() if checked else 0.0
         dead: list[tuple[StoredMessage, str]] = []
         uri = self.uri
