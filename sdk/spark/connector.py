@@ -14,9 +14,10 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from holdfast.sdk.errors import HoldfastError, InvalidArgumentError
+from holdfast.sdk.spark.arrow import arrow_ready
 from holdfast.sdk.spark.columns import SOURCE_SCHEMA
 from holdfast.sdk.spark.options import parse_read_options, parse_write_options
-from holdfast.sdk.spark.writer import BatchWriter, StreamWriter
+from holdfast.sdk.spark.writer import ArrowBatchWriter, ArrowStreamWriter, BatchWriter, StreamWriter
 
 __all__ = ["SOURCE_SCHEMA", "HoldfastDataSource", "RefusedStreamReader", "register"]
 
@@ -34,7 +35,9 @@ class HoldfastDataSource(DataSource):
     """``format("holdfast")``: batch and streaming writes, batch and streaming reads.
 
     Options are checked here, on the driver, when Spark asks for a writer or a reader,
-    so a bad one fails the query before any task runs. Writes append: save mode
+    so a bad one fails the query before any task runs. A DataFrame of plain columns
+    (``arrow.arrow_ready``) is written from Arrow batches, any other from ``Row``\\s;
+    both give the same GUIDs. Writes append: save mode
     ``overwrite`` is refused (Spark itself refuses ``error``/``ignore`` for this kind
     of source before it asks for a writer).
     """
@@ -51,12 +54,16 @@ class HoldfastDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """``df.write.format("holdfast").mode("append")...save()``."""
         _refuse_overwrite(overwrite)
-        return BatchWriter(parse_write_options(self.options, schema.fieldNames()))
+        options = parse_write_options(self.options, schema.fieldNames())
+        return ArrowBatchWriter(options) if arrow_ready(schema) else BatchWriter(options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """``df.writeStream.format("holdfast")...start()`` (output mode append)."""
         _refuse_overwrite(overwrite)
-        return StreamWriter(parse_write_options(self.options, schema.fieldNames()))
+        options = parse_write_options(self.options, schema.fieldNames())
+        if ArrowStreamWriter is not None and arrow_ready(schema):
+            return ArrowStreamWriter(options)
+        return StreamWriter(options)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """``spark.read.format("holdfast")...load()``."""

@@ -34,13 +34,10 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from holdfast.sdk.errors import InvalidArgumentError
-from holdfast.sdk.spark.rows import canonical_json, row_values
-
-if TYPE_CHECKING:
-    from pyspark.sql import Row
+from holdfast.sdk.spark.rows import Record, canonical_json, row_values
 
 GUID_SCHEME = b"holdfast.sdk.spark/guid/v2"
 """Hashed first into every GUID, so these GUIDs never meet another scheme's; a change
@@ -121,14 +118,14 @@ class RowGuids:
         """Fingerprints of the keys seen so far (``key_column`` only)."""
         return self._seen
 
-    def for_row(self, row: Row, values: Mapping[str, Any] | None = None) -> uuid.UUID:
+    def for_row(self, row: Record, values: Mapping[str, Any] | None = None) -> uuid.UUID:
         """The GUID of the next row; ``values`` is ``row.asDict(recursive=True)`` if
         the caller already has it."""
         if self._key_column is not None:
             return self.for_key(row[self._key_column])
         return uuid.UUID(bytes=self.for_content(row, values))
 
-    def for_content(self, row: Row, values: Mapping[str, Any] | None = None) -> bytes:
+    def for_content(self, row: Record, values: Mapping[str, Any] | None = None) -> bytes:
         """The GUID bytes of the next row by its content (no key column)."""
         if values is None:
             values = row_values(row)

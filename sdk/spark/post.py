@@ -28,7 +28,7 @@ from holdfast.sdk.options import SessionOptions
 from holdfast.sdk.session import Session
 from holdfast.sdk.spark.columns import KEY_PROPERTY
 from holdfast.sdk.spark.guids import BatchDigest, RowGuids
-from holdfast.sdk.spark.rows import payload_json, property_value, row_values
+from holdfast.sdk.spark.rows import Record, payload_json, property_value, row_values
 from holdfast.sdk.types import Ack, AckStatus
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ def _task_context() -> Any:
     return TaskContext.get()
 
 
-def row_properties(spec: WriteSpec, row: Row, key: Any = None) -> dict[str, str] | None:
+def row_properties(spec: WriteSpec, row: Record, key: Any = None) -> dict[str, str] | None:
     """A row's message properties: its ``properties_from`` columns (nulls left out) and,
     with a key column, the key as ``x-key`` (the source's ``key`` column, as Kafka's
     record key; ``key`` is its value if the caller read it already)."""
@@ -160,30 +160,41 @@ def row_properties(spec: WriteSpec, row: Row, key: Any = None) -> dict[str, str]
     return properties
 
 
-def encoded(spec: WriteSpec, guids: RowGuids, row: Row) -> tuple[bytes, uuid.UUID]:
+def serialized(serializer: Callable[[Row], bytes], row: Record) -> bytes:
+    """``serializer(row)``: a user's serializer takes ``Row``\\s, which only ``QueueSink``
+    writes with (the connector's Arrow writers have none)."""
+    if isinstance(row, dict):
+        raise TypeError("a QueueSink serializer is given Spark Rows, not dicts")
+    return serializer(row)
+
+
+def encoded(spec: WriteSpec, guids: RowGuids, row: Record) -> tuple[bytes, uuid.UUID]:
     """A row's payload and GUID."""
     if spec.serializer is None:
         values = row_values(row)
         return payload_json(values), guids.for_row(row, values)
-    return spec.serializer(row), guids.for_row(row)
+    return serialized(spec.serializer, row), guids.for_row(row)
 
 
-def encoded_bytes(spec: WriteSpec, guids: RowGuids, row: Row) -> tuple[bytes, bytes, Any]:
+def encoded_bytes(spec: WriteSpec, guids: RowGuids, row: Record) -> tuple[bytes, bytes, Any]:
     """A row's payload, its GUID's 16 bytes and its key (None without a key column):
     ``encoded`` for a task's hot loop, which needs no UUID object and reads the key
     once."""
     if spec.key_column is not None:
         key = row[spec.key_column]
-        payload = payload_json(row_values(row)) if spec.serializer is None else spec.serializer(row)
+        if spec.serializer is None:
+            payload = payload_json(row_values(row))
+        else:
+            payload = serialized(spec.serializer, row)
         return payload, guids.for_key_bytes(key), key
     if spec.serializer is None:
         values = row_values(row)
         return payload_json(values), guids.for_content(row, values), None
-    return spec.serializer(row), guids.for_content(row), None
+    return serialized(spec.serializer, row), guids.for_content(row), None
 
 
 def digest_rows(
-    spec: WriteSpec, rows: Iterable[Row], run_id: str, partition: int
+    spec: WriteSpec, rows: Iterable[Record], run_id: str, partition: int
 ) -> PartitionResult:
     """Compute GUIDs and the digest of a partition without posting anything: what a task
     of a version already committed does, so the driver can compare contents."""
@@ -198,7 +209,9 @@ def digest_rows(
     )
 
 
-def post_rows(spec: WriteSpec, rows: Iterable[Row], run_id: str, partition: int) -> PartitionResult:
+def post_rows(
+    spec: WriteSpec, rows: Iterable[Record], run_id: str, partition: int
+) -> PartitionResult:
     """Post every row, wait for every ACK, and return what happened; raise ``SinkError``
     unless every row was ACKed ``SUCCESS``."""
     started = time.monotonic()

@@ -7,10 +7,15 @@ import datetime
 import decimal
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 if TYPE_CHECKING:
     from pyspark.sql import Row
+
+Record: TypeAlias = "Row | dict[str, Any]"
+"""What a write task's loop reads: a Spark ``Row``, or the dict of one row's column
+values that the Arrow writers read (``arrow.batch_records``); both index by column
+name."""
 
 
 def json_default(value: Any) -> Any:
@@ -64,9 +69,12 @@ def canonical_json(value: Any) -> bytes:
 _SCALARS = frozenset((int, float, str, bool, type(None)))
 
 
-def row_values(row: Row) -> dict[str, Any]:
+def row_values(row: Record) -> dict[str, Any]:
     """``row.asDict(recursive=True)``, without its per-value conversion when every value
-    is a scalar (the usual flat row), which gives the same dict."""
+    is a scalar (the usual flat row), which gives the same dict. A record that is a
+    dict already (the Arrow writers', ``arrow.batch_records``) is its own values."""
+    if isinstance(row, dict):
+        return row
     fields = getattr(row, "__fields__", None)  # a Row made of values only has none
     values = tuple(row)
     if fields is not None and all(type(value) in _SCALARS for value in values):

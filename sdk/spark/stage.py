@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from holdfast.sdk.spark.guids import BatchDigest, RowGuids
 from holdfast.sdk.spark.post import PartitionResult, WriteSpec, encoded_bytes, row_properties
+from holdfast.sdk.spark.rows import Record
 from holdfast.sdk.staging import StagedPut, Stager, Version
-
-if TYPE_CHECKING:
-    from pyspark.sql import Row
 
 CHUNK_ROWS = 5_000
 """Most rows per ``Staging`` call."""
@@ -39,7 +37,7 @@ def task_attempt() -> int:
 
 def stage_rows(
     spec: WriteSpec,
-    rows: Iterable[Row],
+    rows: Iterable[Record],
     run_id: str,
     partition: int,
     target: Version,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import WriterCommitMessage
 
@@ -32,11 +31,9 @@ from holdfast.sdk.spark.post import (
     post_rows,
     task_partition,
 )
+from holdfast.sdk.spark.rows import Record
 from holdfast.sdk.spark.stage import stage_rows, task_attempt
 from holdfast.sdk.staging import Version, stage
-
-if TYPE_CHECKING:
-    from pyspark.sql import Row
 
 STAGED, POSTED, SKIPPED = "staged", "posted", "skipped"
 """What a task did with its rows (``TaskReport.mode``)."""
@@ -95,7 +92,7 @@ def _spec(options: WriteOptions) -> WriteSpec:
 
 
 def write_task(
-    options: WriteOptions, rows: Iterator[Row], app_id: str, version: int, run_id: str
+    options: WriteOptions, rows: Iterator[Record], app_id: str, version: int, run_id: str
 ) -> TaskReport:
     """One task (see the module docstring)."""
     partition = task_partition()

@@ -21,22 +21,28 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    WriterCommitMessage,
+)
 
 from holdfast.sdk.errors import InvalidArgumentError
+from holdfast.sdk.spark.arrow import batch_records
 from holdfast.sdk.spark.commit import abort_version, check_keys, commit_version, say
 from holdfast.sdk.spark.options import WriteOptions
+from holdfast.sdk.spark.rows import Record
 from holdfast.sdk.spark.spans import spark_span
 from holdfast.sdk.spark.task import TaskReport, write_task
-
-if TYPE_CHECKING:
-    from pyspark.sql import Row
 
 __all__ = [
     "BATCH_ID_PROPERTY",
     "QUERY_ID_PROPERTY",
+    "ArrowBatchWriter",
+    "ArrowStreamWriter",
     "BatchWriter",
     "StreamWriter",
     "TaskReport",
@@ -75,7 +81,7 @@ class BatchWriter(DataSourceWriter):
         self.options = options
         self.run_id = options.run_id or f"job-{uuid.uuid4()}"
 
-    def write(self, iterator: Iterator[Row]) -> TaskReport:
+    def write(self, iterator: Iterator[Record]) -> TaskReport:
         """Stage one partition (on an executor)."""
         with spark_span("stage", self.options.uri, self.run_id, 0):
             return write_task(self.options, iterator, self.run_id, 0, self.run_id)
@@ -98,7 +104,7 @@ class StreamWriter(DataSourceStreamWriter):
     def __init__(self, options: WriteOptions) -> None:
         self.options = options
 
-    def write(self, iterator: Iterator[Row]) -> TaskReport:
+    def write(self, iterator: Iterator[Record]) -> TaskReport:
         """Stage one partition of a micro-batch (on an executor)."""
         app_id, batch_id = self._task_run()
         with spark_span("stage", self.options.uri, app_id, batch_id):
@@ -129,3 +135,29 @@ class StreamWriter(DataSourceStreamWriter):
         driver does not know the query id: the batch's next commit (Spark runs it again)
         discards the orphaned attempts then."""
         _aborted(self.options, messages, batchId, self.options.run_id)
+
+
+class ArrowBatchWriter(BatchWriter, DataSourceArrowWriter):
+    """``BatchWriter`` reading its partitions as Arrow record batches, for a DataFrame
+    whose columns ``arrow.arrow_ready`` accepts: the same rows, GUIDs and digests
+    without a ``Row`` per row."""
+
+    def write(self, iterator: Iterator[Any]) -> TaskReport:
+        """Stage one partition, read from its record batches (on an executor)."""
+        return BatchWriter.write(self, batch_records(iterator))
+
+
+try:  # PySpark >= 4.1; before it, streams read Rows
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter
+except ImportError:  # pragma: no cover - PySpark 4.0
+    ArrowStreamWriter: type[StreamWriter] | None = None
+else:
+
+    class _ArrowStreamWriter(StreamWriter, DataSourceStreamArrowWriter):
+        """``StreamWriter`` reading record batches (see ``ArrowBatchWriter``)."""
+
+        def write(self, iterator: Iterator[Any]) -> TaskReport:
+            """Stage one partition of a micro-batch, read from its record batches."""
+            return StreamWriter.write(self, batch_records(iterator))
+
+    ArrowStreamWriter = _ArrowStreamWriter
