@@ -54,7 +54,8 @@ from holdfast.proto import pb
 from holdfast.proto.columns import PutColumns
 from holdfast.proto.credentials import bearer_token
 from holdfast.proto.policy import DEAD_LETTER_NOTIFY
-from holdfast.proto.validate import parse_queue_uri, put_status
+from holdfast.proto.staged_rows import read_staged
+from holdfast.proto.validate import Invalid, parse_queue_uri, put_status
 from holdfast.server.guard import ServerGuard, unary_refusal
 from holdfast.server.outbox import AckGroup, Outbox
 
@@ -138,14 +139,20 @@ class StagingService:
         action = request.WhichOneof("action")
         if action is None:
             return _invalid("a Staging call needs stage, commit or abort")
+        rows: list[StagedRow] = []
+        if action == "stage":
+            try:
+                rows = [StagedRow(*row) for row in read_staged(request.stage)]
+            except Invalid as error:
+                return pb.StagingReply(status=error.status, message=error.message)
         if self.redis is not None:
             try:
-                return await self._on_redis(self.redis, action, request, context)
+                return await self._on_redis(self.redis, action, request, rows, context)
             except StoreError as error:
                 log.error("staging on the Redis store: %s", error)
                 return pb.StagingReply(status=pb.STATUS_STORE_ERROR, message=str(error)[:500])
         if action == "stage":
-            return self._stage(request, context)
+            return self._stage(request, rows, context)
         async with self._lock:
             if action == "abort":
                 discarded = self.book.abort(request.queue_uri, request.app_id, request.version)
@@ -153,7 +160,12 @@ class StagingService:
             return await self._commit(request, context)
 
     async def _on_redis(
-        self, redis: RedisStaging, action: str, request: pb.StagingRequest, context: Any
+        self,
+        redis: RedisStaging,
+        action: str,
+        request: pb.StagingRequest,
+        rows: list[StagedRow],
+        context: Any,
     ) -> pb.StagingReply:
         """One call on a Redis store (its scripts are atomic: no lock needed)."""
         uri, app, version = request.queue_uri, request.app_id, request.version
@@ -165,12 +177,12 @@ class StagingService:
                 "goes to the queue itself; write to the target queue"
             )
         if action == "stage":
-            refused = self._invalid_rows(request) or self._invalid_notices(request, context, redis)
+            refused = self._invalid_rows(rows) or self._invalid_notices(rows, context, redis)
             if refused is not None:
                 return refused
             stage = request.stage
             key = AttemptKey(uri, app, version, stage.partition, stage.attempt)
-            outcome = await redis.stage(key, stage.rows, self._token_name(context))
+            outcome = await redis.stage(key, rows, self._token_name(context))
             return self._staged(request, outcome, context)
         if action == "abort":
             return pb.StagingReply(
@@ -189,7 +201,7 @@ class StagingService:
         return session.grant.name if session.grant is not None else ANONYMOUS_TOKEN
 
     def _invalid_notices(
-        self, request: pb.StagingRequest, context: Any, redis: RedisStaging
+        self, rows: list[StagedRow], context: Any, redis: RedisStaging
     ) -> pb.StagingReply | None:
         """A row naming a dead-letter notice queue its token may not write is refused
         when it is staged (on a Redis store the commit's script publishes it unchecked)."""
@@ -198,7 +210,7 @@ class StagingService:
             self._guard.session(bearer_token(metadata() if metadata is not None else None)),
             "staging",
         )
-        for put in request.stage.rows:
+        for put in rows:
             if DEAD_LETTER_NOTIFY in put.properties:
                 status = writer.notify_status(put.properties[DEAD_LETTER_NOTIFY], redis.registry)
                 if status != pb.STATUS_OK:
@@ -209,9 +221,9 @@ class StagingService:
                     )
         return None
 
-    def _invalid_rows(self, request: pb.StagingRequest) -> pb.StagingReply | None:
+    def _invalid_rows(self, rows: list[StagedRow]) -> pb.StagingReply | None:
         limits = self._puts.limits
-        for put in request.stage.rows:
+        for put in rows:
             status = put_status(put.guid, put.payload, put.properties, limits)
             if status != pb.STATUS_OK:
                 return pb.StagingReply(
@@ -219,8 +231,10 @@ class StagingService:
                 )
         return None
 
-    def _stage(self, request: pb.StagingRequest, context: Any) -> pb.StagingReply:
-        refused = self._invalid_rows(request)
+    def _stage(
+        self, request: pb.StagingRequest, rows: list[StagedRow], context: Any
+    ) -> pb.StagingReply:
+        refused = self._invalid_rows(rows)
         if refused is not None:
             return refused
         stage = request.stage
@@ -228,11 +242,7 @@ class StagingService:
             request.queue_uri, request.app_id, request.version, stage.partition, stage.attempt
         )
         try:
-            outcome = self.book.stage(
-                key,
-                (StagedRow(p.guid, p.payload, dict(p.properties)) for p in stage.rows),
-                self._token_name(context),
-            )
+            outcome = self.book.stage(key, rows, self._token_name(context))
         except (sqlite3.Error, OSError) as error:
             log.error("cannot keep staged rows: %s", error)
             return pb.StagingReply(

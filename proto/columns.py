@@ -62,7 +62,9 @@ def _optional(column: Sequence[int], count: int, default: int, name: str) -> Seq
     raise Malformed(f"a batch of {count} messages with {len(column)} {name}")
 
 
-def _split_payloads(buffer: bytes, lengths: Sequence[int], count: int) -> list[bytes]:
+def split_payloads(buffer: bytes, lengths: Sequence[int], count: int) -> list[bytes]:
+    """The ``count`` payloads end to end in ``buffer``; ``Malformed`` unless ``lengths``
+    has ``count`` entries that sum to its size."""
     if len(lengths) != count:
         raise Malformed(f"a batch of {count} messages with {len(lengths)} payload lengths")
     ends = list(accumulate(lengths))
@@ -73,7 +75,11 @@ def _split_payloads(buffer: bytes, lengths: Sequence[int], count: int) -> list[b
     return [buffer[end - length : end] for end, length in zip(ends, lengths, strict=True)]
 
 
-def _properties(column: Iterable[pb.IndexedProperties], count: int) -> dict[int, Mapping[str, str]]:
+def indexed_properties(
+    column: Iterable[pb.IndexedProperties], count: int
+) -> dict[int, Mapping[str, str]]:
+    """The properties of the messages that have any, by index; ``Malformed`` for an
+    index past ``count``."""
     found: dict[int, Mapping[str, str]] = {}
     for entry in column:
         if entry.index >= count:
@@ -84,9 +90,11 @@ def _properties(column: Iterable[pb.IndexedProperties], count: int) -> dict[int,
     return found
 
 
-def _add_properties(
-    column: Iterable[tuple[int, Mapping[str, str]]], target: pb.PutBatch | pb.PushBatch
+def add_properties(
+    column: Iterable[tuple[int, Mapping[str, str]]],
+    target: pb.PutBatch | pb.PushBatch | pb.StageRows,
 ) -> None:
+    """Append (index, entries) to ``target``'s sparse ``properties`` column."""
     add = target.properties.add
     for index, entries in column:
         add(index=index, entries=entries)
@@ -140,9 +148,9 @@ def read_puts(batch: pb.PutBatch) -> PutColumns:
     return PutColumns(
         _queue_ids(batch.queue_ids, count, "PUT batch"),
         guids,
-        _split_payloads(batch.payloads, batch.payload_lengths, count),
+        split_payloads(batch.payloads, batch.payload_lengths, count),
         _optional(batch.ages_ms, count, 0, "ages_ms"),
-        _properties(batch.properties, count),
+        indexed_properties(batch.properties, count),
     )
 
 
@@ -162,7 +170,7 @@ def put_batch(
         payload_lengths=[len(p) for p in payloads],
         ages_ms=ages_ms if any(ages_ms) else (),
     )
-    _add_properties(properties, batch)
+    add_properties(properties, batch)
     return batch
 
 
@@ -209,10 +217,10 @@ def read_pushes(batch: pb.PushBatch) -> list[tuple[int, PushRow]]:
     guids = split_guids(batch.guids, "PUSH batch")
     count = len(guids)
     queue_ids = _queue_ids(batch.queue_ids, count, "PUSH batch")
-    payloads = _split_payloads(batch.payloads, batch.payload_lengths, count)
+    payloads = split_payloads(batch.payloads, batch.payload_lengths, count)
     counts = _optional(batch.delivery_counts, count, 1, "delivery_counts")
     ages = _optional(batch.ages_ms, count, 0, "ages_ms")
-    properties = _properties(batch.properties, count)
+    properties = indexed_properties(batch.properties, count)
     empty: Mapping[str, str] = {}
     return [
         (queue_id, PushRow(guid, payload, properties.get(i, empty), delivered, age))
@@ -240,7 +248,7 @@ def push_batch(
         delivery_counts=() if delivery_counts.count(1) == len(delivery_counts) else delivery_counts,
         ages_ms=ages_ms if any(ages_ms) else (),
     )
-    _add_properties(properties, batch)
+    add_properties(properties, batch)
     return batch
 
 
@@ -299,7 +307,9 @@ __all__ = [
     "PutRow",
     "RejectRow",
     "ack_batch",
+    "add_properties",
     "confirm_batch",
+    "indexed_properties",
     "push_batch",
     "put_batch",
     "read_acks",
@@ -309,4 +319,5 @@ __all__ = [
     "read_rejects",
     "reject_batch",
     "split_guids",
+    "split_payloads",
 ]

@@ -542,14 +542,32 @@ class StagingRequest(_message.Message):
     def __init__(self, queue_uri: _Optional[str] = ..., app_id: _Optional[str] = ..., version: _Optional[int] = ..., stage: _Optional[_Union[StageRows, _Mapping]] = ..., commit: _Optional[_Union[CommitStaged, _Mapping]] = ..., abort: _Optional[bool] = ...) -> None: ...
 
 class StageRows(_message.Message):
-    __slots__ = ("partition", "attempt", "rows")
+    __slots__ = ("partition", "attempt", "rows", "guids", "payloads", "payload_lengths", "property_columns", "properties")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
+    GUIDS_FIELD_NUMBER: _ClassVar[int]
+    PAYLOADS_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_LENGTHS_FIELD_NUMBER: _ClassVar[int]
+    PROPERTY_COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
     partition: int
     attempt: int
     rows: _containers.RepeatedCompositeFieldContainer[Put]
-    def __init__(self, partition: _Optional[int] = ..., attempt: _Optional[int] = ..., rows: _Optional[_Iterable[_Union[Put, _Mapping]]] = ...) -> None: ...
+    guids: bytes
+    payloads: bytes
+    payload_lengths: _containers.RepeatedScalarFieldContainer[int]
+    property_columns: _containers.RepeatedCompositeFieldContainer[PropertyColumn]
+    properties: _containers.RepeatedCompositeFieldContainer[IndexedProperties]
+    def __init__(self, partition: _Optional[int] = ..., attempt: _Optional[int] = ..., rows: _Optional[_Iterable[_Union[Put, _Mapping]]] = ..., guids: _Optional[bytes] = ..., payloads: _Optional[bytes] = ..., payload_lengths: _Optional[_Iterable[int]] = ..., property_columns: _Optional[_Iterable[_Union[PropertyColumn, _Mapping]]] = ..., properties: _Optional[_Iterable[_Union[IndexedProperties, _Mapping]]] = ...) -> None: ...
+
+class PropertyColumn(_message.Message):
+    __slots__ = ("name", "values")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    values: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., values: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class StagedAttempt(_message.Message):
     __slots__ = ("partition", "attempt", "rows")

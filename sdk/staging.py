@@ -16,12 +16,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from holdfast.proto import STAGING_METHOD, pb
+from holdfast.proto.staged_rows import StagedPut, stage_rows
 from holdfast.sdk.marks import Channels, call_unary
 from holdfast.sdk.options import SessionOptions
 from holdfast.sdk.statuses import commit_mark_error
-
-StagedPut = tuple[bytes, bytes, Mapping[str, str] | None]
-"""``(guid, payload, properties)`` of one staged row."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +60,7 @@ class Version:
 def stage(target: Version, partition: int, attempt: int, rows: Sequence[StagedPut]) -> bool:
     """Stage ``rows`` for one task attempt; False if the version is committed already
     (nothing was staged: the task has nothing to do)."""
-    puts = [pb.Put(guid=g, payload=p, properties=props or {}) for g, p, props in rows]
-    request = pb.StagingRequest(stage=pb.StageRows(partition=partition, attempt=attempt, rows=puts))
+    request = pb.StagingRequest(stage=stage_rows(partition, attempt, rows))
     return not target.call(request).committed_before
 
 

@@ -16,8 +16,7 @@ from holdfast.broker.redis import staging_side_scripts as side
 from holdfast.broker.redis.client import RedisClient
 from holdfast.broker.redis.script import rows as rows_of
 from holdfast.broker.redis.script import text
-from holdfast.broker.staging import StagingLimits
-from holdfast.proto import pb
+from holdfast.broker.staging import StagedRow, StagingLimits
 
 
 def budget_key(token: str) -> str:
@@ -49,7 +48,7 @@ class TokenBudgets:
         return bool(int(took[0]))
 
     async def take(
-        self, token: str, attempt: str, batch: Mapping[bytes, pb.Put], size: int
+        self, token: str, attempt: str, batch: Mapping[bytes, StagedRow], size: int
     ) -> tuple[int, int] | None:
         """Take the rows and bytes ``batch`` may add from the token's budget; None if it
         cannot hold them. First the whole batch (one call); at the edge of the budget,

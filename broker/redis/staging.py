@@ -47,7 +47,7 @@ from holdfast.broker.redis.registry import RedisRegistry
 from holdfast.broker.redis.script import rows as rows_of
 from holdfast.broker.redis.script import text
 from holdfast.broker.redis.staging_side_scripts import ExpiredAttempt, expire_staged
-from holdfast.broker.staging import AttemptKey, StageOutcome, StagingLimits
+from holdfast.broker.staging import AttemptKey, StagedRow, StageOutcome, StagingLimits
 from holdfast.broker.store import StoreError
 from holdfast.proto import pb
 from holdfast.proto.policy import PICKUP_TTL
@@ -86,13 +86,12 @@ class VersionKeys:
         return f"{self.prefix}{partition}:{attempt}"
 
 
-def row_value(put: pb.Put) -> bytes:
+def row_value(payload: bytes, properties: Mapping[str, str]) -> bytes:
     """A staged row as the scripts keep it (see ``staging_scripts``)."""
-    properties = dict(put.properties)
     pickup = int(properties[PICKUP_TTL]) if PICKUP_TTL in properties else 0
-    header = f"{content_digest(put.payload, put.properties)}|{pickup}|"
-    header += json.dumps(properties, separators=(",", ":")) if properties else "{}"
-    return header.encode() + b"\n" + put.payload
+    header = f"{content_digest(payload, properties)}|{pickup}|"
+    header += json.dumps(dict(properties), separators=(",", ":")) if properties else "{}"
+    return header.encode() + b"\n" + payload
 
 
 class RedisStaging:
@@ -123,7 +122,7 @@ class RedisStaging:
         self.staged_total = 0
         """Rows staged on the queues the last sweep visited."""
 
-    async def stage(self, key: AttemptKey, rows: Sequence[pb.Put], token: str) -> StageOutcome:
+    async def stage(self, key: AttemptKey, rows: Sequence[StagedRow], token: str) -> StageOutcome:
         """Stage ``rows`` (valid PUTs) for one task attempt, for ``token``."""
         keys = VersionKeys(key.queue_uri, key.app_id, key.version)
         batch = {put.guid: put for put in rows}
@@ -146,7 +145,7 @@ class RedisStaging:
             max_rows=limits.max_rows,
             max_bytes=limits.max_bytes,
             token=token,
-            rows=[(guid, row_value(put)) for guid, put in batch.items()],
+            rows=[(guid, row_value(put.payload, put.properties)) for guid, put in batch.items()],
         )
         staged: list[Any] = [b"", 0, 0]
         replicated = True

@@ -13,10 +13,11 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from holdfast.proto.staged_rows import StagedPut
 from holdfast.sdk.spark.guids import BatchDigest, RowGuids
 from holdfast.sdk.spark.post import PartitionResult, WriteSpec, encoded_bytes, row_properties
 from holdfast.sdk.spark.rows import Record
-from holdfast.sdk.staging import StagedPut, Stager, Version
+from holdfast.sdk.staging import Stager, Version
 
 CHUNK_ROWS = 5_000
 """Most rows per ``Staging`` call."""

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from holdfast.proto import pb
 from holdfast.proto.policy import QueuePolicy
+from holdfast.proto.staged_rows import stage_rows
 from holdfast.sdk.errors import CommitMarkConflictError, InvalidArgumentError, RequestFailedError
 from holdfast.sdk.staging import Version, abort, commit, stage
 from tests.conformance.harness import World, open_world
@@ -118,3 +120,21 @@ def test_a_transactional_write_to_a_redirected_queue(world: World) -> None:
     assert stage(version, 0, 0, rows("m", 5))
     assert commit(version, {(0, 0): 5}, b"d", 5).published == 5
     assert len(peek(world, moved_to)) == 5
+
+
+def test_a_stage_call_whose_columns_disagree_is_refused_and_stages_nothing(world: World) -> None:
+    """Rows travel as columns (``proto.staged_rows``): a call whose payload lengths do
+    not cover its GUIDs cannot be split into rows and is refused whole, typed."""
+    uri = world.uri("malformed")
+    version = target(world, uri)
+    good = stage_rows(0, 1, rows("m", 3))
+    bad = pb.StageRows()
+    bad.CopyFrom(good)
+    del bad.payload_lengths[-1]
+    with pytest.raises(RequestFailedError, match="MALFORMED_FRAME"):
+        version.call(pb.StagingRequest(stage=bad))
+    with pytest.raises(RequestFailedError, match="0 rows staged, the writer reported 3"):
+        commit(version, {(0, 1): 3}, b"digest", 3)
+    version.call(pb.StagingRequest(stage=good))
+    assert commit(version, {(0, 1): 3}, b"digest", 3).published == 3
+    assert sorted(m.payload for m in peek(world, uri)) == [b"m0", b"m1", b"m2"]

@@ -20,9 +20,10 @@ import pytest
 
 from holdfast.broker.server import Broker
 from holdfast.broker.staging import StagingLimits
+from holdfast.proto.staged_rows import StagedPut
 from holdfast.sdk.errors import LimitExceededError, PermissionDeniedError, RequestFailedError
 from holdfast.sdk.options import SessionOptions
-from holdfast.sdk.staging import StagedPut, Version, abort, commit, stage
+from holdfast.sdk.staging import Version, abort, commit, stage
 from holdfast.server.security import ServerSecurity
 from tests.conformance.conftest import PATHS, STORES, store_spec
 from tests.conformance.harness import World, open_world

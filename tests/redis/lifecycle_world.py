@@ -25,7 +25,13 @@ from holdfast.broker.redis.reaper import Reaper
 from holdfast.broker.redis.registry import RedisRegistry
 from holdfast.broker.redis.staging import RedisStaging, VersionKeys
 from holdfast.broker.redis.sweep import Sweeper
-from holdfast.broker.staging import ANONYMOUS_TOKEN, AttemptKey, StageOutcome, StagingLimits
+from holdfast.broker.staging import (
+    ANONYMOUS_TOKEN,
+    AttemptKey,
+    StagedRow,
+    StageOutcome,
+    StagingLimits,
+)
 from holdfast.broker.store import StoredMessage
 from holdfast.proto import pb
 from holdfast.proto.columns import PutRow
@@ -140,8 +146,8 @@ class RedisWorld:
     async def stage(self, guid: bytes) -> None:
         """Stage one row for the walk's attempt."""
         key = AttemptKey(self.uri, APP, 1, 0, 0)
-        put = pb.Put(guid=guid, payload=b"walk")
-        assert await self.staging.stage(key, [put], ANONYMOUS_TOKEN) is StageOutcome.STAGED
+        row = StagedRow(guid, b"walk", {})
+        assert await self.staging.stage(key, [row], ANONYMOUS_TOKEN) is StageOutcome.STAGED
 
     async def commit(self) -> None:
         """The driver commits the walk's attempt."""

@@ -20,7 +20,13 @@ from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.redis.marks import RedisMarks
 from holdfast.broker.redis.registry import RedisRegistry
 from holdfast.broker.redis.staging import STAGED_QUEUES, RedisStaging
-from holdfast.broker.staging import ANONYMOUS_TOKEN, AttemptKey, StageOutcome, StagingLimits
+from holdfast.broker.staging import (
+    ANONYMOUS_TOKEN,
+    AttemptKey,
+    StagedRow,
+    StageOutcome,
+    StagingLimits,
+)
 from holdfast.broker.store import StoreError
 from holdfast.proto import pb
 from tests.redis.lifecycle_world import Clock
@@ -59,11 +65,9 @@ def run(redis_url: str, test: Callable[[Nodes], Awaitable[None]]) -> None:
     asyncio.run(main())
 
 
-def puts(tag: str, count: int) -> list[pb.Put]:
+def puts(tag: str, count: int) -> list[StagedRow]:
     return [
-        pb.Put(
-            guid=uuid.uuid5(uuid.NAMESPACE_URL, f"{tag}-{i}").bytes, payload=f"{tag}{i}".encode()
-        )
+        StagedRow(uuid.uuid5(uuid.NAMESPACE_URL, f"{tag}-{i}").bytes, f"{tag}{i}".encode(), {})
         for i in range(count)
     ]
 
