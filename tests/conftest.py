@@ -28,27 +28,28 @@ CHAOS_ENV = "HOLDFAST_CHAOS"
 
 LONGEST_FIRST = (
     "tests/spark/test_connector_stream.py",
-    "tests/packaging/test_distribution.py",
     "tests/spark/test_spark_sink.py",
-    "tests/spark/test_connector_transactional.py",
-    "tests/spark/test_connector_write.py",
     "tests/faults/test_reconnection.py",
-    "tests/spark/test_connector_read.py",
-    "tests/proxy/test_proxy.py",
-    "tests/sdk/test_errors_say_what_happened.py",
-    "tests/broker/test_process.py",
+    "tests/packaging/test_distribution.py",
+    "tests/spark/test_connector_transactional.py",
+    "tests/conformance/test_lifecycle_machine.py",
+    "tests/spark/test_connector_write.py",
     "tests/faults/test_edges.py",
-    "tests/rpc/test_faults.py",
-    "tests/redis/test_nodes.py",
     "tests/redis/test_fencing.py",
+    "tests/rpc/test_faults.py",
+    "tests/conformance/test_depth_and_redirect.py",
     "tests/policies/test_queue_lifecycle.py",
+    "tests/redis/test_nodes.py",
+    "tests/spark/test_connector_redis.py",
+    "tests/spark/test_connector_read.py",
 )
-"""The test files that take longest (``--durations`` on two cores), longest first.
+"""The test files that take longest (``--junitxml`` times, three workers on two
+cores), longest first.
 
-``make test`` runs files whole on two workers (``--dist loadfile``), handing the next
+``make test`` runs files whole on three workers (``--dist loadfile``), handing the next
 file in collection order to whichever worker is free (``--no-loadscope-reorder``):
 with these first, the long files start early and the many short ones fill the gaps,
-so both workers finish together instead of one running the Spark files alone at the
+so the workers finish together instead of one running the Spark files alone at the
 end. A file missing here only runs in its usual place."""
 
 

@@ -38,7 +38,10 @@ class Collector:
 
     def wait_for(self, count: int, timeout: float = 15.0) -> list[Message]:
         """Wait until ``count`` messages arrived; return them."""
-        wait_until(lambda: len(self.messages) >= count, timeout, f"{count} messages")
+        try:
+            wait_until(lambda: len(self.messages) >= count, timeout, f"{count} messages")
+        except AssertionError as error:
+            raise AssertionError(f"{error}: {len(self.messages)} arrived") from None
         with self._lock:
             return list(self.messages)
 

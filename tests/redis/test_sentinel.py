@@ -96,7 +96,11 @@ def test_a_sentinel_failover_is_followed_and_loses_nothing_acked(tmp_path: Path)
             primary.kill()
             wait_until(lambda: _primary_port(sentinel_port) == replica.port, 30, "the failover")
             session.open_queue(URI, read=True, on_message=got)  # the same broker process
-            got.wait_for(len(guids), timeout=30)
+            try:
+                got.wait_for(len(guids), timeout=30)
+            except AssertionError:
+                print(broker.output[-8000:])  # shown with the failure: what the node did
+                raise
             # Writes not waited for (claims, promotions) may be lost by a failover and
             # are reported; no message ACKed SUCCESS may be among what is lost.
             for line in broker.output.splitlines():
