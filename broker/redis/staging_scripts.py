@@ -56,13 +56,11 @@ local function discard_version(idx, usage, due, prefix, app, named)
     redis.call('ZREM', due, key)
   end
   redis.call('DEL', idx)
-  if rows > 0 or bytes > 0 then
-    if redis.call('HINCRBY', usage, 'r:' .. app, -rows) <= 0 then
-      redis.call('HDEL', usage, 'r:' .. app, 'a:' .. app)
-    end
-    if redis.call('HINCRBY', usage, 'b:' .. app, -bytes) <= 0 then
-      redis.call('HDEL', usage, 'b:' .. app)
-    end
+  -- Never HINCRBY by -0 (what Lua makes of -0): Redis refuses it as not an integer.
+  if rows > 0 and redis.call('HINCRBY', usage, 'r:' .. app, -rows) <= 0 then
+    redis.call('HDEL', usage, 'r:' .. app, 'b:' .. app, 'a:' .. app)
+  elseif bytes > 0 and redis.call('HINCRBY', usage, 'b:' .. app, -bytes) <= 0 then
+    redis.call('HDEL', usage, 'b:' .. app)
   end
   return discarded, released
 end

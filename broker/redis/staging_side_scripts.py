@@ -73,8 +73,13 @@ GIVE_BUDGET = Script(
     "GIVE_BUDGET",
     """
 -- KEYS: a token's budget. ARGV: rows, bytes. Gives them back (never below 0).
-local rows = redis.call('HINCRBY', KEYS[1], 'rows', -tonumber(ARGV[1]))
-local bytes = redis.call('HINCRBY', KEYS[1], 'bytes', -tonumber(ARGV[2]))
+local function give(field, n)
+  -- Never HINCRBY by -0 (what Lua makes of -0): Redis refuses it as not an integer.
+  if n > 0 then return redis.call('HINCRBY', KEYS[1], field, -n) end
+  return tonumber(redis.call('HGET', KEYS[1], field) or '0')
+end
+local rows = give('rows', tonumber(ARGV[1]))
+local bytes = give('bytes', tonumber(ARGV[2]))
 if rows <= 0 and bytes <= 0 then redis.call('DEL', KEYS[1]) return 0 end
 if rows < 0 then redis.call('HSET', KEYS[1], 'rows', 0) end
 if bytes < 0 then redis.call('HSET', KEYS[1], 'bytes', 0) end
@@ -110,10 +115,10 @@ for _, key in ipairs(due) do
   redis.call('HDEL', idx, field)
   redis.call('ZREM', KEYS[1], key)
   local app = redis.call('HGET', KEYS[2], 'a:' .. h) or h
-  if redis.call('HINCRBY', KEYS[2], 'r:' .. h, -n) <= 0 then
-    redis.call('HDEL', KEYS[2], 'r:' .. h, 'a:' .. h)
-  end
-  if redis.call('HINCRBY', KEYS[2], 'b:' .. h, -b) <= 0 then
+  -- Never HINCRBY by -0 (n is 0 when the attempt's key expired on its own).
+  if n > 0 and redis.call('HINCRBY', KEYS[2], 'r:' .. h, -n) <= 0 then
+    redis.call('HDEL', KEYS[2], 'r:' .. h, 'b:' .. h, 'a:' .. h)
+  elseif b > 0 and redis.call('HINCRBY', KEYS[2], 'b:' .. h, -b) <= 0 then
     redis.call('HDEL', KEYS[2], 'b:' .. h)
   end
   total = total + n

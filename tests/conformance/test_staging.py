@@ -138,3 +138,16 @@ def test_a_stage_call_whose_columns_disagree_is_refused_and_stages_nothing(world
     version.call(pb.StagingRequest(stage=good))
     assert commit(version, {(0, 1): 3}, b"digest", 3).published == 3
     assert sorted(m.payload for m in peek(world, uri)) == [b"m0", b"m1", b"m2"]
+
+
+def test_rows_with_empty_payloads_stage_commit_and_abort(world: World) -> None:
+    """An empty payload is a valid message: a version of them (0 bytes staged) stages
+    (twice: the retry adds nothing), aborts and commits like any other."""
+    uri = world.uri("empty")
+    empty = [(uuid.uuid5(uuid.NAMESPACE_OID, f"e-{i}").bytes, b"", {}) for i in range(4)]
+    aborted, kept = target(world, uri, 1), target(world, uri, 2)
+    assert stage(aborted, 0, 0, empty[:2]) and stage(aborted, 0, 0, empty[:2])
+    assert abort(aborted) == 2
+    assert stage(kept, 0, 0, empty[2:])
+    assert commit(kept, {(0, 0): 2}, b"digest", 2).published == 2
+    assert [m.payload for m in peek(world, uri)] == [b"", b""]

@@ -228,3 +228,76 @@ def test_a_commit_moves_the_write_sequence_the_node_checks(redis_url: str) -> No
         assert a.registry.seqs.went_back(uri, 0, a.registry.seqs.highest(uri)) is not None
 
     run(redis_url, test)
+
+
+def test_the_usage_counts_follow_what_is_staged_and_leave_no_field_behind(
+    redis_url: str,
+) -> None:
+    """The per-(queue, application) rows and bytes the limits read (``stusage``): two
+    versions staged, one of them a row with an empty payload (rows but no bytes); an
+    abort takes exactly its version's rows and bytes off, and the commit of the other
+    leaves no field of the application behind."""
+
+    async def test(nodes: Nodes) -> None:
+        client, a, _, _ = nodes
+        uri, app = f"hf://staging/usage-{uuid.uuid4().hex[:8]}", "app"
+        usage = QueueKeys(uri).prefix + "stusage"
+
+        async def counts() -> dict[str, bytes]:
+            fields = await client.redis.hgetall(usage)
+            return {key.decode()[:2]: value for key, value in fields.items()}
+
+        empty = [StagedRow(uuid.uuid4().bytes, b"", {})]
+        one = [StagedRow(uuid.uuid4().bytes, b"xy", {})]
+        assert await a.stage(AttemptKey(uri, app, 1, 0, 1), empty, ANONYMOUS_TOKEN) is (
+            StageOutcome.STAGED
+        )
+        assert await a.stage(AttemptKey(uri, app, 2, 0, 1), one, ANONYMOUS_TOKEN) is (
+            StageOutcome.STAGED
+        )
+        assert await counts() == {"r:": b"2", "b:": b"2", "a:": app.encode()}
+        assert await a.abort(uri, app, 1) == 1
+        assert await counts() == {"r:": b"1", "b:": b"2", "a:": app.encode()}
+        reply = await a.commit(uri, app, 2, {(0, 1): 1}, b"d", 1)
+        assert (reply.status, reply.published) == (pb.STATUS_OK, 1)
+        assert await counts() == {}
+
+    run(redis_url, test)
+
+
+def test_rows_without_bytes_are_staged_again_and_expire_without_a_script_error(
+    redis_url: str,
+) -> None:
+    """Counts that reach 0 are taken off without ``HINCRBY`` by -0 (Redis refuses what
+    Lua makes of -0): a stage call repeated with empty payloads gives its token budget
+    back 1 row and 0 bytes, and the sweep expires an attempt of empty rows and passes an
+    attempt whose key Redis already expired (0 rows left) instead of failing on it."""
+
+    async def test(nodes: Nodes) -> None:
+        client, a, _, clock = nodes
+        uri, app = f"hf://staging/zero-{uuid.uuid4().hex[:8]}", "app"
+        empty = [StagedRow(uuid.uuid4().bytes, b"", {})]
+        for _ in range(2):  # the second call adds nothing and gives its budget back
+            assert await a.stage(AttemptKey(uri, app, 0, 0, 0), empty, ANONYMOUS_TOKEN) is (
+                StageOutcome.STAGED
+            )
+        budget = await client.redis.hgetall(budget_key(ANONYMOUS_TOKEN))
+        assert int(budget.get(b"rows", 0)) >= 1 and int(budget.get(b"bytes", 0)) >= 0
+        await a.stage(AttemptKey(uri, app, 0, 1, 0), puts("z", 3), ANONYMOUS_TOKEN)
+        prefix = QueueKeys(uri).prefix
+        gone = [k async for k in client.redis.scan_iter(match=prefix + "st:*:0:1:0")]
+        assert len(gone) == 1
+        await client.redis.delete(*gone)  # as if its own TTL had run out first
+        clock.ms += round(RETENTION * 1000)
+        assert await a.sweep() == 1  # the empty row; the vanished attempt had none left
+        assert await client.redis.zcard(prefix + "stdue") == 0
+        # The empty row's count came off; the vanished attempt's 3 rows cannot be (the
+        # version index keeps an attempt's bytes and token, not its rows): they stay
+        # counted until the usage hash's own TTL, as long as the version's other keys.
+        usage = await client.redis.hgetall(prefix + "stusage")
+        assert sorted((k.decode()[:2], v) for k, v in usage.items()) == [
+            ("a:", b"app"),
+            ("r:", b"3"),
+        ]
+
+    run(redis_url, test)
