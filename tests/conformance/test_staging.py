@@ -13,7 +13,7 @@ import pytest
 
 from holdfast.proto import pb
 from holdfast.proto.policy import QueuePolicy
-from holdfast.proto.staged_rows import stage_rows
+from holdfast.proto.staged_rows import StagedPut, stage_rows
 from holdfast.sdk.errors import CommitMarkConflictError, InvalidArgumentError, RequestFailedError
 from holdfast.sdk.staging import Version, abort, commit, stage
 from tests.conformance.harness import World, open_world
@@ -144,7 +144,9 @@ def test_rows_with_empty_payloads_stage_commit_and_abort(world: World) -> None:
     """An empty payload is a valid message: a version of them (0 bytes staged) stages
     (twice: the retry adds nothing), aborts and commits like any other."""
     uri = world.uri("empty")
-    empty = [(uuid.uuid5(uuid.NAMESPACE_OID, f"e-{i}").bytes, b"", {}) for i in range(4)]
+    empty: list[StagedPut] = [
+        (uuid.uuid5(uuid.NAMESPACE_OID, f"e-{i}").bytes, b"", {}) for i in range(4)
+    ]
     aborted, kept = target(world, uri, 1), target(world, uri, 2)
     assert stage(aborted, 0, 0, empty[:2]) and stage(aborted, 0, 0, empty[:2])
     assert abort(aborted) == 2
