@@ -301,3 +301,30 @@ def test_rows_without_bytes_are_staged_again_and_expire_without_a_script_error(
         ]
 
     run(redis_url, test)
+
+
+def test_the_limits_of_a_queue_and_application_hold_to_the_row_and_byte(
+    redis_url: str,
+) -> None:
+    """STAGE_ROWS's own check (the per-token budget is another): staging up to the
+    rows and bytes an application may hold on a queue passes, one row or one byte more
+    is refused whole, and another application has limits of its own."""
+
+    async def test(nodes: Nodes) -> None:
+        client, a, _, _ = nodes
+        a.limits = StagingLimits(max_rows=4, max_bytes=8, retention=RETENTION)
+        uri, app = f"hf://staging/app-limits-{uuid.uuid4().hex[:8]}", "app"
+
+        def rows(tag: str, count: int, size: int) -> list[StagedRow]:
+            return [StagedRow(uuid.uuid4().bytes, tag.encode() * size, {}) for _ in range(count)]
+
+        staged = StageOutcome.STAGED
+        assert await a.stage(AttemptKey(uri, app, 0, 0, 0), rows("a", 4, 2), "t") is staged
+        over = StageOutcome.OVER_LIMIT
+        assert await a.stage(AttemptKey(uri, app, 0, 1, 0), rows("b", 1, 0), "t") is over
+        assert await a.stage(AttemptKey(uri, "other", 0, 0, 0), rows("c", 4, 2), "t") is staged
+        assert await a.abort(uri, app, 0) == 4
+        assert await a.stage(AttemptKey(uri, app, 1, 0, 0), rows("d", 1, 9), "t") is over
+        assert await a.stage(AttemptKey(uri, app, 1, 0, 0), rows("d", 1, 8), "t") is staged
+
+    run(redis_url, test)
