@@ -311,7 +311,7 @@ def test_the_limits_of_a_queue_and_application_hold_to_the_row_and_byte(
     is refused whole, and another application has limits of its own."""
 
     async def test(nodes: Nodes) -> None:
-        client, a, _, _ = nodes
+        _, a, _, _ = nodes
         a.limits = StagingLimits(max_rows=4, max_bytes=8, retention=RETENTION)
         uri, app = f"hf://staging/app-limits-{uuid.uuid4().hex[:8]}", "app"
 
