@@ -32,6 +32,7 @@ LONGEST_FIRST = (
     "tests/faults/test_reconnection.py",
     "tests/packaging/test_distribution.py",
     "tests/spark/test_connector_transactional.py",
+    "tests/spark/test_connector_speculation.py",
     "tests/conformance/test_lifecycle_machine.py",
     "tests/spark/test_connector_write.py",
     "tests/faults/test_edges.py",

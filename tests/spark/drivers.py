@@ -1,4 +1,5 @@
-"""Runs ``tests/spark/driver.py`` as a Spark driver subprocess that a test can SIGKILL.
+"""Runs ``tests/spark/driver.py`` (or another driver program) as a Spark driver
+subprocess that a test can SIGKILL.
 
 The driver runs in a process group of its own, with the JVM PySpark launches for it,
 so ``kill()`` SIGKILLs the whole driver (Python and JVM, as a crashed driver machine)
@@ -23,9 +24,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class DriverProcess:
-    """One run of ``driver.py``; its stdout and stderr are kept as text."""
+    """One run of ``script`` (default ``driver.py``); its stdout and stderr are kept
+    as text."""
 
-    def __init__(self, args: Sequence[str]) -> None:
+    def __init__(self, args: Sequence[str], script: Path = DRIVER) -> None:
         env = {
             **os.environ,
             "PYSPARK_PYTHON": sys.executable,
@@ -34,7 +36,7 @@ class DriverProcess:
             "PYTHONPATH": str(ROOT),
         }
         self.proc = subprocess.Popen(
-            [sys.executable, str(DRIVER), *args],
+            [sys.executable, str(script), *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -131,3 +131,73 @@ class LateFailure:
                 path.write_text(str(count))
                 raise InjectedFailure(f"injected failure after {count} rows")
             yield row
+
+
+class Straggler:
+    """A ``mapPartitions`` function that passes rows through, except in partition
+    ``partition``: a slow first attempt, for Spark to launch a speculative copy of.
+
+    Attempt 0 stalls after ``after`` rows (writing ``stalled-p<partition>-a0`` with
+    that count) until ``<marker_dir>/written`` exists (the driver's write returned) or
+    ``stall`` seconds passed; if Spark has not killed it by then it writes
+    ``resumed-p<partition>-a0`` and passes its remaining rows on.
+
+    A later attempt (the copy) first waits, as long, until the broker's
+    ``holdfast_broker_staged_rows`` gauge at ``staged_url`` exceeds ``staged_floor``
+    (the rows the other partitions staged): until the original's writer has staged
+    rows for the commit to discard. It writes ``attempt-p<partition>-a<attempt>`` with
+    the gauge it saw, then passes every row on.
+    """
+
+    def __init__(
+        self,
+        marker_dir: str,
+        partition: int,
+        after: int,
+        stall: float,
+        staged_url: str,
+        staged_floor: int,
+    ) -> None:
+        self.marker_dir = marker_dir
+        self.partition = partition
+        self.after = after
+        self.stall = stall
+        self.staged_url = staged_url
+        self.staged_floor = staged_floor
+
+    def __call__(self, rows: Any) -> Any:
+        import time
+
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        assert context is not None, "Straggler runs inside Spark tasks only"
+        attempt = context.attemptNumber()
+        mine = context.partitionId() == self.partition
+        marker_dir = Path(self.marker_dir)
+        deadline = time.monotonic() + self.stall
+        if mine and attempt > 0:
+            staged = self._staged()
+            while staged <= self.staged_floor and time.monotonic() < deadline:
+                time.sleep(0.05)
+                staged = self._staged()
+            (marker_dir / f"attempt-p{self.partition}-a{attempt}").write_text(str(staged))
+        for count, row in enumerate(rows):
+            if mine and attempt == 0 and count == self.after:
+                (marker_dir / f"stalled-p{self.partition}-a0").write_text(str(count))
+                # A scripted slow task: it holds its rows until the job is done without
+                # it, so the copy is the attempt that commits.
+                while not (marker_dir / "written").exists() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                (marker_dir / f"resumed-p{self.partition}-a0").write_text("")
+            yield row
+
+    def _staged(self) -> int:
+        import urllib.request
+
+        with urllib.request.urlopen(self.staged_url, timeout=5) as response:
+            text: str = response.read().decode()
+        for line in text.splitlines():
+            if line.startswith("holdfast_broker_staged_rows "):
+                return int(float(line.split()[1]))
+        raise AssertionError(f"no holdfast_broker_staged_rows at {self.staged_url}")

@@ -212,6 +212,11 @@ class ServerProcess:
         with self._lines_lock:
             return sum(text in line for line in self._history)
 
+    def lines_with(self, text: str) -> list[str]:
+        """The lines the server wrote (in every run) that contain ``text``."""
+        with self._lines_lock:
+            return [line for line in self._history if text in line]
+
     def _require(self) -> subprocess.Popen[str]:
         if self._proc is None:
             raise RuntimeError("the server was never started")
