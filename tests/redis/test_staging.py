@@ -233,34 +233,39 @@ def test_a_commit_moves_the_write_sequence_the_node_checks(redis_url: str) -> No
 def test_the_usage_counts_follow_what_is_staged_and_leave_no_field_behind(
     redis_url: str,
 ) -> None:
-    """The per-(queue, application) rows and bytes the limits read (``stusage``): two
-    versions staged, one of them a row with an empty payload (rows but no bytes); an
-    abort takes exactly its version's rows and bytes off, and the commit of the other
-    leaves no field of the application behind."""
+    """The per-(queue, application) rows and bytes the limits read (``stusage``): three
+    versions of one row each, of 2, 1 and 0 bytes; each abort takes exactly its
+    version's row and bytes off (a bytes count that reaches 0 goes while rows remain),
+    the commit of the last leaves no field of the application behind, and nothing of
+    the versions is left in the index or the sweep's schedule."""
 
     async def test(nodes: Nodes) -> None:
         client, a, _, _ = nodes
         uri, app = f"hf://staging/usage-{uuid.uuid4().hex[:8]}", "app"
-        usage = QueueKeys(uri).prefix + "stusage"
+        prefix = QueueKeys(uri).prefix
 
-        async def counts() -> dict[str, bytes]:
-            fields = await client.redis.hgetall(usage)
-            return {key.decode()[:2]: value for key, value in fields.items()}
+        async def counts() -> dict[str, int | str]:
+            fields = await client.redis.hgetall(prefix + "stusage")
+            return {
+                key.decode()[:2]: value.decode() if key.startswith(b"a:") else int(value)
+                for key, value in fields.items()
+            }
 
-        empty = [StagedRow(uuid.uuid4().bytes, b"", {})]
-        one = [StagedRow(uuid.uuid4().bytes, b"xy", {})]
-        assert await a.stage(AttemptKey(uri, app, 1, 0, 1), empty, ANONYMOUS_TOKEN) is (
-            StageOutcome.STAGED
-        )
-        assert await a.stage(AttemptKey(uri, app, 2, 0, 1), one, ANONYMOUS_TOKEN) is (
-            StageOutcome.STAGED
-        )
-        assert await counts() == {"r:": b"2", "b:": b"2", "a:": app.encode()}
+        for version, payload in ((1, b"xy"), (2, b"z"), (3, b"")):
+            row = [StagedRow(uuid.uuid4().bytes, payload, {})]
+            key = AttemptKey(uri, app, version, 0, 1)
+            assert await a.stage(key, row, ANONYMOUS_TOKEN) is StageOutcome.STAGED
+        assert await counts() == {"r:": 3, "b:": 3, "a:": app}
         assert await a.abort(uri, app, 1) == 1
-        assert await counts() == {"r:": b"1", "b:": b"2", "a:": app.encode()}
-        reply = await a.commit(uri, app, 2, {(0, 1): 1}, b"d", 1)
+        assert await counts() == {"r:": 2, "b:": 1, "a:": app}
+        assert await a.abort(uri, app, 2) == 1
+        assert await counts() == {"r:": 1, "a:": app}  # 0 bytes: the field goes
+        reply = await a.commit(uri, app, 3, {(0, 1): 1}, b"d", 1)
         assert (reply.status, reply.published) == (pb.STATUS_OK, 1)
         assert await counts() == {}
+        assert await client.redis.zcard(prefix + "stdue") == 0
+        left = [k.decode() async for k in client.redis.scan_iter(match=prefix + "st:*")]
+        assert left == [], left
 
     run(redis_url, test)
 
