@@ -72,10 +72,11 @@ def count_new(attempt: str, *, sizes: Iterable[tuple[bytes, int]]) -> ScriptCall
 GIVE_BUDGET = Script(
     "GIVE_BUDGET",
     """
--- KEYS: a token's budget. ARGV: rows, bytes. Gives them back (never below 0).
+-- KEYS: a token's budget. ARGV: rows, bytes. Gives them back (never below 0);
+-- negative ones are taken.
 local function give(field, n)
   -- Never HINCRBY by -0 (what Lua makes of -0): Redis refuses it as not an integer.
-  if n > 0 then return redis.call('HINCRBY', KEYS[1], field, -n) end
+  if n ~= 0 then return redis.call('HINCRBY', KEYS[1], field, -n) end
   return tonumber(redis.call('HGET', KEYS[1], field) or '0')
 end
 local rows = give('rows', tonumber(ARGV[1]))

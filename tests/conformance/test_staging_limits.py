@@ -126,7 +126,10 @@ def test_a_token_past_its_staged_bytes_is_refused_at_the_stage_call(
     with pytest.raises(LimitExceededError, match="64000 bytes"):
         stage(version, 1, 0, [(uuid.uuid4().bytes, b"y" * 30_000, {})])
     assert stage(version, 1, 0, [(uuid.uuid4().bytes, b"y" * 20_000, {})])
-    assert abort(version) == 2
+    assert stage(version, 2, 0, [(uuid.uuid4().bytes, b"w" * 4_000, {})])  # exactly 64000
+    with pytest.raises(LimitExceededError, match="64000 bytes"):
+        stage(version, 3, 0, [(uuid.uuid4().bytes, b"v", {})])  # one byte past
+    assert abort(version) == 3
     assert stage(version, 1, 1, [(uuid.uuid4().bytes, b"z" * 60_000, {})])
     assert abort(version) == 1
 

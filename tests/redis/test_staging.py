@@ -8,6 +8,7 @@ done; a call made while a long commit script holds Redis waits for it."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 
@@ -29,6 +30,7 @@ from holdfast.broker.staging import (
 )
 from holdfast.broker.store import StoreError
 from holdfast.proto import pb
+from holdfast.proto.policy import PICKUP_TTL, QueuePolicy
 from tests.redis.lifecycle_world import Clock
 from tests.support.redis_server import RedisServer
 
@@ -271,7 +273,7 @@ def test_the_usage_counts_follow_what_is_staged_and_leave_no_field_behind(
 
 
 def test_rows_without_bytes_are_staged_again_and_expire_without_a_script_error(
-    redis_url: str,
+    redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Counts that reach 0 are taken off without ``HINCRBY`` by -0 (Redis refuses what
     Lua makes of -0): a stage call repeated with empty payloads gives its token budget
@@ -288,21 +290,26 @@ def test_rows_without_bytes_are_staged_again_and_expire_without_a_script_error(
             )
         budget = await client.redis.hgetall(budget_key(ANONYMOUS_TOKEN))
         assert int(budget.get(b"rows", 0)) >= 1 and int(budget.get(b"bytes", 0)) >= 0
-        await a.stage(AttemptKey(uri, app, 0, 1, 0), puts("z", 3), ANONYMOUS_TOKEN)
+        await a.stage(AttemptKey(uri, app, 0, 1, 0), puts("z", 1), ANONYMOUS_TOKEN)
         prefix = QueueKeys(uri).prefix
         gone = [k async for k in client.redis.scan_iter(match=prefix + "st:*:0:1:0")]
         assert len(gone) == 1
         await client.redis.delete(*gone)  # as if its own TTL had run out first
         clock.ms += round(RETENTION * 1000)
-        assert await a.sweep() == 1  # the empty row; the vanished attempt had none left
+        with caplog.at_level(logging.WARNING, "holdfast.broker.redis.staging"):
+            assert await a.sweep() == 1  # the empty row; the vanished attempt had none
+        assert "1 rows of " + uri + " application 'app' version 0" in caplog.text
         assert await client.redis.zcard(prefix + "stdue") == 0
-        # The empty row's count came off; the vanished attempt's 3 rows cannot be (the
-        # version index keeps an attempt's bytes and token, not its rows): they stay
-        # counted until the usage hash's own TTL, as long as the version's other keys.
+        stats = await client.redis.hgetall(QueueKeys(uri).stats)
+        assert stats[b"staged-expired"] == b"1"
+        # The empty row's count came off, and the vanished attempt's bytes; its row
+        # cannot be (the version index keeps an attempt's bytes and token, not its
+        # rows): it stays counted until the usage hash's own TTL, as long as the
+        # version's other keys.
         usage = await client.redis.hgetall(prefix + "stusage")
         assert sorted((k.decode()[:2], v) for k, v in usage.items()) == [
             ("a:", b"app"),
-            ("r:", b"3"),
+            ("r:", b"1"),
         ]
 
     run(redis_url, test)
@@ -331,5 +338,139 @@ def test_the_limits_of_a_queue_and_application_hold_to_the_row_and_byte(
         assert await a.abort(uri, app, 0) == 4
         assert await a.stage(AttemptKey(uri, app, 1, 0, 0), rows("d", 1, 9), "t") is over
         assert await a.stage(AttemptKey(uri, app, 1, 0, 0), rows("d", 1, 8), "t") is staged
+
+    run(redis_url, test)
+
+
+def test_a_commit_past_the_queues_depth_limits_is_refused_whole(redis_url: str) -> None:
+    """COMMIT_STAGED's check of the queue's ``max_messages`` and ``max_bytes``: a commit
+    that fills a queue to its limit publishes, one that would pass it (by messages, or
+    by bytes alone) publishes nothing."""
+
+    async def test(nodes: Nodes) -> None:
+        _, a, _, _ = nodes
+        tag = uuid.uuid4().hex[:8]
+        by_count, by_bytes = f"hf://staging/full-n-{tag}", f"hf://staging/full-b-{tag}"
+        await a.registry.policies.set(by_count, QueuePolicy(max_messages=1))
+        await a.registry.policies.set(by_bytes, QueuePolicy(max_bytes=1))
+        for uri in (by_count, by_bytes):
+            for version, outcome in ((0, pb.STATUS_OK), (1, pb.STATUS_QUEUE_FULL)):
+                row = [StagedRow(uuid.uuid4().bytes, b"x" if "-b-" in uri else b"", {})]
+                await a.stage(AttemptKey(uri, "app", version, 0, 0), row, ANONYMOUS_TOKEN)
+                reply = await a.commit(uri, "app", version, {(0, 0): 1}, b"d", 1)
+                assert reply.status == outcome, (uri, version, reply)
+                assert reply.published == (1 if outcome == pb.STATUS_OK else 0)
+
+    run(redis_url, test)
+
+
+def test_a_commit_counts_places_and_schedules_what_it_publishes(redis_url: str) -> None:
+    """What COMMIT_STAGED writes besides the messages: the queue's bytes, its accepted
+    and staged-discarded counters (an abort's too), and the pickup deadline of a row
+    staged with ``x-pickup-ttl-ms``; one row each, so a count of 1 is a count."""
+
+    async def test(nodes: Nodes) -> None:
+        client, a, _, clock = nodes
+        uri = f"hf://staging/effects-{uuid.uuid4().hex[:8]}"
+        queue = QueueKeys(uri)
+        kept = StagedRow(uuid.uuid4().bytes, b"abc", {PICKUP_TTL: "5000", "k": "v"})
+        await a.stage(AttemptKey(uri, "app", 0, 0, 1), [kept], ANONYMOUS_TOKEN)
+        await a.stage(AttemptKey(uri, "app", 0, 0, 2), puts("copy", 1), ANONYMOUS_TOKEN)
+        reply = await a.commit(uri, "app", 0, {(0, 1): 1}, b"d", 1)
+        assert (reply.published, reply.discarded) == (1, 1)
+        assert await client.redis.get(queue.bytes) == b"3"
+        stats = await client.redis.hgetall(queue.stats)
+        assert (stats[b"accepted"], stats[b"staged-discarded"]) == (b"1", b"1")
+        deadline = await client.redis.zscore(queue.pickup, kept.guid)
+        assert deadline == clock.ms + 5000
+        await a.stage(AttemptKey(uri, "app", 1, 0, 0), puts("gone", 1), ANONYMOUS_TOKEN)
+        assert await a.abort(uri, "app", 1) == 1
+        stats = await client.redis.hgetall(queue.stats)
+        assert stats[b"staged-discarded"] == b"2"
+
+    run(redis_url, test)
+
+
+def test_a_staged_guid_the_queue_holds_with_other_content_refuses_the_commit(
+    redis_url: str,
+) -> None:
+    """COMMIT_STAGED compares each staged row's content digest with the message its
+    GUID already names: the same content is a replay (nothing published again), other
+    content refuses the commit (CONFLICT, counted), and one GUID staged by two named
+    partitions refuses it too, however few."""
+
+    async def test(nodes: Nodes) -> None:
+        client, a, _, _ = nodes
+        uri = f"hf://staging/conflict-{uuid.uuid4().hex[:8]}"
+        guid = uuid.uuid4().bytes
+        first = [StagedRow(guid, b"original", {})]
+        await a.stage(AttemptKey(uri, "first", 0, 0, 0), first, ANONYMOUS_TOKEN)
+        assert (await a.commit(uri, "first", 0, {(0, 0): 1}, b"d", 1)).published == 1
+        await a.stage(AttemptKey(uri, "replay", 0, 0, 0), first, ANONYMOUS_TOKEN)
+        replay = await a.commit(uri, "replay", 0, {(0, 0): 1}, b"d", 1)
+        assert replay.status == pb.STATUS_OK  # published as a PUT would be: deduplicated
+        assert await client.redis.llen(QueueKeys(uri).ready) == 1
+        changed = [StagedRow(guid, b"changed", {})]
+        await a.stage(AttemptKey(uri, "changed", 0, 0, 0), changed, ANONYMOUS_TOKEN)
+        conflict = await a.commit(uri, "changed", 0, {(0, 0): 1}, b"d", 1)
+        assert (conflict.status, conflict.published) == (pb.STATUS_CONFLICT, 0)
+        assert "1" in conflict.message, conflict.message
+        twice = StagedRow(uuid.uuid4().bytes, b"twice", {})
+        for partition in (0, 1):
+            key = AttemptKey(uri, "repeated", 0, partition, 0)
+            await a.stage(key, [twice], ANONYMOUS_TOKEN)
+        repeated = await a.commit(uri, "repeated", 0, {(0, 0): 1, (1, 0): 1}, b"d", 2)
+        assert (repeated.status, repeated.published) == (pb.STATUS_CONFLICT, 0)
+
+    run(redis_url, test)
+
+
+def test_a_token_budget_given_back_past_what_it_holds_stays_at_zero(redis_url: str) -> None:
+    """GIVE_BUDGET never leaves a count below 0 (a stage that added more than it took is
+    given back as a negative take): past both counts the key goes; past one, that one
+    is 0 and the other keeps its value."""
+
+    async def test(nodes: Nodes) -> None:
+        client, a, _, _ = nodes
+        token = f"budget-{uuid.uuid4().hex[:8]}"
+        key = budget_key(token)
+        await a.budgets.give(token, -3, -10)  # take 3 rows and 10 bytes
+        assert await client.redis.hgetall(key) == {b"rows": b"3", b"bytes": b"10"}
+        await a.budgets.give(token, 5, 1)
+        assert await client.redis.hgetall(key) == {b"rows": b"0", b"bytes": b"9"}
+        await a.budgets.give(token, -1, 0)
+        await a.budgets.give(token, 0, 20)
+        assert await client.redis.hgetall(key) == {b"rows": b"1", b"bytes": b"0"}
+        await a.budgets.give(token, 1, 0)
+        assert await client.redis.exists(key) == 0
+
+    run(redis_url, test)
+
+
+def test_a_commit_mark_moves_only_forward_and_keeps_its_content(redis_url: str) -> None:
+    """RECORD_MARK: a higher version replaces the mark; the same version again with
+    other content is refused (CONFLICT) and leaves it; a lower one leaves it."""
+
+    async def test(nodes: Nodes) -> None:
+        client, _, _, clock = nodes
+        marks = RedisMarks(client, clock)
+        uri, app = f"hf://staging/marks-{uuid.uuid4().hex[:8]}", "app"
+
+        async def record(version: int, digest: bytes) -> pb.CommitMarkReply:
+            reply: pb.CommitMarkReply = await marks.handle(
+                pb.CommitMarkRequest(
+                    queue_uri=uri, app_id=app, record=True, version=version, digest=digest
+                )
+            )
+            return reply
+
+        assert (await record(1, b"a")).status == pb.STATUS_OK
+        changed = await record(1, b"b")
+        assert changed.status == pb.STATUS_CONFLICT
+        assert (changed.mark.version, changed.mark.digest) == (1, b"a")
+        older = await record(0, b"c")
+        assert (older.mark.version, older.mark.digest) == (1, b"a")
+        newer = await record(2, b"d")
+        assert (newer.status, newer.mark.version, newer.mark.digest) == (pb.STATUS_OK, 2, b"d")
 
     run(redis_url, test)
