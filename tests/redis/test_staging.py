@@ -366,23 +366,28 @@ def test_a_commit_past_the_queues_depth_limits_is_refused_whole(redis_url: str) 
 
 def test_a_commit_counts_places_and_schedules_what_it_publishes(redis_url: str) -> None:
     """What COMMIT_STAGED writes besides the messages: the queue's bytes, its accepted
-    and staged-discarded counters (an abort's too), and the pickup deadline of a row
-    staged with ``x-pickup-ttl-ms``; one row each, so a count of 1 is a count."""
+    and staged-discarded counters (an abort's too), and the pickup deadline of each row
+    staged with ``x-pickup-ttl-ms`` (none for a row without); one row discarded each
+    time, so a count of 1 is a count."""
 
     async def test(nodes: Nodes) -> None:
         client, a, _, clock = nodes
         uri = f"hf://staging/effects-{uuid.uuid4().hex[:8]}"
         queue = QueueKeys(uri)
-        kept = StagedRow(uuid.uuid4().bytes, b"abc", {PICKUP_TTL: "5000", "k": "v"})
-        await a.stage(AttemptKey(uri, "app", 0, 0, 1), [kept], ANONYMOUS_TOKEN)
+        kept = [
+            StagedRow(uuid.uuid4().bytes, b"abc", {PICKUP_TTL: "5000", "k": "v"}),
+            StagedRow(uuid.uuid4().bytes, b"d", {PICKUP_TTL: "1"}),
+            StagedRow(uuid.uuid4().bytes, b"ef", {}),
+        ]
+        await a.stage(AttemptKey(uri, "app", 0, 0, 1), kept, ANONYMOUS_TOKEN)
         await a.stage(AttemptKey(uri, "app", 0, 0, 2), puts("copy", 1), ANONYMOUS_TOKEN)
-        reply = await a.commit(uri, "app", 0, {(0, 1): 1}, b"d", 1)
-        assert (reply.published, reply.discarded) == (1, 1)
-        assert await client.redis.get(queue.bytes) == b"3"
+        reply = await a.commit(uri, "app", 0, {(0, 1): 3}, b"d", 3)
+        assert (reply.published, reply.discarded) == (3, 1)
+        assert await client.redis.get(queue.bytes) == b"6"
         stats = await client.redis.hgetall(queue.stats)
-        assert (stats[b"accepted"], stats[b"staged-discarded"]) == (b"1", b"1")
-        deadline = await client.redis.zscore(queue.pickup, kept.guid)
-        assert deadline == clock.ms + 5000
+        assert (stats[b"accepted"], stats[b"staged-discarded"]) == (b"3", b"1")
+        deadlines = [await client.redis.zscore(queue.pickup, row.guid) for row in kept]
+        assert deadlines == [clock.ms + 5000, clock.ms + 1, None]
         await a.stage(AttemptKey(uri, "app", 1, 0, 0), puts("gone", 1), ANONYMOUS_TOKEN)
         assert await a.abort(uri, "app", 1) == 1
         stats = await client.redis.hgetall(queue.stats)
@@ -472,5 +477,21 @@ def test_a_commit_mark_moves_only_forward_and_keeps_its_content(redis_url: str) 
         assert (older.mark.version, older.mark.digest) == (1, b"a")
         newer = await record(2, b"d")
         assert (newer.status, newer.mark.version, newer.mark.digest) == (pb.STATUS_OK, 2, b"d")
+
+    run(redis_url, test)
+
+
+def test_a_commit_of_thousands_of_rows_queues_every_one_in_order(redis_url: str) -> None:
+    """COMMIT_STAGED pushes the published GUIDs onto the ready list a thousand at a
+    time: 2,500 rows staged in one attempt are all ready after the commit, each once."""
+
+    async def test(nodes: Nodes) -> None:
+        client, a, _, _ = nodes
+        uri = f"hf://staging/many-{uuid.uuid4().hex[:8]}"
+        rows = puts("many", 2_500)
+        await a.stage(AttemptKey(uri, "app", 0, 0, 0), rows, ANONYMOUS_TOKEN)
+        assert (await a.commit(uri, "app", 0, {(0, 0): 2_500}, b"d", 2_500)).published == 2_500
+        ready = await client.redis.lrange(QueueKeys(uri).ready, 0, -1)
+        assert sorted(ready) == sorted(row.guid for row in rows)  # each once, none lost
 
     run(redis_url, test)
