@@ -290,26 +290,31 @@ def test_rows_without_bytes_are_staged_again_and_expire_without_a_script_error(
             )
         budget = await client.redis.hgetall(budget_key(ANONYMOUS_TOKEN))
         assert int(budget.get(b"rows", 0)) >= 1 and int(budget.get(b"bytes", 0)) >= 0
-        await a.stage(AttemptKey(uri, app, 0, 1, 0), puts("z", 1), ANONYMOUS_TOKEN)
+        one_byte = [StagedRow(uuid.uuid4().bytes, b"z", {})]
+        await a.stage(AttemptKey(uri, app, 0, 1, 0), one_byte, ANONYMOUS_TOKEN)
         prefix = QueueKeys(uri).prefix
         gone = [k async for k in client.redis.scan_iter(match=prefix + "st:*:0:1:0")]
         assert len(gone) == 1
         await client.redis.delete(*gone)  # as if its own TTL had run out first
-        clock.ms += round(RETENTION * 1000)
+        clock.ms += round(RETENTION * 500)
+        keeper = [StagedRow(uuid.uuid4().bytes, b"k", {})]  # staged later: not yet due
+        await a.stage(AttemptKey(uri, app, 1, 0, 0), keeper, ANONYMOUS_TOKEN)
+        clock.ms += round(RETENTION * 500)
         with caplog.at_level(logging.WARNING, "holdfast.broker.redis.staging"):
             assert await a.sweep() == 1  # the empty row; the vanished attempt had none
         assert "1 rows of " + uri + " application 'app' version 0" in caplog.text
-        assert await client.redis.zcard(prefix + "stdue") == 0
+        assert await client.redis.zcard(prefix + "stdue") == 1  # the keeper's
         stats = await client.redis.hgetall(QueueKeys(uri).stats)
         assert stats[b"staged-expired"] == b"1"
-        # The empty row's count came off, and the vanished attempt's bytes; its row
+        # The empty row's count came off, and the vanished attempt's byte; its row
         # cannot be (the version index keeps an attempt's bytes and token, not its
         # rows): it stays counted until the usage hash's own TTL, as long as the
-        # version's other keys.
+        # version's other keys. The keeper's row and byte stay.
         usage = await client.redis.hgetall(prefix + "stusage")
         assert sorted((k.decode()[:2], v) for k, v in usage.items()) == [
             ("a:", b"app"),
-            ("r:", b"1"),
+            ("b:", b"1"),
+            ("r:", b"2"),
         ]
 
     run(redis_url, test)
@@ -443,6 +448,11 @@ def test_a_token_budget_given_back_past_what_it_holds_stays_at_zero(redis_url: s
         assert await client.redis.hgetall(key) == {b"rows": b"3", b"bytes": b"10"}
         await a.budgets.give(token, 5, 1)
         assert await client.redis.hgetall(key) == {b"rows": b"0", b"bytes": b"9"}
+        await a.budgets.give(token, 0, 8)
+        assert await client.redis.hgetall(key) == {b"rows": b"0", b"bytes": b"1"}
+        await a.budgets.give(token, 0, 1)
+        assert await client.redis.exists(key) == 0
+        await a.budgets.give(token, 0, -9)
         await a.budgets.give(token, -1, 0)
         await a.budgets.give(token, 0, 20)
         assert await client.redis.hgetall(key) == {b"rows": b"1", b"bytes": b"0"}
