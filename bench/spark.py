@@ -47,30 +47,38 @@ XADD_PIPELINE = 1_000
 """Commands per redis-py pipeline in the baseline."""
 
 
+def xadd_all(redis_address: str, stream: str, rows: Any) -> tuple[int, float]:
+    """XADD every row (a dict of column values) in pipelines of ``XADD_PIPELINE``, from
+    inside a Spark task; ``(rows, seconds)``, the seconds counted from the first row
+    read to the last reply."""
+    import time
+
+    import redis
+
+    from holdfast.sdk.spark.rows import payload_json
+
+    host, port = redis_address.rsplit(":", 1)
+    client = redis.Redis(host=host, port=int(port))
+    started = time.monotonic()
+    pipe = client.pipeline(transaction=False)
+    count = 0
+    for values in rows:
+        pipe.xadd(stream, {"v": payload_json(values)})
+        count += 1
+        if count % XADD_PIPELINE == 0:
+            pipe.execute()
+    pipe.execute()
+    client.close()
+    return count, time.monotonic() - started
+
+
 def xadd_partition(redis_address: str, stream: str) -> Any:
     """A ``mapPartitionsWithIndex`` function: XADD the partition's rows, yield
     ``(partition, rows, seconds)``."""
 
     def write(index: int, rows: Any) -> Any:
-        import time
-
-        import redis
-
-        from holdfast.sdk.spark.rows import payload_json
-
-        host, port = redis_address.rsplit(":", 1)
-        client = redis.Redis(host=host, port=int(port))
-        started = time.monotonic()
-        pipe = client.pipeline(transaction=False)
-        count = 0
-        for row in rows:
-            pipe.xadd(stream, {"v": payload_json(row.asDict(recursive=True))})
-            count += 1
-            if count % XADD_PIPELINE == 0:
-                pipe.execute()
-        pipe.execute()
-        client.close()
-        yield index, count, time.monotonic() - started
+        values = (row.asDict(recursive=True) for row in rows)
+        yield (index, *xadd_all(redis_address, stream, values))
 
     return write
 
@@ -94,29 +102,13 @@ def xadd_arrow_source(redis_address: str) -> Any:
             self.stream = stream
 
         def write(self, iterator: Any) -> Report:
-            import time
-
-            import redis
             from pyspark import TaskContext
 
             from holdfast.sdk.spark.arrow import batch_records
-            from holdfast.sdk.spark.rows import payload_json
 
-            host, port = redis_address.rsplit(":", 1)
-            client = redis.Redis(host=host, port=int(port))
-            started = time.monotonic()
-            pipe = client.pipeline(transaction=False)
-            count = 0
-            for values in batch_records(iterator):
-                pipe.xadd(self.stream, {"v": payload_json(values)})
-                count += 1
-                if count % XADD_PIPELINE == 0:
-                    pipe.execute()
-            pipe.execute()
-            client.close()
+            count, seconds = xadd_all(redis_address, self.stream, batch_records(iterator))
             context = TaskContext.get()
-            index = context.partitionId() if context is not None else 0
-            return Report(index, count, time.monotonic() - started)
+            return Report(context.partitionId() if context is not None else 0, count, seconds)
 
         def commit(self, messages: Any) -> None:
             for m in messages:

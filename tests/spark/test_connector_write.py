@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 
 from holdfast.sdk import Session
 from holdfast.sdk.spark import register
+from holdfast.sdk.spark.arrow import arrow_ready
 from tests.spark import faults
 from tests.support.processes import BrokerProcess, ProxyProcess
 from tests.support.sessions import FAST, drain_messages, unique_uri
@@ -166,3 +167,27 @@ def test_a_run_id_reused_with_a_new_checkpoint_fails_loudly_and_writes_nothing(
     messages = drain_messages(broker.address, uri, 300)
     assert sorted(json.loads(m.payload)["order_id"] for m in messages) == list(range(300))
     assert {m.properties["x-key"] for m in messages} == {str(i) for i in range(300)}
+
+
+@pytest.mark.timeout(180)
+def test_columns_arrow_does_not_carry_as_is_are_written_from_rows_once(
+    hf: Any, broker: BrokerProcess
+) -> None:
+    """A timestamp, a binary and an array column: the writer reads ``Row``\\s, not
+    Arrow batches (``arrow.arrow_ready``), and every row arrives once, encoded by
+    ``json_default``; the same run again adds nothing."""
+    total, uri = 2_000, unique_uri("row-path")
+    df = hf.range(0, total, numPartitions=3).select(
+        F.col("id").alias("order_id"),
+        F.timestamp_seconds(F.col("id")).alias("at"),
+        F.col("id").cast("string").cast("binary").alias("raw"),
+        F.array(F.col("id"), F.col("id") + 1).alias("pair"),
+    )
+    assert not arrow_ready(df.schema)
+    for _ in range(2):
+        write(df, uri, broker.address, keyColumn="order_id", runId="row-path-run")
+    rows = [json.loads(m.payload) for m in drain_messages(broker.address, uri, total)]
+    assert Counter(row["order_id"] for row in rows) == Counter(range(total))
+    seven = next(row for row in rows if row["order_id"] == 7)
+    assert seven["pair"] == [7, 8] and seven["raw"] == "Nw=="  # base64 of b"7"
+    assert seven["at"].startswith("19")  # ISO 8601, in the session's time zone
