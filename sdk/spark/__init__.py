@@ -13,6 +13,7 @@
     spark.read.format("holdfast").option("uri", "hf://demo/orders").load()  # a peek
 
 Modules: ``guids`` (deterministic GUIDs, batch digests), ``rows`` (payloads),
+``arrow`` (rows read from Arrow record batches, the writers' fast path),
 ``post`` (one partition into the queue), ``sink`` (``QueueSink`` for
 ``foreachPartition``/``foreachBatch``), ``options``, ``writer``, ``history`` (loud
 resets), ``columns`` (the source's rows), ``source``, ``wal`` and ``walindex`` (the

@@ -100,8 +100,10 @@ class FailingRows:
 
 class LateFailure:
     """A ``mapPartitions`` function that passes rows through, except that in partition
-    ``partition`` attempt 0 stalls ``stall`` seconds after ``after`` rows (its rows so
-    far are staged by then), writes ``failed-p<partition>-a0``, and raises; with
+    ``partition`` attempt 0 stalls ``stall`` seconds after ``after`` rows (the writer
+    downstream has staged only the chunks it filled by then: ``stage.CHUNK_ROWS`` rows
+    or ``CHUNK_BYTES``, so small rows may not be staged yet), writes
+    ``failed-p<partition>-a0``, and raises; with
     ``every_attempt`` every attempt of that partition fails so (the job fails)."""
 
     def __init__(

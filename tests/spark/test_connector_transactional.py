@@ -53,8 +53,11 @@ def write(df: Any, uri: str, address: str) -> None:
 def test_a_task_retried_after_the_dedup_window_adds_nothing(
     hf: Any, broker_factory: Callable[..., BrokerProcess], tmp_path: Path, path: str
 ) -> None:
-    """Partition 2's first attempt stages 4,000 rows, stalls past the 1 s window and
-    fails; its retry stages them again: the queue holds each of the 20,000 rows once."""
+    """Partition 2's first attempt reads 4,000 rows (staged as far as its chunks went
+    out), stalls past the 1 s window and fails; its retry stages the partition again:
+    the queue holds each of the 20,000 rows once. (That a failed attempt's staged rows
+    are discarded at the commit is pinned by the conformance staging tests and, through
+    Spark, by ``test_connector_speculation.py``.)"""
     broker = broker_factory("--dedup-window", str(WINDOW))
     total, uri = 20_000, unique_uri("late-retry")
     fault = faults.LateFailure(str(tmp_path), 2, 4_000, WINDOW * 2.5, every_attempt=False)
