@@ -10,8 +10,9 @@ Both curves are the median of ``ROUNDS`` rounds (see there).
 - queue depth: PUT->ACK with 0 and with ``depth`` unconsumed messages held, and the
   broker's resident memory per queued 100-B message (``/proc/PID/statm``);
 - payload size (100 B, 10 KiB, 1 MiB): msg/s and MB/s;
-- the Redis store: PUT->ACK for one node, for two nodes on one Redis (a producer on
-  each, one queue), and Redis commands per message (``INFO stats``).
+- the Redis store: PUT->ACK for one node, for two nodes on one Redis (a producer
+  process on each, one queue), and Redis commands per message
+  (``bench/redisscale.py``).
 """
 
 from __future__ import annotations
@@ -19,11 +20,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import tempfile
-import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import harness
@@ -31,8 +29,6 @@ import loads
 
 from holdfast.sdk import Session
 from holdfast.sdk import aio as hf_aio
-from tests.support.processes import BrokerProcess
-from tests.support.redis_server import RedisServer
 
 SESSIONS = (1, 10, 100, 300)
 QUEUES = (1, 100, 10_000)
@@ -206,44 +202,11 @@ def payload_curve(bytes_per_size: int) -> list[dict[str, Any]]:
     return rows
 
 
-def _commands(server: RedisServer) -> int:
-    for line in server.cli("INFO", "stats").splitlines():
-        if line.startswith("total_commands_processed:"):
-            return int(line.split(":")[1])
-    return 0
-
-
 def redis_figures(count: int) -> dict[str, Any]:
-    """The Redis store: one node, two nodes on one Redis, commands per message."""
-    with tempfile.TemporaryDirectory() as directory:
-        redis = RedisServer(Path(directory), extra=("--appendfsync", "everysec")).start()
-        try:
-            store = ("--store", redis.url)
-            with BrokerProcess(list(store)) as a, BrokerProcess(list(store)) as b:
-                before = _commands(redis)
-                one = loads.produce(a.address, "hf://scale/redis1", count, 100, loads.CpuMeter({}))
-                per_message = (_commands(redis) - before) / count
-                rates: list[float] = []
+    """The Redis store: one node against two on one Redis (``bench/redisscale.py``)."""
+    import redisscale  # here: bench/columnar.py imports this module against older trees
 
-                def produce(address: str, index: int) -> None:
-                    result = loads.produce(
-                        address, "hf://scale/redis2", count // 2, 100, loads.CpuMeter({})
-                    )
-                    rates.append(result.rate)
-
-                threads = [
-                    threading.Thread(target=produce, args=(node.address, i))
-                    for i, node in enumerate((a, b))
-                ]
-                started = time.perf_counter()
-                for thread in threads:
-                    thread.start()
-                for thread in threads:
-                    thread.join()
-                two = (count // 2) * 2 / (time.perf_counter() - started)
-        finally:
-            redis.stop()
-    return {"one_node": one.rate, "two_nodes": two, "commands_per_message": per_message}
+    return redisscale.measure(count)
 
 
 def run_all(

@@ -56,6 +56,16 @@ DEFAULT_RETRY_WINDOW = 30.0
 RETRY_INITIAL = 0.05
 RETRY_MAXIMUM = 1.0
 
+MAX_IN_FLIGHT = 64
+"""Redis calls one node has in flight at once; the rest wait their turn in ``call``.
+redis-py's asyncio pool opens a connection per concurrent command, up to 100 (per
+node of a cluster), and past that *raises* ``MaxConnectionsError``, a
+``ConnectionError``, which ``call`` cannot tell from an outage: under load (a PUT
+script per frame, two broker nodes on one Redis) calls failed with "Too many
+connections" and backed off for 50 ms or more each, and two nodes carried 0.62x
+of one node's rate (``bench/redisscale.py``). Below the pool's bound, with room for
+the subscriber's connection and the pipelines."""
+
 SCHEMES = ("redis", "rediss", "redis+cluster", "redis+sentinel")
 
 
@@ -150,6 +160,7 @@ class RedisClient:
         else:
             self.redis = aioredis.Redis(host=host, port=port, db=spec.db, **common)
         self._scripts: dict[str, Any] = {}
+        self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self.round_trips = 0
         """Redis calls made (for the bench: round trips per message)."""
 
@@ -168,7 +179,8 @@ class RedisClient:
         while True:
             self.round_trips += 1
             try:
-                return await make()
+                async with self._in_flight:
+                    return await make()
             except (RedisConnectionError, RedisTimeoutError, OSError) as error:
                 if time.monotonic() + delay > deadline:
                     raise StoreError(
