@@ -8,7 +8,8 @@ this tree through ``PYTHONPATH`` (a tree of links named ``holdfast``, like
 ``.typecheck/holdfast``), in child processes whose brokers and proxies inherit it.
 Each child measures, for its tree:
 
-- PUT->ACK msg/s of 100-B messages, SDK->broker and SDK->proxy->broker (memory store);
+- PUT->ACK msg/s of 100-B messages, SDK->broker and SDK->proxy->broker (memory store),
+  with the threaded ``Session`` and with the asyncio one;
 - SDK bytes per buffered 100-B PUT (``bench/memory.py``), broker bytes per queued
   100-B message (``bench/scale.py``);
 - instructions per message of each hop (``valgrind --tool=callgrind``): the hop runs
@@ -38,6 +39,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PACKAGES = ("proto", "server", "sdk", "broker", "proxy", "admin", "pool")
 SIZE = 100
+RATE_KEYS = ("direct", "proxy", "direct_aio", "proxy_aio")
+"""PUT->ACK rates measured per tree: the threaded ``Session`` and the asyncio one
+(``holdfast.sdk.aio``, the like of nats.py's asyncio ``publish_async``), each direct
+and through the proxy."""
 BEFORE = "cbd02c8"
 """The last landed tree before the columnar wire (protocol 1, a message at a time): the
 "before" of issue #33's before/after."""
@@ -91,20 +96,21 @@ def child_rates(count: int, runs: int) -> dict[str, Any]:
 
     import holdfast.proto
 
-    direct: list[float] = []
-    proxied: list[float] = []
+    rates: dict[str, list[float]] = {key: [] for key in RATE_KEYS}
     with (
         harness.running_broker(harness.memory_store()) as broker,
         harness.running_proxy(broker.address) as proxy,
     ):
         for run in range(runs):
-            meter = loads.CpuMeter({})
-            result = loads.produce(broker.address, f"hf://col/d{run}", count, SIZE, meter)
-            direct.append(result.rate)
-            meter = loads.CpuMeter({})
-            result = loads.produce(proxy.address, f"hf://col/p{run}", count, SIZE, meter)
-            proxied.append(result.rate)
-    return {"protocol": holdfast.proto.PROTOCOL_VERSION, "direct": direct, "proxy": proxied}
+            for key, address, produce in (
+                ("direct", broker.address, loads.produce),
+                ("proxy", proxy.address, loads.produce),
+                ("direct_aio", broker.address, loads.produce_async),
+                ("proxy_aio", proxy.address, loads.produce_async),
+            ):
+                result = produce(address, f"hf://col/{key}{run}", count, SIZE, loads.CpuMeter({}))
+                rates[key].append(result.rate)
+    return {"protocol": holdfast.proto.PROTOCOL_VERSION, **rates}
 
 
 def child_memory(count: int, runs: int) -> dict[str, Any]:
@@ -260,9 +266,9 @@ def report(base: dict[str, Any], now: dict[str, Any], nats: dict[str, Any]) -> l
         return ", ".join(f"{v:,.0f}" for v in values)
 
     lines.append("  rounds (before / after / JetStream, alternating):")
-    for key in ("direct", "proxy"):
+    for key in RATE_KEYS:
         before, after = base["rates"].get(key, []), now["rates"].get(key, [])
-        lines.append(f"    {key:6} before {rounds(before)} | after {rounds(after)}")
+        lines.append(f"    {key:10} before {rounds(before)} | after {rounds(after)}")
     lines.append(f"    JetStream {rounds(nats.get('rates', []))}")
     header = f"  {'figure':44} {'before':>12} {'after':>12} {'target':>12}"
     lines += [header, "  " + "-" * (len(header) - 2)]
@@ -270,11 +276,12 @@ def report(base: dict[str, Any], now: dict[str, Any], nats: dict[str, Any]) -> l
     def row(name: str, before: float, after: float, target: str) -> None:
         lines.append(f"  {name:44} {before:12,.1f} {after:12,.1f} {target:>12}")
 
-    for key, label, ratio_target, direct_target in (
-        ("proxy", "sidecar PUT->ACK msg/s (SDK->proxy->broker)", 4.0, None),
-        ("direct", "direct PUT->ACK msg/s (SDK->broker)", 6.0, None),
+    for key, label, ratio_target in (
+        ("proxy", "sidecar PUT->ACK msg/s (SDK->proxy->broker)", 4.0),
+        ("direct", "direct PUT->ACK msg/s (SDK->broker)", 6.0),
+        ("proxy_aio", "sidecar, asyncio SDK", 4.0),
+        ("direct_aio", "direct, asyncio SDK", 6.0),
     ):
-        del direct_target
         b, a = _best(base["rates"].get(key, [])), _best(now["rates"].get(key, []))
         row(label, b, a, "")
         row(f"  x JetStream ({key})", b / js, a / js, f">= {ratio_target:.0f}x")
@@ -309,8 +316,8 @@ def _merge_rates(into: dict[str, Any], rates: dict[str, Any]) -> None:
         into.setdefault("errors", []).append(rates["error"])
         return
     into["protocol"] = rates["protocol"]
-    for key in ("direct", "proxy"):
-        into.setdefault(key, []).extend(rates[key])
+    for key in RATE_KEYS:
+        into.setdefault(key, []).extend(rates.get(key, []))
 
 
 def measure(

@@ -8,6 +8,7 @@ and also reports how much CPU each process spent per message, read from
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -19,7 +20,7 @@ from typing import Any
 import harness
 
 import holdfast.sdk.driver.core as driver_module
-from holdfast.sdk import Ack, AckStatus, Message, Session
+from holdfast.sdk import Ack, AckStatus, Message, Session, aio
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -198,6 +199,73 @@ def produce(
                 posted_at = clock()
                 sent[post(payload).int] = posted_at
             if not done.wait(timeout):
+                tally["last"] = clock()
+    for guid, at in early.items():
+        latencies.append(at - sent.pop(guid))
+    seconds = tally["last"] - started
+    return ProduceResult(
+        count=count,
+        size=size,
+        seconds=seconds,
+        rate=tally["acked"] / seconds if seconds > 0 else float("nan"),
+        p50=harness.percentile(latencies, 50),
+        p99=harness.percentile(latencies, 99),
+        not_success=count - int(tally["ok"]),
+        mean_batch=frames.mean_batch,
+        cpu_us=cpu.per_message_us(count),
+        others_cores=cpu.others_cores,
+    )
+
+
+def produce_async(
+    address: str,
+    uri: str,
+    count: int,
+    size: int,
+    cpu: CpuMeter,
+    timeout: float = 120.0,
+) -> ProduceResult:
+    """``produce`` with the asyncio API (``holdfast.sdk.aio``): ``await queue.post()``
+    as fast as it returns, the queue's ``on_ack`` on the loop; the same figures. The
+    like of nats.py's ``await js.publish_async()`` that ``natsload`` measures."""
+    return asyncio.run(_produce_async(address, uri, count, size, cpu, timeout))
+
+
+async def _produce_async(
+    address: str, uri: str, count: int, size: int, cpu: CpuMeter, timeout: float
+) -> ProduceResult:
+    payload = os.urandom(size)
+    clock = time.perf_counter
+    sent: dict[int, float] = {}
+    early: dict[int, float] = {}
+    latencies: list[float] = []
+    done = asyncio.Event()
+    tally = {"acked": 0, "ok": 0, "last": 0.0}
+
+    def on_ack(ack: Ack) -> None:
+        at = clock()
+        posted_at = sent.pop(ack.guid.int, None)
+        if posted_at is None:
+            early[ack.guid.int] = at
+        else:
+            latencies.append(at - posted_at)
+        tally["acked"] += 1
+        tally["ok"] += ack.status is AckStatus.SUCCESS
+        if tally["acked"] == count:
+            tally["last"] = at
+            done.set()
+
+    async with aio.Session(address, on_event=_quiet) as session:
+        queue = await session.open_queue(uri, write=True, on_ack=on_ack)
+        post = queue.post
+        with PutFrameCounter() as frames, cpu.measure():
+            started = clock()
+            for _ in range(count):
+                posted_at = clock()
+                sent[(await post(payload)).int] = posted_at
+            try:
+                await asyncio.wait_for(done.wait(), timeout)
+            except TimeoutError:
                 tally["last"] = clock()
     for guid, at in early.items():
         latencies.append(at - sent.pop(guid))
