@@ -110,7 +110,7 @@ async def send(
         await queue.post(chunk.payload, chunk.properties, on_ack, guid=chunk.guid)
 
     # Read credits from before the first chunk: the reader may give them at once.
-    credits = await session.open_queue(
+    credit_queue = await session.open_queue(
         credit_uri(domain, request_guid, name), read=True, on_message=on_credit
     )
     pieces = _pieces(source)
@@ -121,8 +121,13 @@ async def send(
                 out.check()
                 # Before reading: what the reader is not ready for stays in the source.
                 while not out.may_send:
+                    if not credit_queue.is_open:
+                        raise out.no_credit()
                     credited.clear()
-                    await credited.wait()
+                    with contextlib.suppress(TimeoutError):
+                        # Now and then: a closed session sets no event.
+                        async with asyncio.timeout(1.0):
+                            await credited.wait()
                 if out.reader_stopped:
                     break
                 try:
@@ -146,9 +151,9 @@ async def send(
     finally:
         with contextlib.suppress(Exception):
             await pieces.aclose()  # closes an async generator source too
-        if credits.is_open:
+        if credit_queue.is_open:
             with contextlib.suppress(HoldfastError):
-                await credits.close(timeout=5)
+                await credit_queue.close(timeout=5)
 
 
 class AsyncStreamReader:

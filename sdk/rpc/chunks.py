@@ -205,6 +205,11 @@ class Outgoing:
         """The error of a stream whose call ended before it was sent."""
         return StreamError(f"stream {self.name}: the call ended")
 
+    def no_credit(self) -> StreamError:
+        """The error of a stream whose credit queue closed under it (the session ended,
+        or a reopen was refused): no credit can come any more."""
+        return StreamError(f"stream {self.name}: its credit queue closed")
+
     def _next(self, payload: bytes, extra: dict[str, str]) -> Chunk:
         seq = self._seq
         self._seq += 1

@@ -102,9 +102,11 @@ def send(
             while not credited.wait_for(lambda: out.may_send, timeout=0.2):
                 if stop():
                     raise out.ended()
+                if not credit_queue.is_open:
+                    raise out.no_credit()
 
     # Read credits from before the first chunk: the reader may give them at once.
-    credits = session.open_queue(
+    credit_queue = session.open_queue(
         credit_uri(domain, request_guid, name), read=True, on_message=on_credit
     )
     try:
@@ -138,7 +140,9 @@ def send(
         finally:
             queue.close()
     finally:
-        credits.close()
+        if credit_queue.is_open:  # not when the session ended under it
+            with contextlib.suppress(HoldfastError):
+                credit_queue.close()
 
 
 class StreamReader:

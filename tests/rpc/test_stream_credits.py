@@ -139,6 +139,35 @@ def test_a_slow_reply_reader_stops_the_workers_sender_at_the_credit_window(
         )
 
 
+def test_a_reader_that_closes_early_stops_the_workers_sender(broker: BrokerProcess) -> None:
+    """The caller reads one chunk of a reply stream and closes it: its stop credit ends
+    the worker's sender (which would otherwise wait for credit until the worker stops),
+    and both ends close the credit queue."""
+    uri = unique_uri("credits-close")
+    guids: list[uuid.UUID] = []
+
+    def handle(request: Request) -> StreamingReply:
+        guids.append(wire.reply_guid(request.guid))
+        return StreamingReply(b"ok", {}, {"early": Source(SIZE)})
+
+    def sender_running() -> bool:
+        return any(t.name == "holdfast-stream-early" for t in threading.enumerate())
+
+    with (
+        AdminClient(broker.address) as admin,
+        Session(broker.address, options=FAST) as worker_session,
+        Worker(worker_session, uri, handle),
+        Session(broker.address, options=FAST) as caller,
+    ):
+        reply = caller.request(uri, b"", timeout=60)
+        assert len(reply.streams["early"].read(chunks.CHUNK_SIZE)) == chunks.CHUNK_SIZE
+        assert sender_running()  # waiting for credit
+        reply.streams["early"].close()
+        wait_until(lambda: not sender_running(), 30, "the sender to stop")
+        credit_queue = chunks.credit_uri(calls.domain_of(uri), guids[0], "early")
+        wait_until(lambda: admin.stats(credit_queue).handles == 0, 30, "the credit queue closed")
+
+
 def test_a_request_nobody_picked_up_yet_holds_its_stream_to_the_window(
     broker: BrokerProcess,
 ) -> None:
