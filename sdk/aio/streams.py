@@ -17,9 +17,14 @@ threaded caller can stream to an asyncio worker and back. A source is a binary
 file-like object, read ``CHUNK_SIZE`` at a time in the loop's default executor so
 that a slow disk does not block the loop, or an async iterable of bytes, whose items
 are sent as they come (split at ``CHUNK_SIZE``). Each stream is sent by a task of
-its call, which waits for the broker's ACKs without blocking the loop (at most
-``WINDOW`` chunks unacknowledged) and is cancelled when the call ends. A reader is
-an ``AsyncStreamReader``.
+its call, which waits without blocking the loop for the reader's credit (at most
+``CREDIT_WINDOW`` chunks, 4 MiB, beyond the last one the reader has read, so a slow
+reader holds the stream to that much in the broker; the credits come on the queue
+``hf://<domain>/rpc-credit-<request guid hex>-<name>``, see
+``holdfast.sdk.rpc.chunks``) and for the broker's ACKs (at most ``WINDOW`` chunks
+unacknowledged), and is cancelled when the call ends. A reader is an
+``AsyncStreamReader``; it gives credit every ``CREDIT_EVERY`` chunks it reads, and
+tells the sender to stop when it is closed before the end.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from holdfast.sdk.errors import HoldfastError, StreamError
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.rpc.chunks import (
     CHUNK_SIZE,
+    CREDIT_CLOSE_WAIT,
     STALL_TIMEOUT,
     WINDOW,
     Chunk,
@@ -42,10 +48,11 @@ from holdfast.sdk.rpc.chunks import (
     Outgoing,
     Readable,
     confirm_chunk,
+    credit_uri,
     parse_names,
     stream_uri,
 )
-from holdfast.sdk.types import Ack
+from holdfast.sdk.types import Ack, Message
 
 if TYPE_CHECKING:
     from holdfast.sdk.aio.queue import Queue
@@ -80,46 +87,73 @@ async def _pieces(source: AsyncSource) -> AsyncGenerator[bytes, None]:
 async def send(
     session: Session, domain: str, request_guid: uuid.UUID, name: str, source: AsyncSource
 ) -> None:
-    """Post ``source`` as stream ``name`` of ``request_guid``, in chunks, keeping at
-    most ``WINDOW`` unacknowledged. Raises ``StreamError`` if the source fails or the
-    broker refuses a chunk (after telling the reader, when it can). Cancel the task
-    to stop it."""
-    queue = await session.open_queue(stream_uri(domain, request_guid, name), write=True)
-    credits = asyncio.Semaphore(WINDOW)
+    """Post ``source`` as stream ``name`` of ``request_guid``, in chunks, as far as the
+    reader's credit allows, keeping at most ``WINDOW`` unacknowledged. Raises
+    ``StreamError`` if the source fails or the broker refuses a chunk (after telling
+    the reader, when it can); returns early if the reader stopped. Cancel the task to
+    stop it."""
     out = Outgoing(request_guid, name)
+    acks = asyncio.Semaphore(WINDOW)
+    credited = asyncio.Event()
+
+    def on_credit(message: Message) -> None:
+        out.on_credit(message.properties)
+        credited.set()
+        confirm_chunk(message)
 
     def on_ack(ack: Ack) -> None:
         out.on_ack(ack)
-        credits.release()
+        acks.release()
 
     async def post(chunk: Chunk) -> None:
-        await credits.acquire()
+        await acks.acquire()
         await queue.post(chunk.payload, chunk.properties, on_ack, guid=chunk.guid)
 
+    # Read credits from before the first chunk: the reader may give them at once.
+    credit_queue = await session.open_queue(
+        credit_uri(domain, request_guid, name), read=True, on_message=on_credit
+    )
     pieces = _pieces(source)
     try:
-        while True:
+        queue = await session.open_queue(stream_uri(domain, request_guid, name), write=True)
+        try:
+            while True:
+                out.check()
+                # Before reading: what the reader is not ready for stays in the source.
+                while not out.may_send:
+                    if not credit_queue.is_open:
+                        raise out.no_credit()
+                    credited.clear()
+                    with contextlib.suppress(TimeoutError):
+                        # Now and then: a closed session sets no event.
+                        async with asyncio.timeout(1.0):
+                            await credited.wait()
+                if out.reader_stopped:
+                    break
+                try:
+                    data = await anext(pieces, b"")
+                except Exception as error:
+                    chunk, failure = out.failed(error)
+                    await post(chunk)
+                    raise failure from error
+                await post(out.data(data))
+                if not data:
+                    break
+            # Hold the queue open until the broker has every chunk: closing it earlier
+            # would report the unacknowledged ones UNKNOWN.
+            for _ in range(WINDOW):
+                await acks.acquire()
             out.check()
-            try:
-                data = await anext(pieces, b"")
-            except Exception as error:
-                chunk, failure = out.failed(error)
-                await post(chunk)
-                raise failure from error
-            await post(out.data(data))
-            if not data:
-                break
-        # Hold the queue open until the broker has every chunk: closing it earlier
-        # would report the unacknowledged ones UNKNOWN.
-        for _ in range(WINDOW):
-            await credits.acquire()
-        out.check()
+        finally:
+            if queue.is_open:
+                with contextlib.suppress(HoldfastError):
+                    await queue.close(timeout=5)
     finally:
         with contextlib.suppress(Exception):
             await pieces.aclose()  # closes an async generator source too
-        if queue.is_open:
+        if credit_queue.is_open:
             with contextlib.suppress(HoldfastError):
-                await queue.close(timeout=5)
+                await credit_queue.close(timeout=5)
 
 
 class AsyncStreamReader:
@@ -129,15 +163,24 @@ class AsyncStreamReader:
     ``await reader.read(n)``. Read it from one task at a time."""
 
     def __init__(
-        self, session: Session, uri: str, name: str, stall_timeout: float = STALL_TIMEOUT
+        self,
+        session: Session,
+        domain: str,
+        request_guid: uuid.UUID,
+        name: str,
+        stall_timeout: float = STALL_TIMEOUT,
     ) -> None:
         self.name = name
         """The stream's name."""
         self._session = session
-        self._uri = uri
+        self._uri = stream_uri(domain, request_guid, name)
+        self._credit_uri = credit_uri(domain, request_guid, name)
         self._stall = stall_timeout
         self._queue: Queue | None = None
-        self._in = Incoming(name)
+        self._credits: Queue | None = None
+        self._unacked: set[uuid.UUID] = set()
+        self._acked = asyncio.Event()
+        self._in = Incoming(request_guid, name)
 
     async def read(self, size: int = -1) -> bytes:
         """Up to ``size`` bytes (all the rest with -1); ``b""`` at the end. Raises
@@ -162,11 +205,43 @@ class AsyncStreamReader:
         return data
 
     async def aclose(self) -> None:
-        """Stop reading; close the stream's queue (its unread chunks are dropped)."""
+        """Stop reading; close the stream's queue (its unread chunks are dropped). A
+        reader that stops before the end tells the sender to stop."""
         self._in.close()
         if self._queue is not None and self._queue.is_open:
             with contextlib.suppress(HoldfastError):
                 await self._queue.close(timeout=5)
+        last = self._in.last_credit()
+        # Best effort: without it the sender waits for credit until its call ends.
+        with contextlib.suppress(HoldfastError):
+            try:
+                if last is not None:
+                    await self._give(last)
+            finally:
+                await self._close_credits()
+
+    async def _give(self, credit: Chunk) -> None:
+        if self._credits is None:
+            self._credits = await self._session.open_queue(self._credit_uri, write=True)
+        self._unacked.add(credit.guid)
+
+        def on_ack(ack: Ack) -> None:
+            self._unacked.discard(credit.guid)
+            self._acked.set()
+
+        await self._credits.post(credit.payload, credit.properties, on_ack, guid=credit.guid)
+
+    async def _close_credits(self) -> None:
+        if self._credits is None or not self._credits.is_open:
+            return
+        # A credit still unacknowledged when its queue closes while the link is down is
+        # lost (UNKNOWN): wait a little for the broker to take the last ones.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CREDIT_CLOSE_WAIT):
+                while self._unacked:
+                    self._acked.clear()
+                    await self._acked.wait()
+        await self._credits.close(timeout=5)
 
     async def _take(self) -> None:
         if self._queue is None:
@@ -188,6 +263,9 @@ class AsyncStreamReader:
         confirm_chunk(message)
         try:
             self._in.accept(message)
+            credit = self._in.credit()
+            if credit is not None:
+                await self._give(credit)
         finally:
             if self._in.done:
                 await self.aclose()
@@ -224,7 +302,7 @@ def readers(
     """The readers of the streams a request or reply announces (each opens its queue
     when first read)."""
     return {
-        name: AsyncStreamReader(session, stream_uri(domain, request_guid, name), name)
+        name: AsyncStreamReader(session, domain, request_guid, name)
         for name in parse_names(properties)
     }
 

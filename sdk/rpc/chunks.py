@@ -4,8 +4,22 @@ The threaded side (``holdfast.sdk.rpc.streams``, a thread per sender, blocking
 readers) and the asyncio side (``holdfast.sdk.aio.streams``, tasks and awaited
 readers) put the same chunks on the same queues through these: queue names, chunk
 GUIDs and properties (``Outgoing``), and on the reading side the order, the
-duplicates and the end or failure of a stream (``Incoming``). Only waiting, for
-the broker's ACKs or for the next chunk, is theirs.
+duplicates and the end or failure of a stream (``Incoming``); and the reader's
+credits, which pace the sender to what the reader has read. Only waiting, for the
+broker's ACKs, for credit or for the next chunk, is theirs.
+
+Credits: a sender may post at most ``CREDIT_WINDOW`` chunks beyond the last one the
+reader has read, so a slow reader (or a worker that has not picked up the request
+yet) holds the stream's memory in the broker to that window, whatever the size of
+the stream. The reader says how far it has read with small messages on the
+stream's credit queue (``credit_uri``): after every ``CREDIT_EVERY`` chunks read,
+a message with ``CREDIT`` = the sequence number of the last chunk read, and, when
+it stops before the end of the stream, one more with ``CREDIT_STOP`` too, so the
+sender stops instead of waiting for credit for as long as its call lives. A
+credit's GUID is derived from (request guid, stream name, sequence number) like a
+chunk's, so a credit retransmitted after a reconnect is dropped by the broker's
+dedup; the sender takes the highest it has seen, since credits may come twice or
+out of order after a reconnect.
 """
 
 from __future__ import annotations
@@ -27,6 +41,16 @@ CHUNK_SIZE = 256 * 1024
 WINDOW = 8
 """Chunks in flight per stream: unacknowledged by the broker on the sender, unconfirmed
 on the receiver."""
+CREDIT_WINDOW = 16
+"""Chunks a sender may post beyond the last one the reader has read (16 chunks: 4 MiB
+per stream); this bounds what a stream holds in the broker."""
+CREDIT_EVERY = CREDIT_WINDOW // 2
+"""Chunks read between two credits: half the window, so the sender gets more credit
+before it runs out of it."""
+CREDIT_CLOSE_WAIT = 5.0
+"""Seconds a reader that closes waits for the broker to take its last credits (only
+while its link is down does it wait at all: the same bound as the SDK's
+high-watermark wait)."""
 STALL_TIMEOUT = 30.0
 """Seconds a reader waits for the next chunk before failing with ``StreamError``."""
 
@@ -40,6 +64,10 @@ END = "x-rpc-eos"
 """Chunk property: the stream ends here (an empty chunk)."""
 ABORT = "x-rpc-stream-abort"
 """Chunk property: the sender failed (the type of its error; the payload says why)."""
+CREDIT = "x-rpc-credit"
+"""Credit property: the reader has read every chunk through this sequence number."""
+CREDIT_STOP = "x-rpc-credit-stop"
+"""Credit property: the reader stopped before the end; send nothing more."""
 
 
 class Readable(Protocol):
@@ -92,9 +120,22 @@ def stream_uri(domain: str, request_guid: uuid.UUID, name: str) -> str:
     return f"hf://{domain}/rpc-stream-{request_guid.hex}-{name}"
 
 
+def credit_uri(domain: str, request_guid: uuid.UUID, name: str) -> str:
+    """The queue on which the reader of stream ``name`` gives its sender credit (the
+    ``rpc-credit-`` prefix cannot collide with any stream's queue name)."""
+    return f"hf://{domain}/rpc-credit-{request_guid.hex}-{name}"
+
+
 def chunk_guid(request_guid: uuid.UUID, name: str, seq: int) -> uuid.UUID:
     """The GUID of chunk ``seq`` of stream ``name``: the same on every retransmit."""
     return uuid.uuid5(request_guid, (_NAMESPACE + f"{name}/{seq}".encode()).hex())
+
+
+def credit_guid(request_guid: uuid.UUID, name: str, seq: int, stop: bool = False) -> uuid.UUID:
+    """The GUID of the credit "read through ``seq``" of stream ``name`` (``stop``: the
+    reader's last one): the same on every retransmit, never a chunk's."""
+    what = f"{name}/credit/{seq}{'/stop' if stop else ''}"
+    return uuid.uuid5(request_guid, (_NAMESPACE + what.encode()).hex())
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,15 +148,37 @@ class Chunk:
 
 
 class Outgoing:
-    """The sending side of one stream: its chunks in order, and the broker's verdicts
-    on them. The front-end reads the source, posts what ``data``/``failed`` give, and
-    keeps at most ``WINDOW`` chunks without their ACK (``on_ack`` counts them in)."""
+    """The sending side of one stream: its chunks in order, the broker's verdicts on
+    them and the reader's credits. The front-end waits until ``may_send`` (credits
+    come in through ``on_credit``), then reads the source and posts what
+    ``data``/``failed`` give, keeping at most ``WINDOW`` chunks without their ACK
+    (``on_ack`` counts them in); it stops quietly once ``reader_stopped``."""
 
     def __init__(self, request_guid: uuid.UUID, name: str) -> None:
         self.name = name
         self._guid = request_guid
         self._seq = 0
         self._refused: str | None = None
+        self._read_through = -1
+        self.reader_stopped = False
+        """True once the reader said it stopped before the end: send nothing more."""
+
+    @property
+    def may_send(self) -> bool:
+        """True when the next chunk is within ``CREDIT_WINDOW`` of what the reader has
+        read (or the reader stopped, which ends the wait too)."""
+        return self.reader_stopped or self._seq - self._read_through <= CREDIT_WINDOW
+
+    def on_credit(self, properties: Mapping[str, str]) -> None:
+        """Take a credit message's properties in. Credits may come twice or out of
+        order (redelivered after a reconnect): the highest counts."""
+        try:
+            seq = int(properties.get(CREDIT, ""))
+        except ValueError:
+            return
+        self._read_through = max(self._read_through, seq)
+        if CREDIT_STOP in properties:
+            self.reader_stopped = True
 
     def data(self, data: bytes) -> Chunk:
         """The next chunk, carrying ``data`` (at most ``CHUNK_SIZE`` bytes); ``b""``
@@ -142,6 +205,11 @@ class Outgoing:
         """The error of a stream whose call ended before it was sent."""
         return StreamError(f"stream {self.name}: the call ended")
 
+    def no_credit(self) -> StreamError:
+        """The error of a stream whose credit queue closed under it (the session ended,
+        or a reopen was refused): no credit can come any more."""
+        return StreamError(f"stream {self.name}: its credit queue closed")
+
     def _next(self, payload: bytes, extra: dict[str, str]) -> Chunk:
         seq = self._seq
         self._seq += 1
@@ -150,9 +218,10 @@ class Outgoing:
 
 
 def confirm_chunk(message: Message) -> None:
-    """Confirm a chunk the reader has taken. A CONFIRM dropped with the link (or of a
-    chunk delivered on an earlier connection) is fine: the chunk itself is read, and
-    its redelivery is dropped as a duplicate by its sequence number."""
+    """Confirm a chunk the reader has taken (or a credit the sender has taken). A
+    CONFIRM dropped with the link (or of a message delivered on an earlier
+    connection) is fine: the chunk itself is read, and its redelivery is dropped as a
+    duplicate by its sequence number (a credit's counts once, the highest winning)."""
     with contextlib.suppress(ConfirmDroppedError):
         message.confirm()
 
@@ -173,15 +242,21 @@ class Incoming:
     redeliveries by sequence number, and holds the bytes not read yet. After a
     reconnect the broker redelivers what was not confirmed (a CONFIRM lost with the
     link included), so a chunk may come twice and out of order: neither a gap nor a
-    repeat reaches the reader."""
+    repeat reaches the reader. ``credit`` and ``last_credit`` give the credits the
+    front-end posts on the stream's credit queue."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, request_guid: uuid.UUID, name: str) -> None:
         self.name = name
         self.done = False
         """True once the stream ended, failed or was closed."""
+        self._guid = request_guid
         self._next = 0
         self._early: dict[int, Message] = {}
         self._buffer = memoryview(b"")
+        self._read_through = -1
+        self._credited = -1
+        self._finished = False  # the sender's end or failure was read: it sends no more
+        self._stop_sent = False
 
     @property
     def buffered(self) -> bool:
@@ -228,6 +303,10 @@ class Incoming:
         """Take the chunk whose turn it is: its bytes are buffered, or the stream ends;
         ``StreamError`` if the sender failed."""
         properties = message.properties
+        with contextlib.suppress(ValueError):
+            self._read_through = int(properties.get(SEQ, ""))
+        if ABORT in properties or END in properties:
+            self._finished = True
         if ABORT in properties:
             self.done = True
             text = message.payload.decode(errors="replace")
@@ -236,6 +315,28 @@ class Incoming:
             self.done = True
             return
         self._buffer = memoryview(message.payload)
+
+    def credit(self) -> Chunk | None:
+        """The credit to post now, if one is due: every ``CREDIT_EVERY`` chunks read
+        (none once the sender has sent its last chunk)."""
+        if self._finished or self._read_through - self._credited < CREDIT_EVERY:
+            return None
+        self._credited = self._read_through
+        return self._credit(self._read_through, stop=False)
+
+    def last_credit(self) -> Chunk | None:
+        """The credit to post when the reader stops before the end of the stream (once):
+        it tells the sender to stop. None after the end or the sender's failure."""
+        if self._finished or self._stop_sent:
+            return None
+        self._stop_sent = True
+        return self._credit(self._read_through, stop=True)
+
+    def _credit(self, seq: int, stop: bool) -> Chunk:
+        properties = {STREAM: self.name, CREDIT: str(seq)}
+        if stop:
+            properties[CREDIT_STOP] = "1"
+        return Chunk(b"", properties, credit_guid(self._guid, self.name, seq, stop))
 
     def stalled(self, waited: float) -> StreamError:
         """The error of a stream that brought no chunk for ``waited`` seconds."""

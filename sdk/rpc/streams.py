@@ -9,36 +9,53 @@ sender's failure). The receiver reads with a bounded ``max_unconfirmed_messages`
 window, confirms a chunk once the reader has taken it, drops duplicates by sequence
 number and reorders within the window. After a proxy or broker restart the broker
 redelivers what was not confirmed (a CONFIRM lost with the link included): the reader
-skips what it already read, so a stream has neither gaps nor repeats. The sender
-keeps at most ``WINDOW`` chunks not yet acknowledged by the broker, so its memory
-stays bounded whatever the size of the stream.
+skips what it already read, so a stream has neither gaps nor repeats.
+
+Flow control: the sender posts at most ``CREDIT_WINDOW`` chunks (16, 4 MiB) beyond
+the last one the reader has read, so a slow reader, or a worker that has not picked
+up the request yet, holds the stream to that much in the broker. The reader gives
+credit on the queue ``hf://<domain>/rpc-credit-<request guid hex>-<name>``: after
+every ``CREDIT_EVERY`` chunks read, a message whose ``x-rpc-credit`` property is the
+sequence number of the last chunk read (its GUID derived like a chunk's, so a
+retransmit is dropped), and one with ``x-rpc-credit-stop`` when it stops before the
+end, which stops the sender quietly. The sender reads that queue from before its
+first chunk until the stream or the call ends, takes the highest credit (they may
+come twice or out of order after a reconnect) and waits for credit for as long as
+its call lives. Besides, it keeps at most ``WINDOW`` chunks not yet acknowledged by
+the broker, so its own memory stays bounded whatever the size of the stream.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from holdfast.sdk.errors import StreamError
+from holdfast.sdk.errors import HoldfastError, StreamError
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.rpc.chunks import (
     ABORT,
     CHUNK_SIZE,
+    CREDIT_CLOSE_WAIT,
+    CREDIT_EVERY,
+    CREDIT_WINDOW,
     END,
     NAMES,
     SEQ,
     STALL_TIMEOUT,
     STREAM,
     WINDOW,
+    Chunk,
     Incoming,
     Outgoing,
     Readable,
     check_names,
     chunk_guid,
     confirm_chunk,
+    credit_uri,
     parse_names,
     stream_uri,
 )
@@ -57,46 +74,75 @@ def send(
     readable: Readable,
     stop: Callable[[], bool],
 ) -> None:
-    """Post ``readable`` as stream ``name`` of ``request_guid``, in chunks, keeping at
-    most ``WINDOW`` unacknowledged. Raises ``StreamError`` if the readable fails or
-    the broker refuses a chunk (after telling the reader, when it can)."""
-    queue = session.open_queue(stream_uri(domain, request_guid, name), write=True)
-    credits = threading.Semaphore(WINDOW)
+    """Post ``readable`` as stream ``name`` of ``request_guid``, in chunks, as far as
+    the reader's credit allows, keeping at most ``WINDOW`` unacknowledged. Raises
+    ``StreamError`` if the readable fails or the broker refuses a chunk (after
+    telling the reader, when it can); returns early if the reader stopped."""
     out = Outgoing(request_guid, name)
+    acks = threading.Semaphore(WINDOW)
+    credited = threading.Condition()
+
+    def on_credit(message: Message) -> None:
+        with credited:
+            out.on_credit(message.properties)
+            credited.notify_all()
+        confirm_chunk(message)
 
     def on_ack(ack: Ack) -> None:
         out.on_ack(ack)
-        credits.release()
+        acks.release()
+
+    def wait_ack() -> None:
+        while not acks.acquire(timeout=0.2):
+            if stop():
+                raise out.ended()
 
     def wait_credit() -> None:
-        while not credits.acquire(timeout=0.2):
-            if stop():
-                raise out.ended()
+        with credited:
+            while not credited.wait_for(lambda: out.may_send, timeout=0.2):
+                if stop():
+                    raise out.ended()
+                if not credit_queue.is_open:
+                    raise out.no_credit()
 
+    # Read credits from before the first chunk: the reader may give them at once.
+    credit_queue = session.open_queue(
+        credit_uri(domain, request_guid, name), read=True, on_message=on_credit
+    )
     try:
-        while True:
-            out.check()
-            if stop():
-                raise out.ended()
-            try:
-                data = readable.read(CHUNK_SIZE)
-            except Exception as error:
-                chunk, failure = out.failed(error)
+        queue = session.open_queue(stream_uri(domain, request_guid, name), write=True)
+        try:
+            while True:
+                out.check()
+                if stop():
+                    raise out.ended()
+                # Before reading: what the reader is not ready for stays in the source.
                 wait_credit()
+                if out.reader_stopped:
+                    break
+                try:
+                    data = readable.read(CHUNK_SIZE)
+                except Exception as error:
+                    chunk, failure = out.failed(error)
+                    wait_ack()
+                    queue.post(chunk.payload, chunk.properties, on_ack, guid=chunk.guid)
+                    raise failure from error
+                chunk = out.data(data)
+                wait_ack()
                 queue.post(chunk.payload, chunk.properties, on_ack, guid=chunk.guid)
-                raise failure from error
-            chunk = out.data(data)
-            wait_credit()
-            queue.post(chunk.payload, chunk.properties, on_ack, guid=chunk.guid)
-            if not data:
-                break
-        # Hold the queue open until the broker has every chunk: closing it earlier
-        # would report the unacknowledged ones UNKNOWN.
-        for _ in range(WINDOW):
-            wait_credit()
-        out.check()
+                if not data:
+                    break
+            # Hold the queue open until the broker has every chunk: closing it earlier
+            # would report the unacknowledged ones UNKNOWN.
+            for _ in range(WINDOW):
+                wait_ack()
+            out.check()
+        finally:
+            queue.close()
     finally:
-        queue.close()
+        if credit_queue.is_open:  # not when the session ended under it
+            with contextlib.suppress(HoldfastError):
+                credit_queue.close()
 
 
 class StreamReader:
@@ -104,16 +150,25 @@ class StreamReader:
     (``read(n)``, iteration over chunks). Thread-confined: one reader thread."""
 
     def __init__(
-        self, session: Session, uri: str, name: str, stall_timeout: float = STALL_TIMEOUT
+        self,
+        session: Session,
+        domain: str,
+        request_guid: uuid.UUID,
+        name: str,
+        stall_timeout: float = STALL_TIMEOUT,
     ) -> None:
         self.name = name
         """The stream's name."""
         self._session = session
-        self._uri = uri
+        self._uri = stream_uri(domain, request_guid, name)
+        self._credit_uri = credit_uri(domain, request_guid, name)
         self._stall = stall_timeout
         self._queue: Queue | None = None
+        self._credits: Queue | None = None
+        self._unacked = threading.Semaphore(0)  # released by each credit's ACK
+        self._posted = 0
         self._messages: Iterator[Message] | None = None
-        self._in = Incoming(name)
+        self._in = Incoming(request_guid, name)
 
     def read(self, size: int = -1) -> bytes:
         """Up to ``size`` bytes (all the rest with -1); ``b""`` at the end. Raises
@@ -128,10 +183,37 @@ class StreamReader:
         return iter(lambda: self.read(CHUNK_SIZE), b"")
 
     def close(self) -> None:
-        """Stop reading; close the stream's queue (its unread chunks are dropped)."""
+        """Stop reading; close the stream's queue (its unread chunks are dropped). A
+        reader that stops before the end tells the sender to stop."""
         self._in.close()
         if self._queue is not None and self._queue.is_open:
             self._queue.close()
+        last = self._in.last_credit()
+        # Best effort: without it the sender waits for credit until its call ends.
+        with contextlib.suppress(HoldfastError):
+            try:
+                if last is not None:
+                    self._give(last)
+            finally:
+                self._close_credits()
+
+    def _give(self, credit: Chunk) -> None:
+        if self._credits is None:
+            self._credits = self._session.open_queue(self._credit_uri, write=True)
+        self._credits.post(
+            credit.payload, credit.properties, lambda _: self._unacked.release(), guid=credit.guid
+        )
+        self._posted += 1
+
+    def _close_credits(self) -> None:
+        if self._credits is None or not self._credits.is_open:
+            return
+        # A credit still unacknowledged when its queue closes while the link is down is
+        # lost (UNKNOWN): wait a little for the broker to take the last ones.
+        deadline = time.monotonic() + CREDIT_CLOSE_WAIT
+        while self._posted and self._unacked.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            self._posted -= 1
+        self._credits.close()
 
     def _take(self) -> None:
         if self._messages is None:
@@ -150,6 +232,9 @@ class StreamReader:
         confirm_chunk(message)
         try:
             self._in.accept(message)
+            credit = self._in.credit()
+            if credit is not None:
+                self._give(credit)
         finally:
             if self._in.done:
                 self.close()
@@ -188,8 +273,7 @@ def readers(
 ) -> dict[str, StreamReader]:
     """The readers of the streams a request announces (each opens its queue lazily)."""
     return {
-        name: StreamReader(session, stream_uri(domain, request_guid, name), name)
-        for name in parse_names(properties)
+        name: StreamReader(session, domain, request_guid, name) for name in parse_names(properties)
     }
 
 
@@ -203,6 +287,8 @@ def close_all(streams: Mapping[str, Any]) -> None:
 __all__ = [
     "ABORT",
     "CHUNK_SIZE",
+    "CREDIT_EVERY",
+    "CREDIT_WINDOW",
     "END",
     "NAMES",
     "SEQ",
@@ -214,6 +300,7 @@ __all__ = [
     "check_names",
     "chunk_guid",
     "close_all",
+    "credit_uri",
     "parse_names",
     "readers",
     "send",

@@ -164,10 +164,11 @@ def test_a_failing_reply_source_fails_the_callers_reader(broker: BrokerProcess) 
 def test_a_stalled_stream_fails_the_reader_with_stream_error(broker: BrokerProcess) -> None:
     async def run() -> None:
         async with aio.Session(broker.address, options=FAST) as session:
-            uri = chunks.stream_uri("test", uuid.uuid4(), "data")
+            guid = uuid.uuid4()
+            uri = chunks.stream_uri("test", guid, "data")
             queue = await session.open_queue(uri, write=True)
             await queue.post(b"abc", {chunks.STREAM: "data", chunks.SEQ: "0"})
-            reader = AsyncStreamReader(session, uri, "data", stall_timeout=0.5)
+            reader = AsyncStreamReader(session, "test", guid, "data", stall_timeout=0.5)
             assert await reader.read(10) == b"abc"
             with pytest.raises(StreamError, match="no chunk"):
                 await reader.read(10)

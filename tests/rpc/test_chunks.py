@@ -46,7 +46,7 @@ def test_a_refused_chunk_fails_the_sender() -> None:
 def test_the_reader_reorders_and_skips_redeliveries() -> None:
     out = chunks.Outgoing(uuid.uuid4(), "data")
     zero, one, two, end = (delivered(out.data(d)) for d in (b"0", b"1", b"2", b""))
-    reader = chunks.Incoming("data")
+    reader = chunks.Incoming(uuid.uuid4(), "data")
     read = []
     for message in (one, zero, zero, two, one, end):
         verdict = reader.offer(message)
@@ -64,7 +64,7 @@ def test_the_reader_fails_on_the_senders_failure() -> None:
     out = chunks.Outgoing(uuid.uuid4(), "data")
     chunk, own = out.failed(OSError("disk gone"))
     assert "disk gone" in str(own)
-    reader = chunks.Incoming("data")
+    reader = chunks.Incoming(uuid.uuid4(), "data")
     message = delivered(chunk)
     assert reader.offer(message) is chunks.Verdict.NEXT
     with pytest.raises(StreamError, match="the sender failed: disk gone"):
@@ -79,3 +79,111 @@ def test_names_are_checked_and_announced() -> None:
     assert chunks.announce({}, []) == {}
     with pytest.raises(InvalidArgumentError):
         chunks.check_names({"a,b": 1})
+
+
+def read_chunks(reader: chunks.Incoming, out: chunks.Outgoing, count: int) -> list[chunks.Chunk]:
+    """Read ``count`` data chunks of ``out`` with ``reader``; the credits it gave."""
+    credits = []
+    for _ in range(count):
+        message = delivered(out.data(b"x"))
+        assert reader.offer(message) is chunks.Verdict.NEXT
+        reader.accept(message)
+        assert reader.read_buffered(10) == b"x"
+        if (credit := reader.credit()) is not None:
+            credits.append(credit)
+    return credits
+
+
+def test_the_sender_may_get_a_credit_window_ahead_of_the_reader() -> None:
+    out = chunks.Outgoing(uuid.uuid4(), "data")
+    for _ in range(chunks.CREDIT_WINDOW):
+        assert out.may_send
+        out.data(b"x")
+    assert not out.may_send  # nothing read yet: the window is used up
+    out.on_credit({chunks.CREDIT: "0"})
+    assert out.may_send  # one read: one more
+    out.data(b"x")
+    assert not out.may_send
+
+
+def test_the_reader_gives_credit_every_half_window_with_a_deterministic_guid() -> None:
+    guid = uuid.uuid4()
+    out = chunks.Outgoing(guid, "data")
+    reader = chunks.Incoming(guid, "data")
+    credits = read_chunks(reader, out, 3 * chunks.CREDIT_EVERY - 1)
+    assert [c.properties[chunks.CREDIT] for c in credits] == [
+        str(chunks.CREDIT_EVERY - 1),
+        str(2 * chunks.CREDIT_EVERY - 1),
+    ]
+    first = credits[0]
+    assert first.payload == b"" and first.properties[chunks.STREAM] == "data"
+    assert chunks.CREDIT_STOP not in first.properties
+    assert first.guid == chunks.credit_guid(guid, "data", chunks.CREDIT_EVERY - 1)
+    assert first.guid != chunks.chunk_guid(guid, "data", chunks.CREDIT_EVERY - 1)
+    # A second reader of the same stream (the same credits, retransmitted) derives the
+    # same GUIDs, so the broker drops the copies.
+    again = read_chunks(chunks.Incoming(guid, "data"), chunks.Outgoing(guid, "data"), 8)
+    assert again[0].guid == first.guid
+
+
+def test_the_sender_takes_the_highest_credit_whatever_the_order() -> None:
+    out = chunks.Outgoing(uuid.uuid4(), "data")
+    for _ in range(chunks.CREDIT_WINDOW + 20):
+        out.data(b"x")
+    out.on_credit({chunks.CREDIT: "19"})
+    assert not out.may_send  # 36 posted, 20 read: the window is full
+    out.on_credit({chunks.CREDIT: "20"})
+    assert out.may_send
+    out.data(b"x")
+    assert not out.may_send
+    out.on_credit({chunks.CREDIT: "7"})  # a late (redelivered) credit counts for nothing
+    out.on_credit({chunks.CREDIT: "20"})  # nor does a repeat
+    out.on_credit({chunks.CREDIT: "not a number"})
+    out.on_credit({})
+    assert not out.may_send
+    out.on_credit({chunks.CREDIT: "21"})
+    assert out.may_send
+
+
+def test_a_reader_that_stops_early_tells_the_sender_once() -> None:
+    guid = uuid.uuid4()
+    out = chunks.Outgoing(guid, "data")
+    reader = chunks.Incoming(guid, "data")
+    read_chunks(reader, out, 3)
+    last = reader.last_credit()
+    assert last is not None
+    assert last.properties[chunks.CREDIT] == "2" and last.properties[chunks.CREDIT_STOP] == "1"
+    assert last.guid == chunks.credit_guid(guid, "data", 2, stop=True)
+    assert last.guid != chunks.credit_guid(guid, "data", 2)
+    assert reader.last_credit() is None  # once
+    for _ in range(chunks.CREDIT_WINDOW):
+        out.data(b"x")
+    assert not out.may_send and not out.reader_stopped
+    out.on_credit(last.properties)
+    assert out.reader_stopped and out.may_send  # the wait ends: the sender stops
+
+
+def test_a_reader_gives_no_credit_after_the_end_or_the_senders_failure() -> None:
+    guid = uuid.uuid4()
+    for last_chunk in ("end", "failed"):
+        out = chunks.Outgoing(guid, "data")
+        reader = chunks.Incoming(guid, "data")
+        read_chunks(reader, out, chunks.CREDIT_EVERY - 1)
+        final = out.data(b"") if last_chunk == "end" else out.failed(OSError("gone"))[0]
+        message = delivered(final)
+        assert reader.offer(message) is chunks.Verdict.NEXT
+        if last_chunk == "end":
+            reader.accept(message)
+        else:
+            with pytest.raises(StreamError):
+                reader.accept(message)
+        assert reader.credit() is None  # the sender sends nothing more: no credit due
+        assert reader.last_credit() is None
+
+
+def test_credit_queues_do_not_collide_with_stream_queues() -> None:
+    guid = uuid.uuid4()
+    assert chunks.credit_uri("d", guid, "x") != chunks.stream_uri("d", guid, "x")
+    assert chunks.credit_uri("d", guid, "x") not in {
+        chunks.stream_uri("d", guid, name) for name in ("x-credit", "credit-x", "x")
+    }

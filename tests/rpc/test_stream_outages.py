@@ -139,7 +139,8 @@ def test_a_chunk_whose_confirm_is_lost_with_the_link_is_read_once(broker: Broker
     """The reader takes chunk 1, then its link drops before it confirms it: the CONFIRM
     cannot leave (``ConfirmDroppedError``), the chunk is still read, and the broker's
     redelivery of it is skipped: neither a gap nor a repeat, and no error."""
-    uri = streaming.stream_uri("test", uuid.uuid4(), "data")
+    guid = uuid.uuid4()
+    uri = streaming.stream_uri("test", guid, "data")
     chunks = [b"zero", b"one", b"two"]
     with ProxyProcess(["--upstream", broker.address]) as proxy:
         with Session(broker.address, options=FAST) as sender:
@@ -149,7 +150,7 @@ def test_a_chunk_whose_confirm_is_lost_with_the_link_is_read_once(broker: Broker
             queue.post(b"", {streaming.STREAM: "data", streaming.SEQ: "3", streaming.END: "1"})
             assert sender.flush(10)
         with Session(proxy.address, options=FAST) as session:
-            reader = streaming.StreamReader(session, uri, "data", stall_timeout=20)
+            reader = streaming.StreamReader(session, "test", guid, "data", stall_timeout=20)
             assert reader.read(4) == b"zero"
             delivered = reader._messages
             assert delivered is not None

@@ -137,7 +137,7 @@ def test_a_stalled_stream_fails_the_reader_with_stream_error(broker: BrokerProce
         uri = streaming.stream_uri("test", guid, "data")
         queue = session.open_queue(uri, write=True)
         queue.post(b"abc", {streaming.STREAM: "data", streaming.SEQ: "0"})
-        reader = streaming.StreamReader(session, uri, "data", stall_timeout=0.5)
+        reader = streaming.StreamReader(session, "test", guid, "data", stall_timeout=0.5)
         assert reader.read(10) == b"abc"
         with pytest.raises(StreamError, match="no chunk"):
             reader.read(10)
