@@ -85,14 +85,19 @@ async def _pieces(source: AsyncSource) -> AsyncGenerator[bytes, None]:
 
 
 async def send(
-    session: Session, domain: str, request_guid: uuid.UUID, name: str, source: AsyncSource
+    session: Session,
+    domain: str,
+    request_guid: uuid.UUID,
+    name: str,
+    source: AsyncSource,
+    credit_timeout: float | None = None,
 ) -> None:
     """Post ``source`` as stream ``name`` of ``request_guid``, in chunks, as far as the
     reader's credit allows, keeping at most ``WINDOW`` unacknowledged. Raises
-    ``StreamError`` if the source fails or the broker refuses a chunk (after telling
-    the reader, when it can); returns early if the reader stopped. Cancel the task to
-    stop it."""
-    out = Outgoing(request_guid, name)
+    ``StreamError`` if the source fails, the broker refuses a chunk (after telling
+    the reader, when it can) or no credit came for ``credit_timeout`` seconds; returns
+    early if the reader stopped. Cancel the task to stop it."""
+    out = Outgoing(request_guid, name, credit_timeout)
     acks = asyncio.Semaphore(WINDOW)
     credited = asyncio.Event()
 
@@ -123,6 +128,8 @@ async def send(
                 while not out.may_send:
                     if not credit_queue.is_open:
                         raise out.no_credit()
+                    if (overdue := out.credit_overdue()) is not None:
+                        raise overdue
                     credited.clear()
                     with contextlib.suppress(TimeoutError):
                         # Now and then: a closed session sets no event.
@@ -277,13 +284,15 @@ def start_senders(
     request_guid: uuid.UUID,
     streams: Mapping[str, AsyncSource],
     fail: Callable[[StreamError], None],
+    credit_timeout: float | None = None,
 ) -> list[asyncio.Task[None]]:
     """A task sending each of ``streams``; a stream that cannot complete calls ``fail``
-    with its ``StreamError``. Cancel the tasks when the call is over."""
+    with its ``StreamError`` (``credit_timeout``: see ``send``). Cancel the tasks when
+    the call is over."""
 
     async def run(name: str, source: AsyncSource) -> None:
         try:
-            await send(session, domain, request_guid, name, source)
+            await send(session, domain, request_guid, name, source, credit_timeout)
         except StreamError as error:
             fail(error)
         except Exception as error:  # the link or the queue failed under us

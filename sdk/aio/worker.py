@@ -254,6 +254,7 @@ class Worker:
                 wire.reply_guid(guid),
                 result.streams,
                 lambda error: log.warning("reply stream of %s failed: %s", guid, error),
+                chunks.REPLY_CREDIT_TIMEOUT,
             )
             for task in senders:
                 self._jobs.add(task)

@@ -27,8 +27,9 @@ from __future__ import annotations
 import contextlib
 import enum
 import re
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -51,6 +52,11 @@ CREDIT_CLOSE_WAIT = 5.0
 """Seconds a reader that closes waits for the broker to take its last credits (only
 while its link is down does it wait at all: the same bound as the SDK's
 high-watermark wait)."""
+REPLY_CREDIT_TIMEOUT = 300.0
+"""Seconds a worker's reply stream waits for new credit before it gives up with
+``StreamError``: a caller that never reads (or closes) a reply's stream would
+otherwise keep the worker's sender waiting until the worker stops. A request's
+stream needs no such bound: its sender ends with its call."""
 STALL_TIMEOUT = 30.0
 """Seconds a reader waits for the next chunk before failing with ``StreamError``."""
 
@@ -154,12 +160,21 @@ class Outgoing:
     ``data``/``failed`` give, keeping at most ``WINDOW`` chunks without their ACK
     (``on_ack`` counts them in); it stops quietly once ``reader_stopped``."""
 
-    def __init__(self, request_guid: uuid.UUID, name: str) -> None:
+    def __init__(
+        self,
+        request_guid: uuid.UUID,
+        name: str,
+        credit_timeout: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.name = name
         self._guid = request_guid
         self._seq = 0
         self._refused: str | None = None
         self._read_through = -1
+        self._credit_timeout = credit_timeout
+        self._clock = clock
+        self._credited_at = clock()
         self.reader_stopped = False
         """True once the reader said it stopped before the end: send nothing more."""
 
@@ -176,7 +191,9 @@ class Outgoing:
             seq = int(properties.get(CREDIT, ""))
         except ValueError:
             return
-        self._read_through = max(self._read_through, seq)
+        if seq > self._read_through:
+            self._read_through = seq
+            self._credited_at = self._clock()
         if CREDIT_STOP in properties:
             self.reader_stopped = True
 
@@ -204,6 +221,16 @@ class Outgoing:
     def ended(self) -> StreamError:
         """The error of a stream whose call ended before it was sent."""
         return StreamError(f"stream {self.name}: the call ended")
+
+    def credit_overdue(self) -> StreamError | None:
+        """The error of a sender that waited ``credit_timeout`` seconds (since its start
+        or the reader's last progress) without new credit; None while it may wait."""
+        if self._credit_timeout is None:
+            return None
+        waited = self._clock() - self._credited_at
+        if waited < self._credit_timeout:
+            return None
+        return StreamError(f"stream {self.name}: the reader gave no credit for {waited:.0f} s")
 
     def no_credit(self) -> StreamError:
         """The error of a stream whose credit queue closed under it (the session ended,

@@ -73,12 +73,14 @@ def send(
     name: str,
     readable: Readable,
     stop: Callable[[], bool],
+    credit_timeout: float | None = None,
 ) -> None:
     """Post ``readable`` as stream ``name`` of ``request_guid``, in chunks, as far as
     the reader's credit allows, keeping at most ``WINDOW`` unacknowledged. Raises
-    ``StreamError`` if the readable fails or the broker refuses a chunk (after
-    telling the reader, when it can); returns early if the reader stopped."""
-    out = Outgoing(request_guid, name)
+    ``StreamError`` if the readable fails, the broker refuses a chunk (after telling
+    the reader, when it can) or no credit came for ``credit_timeout`` seconds;
+    returns early if the reader stopped."""
+    out = Outgoing(request_guid, name, credit_timeout)
     acks = threading.Semaphore(WINDOW)
     credited = threading.Condition()
 
@@ -104,6 +106,8 @@ def send(
                     raise out.ended()
                 if not credit_queue.is_open:
                     raise out.no_credit()
+                if (overdue := out.credit_overdue()) is not None:
+                    raise overdue
 
     # Read credits from before the first chunk: the reader may give them at once.
     credit_queue = session.open_queue(
@@ -247,13 +251,15 @@ def start_senders(
     streams: Mapping[str, Readable],
     done: Callable[[], bool],
     fail: Callable[[StreamError], None],
+    credit_timeout: float | None = None,
 ) -> None:
     """Send each of ``streams`` on its own daemon thread until ``done()``; a stream
-    that cannot complete calls ``fail`` with its ``StreamError``."""
+    that cannot complete calls ``fail`` with its ``StreamError`` (``credit_timeout``:
+    see ``send``)."""
 
     def run(name: str, readable: Readable) -> None:
         try:
-            send(session, domain, request_guid, name, readable, done)
+            send(session, domain, request_guid, name, readable, done, credit_timeout)
         except StreamError as error:
             if not done():
                 fail(error)

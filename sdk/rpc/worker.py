@@ -277,6 +277,7 @@ class Worker:
                     result.streams,
                     self._stopping.is_set,
                     lambda error: log.warning("reply stream of %s failed: %s", guid, error),
+                    chunks.REPLY_CREDIT_TIMEOUT,
                 )
             elif isinstance(result, tuple):
                 payload, properties = result

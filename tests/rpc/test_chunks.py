@@ -145,6 +145,26 @@ def test_the_sender_takes_the_highest_credit_whatever_the_order() -> None:
     assert out.may_send
 
 
+def test_a_sender_with_a_credit_timeout_gives_up_only_after_that_long_without_progress() -> None:
+    now = [100.0]
+    out = chunks.Outgoing(uuid.uuid4(), "data", credit_timeout=30.0, clock=lambda: now[0])
+    for _ in range(chunks.CREDIT_WINDOW + 1):
+        out.data(b"x")
+    now[0] = 129.9
+    assert out.credit_overdue() is None
+    out.on_credit({chunks.CREDIT: "3"})  # progress: the wait starts again
+    now[0] = 159.8
+    assert out.credit_overdue() is None
+    out.on_credit({chunks.CREDIT: "3"})  # a repeat is no progress
+    out.on_credit({chunks.CREDIT: "2"})  # nor a late one
+    now[0] = 159.9
+    error = out.credit_overdue()
+    assert isinstance(error, StreamError) and "no credit for 30 s" in str(error)
+    endless = chunks.Outgoing(uuid.uuid4(), "data", clock=lambda: now[0])
+    now[0] = 10_000.0
+    assert endless.credit_overdue() is None  # a request's stream: its call bounds it
+
+
 def test_a_reader_that_stops_early_tells_the_sender_once() -> None:
     guid = uuid.uuid4()
     out = chunks.Outgoing(guid, "data")

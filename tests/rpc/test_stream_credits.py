@@ -13,6 +13,8 @@ import threading
 import time
 import uuid
 
+import pytest
+
 from holdfast.sdk import Request, Session, StreamingReply, Worker, aio
 from holdfast.sdk.admin import AdminClient
 from holdfast.sdk.rpc import calls, chunks, wire
@@ -258,3 +260,51 @@ def test_a_slow_asyncio_reader_stops_the_sender_at_the_credit_window(
         print(f"max depths with held asyncio readers: {watch.max_depth}, {back.max_depth}")
 
     asyncio.run(run())
+
+
+def test_a_reply_stream_nobody_reads_is_given_up_after_the_credit_timeout(
+    broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller that never reads (nor closes) a reply's stream does not keep the
+    worker's sender waiting for ever: after ``REPLY_CREDIT_TIMEOUT`` without credit it
+    fails (logged), its thread ends and the credit queue closes; on both APIs."""
+    monkeypatch.setattr(chunks, "REPLY_CREDIT_TIMEOUT", 1.0)
+    uri = unique_uri("credits-unread")
+    guids: list[uuid.UUID] = []
+
+    def handle(request: Request) -> StreamingReply:
+        guids.append(wire.reply_guid(request.guid))
+        return StreamingReply(b"ok", {}, {"unread": Source(SIZE)})
+
+    def sender_running() -> bool:
+        return any(t.name == "holdfast-stream-unread" for t in threading.enumerate())
+
+    with (
+        AdminClient(broker.address) as admin,
+        Session(broker.address, options=FAST) as worker_session,
+        Worker(worker_session, uri, handle),
+        Session(broker.address, options=FAST) as caller,
+    ):
+        reply = caller.request(uri, b"", timeout=60)
+        credit_queue = chunks.credit_uri(calls.domain_of(uri), guids[0], "unread")
+        wait_until(lambda: not sender_running(), 30, "the threaded sender to give up")
+        wait_until(lambda: admin.stats(credit_queue).handles == 0, 30, "its credit queue closed")
+        del reply
+
+    async def asyncio_worker() -> None:
+        async def handle_async(request: Request) -> StreamingReply:
+            return handle(request)
+
+        async with (
+            aio.Session(broker.address, options=FAST) as worker_session,
+            aio.Worker(worker_session, uri, handle_async) as worker,
+            aio.Session(broker.address, options=FAST) as caller,
+        ):
+            await caller.request(uri, b"", timeout=60)
+            queue = chunks.credit_uri(calls.domain_of(uri), guids[-1], "unread")
+            # The sender's task ends by itself (it is not cancelled by the worker's close).
+            await wait_until_async(lambda: not worker._jobs, 30, "the asyncio sender to give up")
+            assert admin.stats(queue).handles == 0  # and its credit queue is closed
+
+    with AdminClient(broker.address) as admin:
+        asyncio.run(asyncio_worker())
