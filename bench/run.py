@@ -20,7 +20,8 @@ as subprocesses on free ports of 127.0.0.1 (stopped by PID however the run ends)
    127.0.0.1:4222 (``bench/natsload.py``);
 7. request/reply through the proxy and direct (calls/s, p50/p99 round trip) beside a
    plain gRPC unary call (``bench/rpcload.py``); request data streams: 1 GB caller ->
-   broker -> worker, MB/s and both processes' peak RSS (``bench/streamload.py``).
+   broker -> worker, directly and through a proxy, MB/s and the peak RSS of caller,
+   proxy, broker and worker (``bench/streamload.py``).
 8. Spark: rows/s per task of ``df.write.format("holdfast")``, direct and through the
    proxy, beside a plain redis-py ``XADD`` pipeline from the same executors
    (``bench/spark.py``; ``--spark-rows 0`` skips it).
@@ -358,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         lambda: [dataclasses.asdict(f) for f in rpcload.measure(args.rpc_count)],
         no_rows,
     )
-    progress("request data streams: 1 GB caller -> broker -> worker (subprocesses)")
+    progress("request data streams: 1 GB caller -> broker -> worker, direct and via a proxy")
     results["streams"] = guarded("streams", failures, streamload.measure, no_result)
     progress("OpenTelemetry cost per post (subprocesses)")
     results["otel"] = guarded(
@@ -386,12 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     if results["rpc"]:
         print_rpc(results["rpc"])
     if results["streams"]:
-        streams = results["streams"]
-        print(
-            f"\nrequest data stream, {streams['megabytes']} MB: {streams['mb_per_s']} MB/s, "
-            f"peak RSS caller {streams['caller_peak_rss_mb']} MB, "
-            f"worker {streams['worker_peak_rss_mb']} MB"
-        )
+        print("\n" + "\n".join(streamload.describe(results["streams"])))
     if results["otel"]:
         print_otel(results["otel"])
     if results.get("spark"):

@@ -1,6 +1,7 @@
 """Request data streams: 1 GB from a caller process to a worker process through a
-broker (memory store), the worker checking its SHA-256; prints MB/s and the peak RSS
-of the caller and of the worker (each process reports its own ``VmHWM``)."""
+broker (memory store), the worker checking its SHA-256, directly and with both ends
+behind a proxy; prints MB/s and the peak RSS (``VmHWM``) of the caller and the worker
+(each reports its own), of the broker and of the proxy (read from ``/proc``)."""
 
 from __future__ import annotations
 
@@ -79,31 +80,71 @@ def _run_caller(address: str, size: int) -> None:
     print(json.dumps(figures), flush=True)
 
 
-def measure(size: int = 1024 * MB) -> dict[str, Any]:
-    """Stream ``size`` bytes caller -> broker -> worker; the figures as a dict."""
+def _vm_hwm_mb(pid: int) -> float:
+    """The peak RSS of process ``pid`` so far, in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
+def _stream(address: str, size: int) -> dict[str, Any]:
+    """One stream of ``size`` bytes from a caller to a worker, both at ``address``."""
     script = os.path.abspath(__file__)
-    with harness.running_broker(harness.memory_store()) as broker:
-        worker = subprocess.Popen(
-            [sys.executable, script, "worker", broker.address], stdout=subprocess.PIPE, text=True
+    worker = subprocess.Popen(
+        [sys.executable, script, "worker", address], stdout=subprocess.PIPE, text=True
+    )
+    assert worker.stdout is not None
+    try:
+        if worker.stdout.readline().strip() != "ready":
+            raise RuntimeError("the stream bench worker did not start")
+        caller = subprocess.run(
+            [sys.executable, script, "caller", address, str(size)],
+            capture_output=True,
+            text=True,
+            timeout=3600,
+            check=True,
         )
-        assert worker.stdout is not None
-        try:
-            if worker.stdout.readline().strip() != "ready":
-                raise RuntimeError("the stream bench worker did not start")
-            caller = subprocess.run(
-                [sys.executable, script, "caller", broker.address, str(size)],
-                capture_output=True,
-                text=True,
-                timeout=3600,
-                check=True,
-            )
-            figures: dict[str, Any] = {"megabytes": size // MB}
-            figures.update(json.loads(caller.stdout.strip().splitlines()[-1]))
-        finally:
-            os.kill(worker.pid, signal.SIGTERM)
-            out, _ = worker.communicate(timeout=30)
-        figures.update(json.loads(out.strip().splitlines()[-1]))
+        figures: dict[str, Any] = {"megabytes": size // MB}
+        figures.update(json.loads(caller.stdout.strip().splitlines()[-1]))
+    finally:
+        os.kill(worker.pid, signal.SIGTERM)
+        out, _ = worker.communicate(timeout=30)
+    figures.update(json.loads(out.strip().splitlines()[-1]))
     return figures
+
+
+def measure(size: int = 1024 * MB) -> dict[str, Any]:
+    """Stream ``size`` bytes caller -> broker -> worker, then again with caller and
+    worker behind a proxy (each run on a fresh broker, so each peak is its own); the
+    figures of the direct run, and those of the proxied run under ``"proxy"``."""
+    with harness.running_broker(harness.memory_store()) as broker:
+        figures = _stream(broker.address, size)
+        figures["broker_peak_rss_mb"] = _vm_hwm_mb(broker.pid)
+    with (
+        harness.running_broker(harness.memory_store()) as broker,
+        harness.running_proxy(broker.address) as proxy,
+    ):
+        proxied = _stream(proxy.address, size)
+        proxied["broker_peak_rss_mb"] = _vm_hwm_mb(broker.pid)
+        proxied["proxy_peak_rss_mb"] = _vm_hwm_mb(proxy.pid)
+    figures["proxy"] = proxied
+    return figures
+
+
+def describe(figures: dict[str, Any]) -> list[str]:
+    """The figures as report lines."""
+    lines = [f"request data stream, {figures['megabytes']} MB (peak RSS of each process):"]
+    for name, run in (("direct", figures), ("via proxy", figures.get("proxy"))):
+        if not run:
+            continue
+        peaks = ", ".join(
+            f"{who} {run[f'{who}_peak_rss_mb']} MB"
+            for who in ("caller", "proxy", "broker", "worker")
+            if f"{who}_peak_rss_mb" in run
+        )
+        lines.append(f"  {name:9}: {run['mb_per_s']} MB/s; {peaks}")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
