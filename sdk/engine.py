@@ -112,6 +112,8 @@ class SessionEngine:
         """Rule 7: 0.0 if a post may go ahead, else seconds to wait (see ``Producer``)."""
         self.post = self._producer.post
         """Buffer a PUT under a new uuid7 GUID, or ``guid`` (see ``Producer.post``)."""
+        self.post_many = self._producer.post_many
+        """Buffer a batch of PUTs of one queue, all or none (see ``Producer.post_many``)."""
         self.relay = self._producer.relay
         """Buffer a client's PUT under its GUID, as old as it arrived (``Producer.relay``)."""
         self.over_high_watermark = self._producer.over_high_watermark

@@ -9,12 +9,9 @@ thread; every HA rule lives in ``holdfast.sdk.engine.SessionEngine``.
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from holdfast.proto import pb
@@ -27,6 +24,7 @@ from holdfast.sdk.events import SessionEvent, log_event
 from holdfast.sdk.failover import parse_addresses
 from holdfast.sdk.handlers import reject_on_failure
 from holdfast.sdk.inbox import Inbox, Inboxes
+from holdfast.sdk.interrupts import interrupts_deferred
 from holdfast.sdk.marks import CommitMark, call_commit_mark
 from holdfast.sdk.options import QueueOptions, SessionOptions, default_address
 from holdfast.sdk.queue import Queue
@@ -38,33 +36,6 @@ from holdfast.sdk.types import Ack, Message, Rejection
 
 INTERRUPTED_CLOSE_TIMEOUT = 1.0
 """Seconds a session closed by Ctrl-C (``KeyboardInterrupt``) still waits for ACKs."""
-
-
-class _Deferred:
-    interrupt: KeyboardInterrupt | None = None
-
-
-@contextlib.contextmanager
-def _interrupts_deferred() -> Iterator[_Deferred]:
-    """Hold Ctrl-C while the session reports its pending PUTs (main thread only: the
-    only one SIGINT reaches); it is raised once they are reported."""
-    deferred = _Deferred()
-    if threading.current_thread() is not threading.main_thread():
-        yield deferred
-        return
-
-    def hold(signum: int, frame: object) -> None:
-        deferred.interrupt = KeyboardInterrupt()
-
-    try:
-        previous = signal.signal(signal.SIGINT, hold)
-    except ValueError:  # not the main interpreter
-        yield deferred
-        return
-    try:
-        yield deferred
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 class Session(RequestReply):
@@ -298,7 +269,7 @@ class Session(RequestReply):
         except KeyboardInterrupt as exc:
             interrupted = exc  # a (second) Ctrl-C: stop waiting, still report every PUT
         metrics.unwatch(self)
-        with _interrupts_deferred() as deferred:
+        with interrupts_deferred() as deferred:
             self._driver.stop()  # reports what is still pending UNKNOWN
             self._dispatcher.stop(10)  # runs those on_ack callbacks
             self._inboxes.end_all()  # SessionClosed did, unless the dispatcher was stuck
@@ -349,6 +320,25 @@ class Session(RequestReply):
             if driver.writer_idle:
                 driver.wake_writer()
         return guid
+
+    def _post_many(
+        self,
+        queue_id: int,
+        payloads: Sequence[bytes],
+        properties: Mapping[str, str] | None,
+        on_ack: Callable[[Ack], Any] | None,
+    ) -> list[uuid.UUID]:
+        if self._telemetry and tracing.configured():  # a span per message, as post() makes
+            return [self._post(queue_id, p, properties, on_ack, None) for p in payloads]
+        driver = self._driver
+        with self._lock:  # once for the batch: the lock, the admission, the wake-up
+            now = time.monotonic()
+            if self._engine.admit_post(now, now, queue_id):
+                now = driver.wait_admission(now, queue_id)
+            guids = self._engine.post_many(queue_id, payloads, properties, on_ack, now)
+            if driver.writer_idle:
+                driver.wake_writer()
+        return guids
 
     def _confirm(self, message: Message, reject: Rejection | None = None) -> None:
         if self._telemetry and tracing.configured():

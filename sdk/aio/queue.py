@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from holdfast.sdk.engine import QueueRecord
@@ -62,6 +62,17 @@ class Queue(QueueHandle):
         """
         self._check_open()
         return await self._session._post(self._record.queue_id, payload, properties, on_ack, guid)
+
+    async def post_many(
+        self,
+        payloads: Sequence[bytes],
+        properties: Mapping[str, str] | None = None,
+        on_ack: Callable[[Ack], Any] | None = None,
+    ) -> list[uuid.UUID]:
+        """``post`` each of ``payloads`` in order, all or none (as the threaded
+        ``Queue.post_many``); returns their GUIDs once they are buffered."""
+        self._check_open()
+        return await self._session._post_many(self._record.queue_id, payloads, properties, on_ack)
 
     async def configure(self, options: QueueOptions, timeout: float = 30.0) -> None:
         """Change the consumer flow-control options; kept across reconnects."""
