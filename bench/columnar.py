@@ -39,10 +39,11 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PACKAGES = ("proto", "server", "sdk", "broker", "proxy", "admin", "pool")
 SIZE = 100
-RATE_KEYS = ("direct", "proxy", "direct_aio", "proxy_aio")
+RATE_KEYS = ("direct", "proxy", "direct_aio", "proxy_aio", "proxy_many")
 """PUT->ACK rates measured per tree: the threaded ``Session`` and the asyncio one
 (``holdfast.sdk.aio``, the like of nats.py's asyncio ``publish_async``), each direct
-and through the proxy."""
+and through the proxy; and a bulk producer through the proxy (``post_many``, 1,000
+messages a call; not in the baseline tree)."""
 BEFORE = "cbd02c8"
 """The last landed tree before the columnar wire (protocol 1, a message at a time): the
 "before" of issue #33's before/after."""
@@ -95,6 +96,7 @@ def child_rates(count: int, runs: int) -> dict[str, Any]:
     import loads
 
     import holdfast.proto
+    from holdfast.sdk import Queue
 
     rates: dict[str, list[float]] = {key: [] for key in RATE_KEYS}
     with (
@@ -110,6 +112,12 @@ def child_rates(count: int, runs: int) -> dict[str, Any]:
             ):
                 result = produce(address, f"hf://col/{key}{run}", count, SIZE, loads.CpuMeter({}))
                 rates[key].append(result.rate)
+            if hasattr(Queue, "post_many"):  # not in the baseline tree
+                meter = loads.CpuMeter({})
+                many = loads.produce(
+                    proxy.address, f"hf://col/many{run}", count, SIZE, meter, 120, 1000
+                )
+                rates["proxy_many"].append(many.rate)
     return {"protocol": holdfast.proto.PROTOCOL_VERSION, **rates}
 
 
@@ -281,6 +289,7 @@ def report(base: dict[str, Any], now: dict[str, Any], nats: dict[str, Any]) -> l
         ("direct", "direct PUT->ACK msg/s (SDK->broker)", 6.0),
         ("proxy_aio", "sidecar, asyncio SDK", 4.0),
         ("direct_aio", "direct, asyncio SDK", 6.0),
+        ("proxy_many", "sidecar, post_many (1,000 a call)", 4.0),
     ):
         b, a = _best(base["rates"].get(key, [])), _best(now["rates"].get(key, []))
         row(label, b, a, "")

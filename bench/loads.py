@@ -163,9 +163,11 @@ def produce(
     size: int,
     cpu: CpuMeter,
     timeout: float = 120.0,
+    batch: int = 1,
 ) -> ProduceResult:
     """Post ``count`` messages of ``size`` bytes as fast as ``post()`` takes them and
-    wait for every ACK; per-message latency is ``post()`` call to ``on_ack``."""
+    wait for every ACK; per-message latency is ``post()`` call to ``on_ack``. With
+    ``batch`` > 1, ``post_many()`` takes ``batch`` messages a call (a bulk producer)."""
     payload = os.urandom(size)
     clock = time.perf_counter
     # Only what is in flight is kept (like an application tracking its PUTs), by
@@ -193,11 +195,18 @@ def produce(
     with Session(address, on_event=_quiet) as session:
         queue = session.open_queue(uri, write=True, on_ack=on_ack)
         post = queue.post
+        payloads = [payload] * batch
         with PutFrameCounter() as frames, cpu.measure():
             started = clock()
-            for _ in range(count):
-                posted_at = clock()
-                sent[post(payload).int] = posted_at
+            if batch == 1:
+                for _ in range(count):
+                    posted_at = clock()
+                    sent[post(payload).int] = posted_at
+            else:
+                for _ in range(count // batch):
+                    posted_at = clock()
+                    for made in queue.post_many(payloads):
+                        sent[made.int] = posted_at
             if not done.wait(timeout):
                 tally["last"] = clock()
     for guid, at in early.items():
