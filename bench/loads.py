@@ -156,6 +156,58 @@ class ConsumeResult:
     others_cores: float
 
 
+class _AckTally:
+    """What a producer run saw of its ACKs: per-message latency (``post()`` call to
+    ``on_ack``), successes, and when the last came. Only what is in flight is kept
+    (like an application tracking its PUTs), by the GUID's int, and latencies are
+    plain floats: objects the garbage collector does not track, so the bench adds no
+    GC work of its own to the SDK's."""
+
+    def __init__(self, count: int, done: Callable[[], None]) -> None:
+        self.count = count
+        self.sent: dict[int, float] = {}
+        self.early: dict[int, float] = {}
+        self.latencies: list[float] = []
+        self.acked = 0
+        self.ok = 0
+        self.last = 0.0
+        self._done = done
+
+    def on_ack(self, ack: Ack) -> None:
+        """The queue's ``on_ack``."""
+        at = time.perf_counter()
+        posted_at = self.sent.pop(ack.guid.int, None)
+        if posted_at is None:  # on_ack ran before post() returned to the posting loop
+            self.early[ack.guid.int] = at
+        else:
+            self.latencies.append(at - posted_at)
+        self.acked += 1
+        self.ok += ack.status is AckStatus.SUCCESS
+        if self.acked == self.count:
+            self.last = at
+            self._done()
+
+    def result(
+        self, size: int, started: float, frames: PutFrameCounter, cpu: CpuMeter
+    ) -> ProduceResult:
+        """The run's figures (``last`` set by the caller if not every ACK came)."""
+        for guid, at in self.early.items():
+            self.latencies.append(at - self.sent.pop(guid))
+        seconds = self.last - started
+        return ProduceResult(
+            count=self.count,
+            size=size,
+            seconds=seconds,
+            rate=self.acked / seconds if seconds > 0 else float("nan"),
+            p50=harness.percentile(self.latencies, 50),
+            p99=harness.percentile(self.latencies, 99),
+            not_success=self.count - self.ok,
+            mean_batch=frames.mean_batch,
+            cpu_us=cpu.per_message_us(self.count),
+            others_cores=cpu.others_cores,
+        )
+
+
 def produce(
     address: str,
     uri: str,
@@ -170,30 +222,11 @@ def produce(
     ``batch`` > 1, ``post_many()`` takes ``batch`` messages a call (a bulk producer)."""
     payload = os.urandom(size)
     clock = time.perf_counter
-    # Only what is in flight is kept (like an application tracking its PUTs), by
-    # the GUID's int, and latencies are plain floats: objects the garbage collector
-    # does not track, so the bench adds no GC work of its own to the SDK's.
-    sent: dict[int, float] = {}
-    early: dict[int, float] = {}
-    latencies: list[float] = []
     done = threading.Event()
-    tally = {"acked": 0, "ok": 0, "last": 0.0}
-
-    def on_ack(ack: Ack) -> None:
-        at = clock()
-        posted_at = sent.pop(ack.guid.int, None)
-        if posted_at is None:  # on_ack ran before post() returned to the loop below
-            early[ack.guid.int] = at
-        else:
-            latencies.append(at - posted_at)
-        tally["acked"] += 1
-        tally["ok"] += ack.status is AckStatus.SUCCESS
-        if tally["acked"] == count:
-            tally["last"] = at
-            done.set()
-
+    tally = _AckTally(count, done.set)
+    sent = tally.sent
     with Session(address, on_event=_quiet) as session:
-        queue = session.open_queue(uri, write=True, on_ack=on_ack)
+        queue = session.open_queue(uri, write=True, on_ack=tally.on_ack)
         post = queue.post
         payloads = [payload] * batch
         with PutFrameCounter() as frames, cpu.measure():
@@ -208,22 +241,8 @@ def produce(
                     for made in queue.post_many(payloads):
                         sent[made.int] = posted_at
             if not done.wait(timeout):
-                tally["last"] = clock()
-    for guid, at in early.items():
-        latencies.append(at - sent.pop(guid))
-    seconds = tally["last"] - started
-    return ProduceResult(
-        count=count,
-        size=size,
-        seconds=seconds,
-        rate=tally["acked"] / seconds if seconds > 0 else float("nan"),
-        p50=harness.percentile(latencies, 50),
-        p99=harness.percentile(latencies, 99),
-        not_success=count - int(tally["ok"]),
-        mean_batch=frames.mean_batch,
-        cpu_us=cpu.per_message_us(count),
-        others_cores=cpu.others_cores,
-    )
+                tally.last = clock()
+    return tally.result(size, started, frames, cpu)
 
 
 def produce_async(
@@ -245,27 +264,11 @@ async def _produce_async(
 ) -> ProduceResult:
     payload = os.urandom(size)
     clock = time.perf_counter
-    sent: dict[int, float] = {}
-    early: dict[int, float] = {}
-    latencies: list[float] = []
     done = asyncio.Event()
-    tally = {"acked": 0, "ok": 0, "last": 0.0}
-
-    def on_ack(ack: Ack) -> None:
-        at = clock()
-        posted_at = sent.pop(ack.guid.int, None)
-        if posted_at is None:
-            early[ack.guid.int] = at
-        else:
-            latencies.append(at - posted_at)
-        tally["acked"] += 1
-        tally["ok"] += ack.status is AckStatus.SUCCESS
-        if tally["acked"] == count:
-            tally["last"] = at
-            done.set()
-
+    tally = _AckTally(count, done.set)
+    sent = tally.sent
     async with aio.Session(address, on_event=_quiet) as session:
-        queue = await session.open_queue(uri, write=True, on_ack=on_ack)
+        queue = await session.open_queue(uri, write=True, on_ack=tally.on_ack)
         post = queue.post
         with PutFrameCounter() as frames, cpu.measure():
             started = clock()
@@ -275,22 +278,8 @@ async def _produce_async(
             try:
                 await asyncio.wait_for(done.wait(), timeout)
             except TimeoutError:
-                tally["last"] = clock()
-    for guid, at in early.items():
-        latencies.append(at - sent.pop(guid))
-    seconds = tally["last"] - started
-    return ProduceResult(
-        count=count,
-        size=size,
-        seconds=seconds,
-        rate=tally["acked"] / seconds if seconds > 0 else float("nan"),
-        p50=harness.percentile(latencies, 50),
-        p99=harness.percentile(latencies, 99),
-        not_success=count - int(tally["ok"]),
-        mean_batch=frames.mean_batch,
-        cpu_us=cpu.per_message_us(count),
-        others_cores=cpu.others_cores,
-    )
+                tally.last = clock()
+    return tally.result(size, started, frames, cpu)
 
 
 def consume(
