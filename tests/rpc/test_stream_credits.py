@@ -146,27 +146,19 @@ def test_a_reader_that_closes_early_stops_the_workers_sender(broker: BrokerProce
     the worker's sender (which would otherwise wait for credit until the worker stops),
     and both ends close the credit queue."""
     uri = unique_uri("credits-close")
-    guids: list[uuid.UUID] = []
-
-    def handle(request: Request) -> StreamingReply:
-        guids.append(wire.reply_guid(request.guid))
-        return StreamingReply(b"ok", {}, {"early": Source(SIZE)})
-
-    def sender_running() -> bool:
-        return any(t.name == "holdfast-stream-early" for t in threading.enumerate())
-
+    replies = ReplyStreams("early")
     with (
         AdminClient(broker.address) as admin,
         Session(broker.address, options=FAST) as worker_session,
-        Worker(worker_session, uri, handle),
+        Worker(worker_session, uri, replies.handle),
         Session(broker.address, options=FAST) as caller,
     ):
         reply = caller.request(uri, b"", timeout=60)
         assert len(reply.streams["early"].read(chunks.CHUNK_SIZE)) == chunks.CHUNK_SIZE
-        assert sender_running()  # waiting for credit
+        assert replies.sender_running()  # waiting for credit
         reply.streams["early"].close()
-        wait_until(lambda: not sender_running(), 30, "the sender to stop")
-        credit_queue = chunks.credit_uri(calls.domain_of(uri), guids[0], "early")
+        wait_until(lambda: not replies.sender_running(), 30, "the sender to stop")
+        credit_queue = replies.credit_queue(uri)
         wait_until(lambda: admin.stats(credit_queue).handles == 0, 30, "the credit queue closed")
 
 
@@ -270,30 +262,22 @@ def test_a_reply_stream_nobody_reads_is_given_up_after_the_credit_timeout(
     fails (logged), its thread ends and the credit queue closes; on both APIs."""
     monkeypatch.setattr(chunks, "REPLY_CREDIT_TIMEOUT", 1.0)
     uri = unique_uri("credits-unread")
-    guids: list[uuid.UUID] = []
-
-    def handle(request: Request) -> StreamingReply:
-        guids.append(wire.reply_guid(request.guid))
-        return StreamingReply(b"ok", {}, {"unread": Source(SIZE)})
-
-    def sender_running() -> bool:
-        return any(t.name == "holdfast-stream-unread" for t in threading.enumerate())
-
+    replies = ReplyStreams("unread")
     with (
         AdminClient(broker.address) as admin,
         Session(broker.address, options=FAST) as worker_session,
-        Worker(worker_session, uri, handle),
+        Worker(worker_session, uri, replies.handle),
         Session(broker.address, options=FAST) as caller,
     ):
         reply = caller.request(uri, b"", timeout=60)
-        credit_queue = chunks.credit_uri(calls.domain_of(uri), guids[0], "unread")
-        wait_until(lambda: not sender_running(), 30, "the threaded sender to give up")
+        credit_queue = replies.credit_queue(uri)
+        wait_until(lambda: not replies.sender_running(), 30, "the threaded sender to give up")
         wait_until(lambda: admin.stats(credit_queue).handles == 0, 30, "its credit queue closed")
         del reply
 
     async def asyncio_worker() -> None:
         async def handle_async(request: Request) -> StreamingReply:
-            return handle(request)
+            return replies.handle(request)
 
         async with (
             aio.Session(broker.address, options=FAST) as worker_session,
@@ -301,10 +285,31 @@ def test_a_reply_stream_nobody_reads_is_given_up_after_the_credit_timeout(
             aio.Session(broker.address, options=FAST) as caller,
         ):
             await caller.request(uri, b"", timeout=60)
-            queue = chunks.credit_uri(calls.domain_of(uri), guids[-1], "unread")
             # The sender's task ends by itself (it is not cancelled by the worker's close).
             await wait_until_async(lambda: not worker._jobs, 30, "the asyncio sender to give up")
-            assert admin.stats(queue).handles == 0  # and its credit queue is closed
+            assert admin.stats(replies.credit_queue(uri)).handles == 0  # its queue closed
 
     with AdminClient(broker.address) as admin:
         asyncio.run(asyncio_worker())
+
+
+class ReplyStreams:
+    """A handler answering each request with a reply stream ``name`` of ``SIZE`` bytes,
+    and what the tests look at: the reply GUIDs, the sender thread, the credit queue."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.guids: list[uuid.UUID] = []
+
+    def handle(self, request: Request) -> StreamingReply:
+        """The worker's handler."""
+        self.guids.append(wire.reply_guid(request.guid))
+        return StreamingReply(b"ok", {}, {self.name: Source(SIZE)})
+
+    def sender_running(self) -> bool:
+        """True while a threaded worker's sender of the stream runs."""
+        return any(t.name == f"holdfast-stream-{self.name}" for t in threading.enumerate())
+
+    def credit_queue(self, uri: str) -> str:
+        """The credit queue of the last reply's stream."""
+        return chunks.credit_uri(calls.domain_of(uri), self.guids[-1], self.name)
