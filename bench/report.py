@@ -318,9 +318,10 @@ def rpc_ratio_notes(results: list[dict[str, Any]]) -> list[str]:
     notes = [
         f"now: {best['name']} ({best['workers']} workers, {best['window']} in flight): "
         f"{rate(best['rate'])} calls/s",
-        f"baseline (first row, same run): the threaded caller, 1 worker process of 8 "
-        f"threads, {base['window']} in flight, as #35 measured 1.9k: "
-        f"{rate(base['rate'])} calls/s -> now/baseline = {best['rate'] / base['rate']:.1f}x",
+        f"baseline (first row, same run: {base['name'].split('old shape')[-1].strip(', ')}): "
+        f"the threaded caller, 1 worker process of 8 threads, {base['window']} in flight, "
+        f"as #35 measured 1.9k: {rate(base['rate'])} calls/s "
+        f"-> now/baseline = {best['rate'] / base['rate']:.1f}x",
     ]
     if base.get("sequential_rate"):
         notes.append(

@@ -17,8 +17,10 @@ echoed back.
 
 The baseline, measured first in the same run: #35's old shape, the threaded
 caller with one worker process (8 threads) and 64 calls in flight, as the issue
-measured its 1.9k calls/s (``BEFORE``). The 5x target divides the best pipelined
-4-worker rate through the proxy by that row's rate; its one-at-a-time rate is
+measured its 1.9k calls/s (``BEFORE``), run by the tree as the issue was filed
+(``RPC_BEFORE``, extracted with ``git archive`` and imported by a child process and
+the servers it starts), then by this tree. The 5x target divides the best pipelined
+4-worker rate through the proxy by the first row's rate; its one-at-a-time rate is
 printed beside it too (``sequential_rate``).
 
     python bench/rpcload.py [--count N] [--window N]   # measure; prints one dict a row
@@ -29,16 +31,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -59,6 +64,10 @@ BEFORE_WINDOW = 64
 """Calls in flight in the measurement of ``BEFORE`` (one worker)."""
 TARGET = 10_000.0
 """Calls/s through the proxy the issue asks for (1 caller, 4 workers)."""
+RPC_BEFORE = "ea953de"
+"""The tree as issue #35 was filed (the parent of its first commit, replies by id),
+whose 1.9k calls/s the issue measured: ``measure`` runs its old shape again, from that
+tree, in the same run."""
 
 
 @dataclass
@@ -109,10 +118,55 @@ def _time_calls(
     return count / (time.perf_counter() - started), latencies
 
 
-def measure(count: int = 20_000, window: int = WINDOW) -> list[CallFigures]:
+def measure_tree(ref: str, count: int, window: int = BEFORE_WINDOW) -> CallFigures:
+    """#35's old shape (the threaded caller, one worker of 8 threads, 64 in flight,
+    through the proxy) run by the tree at ``ref``: a child process imports that tree
+    (``columnar.baseline_tree``), and so do the broker, proxy and worker it starts."""
+    import columnar  # the bench's own module: the tree extraction and its environment
+
+    with tempfile.TemporaryDirectory(prefix="holdfast-rpc-before-") as directory:
+        links = columnar.baseline_tree(ref, Path(directory))
+        proc = subprocess.run(
+            [sys.executable, __file__, "--count", str(count), "--window", str(window), "before"],
+            capture_output=True,
+            text=True,
+            env=columnar._child_env(links),
+            timeout=900,
+            check=False,
+        )
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"the {ref} tree's run failed ({proc.returncode}): {proc.stderr[-800:]}")
+    figures = CallFigures(**json.loads(lines[-1]))
+    figures.name = f"request/reply threaded, SDK->proxy->broker, #35's old shape, tree {ref}"
+    return figures
+
+
+def _old_shape(count: int, window: int) -> CallFigures:
+    """#35's old shape on whatever tree this process imports (``before``)."""
+    uri = "hf://bench/rpc-before"
+    with (
+        harness.running_broker(harness.memory_store()) as broker,
+        harness.running_proxy(broker.address) as proxy,
+        _worker(proxy.address, uri, 8),
+    ):
+        rate, latencies = _measure_threaded(proxy.address, uri, count, window)
+    return _figures("old shape", rate, latencies, count, window, 1)
+
+
+def measure(
+    count: int = 20_000, window: int = WINDOW, baseline_ref: str | None = RPC_BEFORE
+) -> list[CallFigures]:
     """Request/reply through the proxy (threaded and asyncio), and the plain gRPC
-    unary call, in one run; the first row is the baseline (#35's old shape)."""
+    unary call, in one run; the first row is the baseline: #35's old shape run by the
+    tree as the issue was filed (``baseline_ref``; if that run fails, or with None,
+    by this tree, which is the second row in any case)."""
     results: list[CallFigures] = []
+    if baseline_ref:
+        try:
+            results.append(measure_tree(baseline_ref, count // 4, min(BEFORE_WINDOW, window)))
+        except (RuntimeError, OSError, subprocess.SubprocessError) as error:
+            print(f"rpcload: no baseline row from {baseline_ref}: {error}", file=sys.stderr)
     with (
         harness.running_broker(harness.memory_store()) as broker,
         harness.running_proxy(broker.address) as proxy,
@@ -121,7 +175,7 @@ def measure(count: int = 20_000, window: int = WINDOW) -> list[CallFigures]:
             rate, latencies = _measure_threaded(
                 proxy.address, "hf://bench/rpc-before", count // 4, min(BEFORE_WINDOW, window)
             )
-        name = "request/reply threaded, SDK->proxy->broker, #35's old shape"
+        name = "request/reply threaded, SDK->proxy->broker, #35's old shape, this tree"
         results.append(_figures(name, rate, latencies, count // 4, min(BEFORE_WINDOW, window), 1))
         for flavour in ("threaded", "asyncio"):
             uri = f"hf://bench/rpc-{flavour}"
@@ -296,12 +350,16 @@ def main(argv: list[str] | None = None) -> int:
     worker.add_argument("uri")
     worker.add_argument("--concurrency", type=int, default=8)
     worker.add_argument("--aio", action="store_true", help="the asyncio Worker")
+    commands.add_parser("before", help="#35's old shape on the tree this process imports")
     parser.add_argument("--count", type=int, default=20_000, help="pipelined calls per row")
     parser.add_argument("--window", type=int, default=WINDOW, help="calls in flight")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     if args.command == "unary":
         asyncio.run(_serve_unary(args.listen))
+    elif args.command == "before":
+        figures = _old_shape(args.count, min(BEFORE_WINDOW, args.window))
+        print(json.dumps(asdict(figures)), flush=True)
     elif args.command == "worker":
         if args.aio:
             asyncio.run(_run_aio_worker(args.address, args.uri, args.concurrency))

@@ -55,8 +55,11 @@ def test_rpc_bench_runs_every_row_and_states_the_ratio_to_its_baseline() -> None
     out = run_bench("rpcload.py", "--count", "400", "--window", "32")
     rows: list[dict[str, Any]] = [ast.literal_eval(line) for line in out.splitlines()]
     names = [row["name"] for row in rows]
-    assert "old shape" in names[0]  # the baseline is measured first, in the same run
-    assert {row["workers"] for row in rows[1:3]} == {4}
+    # The baseline is measured first, in the same run: the tree as #35 was filed, then
+    # this tree in the same shape.
+    assert "old shape" in names[0] and names[0].endswith("tree ea953de"), names[0]
+    assert "old shape" in names[1] and names[1].endswith("this tree"), names[1]
+    assert {row["workers"] for row in rows[2:4]} == {4}
     assert any(name.startswith("request/reply asyncio, SDK->proxy") for name in names)
     assert names[-1].startswith("plain gRPC unary")
     for row in rows:
@@ -68,5 +71,6 @@ def test_rpc_bench_runs_every_row_and_states_the_ratio_to_its_baseline() -> None
         stdin=out,
     )
     assert "now/baseline = " in printed
+    assert "same run: tree ea953de" in printed
     assert "1 worker process of 8 threads, 32 in flight" in printed
     assert "one call at a time" in printed
