@@ -20,13 +20,16 @@ from typing import Any
 
 import pytest
 
+from holdfast.broker.config import BrokerConfig
 from holdfast.broker.server import Broker
 from holdfast.broker.staging import AttemptKey
 from holdfast.proto import pb
+from holdfast.proto.staged_rows import stage_rows
 from holdfast.sdk import AckStatus
 from holdfast.sdk.errors import CommitMarkConflictError, HoldfastError
 from holdfast.sdk.marks import CommitMark
 from holdfast.sdk.staging import Version, commit, stage
+from tests.broker.test_in_process import GatedStore
 from tests.conformance.harness import World, open_world
 from tests.conformance.support import Inbox, peek, post_and_wait
 from tests.support.waiting import wait_until
@@ -157,3 +160,45 @@ def test_a_commit_refused_in_part_is_not_recorded(world: World) -> None:
     world.broker.restart()
     assert mark_of(world, uri) is None
     assert staged(world, uri, 0, 0) == 5
+
+
+def test_a_retried_commit_waits_for_the_rows_its_abandoned_try_left_in_flight() -> None:
+    """A commit whose caller gave up (its handler cancelled) leaves its rows' store write
+    pending; the retry must wait for that write rather than ride on it, so that its own
+    write (here with no new message: every row is stored by then) carries the record."""
+    uri = "hf://t/in-flight"
+    store = GatedStore()
+
+    def request(**action: Any) -> pb.StagingRequest:
+        return pb.StagingRequest(queue_uri=uri, app_id=APP, version=VERSION, **action)
+
+    commit_request = request(
+        commit=pb.CommitStaged(
+            attempts=[pb.StagedAttempt(partition=0, attempt=0, rows=5)], digest=b"d", rows=5
+        )
+    )
+
+    async def scenario() -> None:
+        broker = Broker(BrokerConfig(listen="127.0.0.1:0", store="memory"), store=store)
+        broker.recover()
+        staging = broker.staging
+        reply = await staging.handle(request(stage=stage_rows(0, 0, rows(5))), None)
+        assert reply.status == pb.STATUS_OK
+        store.held.add(uri)
+        abandoned = asyncio.create_task(staging.handle(commit_request, None))
+        while not store.pending:
+            await asyncio.sleep(0.01)
+        abandoned.cancel()
+        retry = asyncio.create_task(staging.handle(commit_request, None))
+        await asyncio.sleep(0.2)
+        assert not retry.done()  # waiting for the abandoned try's write
+        store.release()
+        reply = await asyncio.wait_for(retry, 10)
+        assert reply.status == pb.STATUS_OK and reply.published == 5
+        # The abandoned try's write carried the record with the rows; the retry's its own.
+        recorded = [batch for batch in store.batches if batch.commit is not None]
+        assert [len(batch.messages) for batch in recorded] == [5, 0]
+        assert recorded[1].commit == recorded[0].commit
+        await broker.stop(0)
+
+    asyncio.run(scenario())
