@@ -20,7 +20,10 @@ Rules of ``CommitMarkRequest`` (``record = true``):
 Persistence: with ``--store memory`` marks live in the broker's memory. With
 ``--store sqlite:PATH`` they are kept in a SQLite file of their own beside the store,
 ``PATH-marks`` (the store holds an exclusive lock on its file), written and fsynced
-before the reply.
+before the reply. Being apart from the store, a mark is recorded after the rows of its
+commit are stored; a commit cut off between the two left a record in the store, and
+the broker records its mark at start (``restore``, by the same rules; see
+``commit_records``).
 """
 
 from __future__ import annotations
@@ -136,18 +139,9 @@ class MarkBook:
             return mark_reply(self._marks.get(key), request.app_id)
         # One recorder at a time, so that two replays of one version cannot both win.
         async with self._lock:
-            stored = self._marks.get(key)
-            if stored is not None and request.version <= stored.version:
-                if request.version == stored.version and request.digest != stored.digest:
-                    reply = mark_reply(stored, request.app_id)
-                    reply.status = pb.STATUS_CONFLICT
-                    reply.message = (
-                        f"version {request.version} of {request.app_id[:QUOTE_LIMIT]!r} on "
-                        f"{request.queue_uri[:QUOTE_LIMIT]} was committed with other content "
-                        f"({stored.rows} rows; this one has {request.rows})"
-                    )
-                    return reply
-                return mark_reply(stored, request.app_id)
+            decided = self._decided(request)
+            if decided is not None:
+                return decided
             mark = Mark(request.version, bytes(request.digest), request.rows, self._clock())
             if self._file is not None:
                 try:
@@ -167,6 +161,39 @@ class MarkBook:
                 mark.rows,
             )
             return mark_reply(mark, request.app_id)
+
+    def _decided(self, request: pb.CommitMarkRequest) -> pb.CommitMarkReply | None:
+        """The reply to a record request that the stored mark decides (a replay, a
+        conflict, an older version: nothing to store); None if it is to be stored."""
+        stored = self._marks.get((request.queue_uri, request.app_id))
+        if stored is None or request.version > stored.version:
+            return None
+        reply = mark_reply(stored, request.app_id)
+        if request.version == stored.version and request.digest != stored.digest:
+            reply.status = pb.STATUS_CONFLICT
+            reply.message = (
+                f"version {request.version} of {request.app_id[:QUOTE_LIMIT]!r} on "
+                f"{request.queue_uri[:QUOTE_LIMIT]} was committed with other content "
+                f"({stored.rows} rows; this one has {request.rows})"
+            )
+        return reply
+
+    def restore(self, request: pb.CommitMarkRequest) -> pb.CommitMarkReply:
+        """Record a mark at start, before the broker serves (so without the lock), by
+        the rules of ``handle``: a commit the store recorded but whose mark a crash cut
+        off. Raises ``OSError`` if the mark file cannot be written."""
+        decided = self._decided(request)
+        if decided is not None:
+            return decided
+        mark = Mark(request.version, bytes(request.digest), request.rows, self._clock())
+        if self._file is not None:
+            try:
+                self._file.save(request.queue_uri, request.app_id, mark)
+            except sqlite3.Error as error:
+                raise OSError(f"cannot store a commit mark in {self._file.path}: {error}") from None
+        self._marks[(request.queue_uri, request.app_id)] = mark
+        self.recorded += 1
+        return mark_reply(mark, request.app_id)
 
     def close(self) -> None:
         """Close the mark file, if any."""

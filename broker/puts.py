@@ -21,7 +21,11 @@ Per PutBatch frame (its columns, read once: ``holdfast.proto.columns``):
 6. a PUT to a queue whose policy redirects (``QueuePolicy.redirect``) is all of the
    above against the target queue instead: one hop, deduplicated there;
 7. the new messages of the frame go to the store in one ``write()``; once it is
-   durable they are enqueued, recorded in the history and ACKed OK.
+   durable they are enqueued, recorded in the history and ACKed OK. A frame that
+   publishes a transactional write's commit (``staging_service``) carries its
+   ``CommitRecord`` in that write, also with no new message, but only if every one of
+   its PUTs is OK at once (new, or a replay of a stored message): a version published
+   in part is never recorded as committed.
 
 Every PUT gets exactly one ACK, also when one frame carries the same GUID twice.
 
@@ -43,7 +47,7 @@ from holdfast.broker.dedup import content_digest
 from holdfast.broker.lifecycle import Admission, admit
 from holdfast.broker.queues import Queue, QueueHandle
 from holdfast.broker.registry import QueueRegistry
-from holdfast.broker.store import NO_PROPERTIES, Store, StoreBatch, StoredMessage
+from holdfast.broker.store import NO_PROPERTIES, CommitRecord, Store, StoreBatch, StoredMessage
 from holdfast.broker.writer import Writer
 from holdfast.proto import pb
 from holdfast.proto.columns import PutColumns
@@ -111,11 +115,13 @@ class PutPipeline:
         outbox: Outbox,
         writer: Writer,
         spans: AcceptSpans | None = None,
+        commit: CommitRecord | None = None,
     ) -> None:
         """Handle one PutBatch frame of a session whose open queues are ``handles``; its
         ACKs go to ``outbox``, in PUT order, once they are final. What the broker would
         write elsewhere for these PUTs (a redirect, a dead-letter notice) is checked
-        against ``writer``'s token now. ``spans`` end with the final ACKs."""
+        against ``writer``'s token now. ``spans`` end with the final ACKs. ``commit``
+        goes to the store with the frame's messages if all of its PUTs are OK."""
         group = AckGroup()
         acks = group.acks
         fresh: list[StoredMessage] = []
@@ -222,17 +228,20 @@ class PutPipeline:
                         fresh_queues.append(queue)
             acks.append((queue_id, guid, status))
         outbox.add_acks(group)
-        if written is None and not waits:
+        if commit is not None and (waits or any(status != _OK for _, _, status in acks)):
+            # A PUT refused, or waiting on another frame's write that may still fail.
+            commit = None
+        if written is None and not waits and commit is None:
             self.acks.update(map(_status_of, acks))
             if spans is not None:
                 spans.finished(acks)
             outbox.acks_ready(group)
             return
         result: Awaitable[None] | None = None
-        if written is not None:
+        if written is not None or commit is not None:
             # Taken by the store now, so stores see batches in the order frames were read.
             try:
-                result = self._store.write(StoreBatch(messages=fresh))
+                result = self._store.write(StoreBatch(messages=fresh, commit=commit))
             except Exception as error:
                 result = _raise(error)
         task = asyncio.get_running_loop().create_task(
@@ -268,14 +277,17 @@ class PutPipeline:
         """Wait for the store, then enqueue, record and make the ACKs final."""
         acks = group.acks
         try:
-            if result is not None and written is not None:
+            if result is not None:
                 durable = await self._settle_write(result, len(fresh))
-                self._budget.reserved -= len(fresh)
-                self._accept(fresh, fresh_queues, durable)
-                # Replays waiting on this write (on any session) learn its outcome.
-                written.set_result(durable)
+                if written is not None:
+                    self._budget.reserved -= len(fresh)
+                    self._accept(fresh, fresh_queues, durable)
+                    # Replays waiting on this write (on any session) learn its outcome.
+                    written.set_result(durable)
                 if not durable:
-                    _mark_failed(acks, own)
+                    # Without new messages the write carried only a commit record: the
+                    # commit is not recorded, so none of its PUTs may count as done.
+                    _mark_failed(acks, own if written is not None else range(len(acks)))
             for index, original in waits:
                 if not await original:
                     queue_id, guid, _ = acks[index]
@@ -337,6 +349,28 @@ class PutPipeline:
         if durable:
             for queue, _ in by_queue.values():
                 queue.deliver()
+
+    async def quiet(self, queue: Queue, guids: Iterable[bytes]) -> None:
+        """Return once none of ``guids`` is in flight (its store write pending) in
+        ``queue`` or the queue it redirects to, so that a frame handled right after
+        finds each either stored or unknown, none waiting on another frame's write."""
+        guids = list(guids)
+        while True:
+            queues = [queue]
+            if queue.policy.redirect is not None:
+                target = self._queues.get(queue.policy.redirect)
+                if target is not None:
+                    queues.append(target)
+            pending = {
+                found[0]
+                for each in queues
+                if each.in_flight
+                for guid in guids
+                if (found := each.in_flight.get(guid)) is not None
+            }
+            if not pending:
+                return
+            await asyncio.wait(pending)
 
     async def drain(self) -> None:
         """Wait until every PUT batch in progress has finished."""

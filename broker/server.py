@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from holdfast.broker import commit_records
 from holdfast.broker.admin import AdminBackend, AdminService
 from holdfast.broker.admin_local import LocalAdmin
 from holdfast.broker.config import BrokerConfig
@@ -187,8 +188,10 @@ class Broker:
         return self.address
 
     def recover(self) -> None:
-        """Load what the store (and the commit-mark file) kept: ``start()`` does this
-        before it binds; an in-process broker (``holdfast.sdk.testing``) calls it alone."""
+        """Load what the store (and the commit-mark file) kept, and complete the commits
+        a crash cut off before their marks (``commit_records``): ``start()`` does this
+        before it binds; an in-process broker (``holdfast.sdk.testing``) calls it alone,
+        on its event loop."""
         state = self.store.recover()
         self.clock.resume(state.resume_at)
         mark_file = mark_file_for(self.config.store)  # OSError if it cannot be opened
@@ -198,6 +201,7 @@ class Broker:
             staged = self.staging.open_file(self.config.store)
             if staged:
                 log.info("recovered %d staged rows of transactional writes", staged)
+        commit_records.complete(state.commits, self.marks, self.staging.book, self.queues.updates)
         messages, guids = self.queues.restore(state)
         if messages or guids:
             log.info("recovered %d messages and %d GUIDs of dedup history", messages, guids)

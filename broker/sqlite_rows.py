@@ -13,10 +13,13 @@ from holdfast.broker.sqlite_schema import (
     CLEAR_POLICY,
     DELETE_MESSAGE,
     DELETE_QUEUE,
+    FORGET_COMMIT,
     INSERT_HISTORY,
     INSERT_MESSAGE,
+    RECORD_COMMIT,
     SET_POLICY,
     UPDATE_DELIVERY,
+    encode_attempts,
     encode_properties,
 )
 from holdfast.broker.store import StoreBatch
@@ -99,6 +102,23 @@ class Rows:
                 self.deleted.append((uri, queue_id))
                 for statement in DELETE_QUEUE:
                     connection.execute(statement, (queue_id,))
+        if batch.forgotten:
+            connection.executemany(
+                FORGET_COMMIT, [(c.queue_uri, c.app_id, c.version) for c in batch.forgotten]
+            )
+        commit = batch.commit
+        if commit is not None:
+            connection.execute(
+                RECORD_COMMIT,
+                (
+                    commit.queue_uri,
+                    commit.app_id,
+                    commit.version,
+                    commit.digest,
+                    commit.rows,
+                    encode_attempts(commit.attempts),
+                ),
+            )
 
     def forget(self, new_queues: list[str]) -> None:
         """Queue ids handed out in a failed transaction do not exist in the file, and

@@ -1,6 +1,6 @@
 """The layout of the SQLite store's file: creating, checking and reading it back.
 
-Schema (version 3, in ``meta``)
+Schema (version 4, in ``meta``)
 -------------------------------
 
 ::
@@ -16,9 +16,17 @@ Schema (version 3, in ``meta``)
     history(queue_id INTEGER, guid BLOB, accepted_at REAL, digest INTEGER)
                                                        -- append-only, rowid order
     policies(queue_id INTEGER PRIMARY KEY, policy TEXT)  -- ``QueuePolicy.to_json``
+    commits(queue_uri TEXT, app_id TEXT,               -- ``store.CommitRecord``: one per
+            version INTEGER, digest BLOB, rows INTEGER, --   writer application and queue
+            attempts TEXT,                             -- JSON [[partition, attempt, rows]]
+            PRIMARY KEY (queue_uri, app_id))
 
-Version 3 added ``policies``; a version 2 file is upgraded in place at open (the
-table is created, nothing else changes).
+Version 4 added ``commits``, version 3 ``policies``; a version 2 or 3 file is
+upgraded in place at open (the missing tables are created, nothing else changes). A
+transactional write's commit writes its record in the transaction of the messages it
+publishes, and the broker deletes it once the commit mark (another file) is durable;
+``commits`` names the writer's queue by URI, not by queue id: a redirect sends the
+rows to another queue, and the writer's may have no row in ``queues`` at all.
 
 Version 2 added the ``digest`` columns, and ``accepted_at`` became a time on
 the broker's clock (``dedup.BrokerClock``, resumed from the latest persisted time at
@@ -50,6 +58,7 @@ from typing import Any
 
 from holdfast.broker.store import (
     NO_PROPERTIES,
+    CommitRecord,
     HistoryEntry,
     RecoveredState,
     StoredMessage,
@@ -67,6 +76,11 @@ BUSY_TIMEOUT = 1.0
 """Seconds to wait for a lock at open (a broker on the same file that is exiting)."""
 
 _POLICIES = "CREATE TABLE policies (queue_id INTEGER PRIMARY KEY, policy TEXT NOT NULL)"
+_COMMITS = (
+    "CREATE TABLE commits (queue_uri TEXT NOT NULL, app_id TEXT NOT NULL,"
+    " version INTEGER NOT NULL, digest BLOB NOT NULL, rows INTEGER NOT NULL,"
+    " attempts TEXT NOT NULL, PRIMARY KEY (queue_uri, app_id)) WITHOUT ROWID"
+)
 _SCHEMA = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID",
     "CREATE TABLE queues (id INTEGER PRIMARY KEY, uri TEXT NOT NULL UNIQUE)",
@@ -84,10 +98,11 @@ _SCHEMA = (
     " queue_id INTEGER NOT NULL, guid BLOB NOT NULL, accepted_at REAL NOT NULL,"
     " digest INTEGER NOT NULL)",
     _POLICIES,
+    _COMMITS,
 )
-_TABLES = frozenset({"meta", "queues", "messages", "history", "policies"})
-UPGRADABLE = 2
-"""The older schema version upgraded in place (by creating ``policies``)."""
+_TABLES = frozenset({"meta", "queues", "messages", "history", "policies", "commits"})
+UPGRADES = {2: {"policies": _POLICIES, "commits": _COMMITS}, 3: {"commits": _COMMITS}}
+"""Older schema versions upgraded in place: the tables each lacks."""
 
 INSERT_MESSAGE = (
     "INSERT INTO messages"
@@ -102,6 +117,8 @@ SET_POLICY = (
     " ON CONFLICT (queue_id) DO UPDATE SET policy = excluded.policy"
 )
 CLEAR_POLICY = "DELETE FROM policies WHERE queue_id = ?"
+RECORD_COMMIT = "INSERT OR REPLACE INTO commits VALUES (?, ?, ?, ?, ?, ?)"
+FORGET_COMMIT = "DELETE FROM commits WHERE queue_uri = ? AND app_id = ? AND version = ?"
 DELETE_QUEUE = (
     "DELETE FROM messages WHERE queue_id = ?1",
     "DELETE FROM history WHERE queue_id = ?1",
@@ -182,12 +199,14 @@ def _check_schema(connection: sqlite3.Connection, path: str) -> None:
             f"Holdfast store (tables: {', '.join(sorted(tables))})"
         )
     version = meta.get("schema_version")
-    if version == UPGRADABLE and "policies" not in tables:
-        connection.execute(_POLICIES)
+    if version in UPGRADES:
+        for table, statement in UPGRADES[version].items():
+            if table not in tables:
+                connection.execute(statement)
+                tables.add(table)
         connection.execute(
             "UPDATE meta SET value = ? WHERE key = 'schema_version'", (SCHEMA_VERSION,)
         )
-        tables.add("policies")
         version = SCHEMA_VERSION
     if version != SCHEMA_VERSION:
         raise StoreError(
@@ -252,11 +271,32 @@ def read_state(connection: sqlite3.Connection, path: str, retention: float) -> R
             for queue_id, text in connection.execute("SELECT queue_id, policy FROM policies")
             if queue_id in names
         }
+        commits = tuple(
+            CommitRecord(uri, app, version, bytes(digest), rows, decode_attempts(attempts))
+            for uri, app, version, digest, rows, attempts in connection.execute(
+                "SELECT queue_uri, app_id, version, digest, rows, attempts FROM commits"
+            )
+        )
     except sqlite3.Error as error:
         raise StoreError(f"cannot read sqlite store {path}: {describe(error)}") from None
     except ValueError as error:
         raise StoreError(f"cannot read sqlite store {path}: {error}") from None
-    return RecoveredState(queues=queues, history=history, resume_at=latest, policies=policies)
+    return RecoveredState(
+        queues=queues, history=history, resume_at=latest, policies=policies, commits=commits
+    )
+
+
+def encode_attempts(attempts: tuple[tuple[int, int, int], ...]) -> str:
+    """A commit record's attempts as compact JSON."""
+    return json.dumps(attempts, separators=(",", ":"))
+
+
+def decode_attempts(text: str) -> tuple[tuple[int, int, int], ...]:
+    """A commit record's attempts; ``ValueError`` if they do not read back."""
+    try:
+        return tuple((int(p), int(a), int(n)) for p, a, n in json.loads(text))
+    except (TypeError, ValueError):
+        raise ValueError(f"a commit record has unreadable attempts: {text[:100]!r}") from None
 
 
 def encode_properties(properties: Mapping[str, str]) -> str:

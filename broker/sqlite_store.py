@@ -3,7 +3,9 @@
 ``holdfast-broker --store sqlite:PATH [--sync full|normal]``.
 
 What persists: every accepted message (queue, GUID, payload, properties, acceptance
-time), its queue order and delivery count, and the GUID history of the dedup window.
+time), its queue order and delivery count, the GUID history of the dedup window, queue
+policies, and the record of each transactional commit (``store.CommitRecord``) until its
+commit mark is durable.
 A message leaves the file when its consumer confirms it; a history entry stays until
 its window has passed, so that after a restart (even a kill -9) a retransmitted PUT is
 still recognised as a replay.

@@ -11,10 +11,14 @@ serves them. A commit, for one (queue, application, version) at a time:
    publish all;
 3. publishes the named attempts' rows as one PutBatch through the broker's own PUT
    path, so they go to the store in one write and are enqueued together once durable
-   (a consumer sees all of them or none), deduplicated and admitted like any PUT;
-4. records the commit mark (``MarkBook``), then lets the book discard the other
-   attempts. A failure before the mark leaves the rows staged: the writer's retry
-   publishes them again and the broker's dedup absorbs what made it the first time.
+   (a consumer sees all of them or none), deduplicated and admitted like any PUT; the
+   write carries the commit's record (``commit_records``), so a store that holds the
+   rows holds the record that they are this version's, even if the broker dies next;
+4. records the commit mark (``MarkBook``), lets the book discard the other attempts,
+   and has the store forget the record. A refusal before the mark leaves the rows
+   staged and no record: the writer's retry publishes them again and the broker's
+   dedup absorbs what made it the first time. A crash before the mark leaves the
+   record, and the broker completes the commit at its next start.
 
 Stores: every one. With a sqlite store staged rows are kept in ``PATH-staging``
 (``staging_file``) and survive a restart; with memory they do not, and a commit then
@@ -34,6 +38,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from holdfast.broker.commit_records import commit_record
 from holdfast.broker.consumers import QueueHandle
 from holdfast.broker.marks import MarkBook
 from holdfast.broker.puts import PutPipeline
@@ -47,7 +52,7 @@ from holdfast.broker.staging import (
     StagingBook,
 )
 from holdfast.broker.staging_file import StagingFile
-from holdfast.broker.store import StoreError
+from holdfast.broker.store import CommitRecord, StoreError
 from holdfast.broker.stores import parse_store_spec
 from holdfast.broker.writer import Writer
 from holdfast.proto import pb
@@ -306,7 +311,8 @@ class StagingService:
             return pb.StagingReply(status=pb.STATUS_NOT_FOUND, message=decided.problem)
         if decided.outcome is CommitOutcome.REPEATED_KEYS:
             return pb.StagingReply(status=pb.STATUS_CONFLICT, message=decided.problem)
-        problem = await self._publish(uri, decided.rows, context)
+        record = commit_record(request)
+        problem = await self._publish(uri, decided.rows, context, record)
         if problem is not None:
             return problem
         recorded = await marks.handle(
@@ -322,6 +328,8 @@ class StagingService:
         if recorded.status != pb.STATUS_OK:
             return pb.StagingReply(status=recorded.status, message=recorded.message)
         discarded = self.book.finish(uri, app, version, attempts)
+        if decided.rows:
+            self._queues.updates.forget_commit(record)
         log.info(
             "staging: committed %s version %d on %s: %d rows published, %d discarded",
             app[:100],
@@ -334,8 +342,11 @@ class StagingService:
             status=pb.STATUS_OK, published=len(decided.rows), discarded=discarded
         )
 
-    async def _publish(self, uri: str, rows: Any, context: Any) -> pb.StagingReply | None:
-        """Put ``rows`` into ``uri`` as one PutBatch; None once every row is ACKed OK."""
+    async def _publish(
+        self, uri: str, rows: Any, context: Any, record: CommitRecord
+    ) -> pb.StagingReply | None:
+        """Put ``rows`` into ``uri`` as one PutBatch whose store write carries
+        ``record``; None once every row is ACKed OK."""
         if not rows:
             return None
         queue = self._queues.open(uri)
@@ -353,7 +364,10 @@ class StagingService:
         collector = _AckCollector()
         queue.handles += 1  # not dropped as idle while it is being written
         try:
-            self._puts.on_put_batch(puts, {_QUEUE_ID: handle}, collector, writer)
+            # A row in flight would wait on a write the record cannot join (and that may
+            # fail): let such writes settle first, so the record goes with the batch.
+            await self._puts.quiet(queue, puts.guids)
+            self._puts.on_put_batch(puts, {_QUEUE_ID: handle}, collector, writer, None, record)
             await collector.done.wait()
         finally:
             queue.handles -= 1

@@ -11,7 +11,9 @@ changes durable and to get them back after a restart:
   (awaited before the PUSHes that carry the new counts leave, so a count survives a
   kill -9), confirmed messages (not awaited), queue policies and deleted queues; a
   message that moves to a dead-letter queue is one batch (its removal and its new
-  copy), so a crash leaves it in exactly one of the two queues;
+  copy), so a crash leaves it in exactly one of the two queues; the messages a
+  transactional write's commit publishes carry its ``CommitRecord`` in their batch, so
+  a crash cannot leave them stored without the record that the commit happened;
 
 Times (``accepted_at``) are on the broker's clock (``dedup.BrokerClock``: monotonic,
 resumed at restart from ``RecoveredState.resume_at``), never the wall clock.
@@ -92,6 +94,23 @@ class DeliveryUpdate(NamedTuple):
     delivery_count: int
 
 
+@dataclass(frozen=True, slots=True)
+class CommitRecord:
+    """A transactional write's commit (``staging_service``), stored in the same
+    transaction as the messages it publishes: after a crash between that write and the
+    commit mark (kept apart, in ``marks``), the broker finds the record at start and
+    completes the commit instead of leaving it to be published again."""
+
+    queue_uri: str
+    app_id: str
+    version: int
+    digest: bytes
+    rows: int
+    """The row count the writer reported (the commit mark's)."""
+    attempts: tuple[tuple[int, int, int], ...] = ()
+    """The committed attempts: (partition, attempt, rows staged)."""
+
+
 @dataclass(slots=True)
 class StoreBatch:
     """Changes to make durable together.
@@ -112,10 +131,21 @@ class StoreBatch:
     """Queue policies set (``policy.NO_POLICY`` clears one), applied after the rest."""
     deleted: list[str] = field(default_factory=list)
     """Queues deleted by an operator: their messages, history and policy go, last."""
+    commit: CommitRecord | None = None
+    """The commit that published ``messages`` (or found them all stored already):
+    recorded with them, replacing the application's previous record on that queue."""
+    forgotten: list[CommitRecord] = field(default_factory=list)
+    """Commit records no longer needed (their commit marks are durable): deleted."""
 
     def __bool__(self) -> bool:
         return bool(
-            self.messages or self.removed or self.delivered or self.policies or self.deleted
+            self.messages
+            or self.removed
+            or self.delivered
+            or self.policies
+            or self.deleted
+            or self.commit is not None
+            or self.forgotten
         )
 
 
@@ -134,6 +164,9 @@ class RecoveredState:
     from it, so downtime does not age the history."""
     policies: Mapping[str, QueuePolicy] = field(default_factory=dict)
     """Queue URI -> the policy an operator set on it."""
+    commits: Sequence[CommitRecord] = ()
+    """Commit records not yet forgotten: their messages are stored, their commit marks
+    may be missing (the broker completes each at start, then forgets it)."""
 
 
 class Store(Protocol):
@@ -216,6 +249,7 @@ def settle_futures(futures: list[asyncio.Future[None]], error: StoreError | None
 __all__ = [
     "COMPLETED",
     "NO_PROPERTIES",
+    "CommitRecord",
     "Completed",
     "DeliveryUpdate",
     "HistoryEntry",

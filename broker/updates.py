@@ -1,4 +1,4 @@
-"""Confirmations and delivery counts on their way to the store.
+"""Confirmations, delivery counts and forgotten commit records on their way to the store.
 
 A PUSH leaves only once the store has made its new delivery count durable, so a
 redelivery after a crash, even a kill -9, always counts higher than every delivery
@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING
 
 from holdfast.broker.store import (
+    CommitRecord,
     Completed,
     DeliveryUpdate,
     MessageKey,
@@ -63,6 +64,12 @@ class Updates:
             self._since = time.time_ns()
         self._schedule()
 
+    def forget_commit(self, record: CommitRecord) -> None:
+        """``record``'s commit mark is durable: the store may delete the record. Not
+        waited for: a record left by a crash is completed again at start, a no-op."""
+        self._batch.forgotten.append(record)
+        self._schedule()
+
     def _schedule(self) -> None:
         if not self._scheduled:
             self._scheduled = True
@@ -98,9 +105,11 @@ class Updates:
             # Not fatal: a confirmed message may come back after a restart, and a count
             # not made durable may repeat after one (logged; delivery matters more).
             log.exception(
-                "the store failed to record %d confirmations and %d delivery counts",
+                "the store failed to record %d confirmations, %d delivery counts and %d "
+                "forgotten commit records",
                 len(batch.removed),
                 len(batch.delivered),
+                len(batch.forgotten),
             )
         _send(pushes, since)
 

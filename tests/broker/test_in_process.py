@@ -437,10 +437,12 @@ def test_a_failure_inside_one_session_ends_only_that_session() -> None:
     async def scenario(broker: Broker, store: GatedStore) -> None:
         original = broker.puts.on_put_batch
 
-        def explode(puts: Any, handles: Any, outbox: Any, writer: Any, spans: Any = None) -> None:
+        def explode(
+            puts: Any, handles: Any, outbox: Any, writer: Any, spans: Any = None, commit: Any = None
+        ) -> None:
             if b"boom" in puts.payloads:
                 raise RuntimeError("a bug in the PUT path")
-            original(puts, handles, outbox, writer, spans)
+            original(puts, handles, outbox, writer, spans, commit)
 
         broker.puts.on_put_batch = explode  # type: ignore[method-assign]
         victim = await AioClient.connect(broker.address)
