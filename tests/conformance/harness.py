@@ -61,6 +61,14 @@ class ManualTime:
             self._now += seconds
 
 
+async def _cancel_the_rest() -> None:
+    """Cancel every other task of the running loop and wait for them to end."""
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 class LocalBroker:
     """The real broker on a thread of its own, on a manual clock."""
 
@@ -104,6 +112,10 @@ class LocalBroker:
         if loop is None or broker is None:
             return
         asyncio.run_coroutine_threadsafe(broker.stop(0.5), loop).result(30)
+        # What the broker left running (a Redis store's fire-and-forget counters) ends
+        # here, as asyncio.run would end it: a task closed later by the garbage
+        # collector, its loop gone, printed "no running event loop" in another test.
+        asyncio.run_coroutine_threadsafe(_cancel_the_rest(), loop).result(30)
         loop.call_soon_threadsafe(loop.stop)
         assert self._thread is not None
         self._thread.join(10)
