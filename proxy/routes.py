@@ -10,12 +10,17 @@ rides on and the deliveries it holds.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 from holdfast.proto import pb
-from holdfast.proxy.budget import DEFAULT_MAX_BUFFER_BYTES, BufferBudget
+from holdfast.proxy.budget import (
+    DEFAULT_MAX_BUFFER_BYTES,
+    PUT_BOOKKEEPING_BYTES,
+    BufferBudget,
+)
 from holdfast.sdk.engine import QueueRecord, WireAck, WirePush
 from holdfast.sdk.producer import Relayed
 
@@ -152,6 +157,32 @@ class Routes:
             self._by_guid[guid] = (client_key, queue_id, moved + charge)
         else:
             self._also.setdefault(guid, []).append((client_key, queue_id))
+
+    def add_run(
+        self, guids: Sequence[bytes], client_key: int, queue_id: int, payloads: Sequence[bytes]
+    ) -> None:
+        """``add`` for a run of PUTs without properties that the upstream engine has just
+        buffered, each charged ``len(payload) + PUT_BOOKKEEPING_BYTES``."""
+        by_guid = self._by_guid
+        if not by_guid.keys().isdisjoint(guids):
+            # A route left by a client that has gone, say: ``add`` decides each.
+            for guid, payload in zip(guids, payloads, strict=True):
+                self.add(guid, client_key, queue_id, len(payload) + PUT_BOOKKEEPING_BYTES)
+            return
+        lengths = list(map(len, payloads))
+        first = lengths[0] if lengths else 0
+        if lengths.count(first) == len(lengths):
+            # Payloads of one size (the usual producer) share one route tuple.
+            route = (client_key, queue_id, first + PUT_BOOKKEEPING_BYTES)
+            by_guid.update(zip(guids, repeat(route)))
+        else:
+            by_guid.update(
+                zip(
+                    guids,
+                    [(client_key, queue_id, n + PUT_BOOKKEEPING_BYTES) for n in lengths],
+                    strict=True,
+                )
+            )
 
     def park(self, put: ParkedPut) -> None:
         """Keep ``put`` until its GUID's pending PUT (on another queue) has an outcome

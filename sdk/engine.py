@@ -114,6 +114,8 @@ class SessionEngine:
         """Buffer a PUT under a new uuid7 GUID, or ``guid`` (see ``Producer.post``)."""
         self.relay = self._producer.relay
         """Buffer a client's PUT under its GUID, as old as it arrived (``Producer.relay``)."""
+        self.relay_run = self._producer.relay_run
+        """``relay`` for a run of PUTs of one queue, in one loop (``Producer.relay_run``)."""
         self.over_high_watermark = self._producer.over_high_watermark
         """True when a live link has at least the high watermark of bytes unsent."""
         self.note_admission_wait = self._producer.note_admission_wait
