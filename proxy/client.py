@@ -45,7 +45,7 @@ from holdfast.sdk.statuses import relay_status
 from holdfast.sdk.types import Rejection
 from holdfast.server import spans
 from holdfast.server.guard import SessionGuard
-from holdfast.server.outbox import AckGroup
+from holdfast.server.outbox import AckEntry, AckGroup
 from holdfast.server.stream import ContractStream
 
 log = logging.getLogger(__name__)
@@ -273,6 +273,21 @@ class ClientSession(ContractStream):
             group = self._acks = AckGroup()
             asyncio.get_running_loop().call_soon(self._flush_acks)
         group.acks.append((queue_id, guid, status))
+
+    def ack_rows(self, rows: list[AckEntry]) -> None:
+        """``ack`` for a run of ACKs of this client at once (``rows`` is the client's now)."""
+        if self._spans:
+            for _, guid, status in rows:
+                self._spans.acked(guid, status)
+        if self.ending:
+            return
+        group = self._acks
+        if group is None:
+            group = self._acks = AckGroup()
+            group.acks = rows
+            asyncio.get_running_loop().call_soon(self._flush_acks)
+        else:
+            group.acks += rows
 
     def _flush_acks(self) -> None:
         group, self._acks = self._acks, None

@@ -23,6 +23,7 @@ from holdfast.proxy.budget import (
 )
 from holdfast.sdk.engine import QueueRecord, WireAck, WirePush
 from holdfast.sdk.producer import Relayed
+from holdfast.server.outbox import AckEntry
 
 if TYPE_CHECKING:
     from holdfast.proxy.client import ClientSession
@@ -220,30 +221,51 @@ class Routes:
 
     def on_acks(self, acks: list[WireAck]) -> None:
         """Deliver upstream outcomes to the clients that posted the PUTs, if still there,
-        then relay the PUTs that waited for those GUIDs."""
-        by_guid = self._by_guid
-        clients = self._clients
-        budget = self.budget
-        release = budget.release
+        then relay the PUTs that waited for those GUIDs.
+
+        The ACKs of one client's PUTs come in runs (the whole batch, usually): each run
+        is handed over as one list, its charges released in one sum."""
+        pop = self._by_guid.pop
+        also = self._also
+        rows: list[AckEntry] = []
+        key = -1
+        freed = 0
         for guid, status in acks:
-            route = by_guid.pop(guid, None)
-            if route is not None:
-                key, queue_id, charge = route
-                if charge:
-                    release(key, charge)
-                client = clients.get(key)
-                if client is not None:
-                    client.ack(queue_id, guid, status)
-                if self._also:
-                    for key, queue_id in self._also.pop(guid, ()):
-                        other = clients.get(key)
-                        if other is not None:
-                            other.ack(queue_id, guid, status)
+            route = pop(guid, None)
+            if route is None:
+                continue
+            if route[0] != key:
+                if rows:
+                    self._hand_over(key, rows, freed)
+                    rows = []
+                key = route[0]
+                freed = 0
+            freed += route[2]
+            rows.append((route[1], guid, status))
+            if also and guid in also:
+                # The other clients of this GUID hear of it in order with the rest.
+                self._hand_over(key, rows, freed)
+                rows, freed = [], 0
+                clients = self._clients
+                for other_key, queue_id in also.pop(guid):
+                    other = clients.get(other_key)
+                    if other is not None:
+                        other.ack(queue_id, guid, status)
+        if rows:
+            self._hand_over(key, rows, freed)
         if self._parked:
             for guid, _ in acks:
                 if guid in self._parked:
                     self._unpark(guid)
-        budget.wake()
+        self.budget.wake()
+
+    def _hand_over(self, key: int, rows: list[AckEntry], freed: int) -> None:
+        """Release ``freed`` bytes of client ``key`` and give it ``rows``, if it is here."""
+        if freed:
+            self.budget.release(key, freed)
+        client = self._clients.get(key)
+        if client is not None:
+            client.ack_rows(rows)
 
     def __len__(self) -> int:
         return len(self._by_guid)

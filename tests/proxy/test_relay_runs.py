@@ -29,6 +29,9 @@ class Client:
     def ack(self, queue_id: int, guid: bytes, status: int) -> None:
         self.acks.append((queue_id, guid, status))
 
+    def ack_rows(self, rows: list[tuple[int, bytes, int]]) -> None:
+        self.acks += rows
+
 
 class Upstream:
     """The proxy's upstream as ``PutRelay`` uses it."""
@@ -140,7 +143,7 @@ def test_a_guid_twice_in_a_frame_is_one_put_upstream_and_two_acks(s: Setup) -> N
     assert s.upstream_puts() == [(guid(1), b"same", False), (guid(2), b"other", False)]
     assert s.routes.budget.held(s.key) == 9 + 2 * PUT_BOOKKEEPING_BYTES  # the join is free
     s.ack_all([guid(1), guid(2)])
-    assert sorted(s.client.acks) == sorted((1, guid(g), pb.STATUS_OK) for _, g, _ in rows)
+    assert s.client.acks == [(1, guid(g), pb.STATUS_OK) for g in (1, 1, 2)]
     assert s.routes.budget.total == 0
 
 
@@ -177,3 +180,29 @@ def test_a_run_of_guids_routed_for_a_departed_client_moves_their_charges(s: Setu
     routes.on_acks([(guid(2), pb.STATUS_OK)])
     assert s.client.acks == [(1, guid(1), pb.STATUS_OK), (1, guid(2), pb.STATUS_OK)]
     assert budget.total == 0
+
+
+def test_acks_go_back_by_runs_of_one_client_in_order_with_their_charges() -> None:
+    routes = Routes(10**6)
+    budget = routes.budget
+    a, b, c = Client(), Client(), Client()
+    ka, kb, kc = (routes.register(x) for x in (a, b, c))  # type: ignore[arg-type]
+    for n, key, queue_id, charge in [
+        (1, ka, 1, 10), (2, ka, 1, 20), (3, kb, 2, 30), (4, ka, 1, 0), (5, kc, 1, 50),
+        (6, kb, 2, 60),
+    ]:  # fmt: skip
+        budget.charge(key, charge)
+        routes.add(guid(n), key, queue_id, charge)
+    routes.add(guid(6), ka, 5)  # A posted 6 too, while B's was pending
+    routes.unregister(kc)
+    acks = [(guid(n), pb.STATUS_OK) for n in (1, 2, 3, 6, 4, 5, 9)]
+    acks[1] = (guid(2), pb.STATUS_CONFLICT)
+    routes.on_acks(acks)
+    assert a.acks == [
+        (1, guid(1), pb.STATUS_OK),
+        (1, guid(2), pb.STATUS_CONFLICT),
+        (5, guid(6), pb.STATUS_OK),
+        (1, guid(4), pb.STATUS_OK),
+    ]
+    assert b.acks == [(2, guid(3), pb.STATUS_OK), (2, guid(6), pb.STATUS_OK)]
+    assert c.acks == [] and budget.total == 0 and len(routes) == 0
