@@ -316,7 +316,7 @@ class ClientSession(ContractStream):
 
     def on_confirms(self, batch: list[tuple[int, bytes]]) -> None:
         """CONFIRM upstream what this client was delivered on the current upstream link."""
-        self.reject_confirms(self._confirms.settle((q, guid, None) for q, guid in batch))
+        self.reject_confirms(self._confirms.confirm(batch))
 
     def on_rejects(self, batch: list[RejectRow]) -> None:
         """REJECT upstream, like CONFIRMs: only deliveries of the current upstream link."""

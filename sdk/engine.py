@@ -163,6 +163,8 @@ class SessionEngine:
         connection loss (``Consumer.confirm``)."""
         self.confirm_wire = self._consumer.confirm_wire
         """``confirm()`` of a ``WirePush``: its queue, GUID and connection generation."""
+        self.confirm_run = self._consumer.confirm_run
+        """``confirm_wire`` of many deliveries of one queue, in one item (``Consumer``)."""
 
     @property
     def limits(self) -> Limits:
