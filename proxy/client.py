@@ -40,7 +40,7 @@ from holdfast.proxy.upstream import Upstream
 from holdfast.sdk.engine import QueueRecord
 from holdfast.sdk.errors import HoldfastError, QueueStateError
 from holdfast.sdk.options import QueueOptions
-from holdfast.sdk.outcomes import WirePush
+from holdfast.sdk.outcomes import WirePushes
 from holdfast.sdk.statuses import relay_status
 from holdfast.sdk.types import Rejection
 from holdfast.server import spans
@@ -296,23 +296,24 @@ class ClientSession(ContractStream):
             group.ready = True
             self.outbox.add_acks(group)
 
-    def _on_push(self, handle: ClientHandle, delivery: WirePush) -> None:
+    def _on_push(self, handle: ClientHandle, delivery: WirePushes) -> None:
         if self._handles.get(handle.queue_id) is not handle or self.ending:
             return  # the upstream handle is closing; the broker redelivers it
         if handle.upstream is None:
             handle.early.append(delivery)
             return
-        push, generation = delivery
+        pushes, generation = delivery
         delivered = handle.delivered
-        guid = push.guid
-        deliveries = delivered.get(guid)
-        if deliveries is None:
-            delivered[guid] = deque((generation,))
-        else:
-            deliveries.append(generation)
-        # The broker's Push is pushable as it is: only queue_id and delivery_count
-        # are written anew, by the outbox.
-        self.outbox.push(handle.queue_id, push, push.delivery_count)
+        for push in pushes:
+            guid = push.guid
+            deliveries = delivered.get(guid)
+            if deliveries is None:
+                delivered[guid] = deque((generation,))
+            else:
+                deliveries.append(generation)
+        # The broker's PUSHes are pushable as they are: only queue_id and
+        # delivery_count are written anew, by the outbox.
+        self.outbox.push_rows(handle.queue_id, pushes)
 
     def on_confirms(self, batch: list[tuple[int, bytes]]) -> None:
         """CONFIRM upstream what this client was delivered on the current upstream link."""

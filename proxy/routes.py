@@ -21,7 +21,7 @@ from holdfast.proxy.budget import (
     PUT_BOOKKEEPING_BYTES,
     BufferBudget,
 )
-from holdfast.sdk.engine import QueueRecord, WireAck, WirePush
+from holdfast.sdk.engine import QueueRecord, WireAck, WirePushes
 from holdfast.sdk.producer import Relayed
 from holdfast.server.outbox import AckEntry
 
@@ -51,7 +51,7 @@ class ClientHandle:
     write: bool
     upstream: QueueRecord | None = None
     """None until the upstream open completes."""
-    early: list[WirePush] = field(default_factory=list)
+    early: list[WirePushes] = field(default_factory=list)
     """PUSHes that arrived before the client was told the handle is open: a client
     drops PUSHes for a handle it does not know to be open, so they wait here."""
     delivered: dict[bytes, deque[int]] = field(default_factory=dict)
