@@ -53,9 +53,11 @@ def child_callgrind(count: int) -> dict[str, Any]:
             loads.produce(proxy.address, "hf://relay/warm", 2000, SIZE, meter, 600)
             loads.consume(proxy.address, "hf://relay/warm", 2000, SIZE, meter, 600)
             columnar._control(pid, "--zero")
-            loads.produce(proxy.address, "hf://relay/run", count, SIZE, meter, 1200)
+            put = loads.produce(proxy.address, "hf://relay/run", count, SIZE, meter, 1200)
             columnar._control(pid, "--dump")
             figures["put_ack"] = columnar._callgrind_total(out) / count
+            # PUTs per client frame: the instructions per message depend on it.
+            figures["put_batch"] = put.mean_batch
             columnar._control(pid, "--zero")
             loads.consume(proxy.address, "hf://relay/run", count, SIZE, meter, 1200)
             columnar._control(pid, "--dump")
