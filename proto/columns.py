@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import accumulate, repeat
+from operator import itemgetter
+from struct import Struct, iter_unpack
 from typing import NamedTuple, TypeVar
 
 from holdfast.proto import pb
@@ -24,6 +26,8 @@ from holdfast.proto.validate import GUID_BYTES, Invalid
 _OK = pb.STATUS_OK
 _T = TypeVar("_T")
 _ALL_OK = b""
+_GUIDS = Struct(f"{GUID_BYTES}s")
+_first = itemgetter(0)
 
 
 class Malformed(Invalid):
@@ -40,7 +44,8 @@ def split_guids(packed: bytes, what: str = "batch") -> list[bytes]:
         raise Malformed(f"a {what} whose guids are {size} bytes, not a multiple of 16")
     if size == GUID_BYTES:
         return [packed]
-    return [packed[i : i + GUID_BYTES] for i in range(0, size, GUID_BYTES)]
+    # struct cuts the column in C: half the time of slicing it in a comprehension.
+    return list(map(_first, _GUIDS.iter_unpack(packed)))
 
 
 def _queue_ids(
@@ -67,6 +72,12 @@ def split_payloads(buffer: bytes, lengths: Sequence[int], count: int) -> list[by
     has ``count`` entries that sum to its size."""
     if len(lengths) != count:
         raise Malformed(f"a batch of {count} messages with {len(lengths)} payload lengths")
+    if count > 1:
+        sizes = list(lengths)  # a protobuf repeated field has no count()
+        first = sizes[0]
+        if first and sizes.count(first) == count and first * count == len(buffer):
+            # Payloads of one size (the usual producer's) are cut by struct, in C.
+            return list(map(_first, iter_unpack(f"{first}s", buffer)))
     ends = list(accumulate(lengths))
     if (ends[-1] if ends else 0) != len(buffer):
         raise Malformed(f"payload lengths that sum to {ends[-1] if ends else 0}, not {len(buffer)}")

@@ -25,7 +25,6 @@ import asyncio
 import functools
 import logging
 from collections import deque
-from collections.abc import Iterable
 from operator import itemgetter
 from typing import Any
 
@@ -36,16 +35,17 @@ from holdfast.proto.validate import Invalid, check_open, parse_queue_uri
 from holdfast.proxy.config import ProxyConfig
 from holdfast.proxy.relay import PutRelay
 from holdfast.proxy.routes import ClientHandle, ProxyCounters, Routes
+from holdfast.proxy.settle import ConfirmRelay
 from holdfast.proxy.upstream import Upstream
 from holdfast.sdk.engine import QueueRecord
-from holdfast.sdk.errors import ConfirmDroppedError, HoldfastError, QueueStateError
+from holdfast.sdk.errors import HoldfastError, QueueStateError
 from holdfast.sdk.options import QueueOptions
-from holdfast.sdk.outcomes import WirePush
+from holdfast.sdk.outcomes import WirePushes
 from holdfast.sdk.statuses import relay_status
 from holdfast.sdk.types import Rejection
 from holdfast.server import spans
 from holdfast.server.guard import SessionGuard
-from holdfast.server.outbox import AckGroup
+from holdfast.server.outbox import AckEntry, AckGroup
 from holdfast.server.stream import ContractStream
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,7 @@ class ClientSession(ContractStream):
         self._route_key = routes.register(self)
         self._relay = PutRelay(upstream, routes, self._route_key, self.guard, session_id, self.ack)
         self._handles: dict[int, ClientHandle] = {}
+        self._confirms = ConfirmRelay(upstream, self._handles)
         self._spans = spans.RelaySpans()
         """``relay`` spans of this client's traced PUTs, until their ACK."""
         self._acks: AckGroup | None = None
@@ -273,6 +274,21 @@ class ClientSession(ContractStream):
             asyncio.get_running_loop().call_soon(self._flush_acks)
         group.acks.append((queue_id, guid, status))
 
+    def ack_rows(self, rows: list[AckEntry]) -> None:
+        """``ack`` for a run of ACKs of this client at once (``rows`` is the client's now)."""
+        if self._spans:
+            for _, guid, status in rows:
+                self._spans.acked(guid, status)
+        if self.ending:
+            return
+        group = self._acks
+        if group is None:
+            group = self._acks = AckGroup()
+            group.acks = rows
+            asyncio.get_running_loop().call_soon(self._flush_acks)
+        else:
+            group.acks += rows
+
     def _flush_acks(self) -> None:
         group, self._acks = self._acks, None
         if group is not None and group.acks:
@@ -280,87 +296,37 @@ class ClientSession(ContractStream):
             group.ready = True
             self.outbox.add_acks(group)
 
-    def _on_push(self, handle: ClientHandle, delivery: WirePush) -> None:
+    def _on_push(self, handle: ClientHandle, delivery: WirePushes) -> None:
         if self._handles.get(handle.queue_id) is not handle or self.ending:
             return  # the upstream handle is closing; the broker redelivers it
         if handle.upstream is None:
             handle.early.append(delivery)
             return
-        push, generation = delivery
+        pushes, generation = delivery
         delivered = handle.delivered
-        guid = push.guid
-        deliveries = delivered.get(guid)
-        if deliveries is None:
-            delivered[guid] = deque((generation,))
-        else:
-            deliveries.append(generation)
-        # The broker's Push is pushable as it is: only queue_id and delivery_count
-        # are written anew, by the outbox.
-        self.outbox.push(handle.queue_id, push, push.delivery_count)
+        for push in pushes:
+            guid = push.guid
+            deliveries = delivered.get(guid)
+            if deliveries is None:
+                delivered[guid] = deque((generation,))
+            else:
+                deliveries.append(generation)
+        # The broker's PUSHes are pushable as they are: only queue_id and
+        # delivery_count are written anew, by the outbox.
+        self.outbox.push_rows(handle.queue_id, pushes)
 
     def on_confirms(self, batch: list[tuple[int, bytes]]) -> None:
         """CONFIRM upstream what this client was delivered on the current upstream link."""
-        self._settle((queue_id, guid, None) for queue_id, guid in batch)
+        self.reject_confirms(self._confirms.confirm(batch))
 
     def on_rejects(self, batch: list[RejectRow]) -> None:
         """REJECT upstream, like CONFIRMs: only deliveries of the current upstream link."""
-        self._settle(
-            (queue_id, guid, Rejection(requeue, delay_ms / 1000))
-            for queue_id, guid, requeue, delay_ms in batch
+        self.reject_confirms(
+            self._confirms.settle(
+                (queue_id, guid, Rejection(requeue, delay_ms / 1000))
+                for queue_id, guid, requeue, delay_ms in batch
+            )
         )
-
-    def _settle(self, items: Iterable[tuple[int, bytes, Rejection | None]]) -> None:
-        rejected: dict[tuple[pb.Status, int], list[bytes]] = {}
-        for queue_id, guid, reject in items:
-            handle = self._handles.get(queue_id)
-            status: pb.Status
-            if handle is None:
-                status = pb.STATUS_UNKNOWN_QUEUE
-            elif not handle.read:
-                status = pb.STATUS_NOT_READABLE
-            else:
-                settled = self._confirm_upstream(handle, guid, reject)
-                if settled is None:
-                    continue
-                status = settled
-            rejected.setdefault((status, queue_id), []).append(guid)
-        self._upstream.queued()
-        self.reject_confirms(rejected)
-
-    def _confirm_upstream(
-        self, handle: ClientHandle, guid: bytes, reject: Rejection | None = None
-    ) -> pb.Status | None:
-        """CONFIRM (or REJECT) upstream this client's delivery of ``guid`` made on the current
-        upstream connection; None if sent, else the status to refuse it with.
-
-        Settling the oldest delivery instead would refuse the CONFIRM of a redelivery
-        while the client still holds the stale one: the broker would then keep the
-        message outstanding with this client, never removed nor redelivered.
-        """
-        deliveries = handle.delivered.get(guid)
-        if not deliveries or handle.upstream is None:
-            return pb.STATUS_UNKNOWN_GUID
-        status: pb.Status | None = pb.STATUS_UNKNOWN_GUID  # all stale: taken back already
-        done = 1
-        confirm = self._upstream.engine.confirm_wire  # the writer is woken per frame
-        queue_id = handle.upstream.queue_id
-        for index, generation in enumerate(deliveries):
-            try:
-                confirm(queue_id, guid, generation, reject)
-            except ConfirmDroppedError:
-                continue
-            except HoldfastError:
-                status = pb.STATUS_UNKNOWN_QUEUE
-            else:
-                # The stale deliveries before it are done with too: a later CONFIRM
-                # of this GUID is refused as stale, whichever delivery it meant.
-                status, done = None, index + 1
-            break
-        for _ in range(done):
-            deliveries.popleft()
-        if not deliveries:
-            del handle.delivered[guid]
-        return status
 
     # -- the end ------------------------------------------------------------------------
 

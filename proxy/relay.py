@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from itertools import groupby
 
 from holdfast.proto import pb
 from holdfast.proto.columns import PutColumns
@@ -49,11 +50,69 @@ class PutRelay:
         self._ack = ack
 
     def relay(self, puts: PutColumns, handles: Mapping[int, ClientHandle]) -> int:
-        """Relay a frame's PUTs, ACK the refused ones; returns how many went upstream."""
-        # Once per PUT: locals, the handle looked up once per run of the same queue_id,
-        # the engine called straight (one clock read and one wake-up per frame).
-        relay = self._upstream.engine.relay
+        """Relay a frame's PUTs, ACK the refused ones; returns how many went upstream.
+
+        A frame without properties goes by runs of one queue (``_relay_run``: one call
+        into the engine, one route insertion, one budget charge per run); a frame with
+        properties, or a run the engine will not take whole, PUT by PUT
+        (``_relay_each``), with the same outcome for every PUT."""
         now = time.monotonic()
+        if puts.properties:
+            relayed, charged = self._relay_each(puts, handles, range(len(puts.guids)), now)
+        else:
+            relayed = charged = start = 0
+            for queue_id, run in groupby(puts.queue_ids):
+                end = start + len(list(run))
+                done, charge = self._relay_run(puts, handles, queue_id, start, end, now)
+                relayed += done
+                charged += charge
+                start = end
+        if relayed:
+            self._upstream.queued()
+        if charged:
+            self._routes.budget.read(self._route_key, charged)
+        return relayed
+
+    def _relay_run(
+        self,
+        puts: PutColumns,
+        handles: Mapping[int, ClientHandle],
+        queue_id: int,
+        start: int,
+        end: int,
+        now: float,
+    ) -> tuple[int, int]:
+        """Relay PUTs ``start:end`` of one queue, without properties: (relayed, charged)."""
+        handle = handles.get(queue_id)
+        if handle is None or handle.upstream is None or not handle.write:
+            return self._relay_each(puts, handles, range(start, end), now)
+        if start == 0 and end == len(puts.guids):
+            guids, payloads, ages_ms = puts.guids, puts.payloads, puts.ages_ms
+        else:
+            guids, payloads = puts.guids[start:end], puts.payloads[start:end]
+            ages_ms = puts.ages_ms[start:end]
+        try:
+            whole = self._upstream.engine.relay_run(
+                handle.upstream.queue_id, guids, payloads, ages_ms, now
+            )
+        except HoldfastError:
+            whole = False  # each PUT is refused with the error's status below
+        if not whole:
+            return self._relay_each(puts, handles, range(start, end), now)
+        charge = sum(map(len, payloads)) + len(guids) * PUT_BOOKKEEPING_BYTES
+        self._routes.budget.charge(self._route_key, charge)
+        self._routes.add_run(guids, self._route_key, queue_id, payloads)
+        return len(guids), charge
+
+    def _relay_each(
+        self,
+        puts: PutColumns,
+        handles: Mapping[int, ClientHandle],
+        indices: range,
+        now: float,
+    ) -> tuple[int, int]:
+        """Relay the PUTs at ``indices`` one by one: (relayed, charged)."""
+        relay = self._upstream.engine.relay
         add_route = self._routes.add
         budget = self._routes.budget
         key = self._route_key
@@ -63,10 +122,11 @@ class PutRelay:
         relayed = 0
         all_properties = puts.properties
         no_properties: Mapping[str, str] = {}
-        # The batch's columns side by side; GUIDs are 16 bytes by the batch's framing.
-        for index, (queue_id, guid, payload, age_ms) in enumerate(
-            zip(puts.queue_ids, puts.guids, puts.payloads, puts.ages_ms, strict=True)
-        ):
+        queue_ids, guids, payloads, ages = puts.queue_ids, puts.guids, puts.payloads, puts.ages_ms
+        for index in indices:
+            queue_id, guid, payload, age_ms = (
+                queue_ids[index], guids[index], payloads[index], ages[index]
+            )  # fmt: skip
             put_properties = (
                 all_properties.get(index, no_properties) if all_properties else no_properties
             )
@@ -118,11 +178,7 @@ class PutRelay:
                         relayed += 1
                         continue
             self._ack(queue_id, guid, status)
-        if relayed:
-            self._upstream.queued()
-        if charged:
-            budget.read(key, charged)
-        return relayed
+        return relayed, charged
 
 
 __all__ = ["PutRelay"]

@@ -10,14 +10,20 @@ rides on and the deliveries it holds.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 from holdfast.proto import pb
-from holdfast.proxy.budget import DEFAULT_MAX_BUFFER_BYTES, BufferBudget
-from holdfast.sdk.engine import QueueRecord, WireAck, WirePush
+from holdfast.proxy.budget import (
+    DEFAULT_MAX_BUFFER_BYTES,
+    PUT_BOOKKEEPING_BYTES,
+    BufferBudget,
+)
+from holdfast.sdk.engine import QueueRecord, WireAck, WirePushes
 from holdfast.sdk.producer import Relayed
+from holdfast.server.outbox import AckEntry
 
 if TYPE_CHECKING:
     from holdfast.proxy.client import ClientSession
@@ -45,7 +51,7 @@ class ClientHandle:
     write: bool
     upstream: QueueRecord | None = None
     """None until the upstream open completes."""
-    early: list[WirePush] = field(default_factory=list)
+    early: list[WirePushes] = field(default_factory=list)
     """PUSHes that arrived before the client was told the handle is open: a client
     drops PUSHes for a handle it does not know to be open, so they wait here."""
     delivered: dict[bytes, deque[int]] = field(default_factory=dict)
@@ -153,6 +159,32 @@ class Routes:
         else:
             self._also.setdefault(guid, []).append((client_key, queue_id))
 
+    def add_run(
+        self, guids: Sequence[bytes], client_key: int, queue_id: int, payloads: Sequence[bytes]
+    ) -> None:
+        """``add`` for a run of PUTs without properties that the upstream engine has just
+        buffered, each charged ``len(payload) + PUT_BOOKKEEPING_BYTES``."""
+        by_guid = self._by_guid
+        if not by_guid.keys().isdisjoint(guids):
+            # A route left by a client that has gone, say: ``add`` decides each.
+            for guid, payload in zip(guids, payloads, strict=True):
+                self.add(guid, client_key, queue_id, len(payload) + PUT_BOOKKEEPING_BYTES)
+            return
+        lengths = list(map(len, payloads))
+        first = lengths[0] if lengths else 0
+        if lengths.count(first) == len(lengths):
+            # Payloads of one size (the usual producer) share one route tuple.
+            route = (client_key, queue_id, first + PUT_BOOKKEEPING_BYTES)
+            by_guid.update(zip(guids, repeat(route)))
+        else:
+            by_guid.update(
+                zip(
+                    guids,
+                    [(client_key, queue_id, n + PUT_BOOKKEEPING_BYTES) for n in lengths],
+                    strict=True,
+                )
+            )
+
     def park(self, put: ParkedPut) -> None:
         """Keep ``put`` until its GUID's pending PUT (on another queue) has an outcome
         (the caller has charged ``put.charge`` to its client)."""
@@ -189,30 +221,51 @@ class Routes:
 
     def on_acks(self, acks: list[WireAck]) -> None:
         """Deliver upstream outcomes to the clients that posted the PUTs, if still there,
-        then relay the PUTs that waited for those GUIDs."""
-        by_guid = self._by_guid
-        clients = self._clients
-        budget = self.budget
-        release = budget.release
+        then relay the PUTs that waited for those GUIDs.
+
+        The ACKs of one client's PUTs come in runs (the whole batch, usually): each run
+        is handed over as one list, its charges released in one sum."""
+        pop = self._by_guid.pop
+        also = self._also
+        rows: list[AckEntry] = []
+        key = -1
+        freed = 0
         for guid, status in acks:
-            route = by_guid.pop(guid, None)
-            if route is not None:
-                key, queue_id, charge = route
-                if charge:
-                    release(key, charge)
-                client = clients.get(key)
-                if client is not None:
-                    client.ack(queue_id, guid, status)
-                if self._also:
-                    for key, queue_id in self._also.pop(guid, ()):
-                        other = clients.get(key)
-                        if other is not None:
-                            other.ack(queue_id, guid, status)
+            route = pop(guid, None)
+            if route is None:
+                continue
+            if route[0] != key:
+                if rows:
+                    self._hand_over(key, rows, freed)
+                    rows = []
+                key = route[0]
+                freed = 0
+            freed += route[2]
+            rows.append((route[1], guid, status))
+            if also and guid in also:
+                # The other clients of this GUID hear of it in order with the rest.
+                self._hand_over(key, rows, freed)
+                rows, freed = [], 0
+                clients = self._clients
+                for other_key, queue_id in also.pop(guid):
+                    other = clients.get(other_key)
+                    if other is not None:
+                        other.ack(queue_id, guid, status)
+        if rows:
+            self._hand_over(key, rows, freed)
         if self._parked:
             for guid, _ in acks:
                 if guid in self._parked:
                     self._unpark(guid)
-        budget.wake()
+        self.budget.wake()
+
+    def _hand_over(self, key: int, rows: list[AckEntry], freed: int) -> None:
+        """Release ``freed`` bytes of client ``key`` and give it ``rows``, if it is here."""
+        if freed:
+            self.budget.release(key, freed)
+        client = self._clients.get(key)
+        if client is not None:
+            client.ack_rows(rows)
 
     def __len__(self) -> int:
         return len(self._by_guid)

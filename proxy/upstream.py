@@ -6,8 +6,8 @@ window) comes from ``holdfast.sdk.engine``; connections, failover, the Hello
 deadline, error containment and awaitable requests from
 ``holdfast.sdk.driver.aio_session`` (shared with the public asyncio API). This
 module only adapts them to the proxy's routing: PUT outcomes reach ``on_acks``
-as (GUID, wire status) pairs, and PUSHes each handle's ``on_message`` as
-``WirePush`` es (the broker's ``pb.Push`` and its connection generation), relayed
+as (GUID, wire status) pairs, and PUSHes each handle's ``on_message`` by runs as
+``WirePushes`` (the broker's PUSHes as read and their connection generation), relayed
 to clients as they are: no ``Message`` is made for a PUSH that only passes through.
 """
 

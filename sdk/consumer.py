@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 from holdfast.sdk.connection import Connection
 from holdfast.sdk.errors import ConfirmDroppedError, QueueNotOpenError
-from holdfast.sdk.outbound import CONFIRM_SIZE, ConfirmItem, Outbound, RejectItem
-from holdfast.sdk.queue_table import QueueTable
+from holdfast.sdk.outbound import CONFIRM_SIZE, ConfirmItem, ConfirmRun, Outbound, RejectItem
+from holdfast.sdk.queue_table import QueueRecord, QueueTable
 from holdfast.sdk.state import WRITABLE_STATES, LinkMachine
 from holdfast.sdk.stats import StatsCounters
 from holdfast.sdk.types import Message, Rejection
@@ -48,15 +48,17 @@ class Consumer:
             message._queue_id, message.guid.bytes, message._generation, reject, message.queue_uri
         )
 
-    def confirm_wire(
-        self,
-        queue_id: int,
-        guid: bytes,
-        generation: int,
-        reject: Rejection | None = None,
-        queue_uri: str = "",
-    ) -> None:
-        """``confirm()`` of a ``WirePush``: its queue, GUID and connection generation."""
+    def confirm_run(self, queue_id: int, guids: list[bytes], generation: int) -> None:
+        """``confirm_wire`` of many deliveries of one queue, all made on connection
+        ``generation``: checked once and queued as one item (``guids`` is the engine's
+        now). Refused as a whole, before anything is queued, as ``confirm_wire`` would
+        refuse each."""
+        self._check_link(generation, guids[0] if guids else bytes(16), None)
+        queue = self._queue_of(queue_id)
+        self._outbound.add(ConfirmRun(queue.queue_id, guids), CONFIRM_SIZE * len(guids))
+        self._counters.confirmed += len(guids)
+
+    def _check_link(self, generation: int, guid: bytes, reject: Rejection | None) -> None:
         self._check_usable()
         connected = self._link.connected
         if not connected or generation != self._connection.generation:
@@ -67,9 +69,24 @@ class Consumer:
                 + ("" if not connected else " (on an earlier connection)")
                 + "; the broker will redeliver the message"
             )
+
+    def _queue_of(self, queue_id: int, queue_uri: str = "") -> QueueRecord:
         queue = self._queues.get(queue_id)
         if queue is None or queue.state not in WRITABLE_STATES:
             raise QueueNotOpenError(f"queue {queue_uri or queue_id} is not open")
+        return queue
+
+    def confirm_wire(
+        self,
+        queue_id: int,
+        guid: bytes,
+        generation: int,
+        reject: Rejection | None = None,
+        queue_uri: str = "",
+    ) -> None:
+        """``confirm()`` of a ``WirePush``: its queue, GUID and connection generation."""
+        self._check_link(generation, guid, reject)
+        queue = self._queue_of(queue_id, queue_uri)
         if reject is None:
             item: ConfirmItem | RejectItem = ConfirmItem(queue.queue_id, guid)
         else:

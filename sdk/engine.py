@@ -49,7 +49,7 @@ from holdfast.sdk.errors import (
 )
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.outbound import ConfirmItem, Outbound, OutboundItem
-from holdfast.sdk.outcomes import Outcomes, WireAck, WirePush
+from holdfast.sdk.outcomes import Outcomes, WireAck, WirePushes
 from holdfast.sdk.producer import HIGH_WATERMARK_WAIT, Producer
 from holdfast.sdk.putbuffer import PUT_OVERHEAD, PutBuffer
 from holdfast.sdk.queue_table import QueueRecord, QueueTable
@@ -65,8 +65,9 @@ class SessionEngine:
     outcomes are not ``Ack`` callbacks: ``take_wire_acks()`` hands them over as
     ``(GUID bytes, wire status)`` pairs, in the order they were decided, and no
     ``on_ack`` is called. Same rules, without a ``UUID`` and an ``Ack`` per message.
-    With ``wire_pushes`` a queue's ``on_message`` gets each PUSH as a ``WirePush``
-    (the ``pb.Push`` and its connection generation), settled by ``confirm_wire``.
+    With ``wire_pushes`` a queue's ``on_message`` gets a frame's PUSHes by runs of one
+    queue as ``WirePushes`` (the PUSHes as read and their connection generation),
+    settled by ``confirm_wire`` or ``confirm_run``.
     """
 
     def __init__(
@@ -116,6 +117,8 @@ class SessionEngine:
         """Buffer a batch of PUTs of one queue, all or none (see ``Producer.post_many``)."""
         self.relay = self._producer.relay
         """Buffer a client's PUT under its GUID, as old as it arrived (``Producer.relay``)."""
+        self.relay_run = self._producer.relay_run
+        """``relay`` for a run of PUTs of one queue, in one loop (``Producer.relay_run``)."""
         self.over_high_watermark = self._producer.over_high_watermark
         """True when a live link has at least the high watermark of bytes unsent."""
         self.note_admission_wait = self._producer.note_admission_wait
@@ -162,7 +165,9 @@ class SessionEngine:
         """Queue a CONFIRM (or with ``reject`` a REJECT); rule 5: never buffered across a
         connection loss (``Consumer.confirm``)."""
         self.confirm_wire = self._consumer.confirm_wire
-        """``confirm()`` of a ``WirePush``: its queue, GUID and connection generation."""
+        """``confirm()`` of a PUSH of ``WirePushes``: its queue, GUID and generation."""
+        self.confirm_run = self._consumer.confirm_run
+        """``confirm_wire`` of many deliveries of one queue, in one item (``Consumer``)."""
 
     @property
     def limits(self) -> Limits:
@@ -290,7 +295,7 @@ class SessionEngine:
         read: bool,
         write: bool,
         options: QueueOptions,
-        on_message: Callable[[Message], Any] | Callable[[WirePush], Any] | None,
+        on_message: Callable[[Message], Any] | Callable[[WirePushes], Any] | None,
         on_ack: Callable[[Ack], Any] | None,
     ) -> tuple[QueueRecord, int]:
         """Start opening a queue; return its record and the request id to wait on."""
@@ -389,4 +394,4 @@ class SessionEngine:
 
 # Re-exported: the shells, the proxy and the tests import these from here.
 __all__ = ["HIGH_WATERMARK_WAIT", "PUT_OVERHEAD", "ConfirmItem", "LinkState", "OutboundItem"]
-__all__ += ["QueueRecord", "QueueState", "SessionEngine", "WireAck", "WirePush"]
+__all__ += ["QueueRecord", "QueueState", "SessionEngine", "WireAck", "WirePushes"]

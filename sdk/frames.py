@@ -10,10 +10,18 @@ still reaches the broker before that close.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from itertools import repeat
 
 from holdfast.proto import pb
 from holdfast.proto.columns import confirm_batch, put_batch, reject_batch
-from holdfast.sdk.outbound import CONFIRM_SIZE, FRAME_SIZE, ConfirmItem, OutboundItem, RejectItem
+from holdfast.sdk.outbound import (
+    CONFIRM_SIZE,
+    FRAME_SIZE,
+    ConfirmItem,
+    ConfirmRun,
+    OutboundItem,
+    RejectItem,
+)
 from holdfast.sdk.putbuffer import GUID, PAYLOAD, POSTED_AT, PROPERTIES, QUEUE_ID, SIZE
 
 MAX_PUTS_PER_FRAME = 1024
@@ -78,6 +86,18 @@ def encode(
             confirm_ids.append(item.queue_id)
             confirm_guids.append(item.guid)
             confirm_bytes += CONFIRM_SIZE
+        elif isinstance(item, ConfirmRun):
+            run = item.guids  # not ``guids``: that is the open PUT batch's column
+            start = 0
+            while start < len(run):
+                if confirm_guids and confirm_bytes + CONFIRM_SIZE > max_batch_bytes:
+                    flush_confirms()
+                room = max(1, (max_batch_bytes - confirm_bytes) // CONFIRM_SIZE)
+                taken = run[start : start + room]
+                confirm_ids += repeat(item.queue_id, len(taken))
+                confirm_guids += taken
+                confirm_bytes += CONFIRM_SIZE * len(taken)
+                start += len(taken)
         elif isinstance(item, RejectItem):
             flush_puts()
             flush_confirms()

@@ -30,6 +30,15 @@ class ConfirmItem:
 
 
 @dataclass(frozen=True, slots=True)
+class ConfirmRun:
+    """CONFIRMs of many deliveries of one queue, waiting to be encoded (a proxy settling
+    a client's ConfirmBatch: one item, not one per message)."""
+
+    queue_id: int
+    guids: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
 class RejectItem:
     """A REJECT waiting to be encoded (``Message.reject``)."""
 
@@ -39,7 +48,7 @@ class RejectItem:
     delay_ms: int
 
 
-OutboundItem = PendingPut | ConfirmItem | RejectItem | pb.ClientFrame
+OutboundItem = PendingPut | ConfirmItem | ConfirmRun | RejectItem | pb.ClientFrame
 
 
 class Outbound:

@@ -39,10 +39,10 @@ Callback = tuple[Callable[[Any], Any], Any]
 WireAck = tuple[bytes, "pb.Status"]
 """A PUT's outcome in ``wire_acks`` mode: its GUID and a ``pb.Status`` value."""
 
-WirePush = tuple[PushRow, int]
-"""A PUSH in ``wire_pushes`` mode: the frame's PUSH as it was read and the
-connection generation it was delivered on (``SessionEngine.confirm_wire`` takes it
-back)."""
+WirePushes = tuple[list[PushRow], int]
+"""PUSHes in ``wire_pushes`` mode: a run of one queue's PUSHes of a frame, in order, as
+they were read, and the connection generation they were delivered on
+(``SessionEngine.confirm_wire`` and ``confirm_run`` take it back)."""
 
 _SUCCESS = AckStatus.SUCCESS
 _STATUS_OK = pb.STATUS_OK
@@ -171,8 +171,8 @@ class Outcomes:
     def pushes(self, batch: pb.PushBatch, generation: int, confirmer: Settler) -> None:
         """PUSHed messages to their queue's ``on_message``, tagged with the connection: as
         a ``Message``, or in ``wire_pushes`` mode (the proxy, which relays them to its
-        own clients) as a ``WirePush``, without a ``UUID``, a dict and a ``Message``
-        per delivery."""
+        own clients) by runs of one queue as ``WirePushes``, without a ``UUID``, a
+        dict, a ``Message`` or a callback per delivery."""
         try:
             pushes = read_pushes(batch)
         except Malformed as error:
@@ -183,14 +183,14 @@ class Outcomes:
         # Wall clock, not the engine's monotonic ``now``: an acceptance date for users.
         arrived = time.time()
         counters = self.counters
+        if wire:
+            self._wire_runs(pushes, generation)
+            return
         for queue_id, push in pushes:
             queue = queues.get(queue_id)
             if queue is None or queue.on_message is None or queue.state not in WRITABLE_STATES:
                 continue  # closed meanwhile: the broker redelivers it elsewhere
             counters.delivered += 1
-            if wire:
-                append((queue.on_message, (push, generation)))
-                continue
             properties = push.properties
             message = Message(
                 uuid_from_bytes(push.guid),
@@ -206,6 +206,28 @@ class Outcomes:
                 accepted_at=arrived - push.age_ms / 1000,
             )
             append((queue.on_message, message))
+
+    def _wire_runs(self, pushes: list[tuple[int, PushRow]], generation: int) -> None:
+        """``pushes`` in ``wire_pushes`` mode: one callback per run of one queue."""
+        queues = self._queues.by_id
+        runs: list[tuple[Callable[[Any], Any], list[PushRow]]] = []
+        run: list[PushRow] = []
+        last_id = -1
+        for queue_id, push in pushes:
+            if queue_id != last_id:
+                last_id = queue_id
+                queue = queues.get(queue_id)
+                if queue is None or queue.on_message is None or queue.state not in WRITABLE_STATES:
+                    run = []  # closed meanwhile: the broker redelivers these elsewhere
+                    continue
+                run = []
+                runs.append((queue.on_message, run))
+            run.append(push)
+        append = self.callbacks.append
+        for on_message, taken in runs:
+            if taken:
+                self.counters.delivered += len(taken)
+                append((on_message, (taken, generation)))
 
     def error_frame(self, error: pb.Error) -> HoldfastError | None:
         """An Error frame: refused CONFIRMs reach the application as ``ConfirmRejected``;

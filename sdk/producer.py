@@ -166,6 +166,19 @@ class Producer:
         self.buffer(queue_id, payload, properties, on_ack, now, key)
         return guid
 
+    def _writable_state(self, queue_id: int) -> LinkState:
+        """The link's state, once the link is usable and ``queue_id`` open for writing
+        (the batch paths' checks; ``buffer`` inlines them, a call less per post)."""
+        state = self._link.state
+        if state is LinkState.CLOSED or state is LinkState.FAILED:
+            self._check_usable()
+        queue = self._queues.by_id.get(queue_id)
+        if queue is None or queue.state not in WRITABLE_STATES:
+            raise QueueNotOpenError(f"queue {queue.uri if queue else queue_id} is not open")
+        if not queue.write:
+            raise NotWritableError(f"queue {queue.uri} was opened without write=True")
+        return state
+
     def post_many(
         self,
         queue_id: int,
@@ -175,18 +188,9 @@ class Producer:
         now: float,
     ) -> list[uuid.UUID]:
         """``post`` each of ``payloads`` (with the same ``properties`` and ``on_ack``),
-        in order, under new uuid7 GUIDs: all of them, or none if one is refused. The
-        checks of the link, the queue and the properties are made once for the batch;
-        this is ``buffer``'s loop without a call per message (kept apart from
-        ``buffer`` so that a single post pays for no batch bookkeeping)."""
-        state = self._link.state
-        if state is LinkState.CLOSED or state is LinkState.FAILED:
-            self._check_usable()
-        queue = self._queues.by_id.get(queue_id)
-        if queue is None or queue.state not in WRITABLE_STATES:
-            raise QueueNotOpenError(f"queue {queue.uri if queue else queue_id} is not open")
-        if not queue.write:
-            raise NotWritableError(f"queue {queue.uri} was opened without write=True")
+        in order, under new uuid7 GUIDs: all of them, or none if one is refused; the
+        link, queue and properties checked once, ``buffer``'s loop without its calls."""
+        state = self._writable_state(queue_id)
         limits = self.limits
         props: dict[str, str] | None = None
         overhead = PUT_OVERHEAD
@@ -267,6 +271,69 @@ class Producer:
             raise InvalidArgumentError(f"a GUID is 16 bytes, not {len(guid)}")
         self.buffer(queue_id, payload, properties, None, now - age_ms / 1000.0, guid)
         return Relayed.SENT
+
+    def relay_run(
+        self,
+        queue_id: int,
+        guids: Sequence[bytes],
+        payloads: Sequence[bytes],
+        ages_ms: Sequence[int],
+        now: float,
+    ) -> bool:
+        """``relay`` for a run of PUTs of one queue without properties, checked once and
+        buffered in one loop; True if every PUT of the run was buffered (each as
+        ``Relayed.SENT``).
+
+        False, with nothing buffered, when the run needs ``relay``'s judgement PUT by PUT:
+        a GUID pending already or twice in the run (rule 8), a payload over the limit,
+        the disconnected buffer bound. The link and queue checks raise as ``relay``
+        does. The GUIDs are a batch's column, 16 bytes each by its framing."""
+        state = self._writable_state(queue_id)
+        count = len(guids)
+        if not count:
+            return True
+        if max(map(len, payloads)) > self.limits.max_payload_bytes:
+            return False
+        total = sum(map(len, payloads)) + count * PUT_OVERHEAD
+        puts = self._puts
+        active = state is LinkState.ACTIVE
+        limit = self._disconnected_limit
+        if limit is not None and not active and puts.bytes + total > limit:
+            return False
+        pending = puts.by_guid
+        if not pending.keys().isdisjoint(guids):
+            return False
+        made: list[PendingPut] = []
+        append = made.append
+        shared = self._posted_at
+        last_age = -1
+        posted_at = shared
+        # One tuple per PUT and nothing else: ``buffer``'s float sharing by millisecond,
+        # computed again only when the age changes along the run.
+        for guid, payload, age_ms in zip(guids, payloads, ages_ms, strict=True):
+            if age_ms != last_age:
+                last_age = age_ms
+                posted_at = now - age_ms / 1000.0
+                if 0.0 <= posted_at - shared < 0.001:
+                    posted_at = shared
+                else:
+                    shared = posted_at
+            append((guid, queue_id, payload, None, None, posted_at, len(payload) + PUT_OVERHEAD))
+        before = len(pending)
+        pending.update(zip(guids, made, strict=True))
+        if len(pending) != before + count:
+            # A GUID twice in the run: undo (none was pending before) and let ``relay``
+            # judge the second one against the first.
+            for guid in guids:
+                pending.pop(guid, None)
+            return False
+        self._posted_at = shared
+        puts.bytes += total
+        if active:
+            outbound = self._outbound
+            outbound.items.extend(made)
+            outbound.queued_bytes += total
+        return True
 
     def buffer(
         self,

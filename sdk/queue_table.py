@@ -34,7 +34,8 @@ class QueueRecord:
     write: bool
     options: QueueOptions
     on_message: Callable[[Any], Any] | None
-    """Takes each PUSH: a ``Message``, or a ``WirePush`` in ``wire_pushes`` mode."""
+    """Takes each PUSH as a ``Message``, or runs of them as ``WirePushes`` in
+    ``wire_pushes`` mode."""
     on_ack: Callable[[Ack], Any] | None
     state: QueueState = QueueState.OPENING
     ever_opened: bool = False

@@ -26,14 +26,17 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable, Mapping
+from operator import attrgetter
 from typing import Protocol
 
 from holdfast.proto import pb
-from holdfast.proto.columns import ack_batch, push_batch
+from holdfast.proto.columns import PushRow, ack_batch, push_batch
 from holdfast.proto.validate import GUID_BYTES
 
 AckEntry = tuple[int, bytes, "pb.Status"]
 """An ACK as (queue_id, guid, status); the writer packs them into an AckBatch's columns."""
+
+_payload_of = attrgetter("payload")
 
 _ACK_OVERHEAD = 8
 """Approximate wire bytes of one ACK besides its GUID."""
@@ -153,6 +156,15 @@ class Outbox:
             return
         self._pushes.append((queue_id, message, delivery_count))
         self._push_bytes += len(message.payload) + _PUSH_OVERHEAD
+        self._work.set()
+
+    def push_rows(self, queue_id: int, rows: list[PushRow]) -> None:
+        """``push`` for a run of relayed PUSHes of handle ``queue_id``, each with its own
+        delivery count."""
+        if self.closed or self.finishing or not rows:
+            return
+        self._pushes += [(queue_id, row, row.delivery_count) for row in rows]
+        self._push_bytes += sum(map(len, map(_payload_of, rows))) + _PUSH_OVERHEAD * len(rows)
         self._work.set()
 
     def drop_pushes(self, queue_id: int) -> None:

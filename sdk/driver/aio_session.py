@@ -16,7 +16,7 @@ from typing import Any
 
 from holdfast.sdk import instrument, tracing
 from holdfast.sdk.driver.aio import AsyncDriver
-from holdfast.sdk.engine import QueueRecord, SessionEngine, WireAck, WirePush
+from holdfast.sdk.engine import QueueRecord, SessionEngine, WireAck, WirePushes
 from holdfast.sdk.errors import RequestTimeoutError
 from holdfast.sdk.events import SessionEvent
 from holdfast.sdk.options import QueueOptions, SessionOptions
@@ -86,7 +86,7 @@ class AsyncEngineSession:
         read: bool,
         write: bool,
         options: QueueOptions,
-        on_message: Callable[[Message], Any] | Callable[[WirePush], Any] | None,
+        on_message: Callable[[Message], Any] | Callable[[WirePushes], Any] | None,
         timeout: float,
         on_ack: Callable[[Ack], Any] | None = None,
     ) -> QueueRecord:

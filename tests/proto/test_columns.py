@@ -95,3 +95,13 @@ def test_other_batches_whose_columns_disagree_are_malformed() -> None:
                 queue_ids=[1], guids=b"x" * 16, payload_lengths=[0], delivery_counts=[1, 2]
             )
         )
+
+
+def test_payloads_of_one_size_are_split_like_any_other() -> None:
+    same = read_puts(put_batch([1, 1, 1], G[:3], [b"ab", b"cd", b"ef"]))
+    assert same.payloads == [b"ab", b"cd", b"ef"] and same.guids == G[:3]
+    assert read_puts(put_batch([1, 1], G[:2], [b"", b""])).payloads == [b"", b""]
+    with pytest.raises(Malformed, match="sum to 4, not 6"):
+        read_puts(
+            pb.PutBatch(queue_ids=[1], guids=b"x" * 32, payloads=b"abcdef", payload_lengths=[2, 2])
+        )

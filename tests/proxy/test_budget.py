@@ -92,6 +92,9 @@ def test_routes_release_the_charge_with_the_ack_and_move_a_departed_clients() ->
         def ack(self, queue_id: int, guid: bytes, status: int) -> None:
             self.acks.append((queue_id, guid, status))
 
+        def ack_rows(self, rows: list[tuple[int, bytes, int]]) -> None:
+            self.acks += rows
+
     first, second = Client(), Client()
     key1 = routes.register(first)  # type: ignore[arg-type]
     guid = b"g" * 16

@@ -8,7 +8,7 @@ from typing import cast
 import pytest
 
 from holdfast.proto import pb
-from holdfast.sdk.engine import LinkState, WirePush
+from holdfast.sdk.engine import LinkState, WirePushes
 from holdfast.sdk.errors import (
     ConfirmDroppedError,
     QueueNotOpenError,
@@ -18,7 +18,7 @@ from holdfast.sdk.events import (
     QueueReopened,
 )
 from holdfast.sdk.types import Ack, AckStatus, Message
-from tests.support.columns import confirms_of
+from tests.support.columns import PushView, confirms_of, push_batch_of
 
 from .fakes import URI, Harness, kinds, opens_in, put_guids, reader, reconnect, writer
 
@@ -101,10 +101,29 @@ def test_wire_pushes_reach_on_message_as_the_push_and_its_generation() -> None:
     queue_id = reader(h)
     guid = h.push(queue_id, b"hello", properties={"k": "v"}, delivery_count=3)
     (delivery,) = h.messages
-    push, generation = cast(WirePush, delivery)  # wire_pushes mode: not a Message
+    (push,), generation = cast(WirePushes, delivery)  # wire_pushes mode: not a Message
     assert (push.guid, push.payload, dict(push.properties)) == (guid.bytes, b"hello", {"k": "v"})
     assert push.delivery_count == 3
     assert generation == h.engine.generation
+
+
+def test_wire_pushes_reach_on_message_by_runs_of_one_queue_in_order() -> None:
+    h = Harness(wire_pushes=True)
+    first = reader(h)
+    second = h.open_active("hf://t/second", read=True, write=False)
+    closed = h.open_active("hf://t/closed", read=True, write=False)
+    h.engine.close_queue(closed)
+    g = [bytes([i]) * 16 for i in range(6)]
+    rows = [(first, 0), (first, 1), (closed, 2), (second, 3), (second, 4), (first, 5)]
+    views = [PushView(q, g[n], b"%d" % n, {}, 1) for q, n in rows]
+    h.feed(pb.ServerFrame(pushes=push_batch_of(views)))
+    runs = [cast(WirePushes, delivery) for delivery in h.messages]
+    assert [([p.guid for p in pushes], gen) for pushes, gen in runs] == [
+        ([g[0], g[1]], h.generation),
+        ([g[3], g[4]], h.generation),
+        ([g[5]], h.generation),
+    ]
+    assert h.engine.stats().messages_delivered == 5
 
 
 def test_confirm_wire_sends_a_confirm_for_the_current_connection_only() -> None:
@@ -112,7 +131,7 @@ def test_confirm_wire_sends_a_confirm_for_the_current_connection_only() -> None:
     queue_id = reader(h)
     guid = h.push(queue_id)
     (delivery,) = h.messages
-    generation = cast(WirePush, delivery)[1]
+    generation = cast(WirePushes, delivery)[1]
     h.engine.confirm_wire(queue_id, guid.bytes, generation)
     (frame,) = h.sent_frames()
     assert [(c.queue_id, c.guid) for c in confirms_of(frame.confirms)] == [(queue_id, guid.bytes)]

@@ -8,7 +8,7 @@ import pytest
 from holdfast.proto import pb
 from holdfast.proto.columns import ack_batch
 from holdfast.sdk.engine import SessionEngine
-from holdfast.sdk.errors import InvalidArgumentError
+from holdfast.sdk.errors import InvalidArgumentError, NotWritableError, QueueNotOpenError
 from holdfast.sdk.producer import Relayed
 from tests.support.columns import puts_of
 
@@ -101,3 +101,67 @@ def test_relay_refuses_a_guid_that_is_not_16_bytes(h: Harness) -> None:
     with pytest.raises(InvalidArgumentError):
         h.engine.relay(queue_id, b"x", None, b"short", h.now)
     assert h.engine.pending_count == 0
+
+
+def test_relay_run_buffers_each_put_under_its_guid_as_old_as_it_arrived(h: Harness) -> None:
+    queue_id = writer(h)
+    guids = [bytes([i]) * 16 for i in range(4)]
+    payloads = [b"a", b"bb", b"ccc", b"dddd"]
+    assert h.engine.relay_run(queue_id, guids, payloads, [0, 1500, 1500, 20], h.now)
+    assert h.engine.pending_count == 4
+    h.advance(1.0)
+    puts = [p for f in h.sent_frames() if f.WhichOneof("frame") == "puts" for p in puts_of(f.puts)]
+    assert [(p.guid, p.payload) for p in puts] == list(zip(guids, payloads, strict=True))
+    # Back-dated by its age (rounded down to the ms on the way out).
+    expected = [1000, 2500, 2500, 1020]
+    assert all(0 <= e - p.age_ms <= 1 for p, e in zip(puts, expected, strict=True)), puts
+    assert h.engine.relay(queue_id, b"ccc", None, guids[2], h.now) is Relayed.JOINED
+    h.feed(pb.ServerFrame(acks=ack_batch([(queue_id, g, pb.STATUS_OK) for g in guids])))
+    assert h.engine.take_wire_acks() == [(g, pb.STATUS_OK) for g in guids]
+    assert h.engine.relay_run(queue_id, guids[:1], [b"again"], [0], h.now)
+
+
+def test_relay_run_while_disconnected_buffers_for_the_restore(h: Harness) -> None:
+    queue_id = writer(h)
+    h.lose()
+    assert h.engine.relay_run(queue_id, [b"g" * 16], [b"x"], [0], h.now)
+    assert h.engine.pending_count == 1 and not h.engine.has_outbound
+
+
+@pytest.mark.parametrize("case", ["pending", "twice", "too large"])
+def test_relay_run_takes_nothing_when_a_put_must_be_judged_alone(h: Harness, case: str) -> None:
+    queue_id = writer(h)
+    pending = b"p" * 16
+    assert h.engine.relay(queue_id, b"x", None, pending, h.now) is Relayed.SENT
+    h.sent_frames()
+    guids = [b"a" * 16, b"b" * 16, b"c" * 16]
+    payloads = [b"1", b"2", b"3"]
+    if case == "pending":
+        guids[1] = pending
+    elif case == "twice":
+        guids[2] = guids[0]
+    else:
+        payloads[1] = b"x" * (h.engine.limits.max_payload_bytes + 1)
+    assert not h.engine.relay_run(queue_id, guids, payloads, [0, 0, 0], h.now)
+    assert h.engine.pending_count == 1 and not h.engine.has_outbound
+    # PUT by PUT, each is judged as before.
+    assert h.engine.relay(queue_id, payloads[0], None, guids[0], h.now) is Relayed.SENT
+
+
+def test_relay_run_refuses_a_queue_that_is_not_writable(h: Harness) -> None:
+    writing = writer(h)
+    reading = h.open_active("hf://t/read", read=True, write=False)
+    with pytest.raises(NotWritableError):
+        h.engine.relay_run(reading, [b"a" * 16], [b"x"], [0], h.now)
+    with pytest.raises(QueueNotOpenError):
+        h.engine.relay_run(999, [b"a" * 16], [b"x"], [0], h.now)
+    assert h.engine.relay_run(writing, [], [], [], h.now)  # an empty run: nothing to do
+
+
+def test_relay_run_keeps_to_the_disconnected_bound() -> None:
+    h = Harness(max_disconnected_buffer_bytes=200)
+    queue_id = writer(h)
+    h.lose()
+    assert not h.engine.relay_run(queue_id, [b"a" * 16, b"b" * 16], [b"x" * 100] * 2, [0, 0], h.now)
+    assert h.engine.relay_run(queue_id, [b"a" * 16], [b"x" * 100], [0], h.now)
+    assert h.engine.pending_count == 1

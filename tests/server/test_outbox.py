@@ -182,3 +182,26 @@ def test_a_relayed_push_is_written_with_the_handle_and_count_it_is_pushed_under(
         assert (built.queue_id, built.guid, built.delivery_count) == (4, b"h" * 16, 1)
 
     run(scenario())
+
+
+def test_relayed_push_rows_leave_as_pushed_one_by_one_with_their_counts() -> None:
+    async def scenario() -> None:
+        rows = [PushRow(g(bytes([i])), b"x" * 100, {}, i + 1, 7) for i in range(5)]
+        outbox = Outbox(max_frame_bytes=250, read_bound_bytes=1 << 20)
+        outbox.push_rows(3, rows)
+        outbox.push_rows(3, [])
+        assert outbox.push_bytes == 5 * (100 + 32)
+        frames = []
+        while (frame := outbox.take()) is not None:
+            frames.append(frame)
+        one_by_one = Outbox(max_frame_bytes=250, read_bound_bytes=1 << 20)
+        for row in rows:
+            one_by_one.push(3, row, row.delivery_count)
+        assert frames == [one_by_one.take() for _ in frames]
+        assert [p.delivery_count for f in frames for p in pushes_of(f.pushes)] == [1, 2, 3, 4, 5]
+        assert outbox.push_bytes == 0
+        outbox.finishing = True
+        outbox.push_rows(3, rows)
+        assert outbox.take() is None and outbox.push_bytes == 0
+
+    run(scenario())
