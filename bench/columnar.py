@@ -70,21 +70,31 @@ def _child_env(links: Path | None) -> dict[str, str]:
     return env
 
 
-def run_child(links: Path | None, mode: str, count: int, runs: int) -> dict[str, Any]:
-    """Run one measurement in a child importing the tree at ``links`` (None: this one)."""
+def run_in_tree(
+    links: Path | None, script: str, args: list[str], timeout: float = 1800
+) -> dict[str, Any]:
+    """Run ``python SCRIPT ARGS`` importing the tree at ``links`` (None: this one); the
+    JSON of its last line of output, or ``{"error": ...}`` if it failed."""
     proc = subprocess.run(
-        [sys.executable, __file__, "--child", mode, "--count", str(count), "--runs", str(runs)],
+        [sys.executable, script, *args],
         capture_output=True,
         text=True,
         env=_child_env(links),
-        timeout=1800,
+        timeout=timeout,
         check=False,
     )
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
-        return {"error": f"{mode} failed ({proc.returncode}): {proc.stderr[-2000:]}"}
+        return {"error": f"{args} failed ({proc.returncode}): {proc.stderr[-2000:]}"}
     result: dict[str, Any] = json.loads(lines[-1])
     return result
+
+
+def run_child(links: Path | None, mode: str, count: int, runs: int) -> dict[str, Any]:
+    """Run one measurement in a child importing the tree at ``links`` (None: this one)."""
+    return run_in_tree(
+        links, __file__, ["--child", mode, "--count", str(count), "--runs", str(runs)]
+    )
 
 
 # -- children -------------------------------------------------------------------------

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -95,19 +94,7 @@ def child_cpu(count: int) -> dict[str, Any]:
 
 
 def _run(links: Path | None, mode: str, count: int) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, __file__, "--child", mode, "--count", str(count)],
-        capture_output=True,
-        text=True,
-        env=columnar._child_env(links),
-        timeout=3600,
-        check=False,
-    )
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        return {"error": f"{mode} failed ({proc.returncode}): {proc.stderr[-2000:]}"}
-    result: dict[str, Any] = json.loads(lines[-1])
-    return result
+    return columnar.run_in_tree(links, __file__, ["--child", mode, "--count", str(count)], 3600)
 
 
 def main() -> int:

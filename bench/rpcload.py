@@ -126,18 +126,11 @@ def measure_tree(ref: str, count: int, window: int = BEFORE_WINDOW) -> CallFigur
 
     with tempfile.TemporaryDirectory(prefix="holdfast-rpc-before-") as directory:
         links = columnar.baseline_tree(ref, Path(directory))
-        proc = subprocess.run(
-            [sys.executable, __file__, "--count", str(count), "--window", str(window), "before"],
-            capture_output=True,
-            text=True,
-            env=columnar._child_env(links),
-            timeout=900,
-            check=False,
-        )
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"the {ref} tree's run failed ({proc.returncode}): {proc.stderr[-800:]}")
-    figures = CallFigures(**json.loads(lines[-1]))
+        args = ["--count", str(count), "--window", str(window), "before"]
+        result = columnar.run_in_tree(links, __file__, args, 900)
+    if "error" in result:
+        raise RuntimeError(f"the {ref} tree's run failed: {result['error']}")
+    figures = CallFigures(**result)
     figures.name = f"request/reply threaded, SDK->proxy->broker, #35's old shape, tree {ref}"
     return figures
 
