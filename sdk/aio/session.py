@@ -305,22 +305,25 @@ class Session:
     ) -> list[uuid.UUID]:
         if self._telemetry and tracing.configured():  # a span per message, as post() makes
             return [await self._post(queue_id, p, properties, on_ack, None) for p in payloads]
-        await self._admitted(queue_id)
-        guids = self._core.engine.post_many(
-            queue_id, payloads, properties, on_ack, time.monotonic()
-        )
+        engine = self._core.engine
+        now = time.monotonic()
+        if engine.admit_post(now, now, queue_id) > 0:
+            now = await self._admission_wait(queue_id, now)
+        guids = engine.post_many(queue_id, payloads, properties, on_ack, now)
         self._core.driver.outbound_queued()
         return guids
 
-    async def _admitted(self, queue_id: int) -> None:
-        """Rule 7's wait before a batch of posts (``_post_now`` inlines it for one)."""
+    async def _admission_wait(self, queue_id: int, since: float) -> float:
+        """Rule 7: wait while the engine holds posts to ``queue_id`` back (it raises once
+        the wait is over); the time the post may go ahead. Only a post that was held
+        comes here: the free path costs one ``admit_post`` call and no coroutine."""
         engine = self._core.engine
-        now = since = time.monotonic()
+        engine.note_admission_wait(queue_id)
+        now = since
         while (delay := engine.admit_post(since, now, queue_id)) > 0:
-            if now == since:
-                engine.note_admission_wait(queue_id)
             await self._core.driver.wait_changed(delay)
             now = time.monotonic()
+        return now
 
     async def _post_now(
         self,
@@ -331,12 +334,9 @@ class Session:
         guid: uuid.UUID | None,
     ) -> uuid.UUID:
         engine = self._core.engine
-        now = since = time.monotonic()
-        while (delay := engine.admit_post(since, now, queue_id)) > 0:
-            if now == since:
-                engine.note_admission_wait(queue_id)
-            await self._core.driver.wait_changed(delay)
-            now = time.monotonic()
+        now = time.monotonic()
+        if engine.admit_post(now, now, queue_id) > 0:
+            now = await self._admission_wait(queue_id, now)
         guid = engine.post(queue_id, payload, properties, on_ack, now, guid)
         self._core.driver.outbound_queued()
         return guid

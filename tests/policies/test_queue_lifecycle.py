@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from holdfast.proto.policy import QueuePolicy
-from holdfast.sdk import Ack, AckStatus, QueueOptions, Session
+from holdfast.sdk import Ack, AckStatus, QueueOptions, Session, aio
 from holdfast.sdk.admin import AdminClient
 from holdfast.sdk.errors import (
     BrokerBusyError,
@@ -19,7 +20,7 @@ from holdfast.sdk.errors import (
 )
 from tests.policies.support import FAST, Collector, post_all
 from tests.support.processes import BrokerProcess
-from tests.support.waiting import wait_until
+from tests.support.waiting import wait_until, wait_until_async
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -49,6 +50,49 @@ def test_a_queue_at_its_depth_limit_pushes_back_on_post_and_drops_nothing(
         got.wait_for(4)
     assert [acks[g] for g in taken] == [AckStatus.SUCCESS] * 4
     assert sorted(m.payload for m in got.messages) == [b"m0", b"m1", b"m2", b"m3"]
+
+
+def test_the_asyncio_session_waits_on_a_full_queue_too_and_drops_nothing(
+    broker: BrokerProcess, admin: AdminClient
+) -> None:
+    """Rule 7 on the asyncio front-end: ``await post()`` and ``await post_many()`` on a
+    queue the broker pushes back on wait (the loop runs on), then raise
+    ``BrokerBusyError`` without taking anything; the held PUT goes in once there is
+    room."""
+    admin.set_policy(URI, QueuePolicy(max_messages=2))
+    acks: dict[uuid.UUID, AckStatus] = {}
+
+    async def main() -> None:
+        async with aio.Session(broker.address, options=FAST) as session:
+            queue = await session.open_queue(
+                URI, write=True, on_ack=lambda a: acks.__setitem__(a.guid, a.status)
+            )
+            taken = [await queue.post(b"m%d" % i) for i in range(3)]
+            await wait_until_async(lambda: len(acks) == 2, 10, "two ACKs")
+            ticks = 0
+
+            async def tick() -> None:  # the loop keeps running while post() waits
+                nonlocal ticks
+                while True:
+                    await asyncio.sleep(0.1)
+                    ticks += 1
+
+            ticker = asyncio.create_task(tick())
+            started = time.monotonic()
+            with pytest.raises(BrokerBusyError, match="depth limit"):
+                await queue.post(b"refused")
+            with pytest.raises(BrokerBusyError, match="depth limit"):
+                await queue.post_many([b"refused too", b"and this"])
+            assert time.monotonic() - started >= 9.0  # each waited ~5 s before refusing
+            ticker.cancel()
+            assert ticks >= 40
+            assert admin.stats(URI).ready == 2  # nothing refused was taken
+            admin.purge(URI)
+            assert await session.flush(15)  # room again: the held PUT goes in, once
+            assert [acks[g] for g in taken] == [AckStatus.SUCCESS] * 3
+        assert admin.stats(URI).ready == 1
+
+    asyncio.run(main())
 
 
 def test_a_byte_limit_counts_payload_bytes(broker: BrokerProcess, admin: AdminClient) -> None:
