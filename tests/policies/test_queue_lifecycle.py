@@ -43,6 +43,11 @@ def test_a_queue_at_its_depth_limit_pushes_back_on_post_and_drops_nothing(
         with pytest.raises(BrokerBusyError, match="depth limit"):
             queue.post(b"refused")
         assert time.monotonic() - started >= 4.5  # post() waited before refusing
+        started = time.monotonic()
+        with pytest.raises(BrokerBusyError, match="depth limit"):
+            queue.post_many([b"refused too", b"and this"])
+        assert time.monotonic() - started >= 4.5  # so did post_many(), taking none
+        assert admin.stats(URI).ready == 3
         # Room again: the held PUT goes in by itself, exactly once.
         got = Collector()
         session.open_queue(URI, read=True, on_message=got)
