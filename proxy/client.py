@@ -264,15 +264,7 @@ class ClientSession(ContractStream):
 
     def ack(self, queue_id: int, guid: bytes, status: pb.Status) -> None:
         """Queue an ACK for this client; ACKs routed in one turn of the loop share a frame."""
-        if self._spans:
-            self._spans.acked(guid, status)
-        if self.ending:
-            return
-        group = self._acks
-        if group is None:
-            group = self._acks = AckGroup()
-            asyncio.get_running_loop().call_soon(self._flush_acks)
-        group.acks.append((queue_id, guid, status))
+        self.ack_rows([(queue_id, guid, status)])
 
     def ack_rows(self, rows: list[AckEntry]) -> None:
         """``ack`` for a run of ACKs of this client at once (``rows`` is the client's now)."""

@@ -22,7 +22,8 @@ its call, which waits without blocking the loop for the reader's credit (at most
 reader holds the stream to that much in the broker; the credits come on the queue
 ``hf://<domain>/rpc-credit-<request guid hex>-<name>``, see
 ``holdfast.sdk.rpc.chunks``) and for the broker's ACKs (at most ``WINDOW`` chunks
-unacknowledged), and is cancelled when the call ends. A reader is an
+unacknowledged), and is cancelled when the call ends (a worker's reply stream gives
+up after ``REPLY_CREDIT_TIMEOUT`` without new credit). A reader is an
 ``AsyncStreamReader``; it gives credit every ``CREDIT_EVERY`` chunks it reads, and
 tells the sender to stop when it is closed before the end.
 """

@@ -15,7 +15,9 @@ the stream. The reader says how far it has read with small messages on the
 stream's credit queue (``credit_uri``): after every ``CREDIT_EVERY`` chunks read,
 a message with ``CREDIT`` = the sequence number of the last chunk read, and, when
 it stops before the end of the stream, one more with ``CREDIT_STOP`` too, so the
-sender stops instead of waiting for credit for as long as its call lives. A
+sender stops instead of waiting for credit for as long as its call lives (a
+worker's reply stream, which no call bounds on the worker's side, gives up after
+``REPLY_CREDIT_TIMEOUT`` without new credit). A
 credit's GUID is derived from (request guid, stream name, sequence number) like a
 chunk's, so a credit retransmitted after a reconnect is dropped by the broker's
 dedup; the sender takes the highest it has seen, since credits may come twice or

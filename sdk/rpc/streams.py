@@ -21,7 +21,8 @@ retransmit is dropped), and one with ``x-rpc-credit-stop`` when it stops before 
 end, which stops the sender quietly. The sender reads that queue from before its
 first chunk until the stream or the call ends, takes the highest credit (they may
 come twice or out of order after a reconnect) and waits for credit for as long as
-its call lives. Besides, it keeps at most ``WINDOW`` chunks not yet acknowledged by
+its call lives (a worker's reply stream: at most ``REPLY_CREDIT_TIMEOUT`` without new
+credit, then ``StreamError``). Besides, it keeps at most ``WINDOW`` chunks not yet acknowledged by
 the broker, so its own memory stays bounded whatever the size of the stream.
 """
 
