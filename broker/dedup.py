@@ -200,12 +200,40 @@ class GuidHistory:
         order; an earlier time than the last bucket's joins it (kept longer).
         ``known_new``: the caller knows the history does not hold ``guid`` (the broker
         admitted its PUT after looking it up), so it is not looked up again."""
+        if not self._bucket_for(accepted_at):
+            return
+        if not self._table.add(guid, digest, known_new):
+            return
+        self._buckets[-1][2] += 1
+        self._count += 1
+        self.budget.held += 1
+
+    def record_new(self, guids: list[bytes], digests: list[int], accepted_at: float) -> None:
+        """``record(..., known_new=True)`` for a whole PUT batch accepted at one time:
+        the bucket is chosen once and the GUIDs join the table together (the broker
+        admitted each after a lookup that missed, and ``in_flight`` kept it unique).
+        With many open queues a frame brings each queue one or two GUIDs, so this path
+        is per queue as much as per GUID: it makes no lists and one table call."""
+        count = len(guids)
+        if not count or not self._bucket_for(accepted_at):
+            return
+        if count == 1:
+            self._table.add(guids[0], digests[0], True)
+        else:
+            self._table.add_new(guids, digests)
+        self._buckets[-1][2] += count
+        self._count += count
+        self.budget.held += count
+
+    def _bucket_for(self, accepted_at: float) -> bool:
+        """Make the last bucket the one for entries accepted at ``accepted_at``; False if
+        their retention has already passed (they are not kept)."""
         expires = accepted_at + self.retention
         if expires <= self._clock():
-            return
-        table = self._table
+            return False
         buckets = self._buckets
         if not buckets or expires > buckets[-1][0]:
+            table = self._table
             if len(buckets) < MAX_GENERATIONS:
                 # The bucket's expiry is the latest any of its entries may need.
                 generation = table.newest + 1
@@ -217,26 +245,7 @@ class GuidHistory:
                 # Times far apart (a clock resumed far ahead): the last bucket is kept
                 # longer rather than a generation tag be reused while alive.
                 buckets[-1][0] = expires + self._width
-        if not table.add(guid, digest, known_new):
-            return
-        buckets[-1][2] += 1
-        self._count += 1
-        self.budget.held += 1
-
-    def record_new(self, guids: list[bytes], digests: list[int], accepted_at: float) -> None:
-        """``record(..., known_new=True)`` for a whole PUT batch accepted at one time:
-        the bucket is chosen once and the GUIDs join the table together (the broker
-        admitted each after a lookup that missed, and ``in_flight`` kept it unique)."""
-        if not guids:
-            return
-        before = len(self._table)
-        self.record(guids[0], digests[0], accepted_at, known_new=True)
-        if len(self._table) == before or len(guids) == 1:
-            return  # past its retention already: none of them is kept
-        added = self._table.add_new(guids, digests, start=1)
-        self._buckets[-1][2] += added
-        self._count += added
-        self.budget.held += added
+        return True
 
     def expire(self, now: float | None = None) -> int:
         """Drop the buckets whose retention has passed at ``now``; how many GUIDs went."""

@@ -43,6 +43,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from operator import itemgetter
 
+from holdfast.broker.accept import accept
 from holdfast.broker.dedup import content_digest
 from holdfast.broker.lifecycle import Admission, admit
 from holdfast.broker.queues import Queue, QueueHandle
@@ -281,7 +282,7 @@ class PutPipeline:
                 durable = await self._settle_write(result, len(fresh))
                 if written is not None:
                     self._budget.reserved -= len(fresh)
-                    self._accept(fresh, fresh_queues, durable)
+                    accept(fresh, fresh_queues, durable)
                     # Replays waiting on this write (on any session) learn its outcome.
                     written.set_result(durable)
                 if not durable:
@@ -317,38 +318,6 @@ class PutPipeline:
             )
             return False
         return True
-
-    @staticmethod
-    def _accept(fresh: list[StoredMessage], fresh_queues: list[Queue], durable: bool) -> None:
-        """The batch's new messages are durable (or failed): leave ``in_flight``; when
-        durable, join their queues and histories a queue at a time (a frame's PUTs
-        mostly share one queue, so that is once per frame)."""
-        by_queue: dict[int, tuple[Queue, list[StoredMessage]]] = {}
-        for message, queue in zip(fresh, fresh_queues, strict=True):
-            entry = by_queue.get(id(queue))
-            if entry is None:
-                by_queue[id(queue)] = (queue, [message])
-            else:
-                entry[1].append(message)
-        for queue, messages in by_queue.values():
-            in_flight = queue.in_flight
-            for message in messages:
-                del in_flight[message.guid]
-            queue.in_flight_bytes -= sum(len(message.payload) for message in messages)
-            if not durable:
-                continue
-            queue.accepted += len(messages)
-            # Admitted after a lookup that missed; in_flight kept each unique since.
-            # One frame's messages share their acceptance time.
-            queue.history.record_new(
-                [message.guid for message in messages],
-                [message.digest for message in messages],
-                messages[0].accepted_at,
-            )
-            queue.enqueue(messages)
-        if durable:
-            for queue, _ in by_queue.values():
-                queue.deliver()
 
     async def quiet(self, queue: Queue, guids: Iterable[bytes]) -> None:
         """Return once none of ``guids`` is in flight (its store write pending) in

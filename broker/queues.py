@@ -133,8 +133,8 @@ class Queue:
         self.live[message.guid] = message
         self.live_bytes += len(message.payload)
         self.ready.append(message)
-        deadline = message.pickup_deadline()
-        if deadline is not None:
+        # Most messages have no properties, so no pickup TTL: no call for them.
+        if message.properties and (deadline := message.pickup_deadline()) is not None:
             heapq.heappush(self.pickups, (deadline, next(_sequence), message))
             if self._timed is not None:
                 self._timed.add(self)
