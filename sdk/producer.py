@@ -224,19 +224,17 @@ class Producer:
         if not 0.0 <= now - self._posted_at < 0.001:
             self._posted_at = now
         posted_at = self._posted_at
-        pending = puts.by_guid
+        add = puts.add
         items = self._outbound.items
         guids = self._guids.next
         made: list[uuid.UUID] = []
         for payload in checked:
             guid, key = guids()
             size = len(payload) + overhead
-            put: PendingPut = (key, queue_id, payload, props, on_ack, posted_at, size)
-            pending[key] = put
+            add(key, queue_id, payload, props, on_ack, posted_at, size)
             if active:
-                items.append(put)
+                items.append((key, queue_id, payload, props, on_ack, posted_at, size))
             made.append(guid)
-        puts.bytes += total
         if active:
             self._outbound.queued_bytes += total
         return made
@@ -260,7 +258,7 @@ class Producer:
         the same queue with other content is a ``CONFLICT``; another queue is another
         message, which waits until the pending one has its outcome (``BUSY``: buffered
         nothing, relay it again then)."""
-        pending = self._puts.by_guid.get(guid)
+        pending = self._puts.get(guid)
         if pending is not None:
             if pending[QUEUE_ID] != queue_id:
                 return Relayed.BUSY
@@ -300,8 +298,7 @@ class Producer:
         limit = self._disconnected_limit
         if limit is not None and not active and puts.bytes + total > limit:
             return False
-        pending = puts.by_guid
-        if not pending.keys().isdisjoint(guids):
+        if not puts.segments.none_pending(guids):
             return False
         made: list[PendingPut] = []
         append = made.append
@@ -319,14 +316,9 @@ class Producer:
                 else:
                     shared = posted_at
             append((guid, queue_id, payload, None, None, posted_at, len(payload) + PUT_OVERHEAD))
-        before = len(pending)
-        pending.update(zip(guids, made, strict=True))
-        if len(pending) != before + count:
-            # A GUID twice in the run: undo (none was pending before) and let ``relay``
-            # judge the second one against the first.
-            for guid in guids:
-                pending.pop(guid, None)
-            return False
+        add = puts.segments.append
+        for put in made:
+            add(put[0], queue_id, put[2], put[5], None)
         self._posted_at = shared
         puts.bytes += total
         if active:
@@ -387,13 +379,16 @@ class Producer:
             posted_at = self._posted_at
         else:
             self._posted_at = posted_at
-        put: PendingPut = (key, queue_id, payload, props, on_ack, posted_at, size)
-        # Added to the buffer and the outbound queue in place: two method calls would
-        # be ~10 % of a post.
-        puts.by_guid[key] = put
+        extra = (
+            None
+            if props is None and on_ack is None
+            else (props, on_ack, size - len(payload) - PUT_OVERHEAD)
+        )
+        puts.segments.append(key, queue_id, payload, posted_at, extra)
         puts.bytes += size
         if active:
+            # Added to the outbound queue in place: a method call would be ~5 % of a post.
             outbound = self._outbound
-            outbound.items.append(put)
+            outbound.items.append((key, queue_id, payload, props, on_ack, posted_at, size))
             outbound.queued_bytes += size
         return made
