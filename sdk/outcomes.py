@@ -146,7 +146,7 @@ class Outcomes:
                     reported += n
                     k += n
                     continue
-                wire = _STATUS_OK
+                wire: int = _STATUS_OK
             else:
                 wire = statuses[k]
             guid = guids[k]

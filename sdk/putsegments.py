@@ -188,11 +188,12 @@ class Segments:
             i = 0
         if guid > self._last:
             self._last = guid
-            segment.guids += guid  # type: ignore[operator]  # a bytearray while the tail
+            guids = segment.guids
+            guids += guid  # a bytearray: the tail is never frozen
         else:
             self._stray(segment, i, guid)
         data = segment.data
-        data += payload  # type: ignore[operator]
+        data += payload
         ends.append(len(data))
         segment.posted.append(posted_at)
         segment.queue_ids.append(queue_id)
@@ -200,7 +201,7 @@ class Segments:
             segment.extras[i] = extra
 
     def _stray(self, segment: Segment, i: int, guid: bytes) -> None:
-        segment.guids += self._last  # type: ignore[operator]
+        segment.guids += self._last
         segment.strays[i] = guid
         self._strays[guid] = segment.base + i
 
