@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
 from holdfast.proto.limits import DEFAULT_LIMITS, Limits
@@ -300,14 +301,14 @@ class Producer:
             return False
         if not puts.segments.none_pending(guids):
             return False
-        made: list[PendingPut] = []
-        append = made.append
+        times: list[float] = []
+        append = times.append
         shared = self._posted_at
         last_age = -1
         posted_at = shared
-        # One tuple per PUT and nothing else: ``buffer``'s float sharing by millisecond,
+        # One float per PUT and nothing else: ``buffer``'s float sharing by millisecond,
         # computed again only when the age changes along the run.
-        for guid, payload, age_ms in zip(guids, payloads, ages_ms, strict=True):
+        for age_ms in ages_ms:
             if age_ms != last_age:
                 last_age = age_ms
                 posted_at = now - age_ms / 1000.0
@@ -315,13 +316,15 @@ class Producer:
                     posted_at = shared
                 else:
                     shared = posted_at
-            append((guid, queue_id, payload, None, None, posted_at, len(payload) + PUT_OVERHEAD))
-        add = puts.segments.append
-        for put in made:
-            add(put[0], queue_id, put[2], put[5], None)
+            append(posted_at)
+        puts.segments.extend(guids, queue_id, payloads, times)
         self._posted_at = shared
         puts.bytes += total
         if active:
+            sizes = [len(payload) + PUT_OVERHEAD for payload in payloads]
+            made: list[PendingPut] = list(
+                zip(guids, repeat(queue_id), payloads, repeat(None), repeat(None), times, sizes)
+            )
             outbound = self._outbound
             outbound.items.extend(made)
             outbound.queued_bytes += total

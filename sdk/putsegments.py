@@ -23,7 +23,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
-from itertools import islice
+from itertools import accumulate, islice
 from operator import lt
 from typing import Any
 
@@ -199,6 +199,40 @@ class Segments:
         segment.queue_ids.append(queue_id)
         if extra is not None:
             segment.extras[i] = extra
+
+    def extend(
+        self,
+        guids: Sequence[bytes],
+        queue_id: int,
+        payloads: Sequence[bytes],
+        posted: Sequence[float],
+    ) -> None:
+        """``append`` for a run of one queue's PUTs without properties or ``on_ack`` (a
+        proxy relaying a client's batch): column by column where the GUIDs are in order."""
+        start = 0
+        count = len(guids)
+        while start < count:
+            segment = self.tail
+            room = SEGMENT_PUTS - len(segment.ends)
+            if not room:
+                segment = self._roll()
+                room = SEGMENT_PUTS
+            end = min(count, start + room)
+            run = guids[start:end]
+            if run[0] > self._last and all(map(lt, run, islice(run, 1, None))):
+                self._last = run[-1]
+                column = segment.guids
+                column += b"".join(run)
+                data = segment.data
+                taken = payloads[start:end]
+                segment.ends.extend(islice(accumulate(map(len, taken), initial=len(data)), 1, None))
+                data += b"".join(taken)
+                segment.posted.extend(posted[start:end])
+                segment.queue_ids += array("I", (queue_id,)) * (end - start)
+            else:
+                for j in range(start, end):
+                    self.append(guids[j], queue_id, payloads[j], posted[j], None)
+            start = end
 
     def _stray(self, segment: Segment, i: int, guid: bytes) -> None:
         segment.guids += self._last

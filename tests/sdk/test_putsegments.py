@@ -46,7 +46,8 @@ def on_ack_a(ack: object) -> None:
     """A callback kept with some PUTs (compared by identity)."""
 
 
-# An operation: ("post", guid kind, queue id, payload, with extras), ("pop", pick),
+# An operation: ("post", guid kind, queue id, payload, with extras), ("run", how many,
+# shuffled), ("pop", pick),
 # ("ack", how many of the oldest), ("hold", pick), ("due",).
 operations = st.lists(
     st.one_of(
@@ -57,6 +58,7 @@ operations = st.lists(
             st.binary(max_size=12),
             st.booleans(),
         ),
+        st.tuples(st.just("run"), st.integers(1, 9), st.booleans()),
         st.tuples(st.just("pop"), st.integers(0, 1000)),
         st.tuples(st.just("ack"), st.integers(1, 9)),
         st.tuples(st.just("hold"), st.integers(0, 1000)),
@@ -99,6 +101,18 @@ def test_the_packed_buffer_matches_the_dict_model(
                 size = len(payload) + PUT_OVERHEAD + (7 if extras else 0)
                 buffer.add(guid, queue_id, payload, properties, callback, now, size)
                 model[guid] = (guid, queue_id, payload, properties, callback, now, size)
+            elif op[0] == "run":
+                # A proxy relaying a client's batch: one queue, no properties.
+                _, n, shuffled = op
+                run = [source.next()[1] for _ in range(n)]
+                if shuffled:
+                    rnd.shuffle(run)
+                payloads = [bytes([j]) * j for j in range(n)]
+                buffer.segments.extend(run, 2, payloads, [now] * n)
+                for guid, payload in zip(run, payloads, strict=True):
+                    size = len(payload) + PUT_OVERHEAD
+                    model[guid] = (guid, 2, payload, None, None, now, size)
+                    buffer.bytes += size
             elif op[0] == "pop" and model:
                 guid = list(model)[op[1] % len(model)]
                 assert buffer.pop(guid) == model.pop(guid)
@@ -207,3 +221,16 @@ def test_a_buffered_put_costs_its_bytes_not_a_tuple_and_a_dict_entry() -> None:
     # and the offset, time and queue id columns make ~140 B; a tuple, a dict entry and
     # the payload's own bytes object per PUT made ~310 B.
     assert grown / count < 200
+
+
+def test_an_ack_run_over_a_reported_put_is_not_reported_twice() -> None:
+    with tiny_segments(3):
+        h = Harness()
+        queue_id = writer(h)
+        guids = [h.post(queue_id) for _ in range(6)]
+        h.ack(guids[1])
+        assert h.engine.is_pending(guids[0])  # the search leaves its cursor on guids[1]
+        h.ack(guids[1], guids[2], guids[3])  # guids[1] again: a duplicate ACK
+        assert [ack.guid for ack in h.acks] == [guids[1], guids[2], guids[3]]
+        assert h.engine.stale_acks == 1
+        assert h.engine.pending_count == 3
