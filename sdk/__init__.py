@@ -10,7 +10,7 @@
         session.flush(timeout=30)
 
 Modules, each with one job: ``engine`` (the HA rules, no I/O; with ``state``,
-``connection``, ``restore``, ``putbuffer``, ``producer``, ``consumer``,
+``connection``, ``restore``, ``putbuffer`` (over ``putsegments``), ``producer``, ``consumer``,
 ``outbound``, ``queue_table``, ``outcomes`` and ``discovery``), ``driver`` (the one
 connection driver: failover, back-off, the Hello deadline, reader and writer pumps),
 ``transports`` (sync gRPC, asyncio gRPC, in-memory), ``session`` (the synchronous

@@ -6,10 +6,10 @@ takes inputs and produces outputs, and a shell (the connection driver of the SDK
 scripted frames. It is split by job: ``state`` (the link and queue state
 machines, as tables), ``connection`` (one connection's life: Hello, HelloReply, the
 restore's sequence, the loss), ``restore`` (rule 4's steps), ``putbuffer`` (pending
-PUTs, their age, push-back), ``producer`` (rules 1, 2 and 7 on the post path),
-``consumer`` (rule 5 on the CONFIRM path), ``outbound`` (what waits for the wire),
-``queue_table`` (queue handles and their requests), ``outcomes`` (ACKs, PUSHes and
-events for the application), ``discovery`` (``count_consumers``, re-asked after a
+PUTs, packed by ``putsegments``; their age, push-back), ``producer`` (rules 1, 2 and 7
+on the post path), ``consumer`` (rule 5 on the CONFIRM path), ``outbound`` (what waits
+for the wire), ``queue_table`` (queue handles and their requests), ``outcomes`` (ACKs,
+PUSHes and events for the application), ``discovery`` (``count_consumers``, re-asked after a
 reconnect); this module is the facade that routes inputs to them and ends the
 session.
 

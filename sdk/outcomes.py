@@ -25,7 +25,8 @@ from holdfast.proto.validate import quote
 from holdfast.sdk import events as ev
 from holdfast.sdk.errors import HoldfastError, RemoteProtocolError
 from holdfast.sdk.guids import uuid_from_bytes
-from holdfast.sdk.putbuffer import GUID, ON_ACK, QUEUE_ID, PendingPut, PutBuffer
+from holdfast.sdk.putbuffer import GUID, ON_ACK, PUT_OVERHEAD, QUEUE_ID, PendingPut, PutBuffer
+from holdfast.sdk.putsegments import Segment
 from holdfast.sdk.queue_table import QueueTable
 from holdfast.sdk.state import WRITABLE_STATES
 from holdfast.sdk.stats import StatsCounters
@@ -123,9 +124,9 @@ class Outcomes:
             raise RemoteProtocolError(
                 f"the server sent an ACK batch of {len(guids)} GUIDs and {len(statuses)} statuses"
             )
-        # One iteration per ACKed message: locals, no method calls on the hot path.
         puts = self._puts
-        pending = puts.by_guid
+        segments = puts.segments
+        find = segments.find
         released = 0
         relay = self.wire_acks.append if self.wire_acks is not None else None
         queues = self._queues.by_id
@@ -134,31 +135,49 @@ class Outcomes:
         busy = puts.busy
         reported = 0
         by_status = self.counters.acks
-        for guid, wire in zip(guids, statuses or repeat(_STATUS_OK), strict=False):
+        count = len(guids)
+        k = 0
+        while k < count:
+            if not statuses:
+                # ACKs in post order, all OK (the usual): a run at a time, compared whole.
+                segment, i, n = segments.match_run(batch.guids, k, count - k)
+                if n:
+                    released += self._run(segment, i, guids, k, n)
+                    reported += n
+                    k += n
+                    continue
+                wire: int = _STATUS_OK
+            else:
+                wire = statuses[k]
+            guid = guids[k]
+            k += 1
             if wire in _PUSHED_BACK:
                 puts.hold(guid, now)
                 continue
-            put = pending.pop(guid, None)
-            if put is None:
+            seq = find(guid)
+            place = None if seq < 0 else segments.at(seq)
+            if place is None:
                 self.stale_acks += 1
                 continue
-            released += put[6]
+            segment, i = place
+            released += segment.size(i) + PUT_OVERHEAD
             if wire == _STATUS_OK:
                 reported += 1
             else:
                 by_status[ack_status(wire)] += 1
+            queue_id = segment.queue_ids[i]
+            extra = segment.extras.get(i) if segment.extras else None
             if held:
-                held.pop(guid, None)
+                held.pop(seq, None)
             if busy:
-                busy.discard(put[QUEUE_ID])
+                busy.discard(queue_id)
+            segments.release(segment, i)
             if relay is not None:
                 relay((guid, wire))  # type: ignore[arg-type]  # a Status value
                 continue
             # A queue leaves the table only once its pending PUTs are reported.
-            queue = queues[put[QUEUE_ID]]
-            callback = put[ON_ACK]
-            if callback is None:
-                callback = queue.on_ack
+            queue = queues[queue_id]
+            callback = queue.on_ack if extra is None or extra[1] is None else extra[1]
             if callback is not None:
                 status = _SUCCESS if wire == _STATUS_OK else ack_status(wire)
                 append((callback, Ack(uuid_from_bytes(guid), status, queue.uri)))
@@ -167,6 +186,44 @@ class Outcomes:
             puts.taken()
         if reported:
             by_status[_SUCCESS] += reported
+
+    def _run(self, segment: Segment, i: int, guids: list[bytes], k: int, n: int) -> int:
+        """Report the ``n`` PUTs from index ``i`` of ``segment`` SUCCESS (their GUIDs from
+        ``k`` in ``guids``); the bytes they released."""
+        ends = segment.ends
+        released = ends[i + n - 1] - (ends[i - 1] if i else 0) + n * PUT_OVERHEAD
+        extras = segment.extras
+        queue_ids = segment.queue_ids
+        puts = self._puts
+        if puts.held:
+            for seq in range(segment.base + i, segment.base + i + n):
+                puts.held.pop(seq, None)
+        if puts.busy:
+            puts.busy.difference_update(queue_ids[i : i + n])
+        if self.wire_acks is not None:
+            self.wire_acks.extend(zip(guids[k : k + n], repeat(_STATUS_OK)))
+        else:
+            queues = self._queues.by_id
+            append = self.callbacks.append
+            queue_id = queue_ids[i]
+            queue = queues[queue_id]
+            for index, guid in zip(range(i, i + n), guids[k : k + n], strict=True):
+                if queue_ids[index] != queue_id:
+                    queue_id = queue_ids[index]
+                    queue = queues[queue_id]
+                callback = queue.on_ack
+                if extras:
+                    extra = extras.get(index)
+                    if extra is not None:
+                        released += extra[2]
+                        if extra[1] is not None:
+                            callback = extra[1]
+                if callback is not None:
+                    append((callback, Ack(uuid_from_bytes(guid), _SUCCESS, queue.uri)))
+        if extras and self.wire_acks is not None:
+            released += sum(extras[j][2] for j in range(i, i + n) if j in extras)
+        self._puts.segments.release_run(segment, i, n)
+        return released
 
     def pushes(self, batch: pb.PushBatch, generation: int, confirmer: Settler) -> None:
         """PUSHed messages to their queue's ``on_message``, tagged with the connection: as

@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
 from holdfast.proto.limits import DEFAULT_LIMITS, Limits
@@ -224,19 +225,17 @@ class Producer:
         if not 0.0 <= now - self._posted_at < 0.001:
             self._posted_at = now
         posted_at = self._posted_at
-        pending = puts.by_guid
+        add = puts.add
         items = self._outbound.items
         guids = self._guids.next
         made: list[uuid.UUID] = []
         for payload in checked:
             guid, key = guids()
             size = len(payload) + overhead
-            put: PendingPut = (key, queue_id, payload, props, on_ack, posted_at, size)
-            pending[key] = put
+            add(key, queue_id, payload, props, on_ack, posted_at, size)
             if active:
-                items.append(put)
+                items.append((key, queue_id, payload, props, on_ack, posted_at, size))
             made.append(guid)
-        puts.bytes += total
         if active:
             self._outbound.queued_bytes += total
         return made
@@ -260,7 +259,7 @@ class Producer:
         the same queue with other content is a ``CONFLICT``; another queue is another
         message, which waits until the pending one has its outcome (``BUSY``: buffered
         nothing, relay it again then)."""
-        pending = self._puts.by_guid.get(guid)
+        pending = self._puts.get(guid)
         if pending is not None:
             if pending[QUEUE_ID] != queue_id:
                 return Relayed.BUSY
@@ -300,17 +299,16 @@ class Producer:
         limit = self._disconnected_limit
         if limit is not None and not active and puts.bytes + total > limit:
             return False
-        pending = puts.by_guid
-        if not pending.keys().isdisjoint(guids):
+        if not puts.segments.none_pending(guids):
             return False
-        made: list[PendingPut] = []
-        append = made.append
+        times: list[float] = []
+        append = times.append
         shared = self._posted_at
         last_age = -1
         posted_at = shared
-        # One tuple per PUT and nothing else: ``buffer``'s float sharing by millisecond,
+        # One float per PUT and nothing else: ``buffer``'s float sharing by millisecond,
         # computed again only when the age changes along the run.
-        for guid, payload, age_ms in zip(guids, payloads, ages_ms, strict=True):
+        for age_ms in ages_ms:
             if age_ms != last_age:
                 last_age = age_ms
                 posted_at = now - age_ms / 1000.0
@@ -318,18 +316,15 @@ class Producer:
                     posted_at = shared
                 else:
                     shared = posted_at
-            append((guid, queue_id, payload, None, None, posted_at, len(payload) + PUT_OVERHEAD))
-        before = len(pending)
-        pending.update(zip(guids, made, strict=True))
-        if len(pending) != before + count:
-            # A GUID twice in the run: undo (none was pending before) and let ``relay``
-            # judge the second one against the first.
-            for guid in guids:
-                pending.pop(guid, None)
-            return False
+            append(posted_at)
+        puts.segments.extend(guids, queue_id, payloads, times)
         self._posted_at = shared
         puts.bytes += total
         if active:
+            sizes = [len(payload) + PUT_OVERHEAD for payload in payloads]
+            made: list[PendingPut] = list(
+                zip(guids, repeat(queue_id), payloads, repeat(None), repeat(None), times, sizes)
+            )
             outbound = self._outbound
             outbound.items.extend(made)
             outbound.queued_bytes += total
@@ -387,13 +382,16 @@ class Producer:
             posted_at = self._posted_at
         else:
             self._posted_at = posted_at
-        put: PendingPut = (key, queue_id, payload, props, on_ack, posted_at, size)
-        # Added to the buffer and the outbound queue in place: two method calls would
-        # be ~10 % of a post.
-        puts.by_guid[key] = put
+        extra = (
+            None
+            if props is None and on_ack is None
+            else (props, on_ack, size - len(payload) - PUT_OVERHEAD)
+        )
+        puts.segments.append(key, queue_id, payload, posted_at, extra)
         puts.bytes += size
         if active:
+            # Added to the outbound queue in place: a method call would be ~5 % of a post.
             outbound = self._outbound
-            outbound.items.append(put)
+            outbound.items.append((key, queue_id, payload, props, on_ack, posted_at, size))
             outbound.queued_bytes += size
         return made

@@ -14,20 +14,22 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
+from holdfast.sdk.putsegments import Extra, Segment, Segments
 from holdfast.sdk.types import Ack
 
 PendingPut = tuple[
     bytes, int, bytes, dict[str, str] | None, Callable[[Ack], Any] | None, float, int
 ]
-"""A PUT buffered until it is reported: ``(guid, queue_id, payload, properties, on_ack,
-posted_at, size)``, read with the index constants below. ``posted_at`` is on the
-engine's monotonic clock, back-dated by the age a relayed PUT arrived with.
+"""A PUT on its way to the wire, or taken out of the buffer: ``(guid, queue_id, payload,
+properties, on_ack, posted_at, size)``, read with the index constants below.
+``posted_at`` is on the engine's monotonic clock, back-dated by the age a relayed PUT
+arrived with.
 
-A plain tuple on purpose: a producer may buffer a million PUTs, and the garbage
-collector stops tracking a tuple that holds only bytes, strings, numbers, None
-and str-to-str dicts, so full collections do not walk them (a class instance with
-``__slots__`` is always tracked; at 100k posts/s those walks took ~15% of the CPU).
-It names its queue by id for the same reason: the record holds callables.
+The buffer itself keeps no such tuple (``holdfast.sdk.putsegments`` packs its PUTs);
+it makes one when a PUT is sent again or reported. A plain tuple on purpose: the
+garbage collector stops tracking a tuple that holds only bytes, strings, numbers, None
+and str-to-str dicts, so the ones in the outbound queue cost its full collections
+nothing (a class instance with ``__slots__`` is always tracked).
 """
 
 GUID: Final = 0
@@ -60,25 +62,22 @@ class PutBuffer:
 
     __slots__ = (
         "_held",
-        "_pending",
         "_retry_at",
         "_retry_delay",
         "busy",
-        "by_guid",
         "bytes",
         "held",
+        "segments",
     )
 
     def __init__(self) -> None:
-        self._pending: dict[bytes, PendingPut] = {}
-        self.by_guid = self._pending
-        """The map itself, for the hot loops: ``Producer.buffer`` adds to it (and to
-        ``bytes``) directly, the ACK loop pops from it; no method call per message."""
+        self.segments = Segments()
+        """The PUTs themselves, packed; the ACK loop works on them directly."""
         self.bytes = 0
         """Wire bytes of the pending PUTs (payload, properties and overhead)."""
-        self._held: dict[bytes, int] = {}
+        self._held: dict[int, int] = {}
         self.held = self._held
-        """Pushed-back PUTs (GUID -> queue id), waiting for their retry."""
+        """Pushed-back PUTs (``seq`` -> queue id), waiting for their retry."""
         self.busy: set[int] = set()
         """Queues the broker pushed back on, from the push-back until a PUT of theirs gets
         an outcome (or the link drops): ``post()`` waits while its queue is here. Kept
@@ -87,36 +86,73 @@ class PutBuffer:
         self._retry_delay = RETRY_INITIAL
 
     def __len__(self) -> int:
-        return len(self._pending)
+        return self.segments.count
 
     def __contains__(self, guid: object) -> bool:
-        return guid in self._pending
+        return isinstance(guid, bytes) and self.segments.find(guid) >= 0
+
+    def add(
+        self,
+        guid: bytes,
+        queue_id: int,
+        payload: bytes,
+        properties: dict[str, str] | None,
+        on_ack: Callable[[Ack], Any] | None,
+        posted_at: float,
+        size: int,
+    ) -> None:
+        """Buffer a PUT (its GUID not pending already) that counts for ``size`` bytes."""
+        extra: Extra | None = None
+        if properties is not None or on_ack is not None:
+            extra = (properties, on_ack, size - len(payload) - PUT_OVERHEAD)
+        self.segments.append(guid, queue_id, payload, posted_at, extra)
+        self.bytes += size
 
     def __iter__(self) -> Iterator[PendingPut]:
-        """The pending PUTs in post order (a snapshot: safe to pop while iterating)."""
-        return iter(list(self._pending.values()))
+        """The pending PUTs in post order (safe to pop while iterating)."""
+        for segment in list(self.segments.order):
+            live = segment.live
+            for i in range(len(segment)):
+                if live[i]:
+                    yield _pending(segment, i)
+
+    def get(self, guid: bytes) -> PendingPut | None:
+        """The pending PUT with this GUID, left in the buffer (None if not pending)."""
+        seq = self.segments.find(guid)
+        if seq < 0:
+            return None
+        place = self.segments.at(seq)
+        return None if place is None else _pending(*place)
 
     def pop(self, guid: bytes) -> PendingPut | None:
         """Take a PUT out of the buffer (None if it is not pending)."""
-        put = self._pending.pop(guid, None)
-        if put is not None:
-            self.bytes -= put[SIZE]
-            self._held.pop(guid, None)
+        segments = self.segments
+        seq = segments.find(guid)
+        place = None if seq < 0 else segments.at(seq)
+        if place is None:
+            return None
+        put = _pending(*place)
+        self.bytes -= put[SIZE]
+        self._held.pop(seq, None)
+        segments.release(*place)
         return put
 
     def of_queue(self, queue_id: int) -> list[PendingPut]:
         """The pending PUTs of one queue, in post order."""
-        return [put for put in self._pending.values() if put[QUEUE_ID] == queue_id]
+        return [put for put in self if put[QUEUE_ID] == queue_id]
 
     # ------------------------------------------------------------------ push-back
 
     def hold(self, guid: bytes, now: float) -> None:
         """The broker did not take this PUT yet: keep it, retry after the back-off."""
-        put = self._pending.get(guid)
-        if put is None:
+        seq = self.segments.find(guid)
+        place = None if seq < 0 else self.segments.at(seq)
+        if place is None:
             return
-        self._held[guid] = put[QUEUE_ID]
-        self.busy.add(put[QUEUE_ID])
+        segment, i = place
+        queue_id = segment.queue_ids[i]
+        self._held[seq] = queue_id
+        self.busy.add(queue_id)
         if self._retry_at is None:
             self._retry_at = now + self._retry_delay
             self._retry_delay = min(self._retry_delay * 2, RETRY_MAXIMUM)
@@ -134,10 +170,11 @@ class PutBuffer:
         """The held PUTs, in post order, once their retry is due (they stay pending)."""
         if self._retry_at is None or now < self._retry_at:
             return []
-        held = dict(self._held)
+        held = sorted(self._held)
         self._held.clear()
         self._retry_at = None
-        return [put for guid, put in self._pending.items() if guid in held]
+        places = (self.segments.at(seq) for seq in held)
+        return [_pending(*place) for place in places if place is not None]
 
     def taken(self) -> None:
         """The broker took a PUT again: the next push-back starts the back-off afresh."""
@@ -150,3 +187,18 @@ class PutBuffer:
         self.busy.clear()
         self._retry_at = None
         self._retry_delay = RETRY_INITIAL
+
+
+def _pending(segment: Segment, i: int) -> PendingPut:
+    """The PUT at index ``i`` of ``segment`` as a ``PendingPut`` (its payload copied)."""
+    payload = segment.payload(i)
+    properties: dict[str, str] | None = None
+    on_ack: Callable[[Ack], Any] | None = None
+    size = len(payload) + PUT_OVERHEAD
+    if segment.extras:
+        extra = segment.extras.get(i)
+        if extra is not None:
+            properties, on_ack, more = extra
+            size += more
+    guid = segment.guid(i)
+    return (guid, segment.queue_ids[i], payload, properties, on_ack, segment.posted[i], size)
