@@ -77,13 +77,17 @@ _STATUS_OF: dict[Admission, pb.Status] = {
 """The ACK status of each of the lifecycle's answers to a PUT."""
 
 
-def _known_digest(queue: Queue, guid: bytes) -> int | None:
+def _known_digest(queue: Queue, guid: bytes, now: float) -> int | None:
     """The digest of ``guid``'s message if the queue still holds it, else of its history
-    entry, else ``None``: a GUID is known while its message lives."""
-    message = queue.live.get(guid)
+    entry, else ``None``: a GUID is known while its message lives. The history holds
+    packed messages' GUIDs (``segments``) for its retention, a second's margin on it."""
+    message = queue.live.objects.get(guid)
     if message is not None:
         return message.digest
-    return queue.history.get(guid)
+    digest = queue.history.get(guid)
+    if digest is None and queue.ready.packed:
+        return queue.ready.aged_digest(guid, now - queue.history.retention + 1.0)
+    return digest
 
 
 class PutPipeline:
@@ -190,7 +194,7 @@ class PutPipeline:
                             waits.append((len(acks), pending[0]))
                     elif (
                         verdict := admit(
-                            _known_digest(queue, guid),
+                            _known_digest(queue, guid, now),
                             digest,
                             age_ms,
                             max_age,
@@ -345,7 +349,7 @@ class PutPipeline:
                 [message.digest for message in messages],
                 messages[0].accepted_at,
             )
-            queue.enqueue(messages)
+            queue.enqueue_recorded(messages)
         if durable:
             for queue, _ in by_queue.values():
                 queue.deliver()
