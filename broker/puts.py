@@ -80,13 +80,14 @@ _STATUS_OF: dict[Admission, pb.Status] = {
 def _known_digest(queue: Queue, guid: bytes, now: float) -> int | None:
     """The digest of ``guid``'s message if the queue still holds it, else of its history
     entry, else ``None``: a GUID is known while its message lives. The history holds
-    packed messages' GUIDs (``segments``) for its retention, a second's margin on it."""
+    packed messages' GUIDs (``ready``) for its retention, a second's margin on it."""
     message = queue.live.objects.get(guid)
     if message is not None:
         return message.digest
     digest = queue.history.get(guid)
-    if digest is None and queue.ready.packed:
-        return queue.ready.aged_digest(guid, now - queue.history.retention + 1.0)
+    horizon = now - queue.history.retention + 1.0
+    if digest is None and horizon >= queue.ready.check_from:
+        return queue.ready.aged_digest(guid, horizon)
     return digest
 
 

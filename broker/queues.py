@@ -1,7 +1,7 @@
 """Queues, their consumers, and the session-side handles on them.
 
 A ``Queue`` exists per URI, created the first time any session opens it. It holds
-its ready messages (packed until they leave: ``segments``), the messages waiting out
+its ready messages (packed until they leave: ``ready``), the messages waiting out
 a reject delay, the consumers that may receive them, its GUID history, the GUIDs whose
 store write is still in flight and its policy (``policy.QueuePolicy``). Delivery is
 round-robin over the consumers that have room under their message and byte limits.
@@ -30,7 +30,7 @@ from typing import Protocol
 from holdfast.broker.consumers import Consumer, FlowLimits, PushSink, QueueHandle
 from holdfast.broker.dedup import GuidHistory
 from holdfast.broker.lifecycle import before_delivery, expired, pickup_missed, release
-from holdfast.broker.segments import LiveMessages, ReadyMessages, packable
+from holdfast.broker.ready import LiveMessages, ReadyMessages
 from holdfast.broker.store import DeliveryUpdate, StoredMessage
 from holdfast.broker.updates import PendingPush, Updates
 from holdfast.proto.policy import (
@@ -70,7 +70,6 @@ class Queue:
         self.uri = uri
         objects: dict[bytes, StoredMessage] = {}
         self.ready = ReadyMessages(objects)
-        """Ready messages, packed until they leave it (``segments``)."""
         self.delayed: list[tuple[float, int, StoredMessage]] = []
         """Messages rejected with a delay: a heap of (due time, order, message)."""
         self.pickups: list[tuple[float, int, StoredMessage]] = []
@@ -148,9 +147,8 @@ class Queue:
             self.add(message)
 
     def enqueue_recorded(self, messages: list[StoredMessage]) -> None:
-        """``enqueue`` messages its history has just recorded, packed (``segments``)."""
-        if all(map(packable, messages)):
-            self.ready.pack(messages)
+        """``enqueue`` messages its history has just recorded, packed (``ready``)."""
+        if self.ready.pack(messages):
             self.live_bytes += sum(len(message.payload) for message in messages)
         else:
             self.enqueue(messages)

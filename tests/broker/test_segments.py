@@ -1,8 +1,8 @@
-"""Packed ready messages (``holdfast.broker.segments``): any sequence of queue operations
-on a ``ReadyMessages`` and its ``LiveMessages`` sees what a plain deque of
-``StoredMessage`` and a dict by GUID would, message for message; a ``Queue`` fed packed
-batches delivers, requeues, expires and purges as one fed objects; and a PUT finds a
-packed GUID whether the history still holds it or not."""
+"""Packed ready messages (``holdfast.broker.segments`` and ``ready``): any sequence of
+queue operations on a ``ReadyMessages`` and its ``LiveMessages`` sees what a plain
+deque of ``StoredMessage`` and a dict by GUID would, message for message; a ``Queue``
+fed packed batches delivers, requeues, expires and purges as one fed objects; and a PUT
+finds a packed GUID whether the history still holds it or not."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from holdfast.broker.dedup import GuidHistory
 from holdfast.broker.puts import _known_digest
-from holdfast.broker.segments import SEGMENT_MESSAGES, LiveMessages, ReadyMessages, packable
+from holdfast.broker.ready import LiveMessages, ReadyMessages
+from holdfast.broker.segments import SEGMENT_MESSAGES
 from holdfast.broker.store import NO_PROPERTIES, StoredMessage
 from holdfast.proto.policy import PICKUP_TTL, QueuePolicy
 from tests.broker.queue_kit import Graveyard, Sink, consumers, make
@@ -116,25 +117,26 @@ def test_packed_ready_messages_behave_as_a_deque_of_objects(
 def test_segments_fill_up_and_seal() -> None:
     objects: dict[bytes, StoredMessage] = {}
     ready = ReadyMessages(objects)
-    batch = [fresh(size=10) for _ in range(SEGMENT_MESSAGES + 5)]
+    batch = [fresh(size=10) for _ in range(SEGMENT_MESSAGES + 500)]
     for start in range(0, len(batch), 100):
         ready.pack(batch[start : start + 100])
     assert len(ready) == len(batch) and ready.packed == len(batch) and not objects
     assert [m.guid for m in ready] == [m.guid for m in batch]
     first = [ready.popleft() for _ in range(SEGMENT_MESSAGES + 1)]
     assert [m.guid for m in first] == [m.guid for m in batch[: SEGMENT_MESSAGES + 1]]
-    assert set(objects) == {m.guid for m in first}
+    # The head's next few are made objects with it, and stay first in line.
+    assert ready.packed + len(objects) == len(batch) and len(objects) > SEGMENT_MESSAGES
+    assert [m.guid for m in ready] == [m.guid for m in batch[SEGMENT_MESSAGES + 1 :]]
 
 
-def test_only_plain_never_delivered_messages_are_packed() -> None:
-    assert packable(fresh())
-    assert not packable(StoredMessage("hf://t/q", b"short", b"", NO_PROPERTIES, 1.0))
-    odd = fresh()
-    odd.properties = {PICKUP_TTL: "100"}
-    assert not packable(odd)
-    odd = fresh()
-    odd.delivery_count = 1
-    assert not packable(odd)
+def test_a_batch_with_a_pickup_ttl_or_an_odd_guid_stays_objects() -> None:
+    ready = ReadyMessages({})
+    short = StoredMessage("hf://t/q", b"short", b"", NO_PROPERTIES, 1.0)
+    assert not ready.pack([fresh(), short]) and not ready
+    pickup = fresh()
+    pickup.properties = {PICKUP_TTL: "100"}
+    assert not ready.pack([fresh(), pickup]) and not ready
+    assert ready.pack([fresh(props=True), fresh()]) and ready.packed == 2
 
 
 def test_a_queue_fed_packed_batches_keeps_every_rule() -> None:
@@ -149,7 +151,7 @@ def test_a_queue_fed_packed_batches_keeps_every_rule() -> None:
     (consumer,) = consumers(sink, 1, room=2)
     queue.attach(consumer)
     assert [guid for _, guid, _ in sink.pushed] == [m.guid for m in batch[:2]]
-    assert queue.ready.packed == 4 and len(queue.live) == 6
+    assert len(queue.ready) == 4 and len(queue.live) == 6
     queue.detach(consumer)
     assert [m.guid for m in queue.ready] == [m.guid for m in batch]
     assert [m.delivery_count for m in queue.ready] == [1, 1, 0, 0, 0, 0]
