@@ -77,20 +77,6 @@ _STATUS_OF: dict[Admission, pb.Status] = {
 """The ACK status of each of the lifecycle's answers to a PUT."""
 
 
-def _known_digest(queue: Queue, guid: bytes, now: float) -> int | None:
-    """The digest of ``guid``'s message if the queue still holds it, else of its history
-    entry, else ``None``: a GUID is known while its message lives. The history holds
-    packed messages' GUIDs (``ready``) for its retention, a second's margin on it."""
-    message = queue.live.objects.get(guid)
-    if message is not None:
-        return message.digest
-    digest = queue.history.get(guid)
-    horizon = now - queue.history.retention + 1.0
-    if digest is None and horizon >= queue.ready.check_from:
-        return queue.ready.aged_digest(guid, horizon)
-    return digest
-
-
 class PutPipeline:
     """Turns PutBatch frames into stored, enqueued, ACKed messages."""
 
@@ -195,7 +181,7 @@ class PutPipeline:
                             waits.append((len(acks), pending[0]))
                     elif (
                         verdict := admit(
-                            _known_digest(queue, guid, now),
+                            queue.live.known_digest(guid, now),
                             digest,
                             age_ms,
                             max_age,

@@ -82,7 +82,7 @@ class Queue:
         replay whose ACK must wait for the original's outcome."""
         self.in_flight_bytes = 0
         """Payload bytes of the in-flight PUTs (counted against ``max_bytes``)."""
-        self.live = LiveMessages(objects, self.ready)
+        self.live = LiveMessages(objects, self.ready, history)
         """Every message of the queue, ready, delayed or unconfirmed, by GUID: a GUID is
         known while its message lives, whatever the window."""
         self.live_bytes = 0

@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from itertools import islice
 
+from holdfast.broker.dedup import GuidHistory
 from holdfast.broker.guidtable import PackedGuids
 from holdfast.broker.segments import GUID, INF, Segment
 from holdfast.broker.store import StoredMessage
@@ -256,14 +257,30 @@ class ReadyMessages:
 
 class LiveMessages:
     """Every message of a queue by GUID, ready, delayed or unconfirmed: ``objects``
-    plus ``ready`` 's packed messages. Looking a packed GUID up is a scan (rare paths:
-    dead letters arriving, moves); a PUT asks ``Queue.known_digest`` instead."""
+    plus ``ready`` 's packed messages, known to ``history`` while they are packed. A
+    PUT asks ``known_digest``; ``in`` and ``get`` scan the segments when ``history``
+    or elders know a GUID (rare paths: dead letters arriving, moves)."""
 
-    __slots__ = ("objects", "ready")
+    __slots__ = ("history", "objects", "ready")
 
-    def __init__(self, objects: dict[bytes, StoredMessage], ready: ReadyMessages) -> None:
+    def __init__(
+        self, objects: dict[bytes, StoredMessage], ready: ReadyMessages, history: GuidHistory
+    ) -> None:
         self.objects = objects
         self.ready = ready
+        self.history = history
+
+    def known_digest(self, guid: bytes, now: float) -> int | None:
+        """The digest of ``guid`` if its message lives or the history holds it. The
+        history holds packed GUIDs for its retention (less a second's margin, here)."""
+        message = self.objects.get(guid)
+        if message is not None:
+            return message.digest
+        digest = self.history.get(guid)
+        horizon = now - self.history.retention + 1.0
+        if digest is None and horizon >= self.ready.check_from:
+            return self.ready.aged_digest(guid, horizon)
+        return digest
 
     def __len__(self) -> int:
         return len(self.objects) + self.ready.packed
@@ -284,7 +301,11 @@ class LiveMessages:
     def get(self, guid: bytes) -> StoredMessage | None:
         """The object for ``guid``, or a view of its packed message, or None."""
         message = self.objects.get(guid)
-        return message if message is not None else self.ready.find(guid)
+        if message is not None or not self.ready.packed:
+            return message
+        if self.known_digest(guid, self.history.clock()) is None:
+            return None
+        return self.ready.find(guid)
 
     def pop(self, guid: bytes, default: StoredMessage | None = None) -> StoredMessage | None:
         """Remove the object for ``guid`` (packed messages leave through ``ready``)."""

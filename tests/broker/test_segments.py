@@ -13,12 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from holdfast.broker.dedup import GuidHistory
-from holdfast.broker.puts import _known_digest
+from holdfast.broker.queues import Queue
 from holdfast.broker.ready import LiveMessages, ReadyMessages
 from holdfast.broker.segments import SEGMENT_MESSAGES
 from holdfast.broker.store import NO_PROPERTIES, StoredMessage
 from holdfast.proto.policy import PICKUP_TTL, QueuePolicy
-from tests.broker.queue_kit import Graveyard, Sink, consumers, make
+from tests.broker.queue_kit import Graveyard, Sink, SyncUpdates, consumers, make
 
 _serial = itertools.count()
 
@@ -65,12 +65,15 @@ def test_packed_ready_messages_behave_as_a_deque_of_objects(
 ) -> None:
     objects: dict[bytes, StoredMessage] = {}
     ready = ReadyMessages(objects)
-    live = LiveMessages(objects, ready)
+    # The broker records every packed GUID in the history when it accepts it.
+    history = GuidHistory(clock=lambda: 100.0)
+    live = LiveMessages(objects, ready, history)
     model: deque[StoredMessage] = deque()
     model_live: dict[bytes, StoredMessage] = {}
     for op, n, flag in ops:
         if op == "pack":
             batch = [fresh(props=flag and i % 3 == 0) for i in range(n)]
+            history.record_new([m.guid for m in batch], [m.digest for m in batch], 100.0)
             ready.pack(batch)
             model.extend(batch)
             model_live.update((m.guid, m) for m in batch)
@@ -165,18 +168,18 @@ def test_a_queue_fed_packed_batches_keeps_every_rule() -> None:
 
 def test_a_put_knows_a_packed_guid_after_the_history_let_it_go() -> None:
     history = GuidHistory(window=10.0, grace=0.0, clock=lambda: 100.0)
-    queue, _, _ = make()
-    queue.history = history
+    queue = Queue("hf://t/q", history, SyncUpdates())
+    known = queue.live.known_digest
     old, young = fresh(at=100.0), fresh(at=150.0)
     for message in (old, young):
         history.record(message.guid, message.digest, message.accepted_at)
         queue.enqueue_recorded([message])
-    assert _known_digest(queue, old.guid, 105.0) == old.digest
+    assert known(old.guid, 105.0) == old.digest
     assert history.expire(155.0) == 1 and old.guid not in history
-    assert _known_digest(queue, old.guid, 155.0) == old.digest  # aged: from elders
-    assert _known_digest(queue, young.guid, 155.0) == young.digest  # from the history
-    assert _known_digest(queue, fresh().guid, 155.0) is None
+    assert known(old.guid, 155.0) == old.digest  # aged: from elders
+    assert known(young.guid, 155.0) == young.digest  # from the history
+    assert known(fresh().guid, 155.0) is None
     delivered = queue.ready.popleft()  # leaves the segment: an object now
-    assert delivered.guid == old.guid and _known_digest(queue, old.guid, 155.0) == old.digest
+    assert delivered.guid == old.guid and known(old.guid, 155.0) == old.digest
     queue.forget(delivered)
-    assert _known_digest(queue, old.guid, 155.0) is None  # gone: elders' entry is stale
+    assert known(old.guid, 155.0) is None  # gone: elders' entry is stale
