@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Mapping
-from itertools import accumulate
+from itertools import accumulate, repeat
 
 from holdfast.broker.store import NO_PROPERTIES, StoredMessage
 
@@ -119,35 +119,30 @@ class Segment:
         )
 
     def take(self, count: int) -> list[StoredMessage]:
-        """New objects for the next ``count`` messages (or all left), taken out: one
-        slice per column and a comprehension, a third of ``message`` 's cost each."""
+        """New objects for the next ``count`` messages (or all left), taken out: a
+        slice per column and C loops (``map``), a third of ``message`` 's cost each."""
         start, ends = self.start, self.ends
         stop = min(start + count, len(ends))
         first = ends[start - 1] if start else 0
         guids = bytes(self.guids[start * GUID : stop * GUID])
         payloads = bytes(self.payloads[first : ends[stop - 1]])
-        bounds = [end - first for end in ends[start:stop]]
-        uri, properties = self.uri, self.properties
-        taken = [
-            StoredMessage(
-                uri,
-                guids[at : at + GUID],
-                payloads[begin:end],
-                properties.get(index, NO_PROPERTIES) if properties else NO_PROPERTIES,
-                accepted_at,
-                0,
-                digest,
-            )
-            for index, at, begin, end, accepted_at, digest in zip(
-                range(start, stop),
-                range(0, len(guids), GUID),
-                [0, *bounds[:-1]],
-                bounds,
+        bounds = [0, *(end - first for end in ends[start:stop])]
+        size = stop - start
+        properties = self.properties
+        taken = list(
+            map(
+                StoredMessage,
+                repeat(self.uri, size),
+                [guids[at : at + GUID] for at in range(0, len(guids), GUID)],
+                [payloads[bounds[at] : bounds[at + 1]] for at in range(size)],
+                [properties.get(index, NO_PROPERTIES) for index in range(start, stop)]
+                if properties
+                else repeat(NO_PROPERTIES, size),
                 self.times[start:stop],
+                repeat(0, size),
                 self.digests[start:stop],
-                strict=True,
             )
-        ]
+        )
         self.start = stop
         return taken
 
