@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Iterator
 from itertools import islice
+from operator import attrgetter
 
 from holdfast.broker.dedup import GuidHistory
 from holdfast.broker.guidtable import PackedGuids
@@ -32,6 +33,8 @@ from holdfast.proto.policy import PICKUP_TTL
 
 ELDER_SLACK = 4096
 """Stale elders tolerated beyond the aged messages still queued before a rebuild."""
+
+_guid_of = attrgetter("guid")
 
 TAKE = 32
 """Packed messages made objects at once when the head is taken (``Segment.take``)."""
@@ -179,9 +182,7 @@ class ReadyMessages:
             if not self._aged_live:
                 self._elders = None
                 self._recheck()
-        objects = self._objects
-        for message in messages:
-            objects[message.guid] = message
+        self._objects.update(zip(map(_guid_of, messages), messages, strict=True))
 
     def _recheck(self) -> None:
         unaged = self._unaged
