@@ -36,6 +36,7 @@ def accept(fresh: list[StoredMessage], fresh_queues: list[Queue], durable: bool)
         if durable:
             queue.history.record(message.guid, message.digest, message.accepted_at, True)
             queue.accepted += 1
+            # Left an object, not packed: a segment per PUT would cost more than it saves.
             queue.add(message)
             touched[id(queue)] = queue
     for queue in touched.values():
@@ -58,7 +59,7 @@ def _accept_run(queue: Queue, messages: list[StoredMessage], durable: bool) -> N
         [message.digest for message in messages],
         messages[0].accepted_at,
     )
-    queue.enqueue(messages)
+    queue.enqueue_recorded(messages)
     queue.deliver()
 
 

@@ -78,15 +78,6 @@ _STATUS_OF: dict[Admission, pb.Status] = {
 """The ACK status of each of the lifecycle's answers to a PUT."""
 
 
-def _known_digest(queue: Queue, guid: bytes) -> int | None:
-    """The digest of ``guid``'s message if the queue still holds it, else of its history
-    entry, else ``None``: a GUID is known while its message lives."""
-    message = queue.live.get(guid)
-    if message is not None:
-        return message.digest
-    return queue.history.get(guid)
-
-
 class PutPipeline:
     """Turns PutBatch frames into stored, enqueued, ACKed messages."""
 
@@ -191,7 +182,7 @@ class PutPipeline:
                             waits.append((len(acks), pending[0]))
                     elif (
                         verdict := admit(
-                            _known_digest(queue, guid),
+                            queue.live.known_digest(guid, now),
                             digest,
                             age_ms,
                             max_age,

@@ -1,10 +1,10 @@
 """Queues, their consumers, and the session-side handles on them.
 
 A ``Queue`` exists per URI, created the first time any session opens it. It holds
-its ready messages in a deque, the messages waiting out a reject delay, the
-consumers that may receive them, its GUID history, the GUIDs whose store write is
-still in flight and its policy (``policy.QueuePolicy``). Delivery is round-robin
-over the consumers that have room under their unconfirmed-message and -byte limits.
+its ready messages (packed until they leave: ``ready``), the messages waiting out
+a reject delay, the consumers that may receive them, its GUID history, the GUIDs whose
+store write is still in flight and its policy (``policy.QueuePolicy``). Delivery is
+round-robin over the consumers that have room under their message and byte limits.
 A consumer's unconfirmed messages go back to the front of the queue, in their
 original order, when the consumer goes away or rejects them with requeue; their
 next PUSH carries the next delivery count (a PUSH leaves once that count is durable:
@@ -23,13 +23,14 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from holdfast.broker.consumers import Consumer, FlowLimits, PushSink, QueueHandle
 from holdfast.broker.dedup import GuidHistory
 from holdfast.broker.lifecycle import before_delivery, expired, pickup_missed, release
+from holdfast.broker.ready import LiveMessages, ReadyMessages
 from holdfast.broker.store import DeliveryUpdate, StoredMessage
 from holdfast.broker.updates import PendingPush, Updates
 from holdfast.proto.policy import (
@@ -67,7 +68,8 @@ class Queue:
         timed: set[Queue] | None = None,
     ) -> None:
         self.uri = uri
-        self.ready: deque[StoredMessage] = deque()
+        objects: dict[bytes, StoredMessage] = {}
+        self.ready = ReadyMessages(objects)
         self.delayed: list[tuple[float, int, StoredMessage]] = []
         """Messages rejected with a delay: a heap of (due time, order, message)."""
         self.pickups: list[tuple[float, int, StoredMessage]] = []
@@ -80,7 +82,7 @@ class Queue:
         replay whose ACK must wait for the original's outcome."""
         self.in_flight_bytes = 0
         """Payload bytes of the in-flight PUTs (counted against ``max_bytes``)."""
-        self.live: dict[bytes, StoredMessage] = {}
+        self.live = LiveMessages(objects, self.ready, history)
         """Every message of the queue, ready, delayed or unconfirmed, by GUID: a GUID is
         known while its message lives, whatever the window."""
         self.live_bytes = 0
@@ -143,6 +145,13 @@ class Queue:
         """Append newly accepted (already durable) messages; call ``deliver()`` after."""
         for message in messages:
             self.add(message)
+
+    def enqueue_recorded(self, messages: list[StoredMessage]) -> None:
+        """``enqueue`` messages its history has just recorded, packed (``ready``)."""
+        if self.ready.pack(messages):
+            self.live_bytes += sum(len(message.payload) for message in messages)
+        else:
+            self.enqueue(messages)
 
     def forget(self, message: StoredMessage) -> None:
         """``message`` left the queue for good (confirmed, purged, dead-lettered)."""
@@ -277,9 +286,8 @@ class Queue:
     def purge(self) -> list[StoredMessage]:
         """Remove every ready and delayed message (not those consumers hold); returns
         them for the caller to record in the store."""
-        purged = list(self.ready)
+        purged = self.ready.drain()
         purged.extend(entry[2] for entry in self.delayed)
-        self.ready.clear()
         self.delayed.clear()
         self.pickups.clear()
         for message in purged:
@@ -289,9 +297,8 @@ class Queue:
     def take_ready(self) -> list[StoredMessage]:
         """Remove every ready and delayed message but keep them live (a move in
         progress: ``forget`` or ``requeue_front`` each of them after)."""
-        taken = list(self.ready)
+        taken = self.ready.drain()
         taken.extend(entry[2] for entry in self.delayed)
-        self.ready.clear()
         self.delayed.clear()
         return taken
 
@@ -389,12 +396,4 @@ class Queue:
         self._graveyard.bury(self, dead)
 
 
-__all__ = [
-    "Consumer",
-    "FlowLimits",
-    "Graveyard",
-    "PushSink",
-    "Queue",
-    "QueueHandle",
-    "Updates",
-]
+__all__ = ["Consumer", "FlowLimits", "Graveyard", "PushSink", "Queue", "QueueHandle", "Updates"]
