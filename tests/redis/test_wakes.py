@@ -47,9 +47,10 @@ def test_puts_wake_no_node_until_one_has_consumers_then_a_consumer_on_another_no
         pubsub.subscribe(WAKE)
         _wakes(pubsub)  # the subscribe confirmation
         queue = producer.open_queue(URI, write=True)
-        for i in range(300):
-            queue.post(b"early %d" % i)
-        assert producer.flush(timeout=30)
+        for frame in range(5):  # a frame each: before, a wake each
+            for i in range(60):
+                queue.post(b"early %d.%d" % (frame, i))
+            assert producer.flush(timeout=30)
         assert _wakes(pubsub) == []  # nobody consumes: no PUBLISH at all
         got = Collector()
         consumer.open_queue(URI, read=True, on_message=got)
