@@ -14,6 +14,14 @@ two brokers on it (``--store redis://...``), then:
 - **the same offered load**: ``OFFERED`` of the one-node saturating rate, offered
   by one paced producer to node A, then split over two paced producers, one per node.
   Both should carry it in full; CPU per message shows what the second node costs.
+- **the control**: two producer processes, both to node A, in the same rounds. Two
+  nodes are two producers *and* two brokers on the host's cores: against this run the
+  second node alone is measured, against the one-producer run both at once.
+
+The bench never consumes: each run finds the previous runs' messages in Redis, each
+two-node round 100k more than the one-node round before it. Purging between runs is
+no cure: PURGE of 100k messages is one script that held Redis for 1.7 s (loaded
+host) and lapsed the nodes' leases (3 s) in the next run.
 
 Beside each rate: CPU microseconds per message of the producers, the brokers and the
 Redis server (``/proc/<pid>/stat``), and Redis commands per message (``INFO stats``).
@@ -142,11 +150,13 @@ def _commands(redis: RedisServer) -> int:
 
 
 def _run(redis: RedisServer, nodes: list[BrokerProcess], count: int, offered: float) -> Run:
-    """``count`` messages over one producer per node in ``nodes``, together."""
+    """``count`` messages over one producer per entry of ``nodes`` (a node twice: two
+    producers to it), together."""
     share = count // len(nodes)
     producers = [_Producer(node.address, share, offered / len(nodes)) for node in nodes]
     try:
-        pids = {"redis": redis.pid} | {f"broker{i}": n.pid for i, n in enumerate(nodes)}
+        distinct = list({n.pid: n for n in nodes}.values())
+        pids = {"redis": redis.pid} | {f"broker{i}": n.pid for i, n in enumerate(distinct)}
         before = {name: loads.cpu_seconds(pid) for name, pid in pids.items()}
         commands = _commands(redis)
         for producer in producers:
@@ -160,7 +170,7 @@ def _run(redis: RedisServer, nodes: list[BrokerProcess], count: int, offered: fl
     seconds = max(r["ended"] for r in results) - min(r["started"] for r in results)
     brokers = sum(seconds for name, seconds in used.items() if name.startswith("broker"))
     return Run(
-        nodes=len(nodes),
+        nodes=len(distinct),
         offered=offered,
         rate=total / seconds,
         not_success=total - sum(r["ok"] for r in results),
@@ -175,8 +185,10 @@ def _run(redis: RedisServer, nodes: list[BrokerProcess], count: int, offered: fl
 
 def measure(count: int, rounds: int = ROUNDS) -> dict[str, Any]:
     """Saturating runs, one node and two alternating, ``rounds`` each; then the paced
-    runs at ``OFFERED`` of the one-node median. Medians, and every run."""
+    runs at ``OFFERED`` of the one-node median. Medians, and every run; the control
+    (two producers to one node) under ``control``."""
     saturating: dict[int, list[Run]] = {1: [], 2: []}
+    control: list[Run] = []
     with tempfile.TemporaryDirectory() as directory:
         redis = RedisServer(Path(directory), extra=("--appendfsync", "everysec")).start()
         try:
@@ -186,6 +198,7 @@ def measure(count: int, rounds: int = ROUNDS) -> dict[str, Any]:
                 for _ in range(rounds):
                     saturating[1].append(_run(redis, [a], count, 0.0))
                     saturating[2].append(_run(redis, [a, b], count, 0.0))
+                    control.append(_run(redis, [a, a], count, 0.0))
                 one = harness.median([run.rate for run in saturating[1]])
                 paced = [_run(redis, nodes, count, one * OFFERED) for nodes in ([a], [a, b])]
         finally:
@@ -198,6 +211,11 @@ def measure(count: int, rounds: int = ROUNDS) -> dict[str, Any]:
         "commands_per_message": saturating[1][-1].commands_per_message,
         "cpu_us": {str(n): _median_cpu(runs) for n, runs in saturating.items()},
         "paced": [asdict(run) for run in paced],
+        "control": {
+            "rate": harness.median([run.rate for run in control]),
+            "two_nodes_ratio": two / harness.median([run.rate for run in control]),
+            "cpu_us": _median_cpu(control),
+        },
         "runs": [asdict(run) for runs in saturating.values() for run in runs],
     }
 

@@ -445,11 +445,21 @@ def print_scale(scale: dict[str, Any]) -> None:
         )
         for nodes, key in ((1, "one_node"), (2, "two_nodes")):
             table.add(nodes, "all it takes", rate(row[key]), _hops(row["cpu_us"][str(nodes)]))
+        control = row.get("control")  # absent from results of older trees
+        if control:
+            table.add(
+                "1, 2 producers", "all it takes", rate(control["rate"]), _hops(control["cpu_us"])
+            )
         for run in row["paced"]:
             table.add(run["nodes"], rate(run["offered"]), rate(run["rate"]), _hops(run["cpu_us"]))
         table.notes = [
             f"Two nodes / one: {row['ratio']:.2f}x (medians of alternating rounds; "
-            "target >= 1.0x).",
+            "target >= 1.0x)."
+            + (
+                f" Two nodes / one node with two producers: {control['two_nodes_ratio']:.2f}x."
+                if control
+                else ""
+            ),
             f"Redis commands per message (inside the scripts): {row['commands_per_message']:.3f};",
             "a PUT frame is one script call (one round trip) for all its messages.",
         ]

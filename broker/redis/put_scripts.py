@@ -35,14 +35,14 @@ PUT = Script(
     "".join(f"local {name} = {value}\n" for name, value in PUT_OUTCOMES.items())
     + SEQ
     + """
--- KEYS: ready, body, meta, bytes, stats, pickup, unsynced, seq.
+-- KEYS: ready, body, meta, bytes, stats, pickup, unsynced, seq, consumers.
 -- ARGV: history key prefix, retention ms, max age ms, now ms, max messages (0: no
 -- limit), max bytes (0: no limit), hold ('1': new messages wait in unsynced until
 -- replicas have them), then per PUT: guid, digest, age ms, properties JSON, payload,
 -- pickup deadline ms (0: none).
 -- Returns an outcome per PUT: STORED, REPLAYED, or the wire status CONFLICT,
 -- TOO_OLD or QUEUE_FULL (the numbers are put in from Python: see PUT_OUTCOMES), then
--- the queue's write sequence.
+-- 1 if any node has consumers of the queue (else 0), then the queue's write sequence.
 local prefix, retention, max_age, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local max_n, max_b = tonumber(ARGV[5]), tonumber(ARGV[6])
 local visible = KEYS[1]
@@ -80,6 +80,7 @@ while i <= #ARGV do
   i = i + 6
 end
 if added > 0 then redis.call('HINCRBY', KEYS[5], 'accepted', added) end
+table.insert(out, redis.call('EXISTS', KEYS[9]))
 table.insert(out, seq(KEYS[8], added > 0))
 return out
 """,
@@ -122,23 +123,27 @@ def put(
     return PUT.call(
         [
             *(queue.ready, queue.body, queue.meta, queue.bytes),
-            *(queue.stats, queue.pickup, queue.unsynced, queue.seq),
+            *(queue.stats, queue.pickup, queue.unsynced, queue.seq, queue.consumers),
         ],
         args,
     )
 
 
 class PutReply(NamedTuple):
-    """What the PUT script answered: an outcome per PUT, and the write sequence."""
+    """What the PUT script answered: an outcome per PUT, whether any node has
+    consumers of the queue, and the write sequence."""
 
     outcomes: list[int]
     """``PUT_STORED``, ``PUT_REPLAYED`` or a refusal (``refusal_status``), per PUT."""
+    consumed: bool
+    """Some node has published a consumer count of the queue (``consumers_changed``):
+    only then is a wake worth its PUBLISH, which every node's subscriber reads."""
     seq: int
 
 
 def put_reply(raw: Sequence[Any]) -> PutReply:
     """The PUT script's reply, read."""
-    return PutReply([int(code) for code in raw[:-1]], int(raw[-1]))
+    return PutReply([int(code) for code in raw[:-2]], bool(int(raw[-2])), int(raw[-1]))
 
 
 def refusal_status(outcome: int) -> pb.Status:

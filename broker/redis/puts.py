@@ -127,7 +127,6 @@ class RedisPutPipeline:
                     queue.accepted += stored
                 if stored and self._journal is not None:
                     self._journal.record(redirect or uri, stored)
-                registry.wake(redirect or uri)
         finally:
             self.acks.update(status for _, _, status in acks)
             if spans is not None:
@@ -184,6 +183,14 @@ class RedisPutPipeline:
                 statuses.append(put_scripts.refusal_status(code))  # CONFLICT, TOO_OLD, QUEUE_FULL
         if latest_pickup:
             registry.timed[uri] = max(registry.timed.get(uri, 0), latest_pickup)
+        if reply.consumed and _OK in statuses:
+            # A node with no consumers does nothing with a wake, yet every node's
+            # subscriber reads each one: with nobody consuming (producers ahead of
+            # consumers) a PUBLISH per frame cost each of two nodes more than its own
+            # PUTs did (bench/redisscale.py). A consumer that attaches claims at once;
+            # what lands between that claim and its count reaching Redis
+            # (``consumers_changed``) waits for the node's poll (``nodes.POLL``).
+            registry.wake(uri)
         return statuses
 
     async def _after_wait(

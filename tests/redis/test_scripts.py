@@ -103,10 +103,10 @@ def test_a_put_or_a_confirm_that_changes_nothing_keeps_the_write_sequence(
     keys = queue()
     db.set(keys.seq, 5)
     put_keys = [keys.ready, keys.body, keys.meta, keys.bytes, keys.stats, keys.pickup]
-    put_keys += [keys.unsynced, keys.seq]
+    put_keys += [keys.unsynced, keys.seq, keys.consumers]
     header = [keys.prefix + "g:", "60000", "1000", "1700000000000", "0", "0", "0"]
     too_old = ["g1", "digest", "1001", "{}", "payload", "0"]
-    assert run(db, PUT, put_keys, header + too_old) == [PUT_OUTCOMES["TOO_OLD"], 5]
+    assert run(db, PUT, put_keys, header + too_old) == [PUT_OUTCOMES["TOO_OLD"], 0, 5]
     # A non-lease key in the lease's place: no fence (as on a Cluster).
     confirm_keys = [keys.body, keys.meta, keys.count, keys.out("n"), keys.bytes, keys.pickup]
     assert run(db, CONFIRM, [*confirm_keys, keys.ready, keys.seq], ["g1"]) == [0, 5]
@@ -318,3 +318,17 @@ def test_delete_is_refused_while_a_handle_is_open_and_else_deletes_the_queue(
     db.hset(keys.handles, "n1", 0)
     assert run(db, DELETE, delete, []) == 1
     assert not db.exists(keys.body, keys.ready, keys.handles)
+
+
+def test_put_answers_whether_any_node_has_consumers_of_the_queue(db: redis.Redis) -> None:
+    """The broker publishes a wake for stored PUTs only when some node has consumers of
+    the queue (``puts``): the PUT script reads the published consumer counts."""
+    keys = queue()
+    put_keys = [keys.ready, keys.body, keys.meta, keys.bytes, keys.stats, keys.pickup]
+    put_keys += [keys.unsynced, keys.seq, keys.consumers]
+    header = [keys.prefix + "g:", "60000", "1000", "1700000000000", "0", "0", "0"]
+    stored = PUT_OUTCOMES["STORED"]
+    first, second = ["g1", "d", "0", "{}", "p", "0"], ["g2", "d", "0", "{}", "p", "0"]
+    assert run(db, PUT, put_keys, header + first) == [stored, 0, 1]
+    db.hset(keys.consumers, "other-node", 1)
+    assert run(db, PUT, put_keys, header + second) == [stored, 1, 2]
