@@ -45,15 +45,20 @@ def test_guids_sharing_their_fingerprint_and_bytes_elsewhere_are_told_apart() ->
         assert table.get(key) == number
 
 
-def test_expired_generations_are_not_answered_and_their_guids_may_return() -> None:
+@pytest.mark.parametrize("per_generation", [1, 3, 8, 9, 500])
+def test_expired_generations_are_not_answered_and_their_guids_may_return(
+    per_generation: int,
+) -> None:
+    """Also for a generation of a few GUIDs, which ``begin`` packs one by one
+    (``SMALL_FLUSH``) rather than by the batch path."""
     rng = random.Random(2)
     table = PackedGuids()
     table.newest = table.oldest = 0
-    first = [guid(rng) for _ in range(500)]
+    first = [guid(rng) for _ in range(per_generation)]
     for key in first:
         table.add(key, 1)
     table.begin(1)
-    second = [guid(rng) for _ in range(500)]
+    second = [guid(rng) for _ in range(per_generation)]
     for key in second:
         table.add(key, 2)
     table.oldest = 1  # generation 0 expired
