@@ -87,7 +87,7 @@ class SessionEngine:
         self._link = LinkMachine()
         self.failure: HoldfastError | None = None
         """The error the session failed with (``SessionFailed``), if it did."""
-        self._puts = PutBuffer()
+        self._puts = PutBuffer(keyed=wire_acks)  # a proxy's: its clients' GUIDs interleave
         self._outbound = Outbound(high_watermark_bytes)
         self._queues = QueueTable(self._outbound.add_frame, self._report_queue_unknown)
         self._counters = StatsCounters()

@@ -70,8 +70,8 @@ class PutBuffer:
         "segments",
     )
 
-    def __init__(self) -> None:
-        self.segments = Segments()
+    def __init__(self, keyed: bool = False) -> None:
+        self.segments = Segments(keyed)
         """The PUTs themselves, packed; the ACK loop works on them directly."""
         self.bytes = 0
         """Wire bytes of the pending PUTs (payload, properties and overhead)."""

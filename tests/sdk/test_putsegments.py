@@ -69,17 +69,18 @@ operations = st.lists(
 
 
 @settings(max_examples=300, deadline=None)
-@given(operations, st.randoms(use_true_random=False))
+@given(operations, st.randoms(use_true_random=False), st.booleans())
 def test_the_packed_buffer_matches_the_dict_model(
-    ops: list[tuple[Any, ...]], rnd: random.Random
+    ops: list[tuple[Any, ...]], rnd: random.Random, keyed: bool
 ) -> None:
+    """Also keyed (a proxy's buffer: every GUID found by the dict, the column unsorted)."""
     source = Uuid7Source()
     model: dict[bytes, PendingPut] = {}
     held: set[bytes] = set()
     reported: list[bytes] = []
     now = 0.0
     with tiny_segments():
-        buffer = PutBuffer()
+        buffer = PutBuffer(keyed)
         for op in ops:
             now += 1.0
             if op[0] == "post":
