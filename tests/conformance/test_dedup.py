@@ -77,3 +77,40 @@ def test_after_its_message_is_confirmed_a_guid_is_known_from_the_history(world: 
         assert post_and_wait(session, uri, b"other", guid=guid) is AckStatus.CONFLICT
     wait_ready(world, uri, 0)
     assert len(taken) == 1
+
+
+def test_puts_posted_round_robin_over_queues_are_each_enqueued_once_in_order(world: World) -> None:
+    """PUTs posted without waiting, round-robin over three queues, travel in frames that
+    mix the queues (the broker accepts such a frame PUT by PUT): each message lands in
+    its own queue, in post order, once; the same GUIDs again are replays, even once the
+    history alone knows them (the messages confirmed)."""
+    uris = [world.uri(name) for name in "abc"]
+    guids = [uuid.uuid4() for _ in range(60)]
+    acks: list[AckStatus] = []
+    with world.session() as session:
+        queues = [
+            session.open_queue(uri, write=True, on_ack=lambda a: acks.append(a.status))
+            for uri in uris
+        ]
+        for _ in range(2):
+            for index, guid in enumerate(guids):
+                queues[index % 3].post(b"m%d" % index, guid=guid)
+            assert session.flush(30)
+    assert acks == [AckStatus.SUCCESS] * 120
+    for offset, uri in enumerate(uris):
+        mine = [guid.bytes for guid in guids[offset::3]]
+        assert [m.guid for m in wait_ready(world, uri, 20)] == mine
+    taken: list[Message] = []
+    with world.session() as session:
+        session.open_queue(uris[0], read=True, on_message=taken.append)
+        wait_until(lambda: len(taken) == 20, 10, "the deliveries")
+        for message in taken:
+            message.confirm()
+        wait_until(lambda: world.admin.stats(uris[0]).unconfirmed == 0, 10, "the confirms")
+    with world.session() as session:
+        queue = session.open_queue(uris[0], write=True, on_ack=lambda a: acks.append(a.status))
+        for index in range(0, 60, 3):
+            queue.post(b"m%d" % index, guid=guids[index])
+        assert session.flush(30)
+    assert acks[120:] == [AckStatus.SUCCESS] * 20
+    wait_ready(world, uris[0], 0)
