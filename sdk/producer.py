@@ -44,6 +44,15 @@ from holdfast.sdk.statuses import invalid_error
 from holdfast.sdk.types import Ack
 
 
+def _as_bytes(payload: object) -> bytes:
+    """``payload`` as bytes (a bytearray or memoryview copied), else InvalidArgumentError."""
+    if isinstance(payload, bytes):
+        return payload
+    if not isinstance(payload, bytearray | memoryview):
+        raise InvalidArgumentError(f"payload must be bytes, not {type(payload).__name__}")
+    return bytes(payload)
+
+
 class Relayed(enum.Enum):
     """What ``Producer.relay`` did with a client's PUT."""
 
@@ -167,6 +176,11 @@ class Producer:
         self.buffer(queue_id, payload, properties, on_ack, now, key)
         return guid
 
+    def _past_disconnected_limit(self, active: bool, size: int) -> bool:
+        """Whether ``size`` more bytes posted off-line would pass the off-line limit."""
+        limit = self._disconnected_limit
+        return limit is not None and not active and self._puts.bytes + size > limit
+
     def _writable_state(self, queue_id: int) -> LinkState:
         """The link's state, once the link is usable and ``queue_id`` open for writing
         (the batch paths' checks; ``buffer`` inlines them, a call less per post)."""
@@ -202,12 +216,7 @@ class Producer:
                 props, props_size = check_properties(properties, limits)
                 overhead += props_size + 4 * len(props)
             for payload in payloads:  # every one checked before any is taken
-                if not isinstance(payload, bytes):
-                    if not isinstance(payload, bytearray | memoryview):
-                        raise InvalidArgumentError(
-                            f"payload must be bytes, not {type(payload).__name__}"
-                        )
-                    payload = bytes(payload)
+                payload = _as_bytes(payload)
                 check_payload(payload, limits)
                 checked.append(payload)
                 total += len(payload) + overhead
@@ -215,11 +224,10 @@ class Producer:
             raise invalid_error(error) from None
         puts = self._puts
         active = state is LinkState.ACTIVE
-        limit = self._disconnected_limit
-        if limit is not None and not active and puts.bytes + total > limit:
+        if self._past_disconnected_limit(active, total):
             raise BufferFullError(
                 f"{puts.bytes} bytes are buffered while disconnected; these {len(checked)} "
-                f"PUTs would exceed max_disconnected_buffer_bytes={limit}"
+                f"PUTs would exceed max_disconnected_buffer_bytes={self._disconnected_limit}"
             )
         # One post time for the batch (see ``buffer`` on sharing it).
         if not 0.0 <= now - self._posted_at < 0.001:
@@ -296,8 +304,7 @@ class Producer:
         total = sum(map(len, payloads)) + count * PUT_OVERHEAD
         puts = self._puts
         active = state is LinkState.ACTIVE
-        limit = self._disconnected_limit
-        if limit is not None and not active and puts.bytes + total > limit:
+        if self._past_disconnected_limit(active, total):
             return False
         if not puts.segments.none_pending(guids):
             return False
@@ -351,10 +358,7 @@ class Producer:
             raise QueueNotOpenError(f"queue {queue.uri if queue else queue_id} is not open")
         if not queue.write:
             raise NotWritableError(f"queue {queue.uri} was opened without write=True")
-        if not isinstance(payload, bytes):
-            if not isinstance(payload, bytearray | memoryview):
-                raise InvalidArgumentError(f"payload must be bytes, not {type(payload).__name__}")
-            payload = bytes(payload)
+        payload = _as_bytes(payload)
         props: dict[str, str] | None = None
         try:
             check_payload(payload, self.limits)
@@ -367,11 +371,10 @@ class Producer:
             raise invalid_error(error) from None
         puts = self._puts
         active = state is LinkState.ACTIVE
-        limit = self._disconnected_limit
-        if limit is not None and not active and puts.bytes + size > limit:
+        if self._past_disconnected_limit(active, size):
             raise BufferFullError(
                 f"{puts.bytes} bytes are buffered while disconnected; this PUT "
-                f"would exceed max_disconnected_buffer_bytes={limit}"
+                f"would exceed max_disconnected_buffer_bytes={self._disconnected_limit}"
             )
         made = _NO_GUID
         if key is None:
