@@ -58,7 +58,10 @@ def retransmit_margin(window: float) -> float:
 
 
 class PutBuffer:
-    """Pending PUTs in post order, their byte count, and the pushed-back ones."""
+    """Pending PUTs in post order, their byte count, and the pushed-back ones.
+
+    ``keyed``: find PUTs by a dict, not by bisecting the sorted GUID column — for a
+    proxy, whose clients' GUIDs interleave (``putsegments``)."""
 
     __slots__ = (
         "_held",
