@@ -172,19 +172,16 @@ class PackedGuids:
             self.flush()
         return True
 
-    def add_new(self, guids: list[bytes], digests: list[int]) -> int:
-        """``add(..., known_new=True)`` for every one of ``guids``, together; how many."""
+    def add_new(self, guids: list[bytes], digests: list[int]) -> None:
+        """``add(..., known_new=True)`` for every one of ``guids``, together."""
         young = self._young
-        added = 0
         for guid, digest in zip(guids, digests, strict=True):
             if len(guid) != GUID_BYTES:
                 self._odd[guid] = (digest, self.newest & TAG_MASK)
             else:
                 young[guid] = digest
-            added += 1
         if len(young) >= YOUNG_GUIDS:
             self.flush()
-        return added
 
     def flush(self) -> None:
         """Pack the young GUIDs into their partitions, all at once.
