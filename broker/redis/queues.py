@@ -194,12 +194,26 @@ class RedisQueue:
             self._registry.spawn(self._claim(min(room, CLAIM_BATCH)))
 
     async def _claim(self, n: int) -> None:
+        # The claim holds the queue until what it could not hand out is back at the
+        # head: a claim started while an UNCLAIM is on its way would overtake it.
+        try:
+            again = await self._claim_and_hand_out(n)
+        finally:
+            self._claiming = False
+        if again:
+            self.deliver()
+
+    async def _claim_and_hand_out(self, n: int) -> bool:
+        """One claim of at most ``n``; True if the queue may hold more to deliver."""
         keys = self.keys
         registry = self._registry
         node = registry.node_id
         policy = self.policy
         now = registry.now_ms()
         cutoff = ttl_cutoff_ms(now, policy.ttl)
+        # Compared with what the node saw before sending: another script's reply (a
+        # confirm run after this claim) may overtake this one's on its own connection.
+        seen = registry.seqs.highest(self.uri)
         try:
             await registry.remember_queue(self.uri)
             raw = await registry.client.run(
@@ -216,14 +230,12 @@ class RedisQueue:
             seq = int(raw.pop())
             # A claim that wrote moves the sequence past all the node saw; if it does
             # not, Redis went back: what it handed out may be confirmed already.
-            went_back = bool(raw) and seq <= registry.seqs.highest(self.uri)
+            went_back = bool(raw) and seq <= seen
             went_back = went_back or self.uri in registry.repairing
             registry.seqs.saw(self.uri, seq)
         except StoreError as error:
             log.warning("%s: claiming failed: %s", self.uri, error)
             raw, went_back = [], False
-        finally:
-            self._claiming = False
         messages: list[StoredMessage] = []
         dead: list[tuple[StoredMessage, str]] = []
         claimed = [Claimed(*row) for row in rows(raw, 5)]
@@ -241,15 +253,17 @@ class RedisQueue:
             # Nothing handed out before the loss check re-applied the node's confirms
             # (a repair under way wakes the queue when it is done).
             await self._unclaim(messages)
-            if self.uri not in registry.repairing:
-                await registry.on_went_back()
-                self.deliver()
-            return
+            if self.uri in registry.repairing:
+                return False
+            await registry.on_went_back()
+            return True
         leftover = self._hand_out(messages)
         if leftover:
+            # Room may have come back while the UNCLAIM was on its way (a consumer
+            # that left and one that attached): look again once it is done.
             await self._unclaim(leftover)
-        if len(claimed) == n:
-            self.deliver()  # there may be more
+            return True
+        return len(claimed) == n  # there may be more
 
     def _hand_out(self, messages: list[StoredMessage]) -> list[StoredMessage]:
         consumers = self._consumers

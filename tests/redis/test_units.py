@@ -123,3 +123,103 @@ def test_halt_ends_a_loop_whose_work_absorbed_its_cancel() -> None:
         assert absorbed and loop_task.done()
 
     asyncio.run(scenario())
+
+
+class _ClaimRacingClient:
+    """A Redis client stand-in whose CLAIM ran at sequence ``claimed``, while the reply
+    of a later script (``later``, a confirm on another connection) reached the node
+    first; it records the scripts it ran."""
+
+    def __init__(self, registry: Any, uri: str, claimed: int, later: int) -> None:
+        self._registry, self._uri = registry, uri
+        self._claimed, self._later = claimed, later
+        self.ran: list[str] = []
+
+    async def run(self, call: Any) -> list[Any]:
+        self.ran.append(call.script.name)
+        if call.script.name != "CLAIM":
+            return []
+        self._registry.seqs.saw(self._uri, self._later)  # its reply overtook the claim's
+        return [b"g" * 16, b"payload", b"7|1000|{}", 1, b"", self._claimed]
+
+
+def _claiming_queue(uri: str, claimed: int, later: int, seen: int) -> tuple[Any, Any, list[str]]:
+    """A Redis queue with no consumers whose registry saw ``seen``, a client that
+    races a CLAIM, and the list of went-back checks the claim asks for."""
+    import asyncio
+
+    from holdfast.broker.redis.losses import SeqBook
+    from holdfast.broker.redis.queues import RedisQueue
+    from holdfast.proto.policy import QueuePolicy
+
+    checks: list[str] = []
+
+    async def on_went_back() -> None:
+        checks.append(uri)
+
+    async def remember_queue(_: str) -> None:
+        await asyncio.sleep(0)
+
+    registry = SimpleNamespace(
+        seqs=SeqBook(lambda: 100.0),
+        repairing=set(),
+        node_id="n1",
+        policies=SimpleNamespace(effective=lambda _: QueuePolicy()),
+        now_ms=lambda: 5000,
+        lease=lambda _: "lease",
+        remember_queue=remember_queue,
+        on_went_back=on_went_back,
+        wake=lambda _: None,
+        may_deliver=lambda: True,
+    )
+    registry.seqs.saw(uri, seen)
+    registry.client = _ClaimRacingClient(registry, uri, claimed, later)
+    return RedisQueue(uri, cast(RedisRegistry, registry)), registry.client, checks
+
+
+def test_a_claim_overtaken_by_a_later_scripts_reply_is_no_rollback() -> None:
+    """The node saw 10 and claims (Redis runs it as 11); a confirm that ran after it
+    (12) replies first. The claim moved the sequence past all the node saw when it sent
+    it: Redis did not go back, and no loss check runs. Before, the claim compared 11
+    with 12, took the message back and ran the check, and a claim started meanwhile
+    delivered the message behind it first (the lifecycle machine on Redis, in CI)."""
+    import asyncio
+
+    uri = "hf://claim/race"
+    queue, client, checks = _claiming_queue(uri, claimed=11, later=12, seen=10)
+    assert asyncio.run(queue._claim_and_hand_out(1)) is True  # handed to nobody: look again
+    assert checks == []
+    assert client.ran == ["CLAIM", "UNCLAIM"]  # no consumer: given back as never claimed
+    # A claim at or below what the node saw before sending it: Redis went back.
+    queue, client, checks = _claiming_queue(uri, claimed=9, later=12, seen=10)
+    asyncio.run(queue._claim_and_hand_out(1))
+    assert checks == [uri]
+
+
+def test_a_claim_holds_the_queue_until_its_give_back_is_done() -> None:
+    """A consumer leaves while a claim is on its way and another attaches while the
+    UNCLAIM of the claimed message is: the new consumer's claim starts only once the
+    message is back at the head, or it would take the one behind it first."""
+    import asyncio
+
+    uri = "hf://claim/hold"
+    queue, client, _ = _claiming_queue(uri, claimed=11, later=11, seen=10)
+    newcomer = SimpleNamespace(has_room=lambda: True, limits=SimpleNamespace(max_messages=1))
+    newcomer.unconfirmed = {}
+    real_unclaim = queue._unclaim
+
+    async def unclaim(messages: Any) -> None:
+        queue._consumers.append(newcomer)
+        queue.deliver()  # the attach, while the give-back is on its way
+        client.ran.append("deliver")
+        await real_unclaim(messages)
+
+    def spawn(work: Any) -> None:
+        client.ran.append("spawn claim")
+        work.close()
+
+    queue._unclaim = unclaim
+    queue._registry.spawn = spawn
+    queue._claiming = True
+    asyncio.run(queue._claim(1))
+    assert client.ran == ["CLAIM", "deliver", "UNCLAIM", "spawn claim"]
