@@ -50,7 +50,16 @@ if ARGV[7] == '1' then visible = KEYS[7] end
 local n, b = 0, 0
 if max_n > 0 then n = redis.call('HLEN', KEYS[2]) end
 if max_b > 0 then b = tonumber(redis.call('GET', KEYS[4]) or '0') end
-local out, added = {}, 0
+local out, added, added_bytes = {}, 0, 0
+-- New messages' fields are written once a call, in chunks under Lua's C stack limit
+-- (unpack of ~8,000 values fails); the history SET stays per PUT, so that a GUID
+-- twice in one frame finds its first copy and is a replay.
+local bodies, metas, guids = {}, {}, {}
+local function each_chunk(command, key, values)
+  for from = 1, #values, 4000 do
+    redis.call(command, key, unpack(values, from, math.min(from + 3999, #values)))
+  end
+end
 local i = 8
 while i <= #ARGV do
   local guid, digest, age, payload = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 4]
@@ -67,19 +76,24 @@ while i <= #ARGV do
     elseif (max_n > 0 and n + 1 > max_n) or (max_b > 0 and b + #payload > max_b) then
       table.insert(out, QUEUE_FULL)
     else
-      redis.call('HSET', KEYS[2], guid, payload)
-      redis.call('HSET', KEYS[3], guid, digest .. '|' .. now .. '|' .. ARGV[i + 3])
-      redis.call('RPUSH', visible, guid)
+      bodies[#bodies + 1], bodies[#bodies + 2] = guid, payload
+      metas[#metas + 1], metas[#metas + 2] = guid, digest .. '|' .. now .. '|' .. ARGV[i + 3]
+      guids[#guids + 1] = guid
       redis.call('SET', prefix .. guid, digest, 'PX', retention)
-      redis.call('INCRBY', KEYS[4], #payload)
       if ARGV[i + 5] ~= '0' then redis.call('ZADD', KEYS[6], ARGV[i + 5], guid) end
-      n, b, added = n + 1, b + #payload, added + 1
+      n, b, added, added_bytes = n + 1, b + #payload, added + 1, added_bytes + #payload
       table.insert(out, STORED)
     end
   end
   i = i + 6
 end
-if added > 0 then redis.call('HINCRBY', KEYS[5], 'accepted', added) end
+if added > 0 then
+  each_chunk('HSET', KEYS[2], bodies)
+  each_chunk('HSET', KEYS[3], metas)
+  each_chunk('RPUSH', visible, guids)
+  redis.call('INCRBY', KEYS[4], added_bytes)
+  redis.call('HINCRBY', KEYS[5], 'accepted', added)
+end
 table.insert(out, redis.call('EXISTS', KEYS[9]))
 table.insert(out, seq(KEYS[8], added > 0))
 return out

@@ -332,3 +332,26 @@ def test_put_answers_whether_any_node_has_consumers_of_the_queue(db: redis.Redis
     assert run(db, PUT, put_keys, header + first) == [stored, 0, 1]
     db.hset(keys.consumers, "other-node", 1)
     assert run(db, PUT, put_keys, header + second) == [stored, 1, 2]
+
+
+def test_a_put_of_thousands_stores_each_once_in_order_and_a_repeat_in_it_is_a_replay(
+    db: redis.Redis,
+) -> None:
+    """The PUT script writes a call's new messages in chunks of 2,000 (Lua's stack
+    bounds ``unpack``): 5,001 PUTs, one a repeat of an earlier GUID of the same call,
+    are 5,000 messages in order, each with its body and meta, their bytes counted once."""
+    keys = queue()
+    put_keys = [keys.ready, keys.body, keys.meta, keys.bytes, keys.stats, keys.pickup]
+    put_keys += [keys.unsynced, keys.seq, keys.consumers]
+    header = [keys.prefix + "g:", "60000", "1000", "1700000000000", "0", "0", "0"]
+    guids = [f"g{i:05d}" for i in range(5000)]
+    args = [value for guid in guids for value in (guid, "7", "0", "{}", "p-" + guid, "0")]
+    args += [guids[2500], "7", "0", "{}", "p-" + guids[2500], "0"]  # the same PUT again
+    outcomes = run(db, PUT, put_keys, header + args)
+    assert outcomes == [PUT_OUTCOMES["STORED"]] * 5000 + [PUT_OUTCOMES["REPLAYED"], 0, 1]
+    assert db.lrange(keys.ready, 0, -1) == [guid.encode() for guid in guids]
+    assert db.hlen(keys.body) == db.hlen(keys.meta) == 5000
+    assert db.hget(keys.body, guids[4999]) == b"p-" + guids[4999].encode()
+    assert db.hget(keys.meta, guids[0]) == b"7|1700000000000|{}"
+    assert int(db.get(keys.bytes) or 0) == sum(len("p-" + guid) for guid in guids)
+    assert int(db.hget(keys.stats, "accepted") or 0) == 5000
