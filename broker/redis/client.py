@@ -42,6 +42,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel as SyncSentinel
 
 from holdfast.broker.redis.lease_scripts import FENCED
+from holdfast.broker.redis.packing import use_hiredis
 from holdfast.broker.redis.script import Script, ScriptCall
 from holdfast.broker.redis.tls import RedisTls
 from holdfast.broker.store import StoreError
@@ -159,6 +160,8 @@ class RedisClient:
             self.redis = sentinels.master_for(spec.service, db=spec.db, **common)
         else:
             self.redis = aioredis.Redis(host=host, port=port, db=spec.db, **common)
+        if not spec.cluster:
+            use_hiredis(self.redis.connection_pool)
         self._scripts: dict[str, Any] = {}
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self.round_trips = 0
