@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,16 @@ log = logging.getLogger("holdfast.sdk.dispatch")
 
 Callback = tuple[Callable[[Any], Any], Any]
 _STOP = object()
+
+YIELD_EVERY = 256
+"""Callbacks run between two offers of the interpreter lock to the other threads.
+A consumer's callbacks confirm messages; the sending thread can send those CONFIRMs
+(and so the broker PUSH more) only once it gets the lock, which a busy dispatcher
+hands over every 5 ms (``sys.getswitchinterval()``) otherwise. Measured with the
+default window of 1,000 unconfirmed messages (100-B messages, memory store): PUSH ->
+CONFIRM 76k msg/s direct and 53k through the proxy without the yield, 114-133k and
+90-98k with it (64 a yield: 108-129k and 69-71k, the proxy then relays CONFIRM frames
+a quarter the size)."""
 
 
 class Dispatcher:
@@ -58,8 +69,10 @@ class Dispatcher:
             if isinstance(item, threading.Event):
                 item.set()
                 continue
-            for function, argument in item:
+            for count, (function, argument) in enumerate(item, 1):
                 try:
                     function(argument)
                 except Exception:
                     log.exception("a Holdfast callback raised; continuing")
+                if not count % YIELD_EVERY:
+                    time.sleep(0)  # releases the lock: see YIELD_EVERY
