@@ -130,7 +130,7 @@ class Outcomes:
             )
         puts = self._puts
         segments = puts.segments
-        find = segments.find
+        locate = puts.locate
         released = 0
         relay = self.wire_acks.append if self.wire_acks is not None else None
         queues = self._queues.by_id
@@ -158,12 +158,11 @@ class Outcomes:
             if wire in _PUSHED_BACK:
                 puts.hold(guid, now)
                 continue
-            seq = find(guid)
-            place = None if seq < 0 else segments.at(seq)
-            if place is None:
+            found = locate(guid)
+            if found is None:
                 self.stale_acks += 1
                 continue
-            segment, i = place
+            seq, segment, i = found
             released += segment.size(i) + PUT_OVERHEAD
             if wire == _STATUS_OK:
                 reported += 1
@@ -197,6 +196,8 @@ class Outcomes:
         ends = segment.ends
         released = ends[i + n - 1] - (ends[i - 1] if i else 0) + n * PUT_OVERHEAD
         extras = segment.extras
+        if extras:  # the bytes their properties added
+            released += sum(extra[2] for j in range(i, i + n) if (extra := extras.get(j)))
         queue_ids = segment.queue_ids
         puts = self._puts
         if puts.held:
@@ -216,17 +217,11 @@ class Outcomes:
                     queue_id = queue_ids[index]
                     queue = queues[queue_id]
                 callback = queue.on_ack
-                if extras:
-                    extra = extras.get(index)
-                    if extra is not None:
-                        released += extra[2]
-                        if extra[1] is not None:
-                            callback = extra[1]
+                if extras and (extra := extras.get(index)) is not None and extra[1] is not None:
+                    callback = extra[1]
                 if callback is not None:
                     append((callback, Ack(uuid_from_bytes(guid), _SUCCESS, queue.uri)))
-        if extras and self.wire_acks is not None:
-            released += sum(extras[j][2] for j in range(i, i + n) if j in extras)
-        self._puts.segments.release_run(segment, i, n)
+        puts.segments.release_run(segment, i, n)
         return released
 
     def pushes(self, batch: pb.PushBatch, generation: int, confirmer: Settler) -> None:

@@ -119,25 +119,28 @@ class PutBuffer:
                 if live[i]:
                     yield _pending(segment, i)
 
-    def get(self, guid: bytes) -> PendingPut | None:
-        """The pending PUT with this GUID, left in the buffer (None if not pending)."""
-        seq = self.segments.find(guid)
-        if seq < 0:
-            return None
-        place = self.segments.at(seq)
-        return None if place is None else _pending(*place)
-
-    def pop(self, guid: bytes) -> PendingPut | None:
-        """Take a PUT out of the buffer (None if it is not pending)."""
+    def locate(self, guid: bytes) -> tuple[int, Segment, int] | None:
+        """The ``seq``, segment and index of the pending PUT with this GUID, or None."""
         segments = self.segments
         seq = segments.find(guid)
         place = None if seq < 0 else segments.at(seq)
-        if place is None:
+        return None if place is None else (seq, *place)
+
+    def get(self, guid: bytes) -> PendingPut | None:
+        """The pending PUT with this GUID, left in the buffer (None if not pending)."""
+        found = self.locate(guid)
+        return None if found is None else _pending(found[1], found[2])
+
+    def pop(self, guid: bytes) -> PendingPut | None:
+        """Take a PUT out of the buffer (None if it is not pending)."""
+        found = self.locate(guid)
+        if found is None:
             return None
-        put = _pending(*place)
+        seq, segment, i = found
+        put = _pending(segment, i)
         self.bytes -= put[SIZE]
         self._held.pop(seq, None)
-        segments.release(*place)
+        self.segments.release(segment, i)
         return put
 
     def of_queue(self, queue_id: int) -> list[PendingPut]:
@@ -148,11 +151,10 @@ class PutBuffer:
 
     def hold(self, guid: bytes, now: float) -> None:
         """The broker did not take this PUT yet: keep it, retry after the back-off."""
-        seq = self.segments.find(guid)
-        place = None if seq < 0 else self.segments.at(seq)
-        if place is None:
+        found = self.locate(guid)
+        if found is None:
             return
-        segment, i = place
+        seq, segment, i = found
         queue_id = segment.queue_ids[i]
         self._held[seq] = queue_id
         self.busy.add(queue_id)

@@ -10,7 +10,10 @@ delivered to its own consumers (``Consumer.unconfirmed``, as in memory):
   counting the delivery) and PUSHes them round-robin to its consumers. Nodes claim
   only for consumers with room, so flow limits hold across nodes and work spreads
   over every node's consumers; a claimed message no consumer can take any more (it
-  left while the claim was on its way) goes back as never claimed (``UNCLAIM``);
+  left while the claim was on its way) goes back as never claimed (``UNCLAIM``), and
+  the next claim waits until it is back at the head; a claim judges whether Redis went
+  back by what the node had seen before sending it (replies on other connections may
+  overtake its own);
 - the policy applies where a message changes hands, as in memory: ``CLAIM`` hands
   back, uncounted, a message past its delivery limit, the queue's TTL or its pickup
   deadline, and the node buries it (``graveyard``); so is one rejected without
