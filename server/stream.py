@@ -246,6 +246,11 @@ class ContractStream(Answers, ABC):
                 if outbox.closed or (outbox.finishing and not outbox.ordered_pending):
                     return
                 await outbox.wait_for_work()
+                # Let the frames gRPC has already read run first: what they answer
+                # joins this write. Woken at once, a writer under load sent a
+                # message per input frame, and each message costs every hop far
+                # more than the frames in it (bench/PROFILE.md, "One turn").
+                await asyncio.sleep(0)
                 continue
             if not self._peer_batches:
                 await write(frame)

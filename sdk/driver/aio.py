@@ -197,6 +197,10 @@ class AsyncDriver:
                         continue
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._outbound_ready.wait(), timer)
+                    # One turn of the loop first, so that what the frames already
+                    # read produce leaves in the same message (as the server's
+                    # writer does: holdfast.server.stream).
+                    await asyncio.sleep(0)
                     continue
                 for frame, nbytes in self.core.frames(engine.take_outbound(), time.monotonic()):
                     await connection.send(frame)
