@@ -11,6 +11,7 @@ import pytest
 
 from holdfast.proto import PROTOCOL_VERSION, pb
 from holdfast.proto.batching import BATCH_OVERHEAD
+from holdfast.proto.columns import PutColumns, RejectRow
 from holdfast.server.stream import ContractStream
 
 pytestmark = pytest.mark.timeout(30)
@@ -53,10 +54,26 @@ class CountingStream(ContractStream):
     def on_count_consumers(self, request: pb.CountConsumers) -> None:
         self.count_answer(request.request_id, 0)
 
-    def on_open(self, request: pb.OpenQueue) -> None:
-        raise AssertionError("not sent")
+    def _unexpected(self, frame: object) -> None:
+        raise AssertionError(f"not sent in these tests: {frame!r}")
 
-    on_configure = on_close = on_puts = on_confirms = on_rejects = on_open
+    def on_open(self, request: pb.OpenQueue) -> None:
+        self._unexpected(request)
+
+    def on_configure(self, request: pb.ConfigureQueue) -> None:
+        self._unexpected(request)
+
+    def on_close(self, request: pb.CloseQueue) -> None:
+        self._unexpected(request)
+
+    def on_puts(self, batch: PutColumns) -> None:
+        self._unexpected(batch)
+
+    def on_confirms(self, batch: list[tuple[int, bytes]]) -> None:
+        self._unexpected(batch)
+
+    def on_rejects(self, batch: list[RejectRow]) -> None:
+        self._unexpected(batch)
 
     def on_end(self) -> None:
         pass
@@ -81,7 +98,9 @@ def test_answers_to_frames_already_read_leave_as_one_message() -> None:
     stream = CountingStream(context, "s1", 1 << 20, 1 << 20)
     asyncio.run(stream.run())
     kinds = messages(context.written)
-    assert sum(kinds, []) == ["hello_reply"] + ["consumer_count"] * 3
+    assert [kind for message in kinds for kind in message] == ["hello_reply"] + [
+        "consumer_count"
+    ] * 3
     # Woken by the first answer, the writer waits one turn: the frames gRPC handed
     # over meanwhile are answered in the same message. Without that turn each
     # answer went alone (a message per input frame).
@@ -97,6 +116,7 @@ def test_a_message_never_exceeds_the_frame_size() -> None:
     limit = 64
     stream = CountingStream(context, "s1", limit, 1 << 20)
     asyncio.run(stream.run())
-    assert sum(messages(context.written), []).count("consumer_count") == 199
+    kinds = [kind for message in messages(context.written) for kind in message]
+    assert kinds.count("consumer_count") == 199
     one = len(pb.ServerFrame(consumer_count=pb.ConsumerCount(request_id=199)).SerializeToString())
     assert max(map(len, context.written)) <= max(limit, one + BATCH_OVERHEAD) + BATCH_OVERHEAD
