@@ -21,7 +21,7 @@ Rules of the stream:
   come alone; a Hello or a batch inside one is a fatal PROTOCOL_ERROR. To a client
   whose Hello set ``accepts_batches`` the writer sends what is ready as one
   ``ServerFrames`` message (``holdfast.proto.batching``), never more than a frame's
-  size;
+  size, once the loop has run what was ready (``holdfast.sdk.turns``);
 * when the stream ends, however it ends, ``on_end()`` runs (the broker detaches
   consumers so their messages are redelivered; the proxy closes upstream handles).
 
@@ -49,6 +49,7 @@ from holdfast.proto.columns import (
     read_puts,
     read_rejects,
 )
+from holdfast.sdk.turns import before_taking
 from holdfast.server.answers import Answers
 from holdfast.server.guard import ServerGuard, SessionGuard, pause
 from holdfast.server.outbox import Outbox
@@ -240,20 +241,18 @@ class ContractStream(Answers, ABC):
     async def _write_loop(self) -> None:
         write = self._context.write
         outbox = self.outbox
+        last_bytes = 0
         while True:
             frame = outbox.take()
             if frame is None:
                 if outbox.closed or (outbox.finishing and not outbox.ordered_pending):
                     return
                 await outbox.wait_for_work()
-                # Let the frames gRPC has already read run first: what they answer
-                # joins this write. Woken at once, a writer under load sent a
-                # message per input frame, and each message costs every hop far
-                # more than the frames in it (bench/PROFILE.md, "One turn").
-                await asyncio.sleep(0)
+                await before_taking(last_bytes)  # small answers leave together
                 continue
             if not self._peer_batches:
                 await write(frame)
+                last_bytes = frame.ByteSize()
                 continue
             # What is ready leaves as one gRPC message (ServerFrames), in take order,
             # up to a frame's size: an AckBatch and a PushBatch at once, typically.
@@ -270,7 +269,9 @@ class ContractStream(Answers, ABC):
                     group.append(data)
                     size += len(data) + BATCH_OVERHEAD
                     data = None
-                await write(group[0] if len(group) == 1 else pack(group))
+                message = group[0] if len(group) == 1 else pack(group)
+                last_bytes = len(message)
+                await write(message)
 
     def _on_writer_done(self, writer: asyncio.Task[None]) -> None:
         if writer.cancelled():

@@ -25,6 +25,7 @@ from holdfast.sdk.engine import SessionEngine, WireAck
 from holdfast.sdk.errors import HoldfastError, TransportError
 from holdfast.sdk.options import SessionOptions
 from holdfast.sdk.transports.base import AsyncConnection, AsyncTransport
+from holdfast.sdk.turns import before_taking
 
 log = logging.getLogger("holdfast.sdk.driver")
 
@@ -187,6 +188,7 @@ class AsyncDriver:
         meanwhile PUTs pile up and count against the high watermark. Runs the
         engine's timers while idle. An error here ends the connection."""
         engine = self.engine
+        last_bytes = 0
         try:
             while engine.generation == generation:
                 if not engine.has_outbound:
@@ -197,12 +199,10 @@ class AsyncDriver:
                         continue
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._outbound_ready.wait(), timer)
-                    # One turn of the loop first, so that what the frames already
-                    # read produce leaves in the same message (as the server's
-                    # writer does: holdfast.server.stream).
-                    await asyncio.sleep(0)
+                    await before_taking(last_bytes)  # small frames leave together
                     continue
                 for frame, nbytes in self.core.frames(engine.take_outbound(), time.monotonic()):
+                    last_bytes = len(frame)
                     await connection.send(frame)
                     engine.transport_drained(nbytes)
                     self._changed.set()
