@@ -97,7 +97,10 @@ def indexed_properties(
             raise Malformed(f"properties for message {entry.index} of a batch of {count}")
         # A dict of its own: a map of the frame would keep the whole frame alive for
         # as long as the message is held (the proxy holds PUSHes until confirmed).
-        found[entry.index] = dict(entry.entries)
+        # Key by key: dict() of a protobuf map goes through the Python Mapping ABC
+        # (1.13 against 0.55 us for an RPC request's four properties).
+        entries = entry.entries
+        found[entry.index] = {key: entries[key] for key in entries}
     return found
 
 
@@ -108,7 +111,11 @@ def add_properties(
     """Append (index, entries) to ``target``'s sparse ``properties`` column."""
     add = target.properties.add
     for index, entries in column:
-        add(index=index, entries=entries)
+        # Entry by entry: add(entries=...) fills the map through the Python
+        # MutableMapping ABC (1.50 against 0.97 us for four properties).
+        target_entries = add(index=index).entries
+        for key, value in entries.items():
+            target_entries[key] = value
 
 
 def _packed_ids(values: Sequence[_T]) -> Sequence[_T]:

@@ -43,6 +43,7 @@ from holdfast.sdk.errors import (
     RpcError,
     WorkerStartError,
 )
+from holdfast.sdk.guids import uuid_from_bytes
 
 PREFIX = "x-rpc-"
 KIND = "x-rpc-kind"
@@ -90,7 +91,7 @@ def reply_guid(request_guid: uuid.UUID) -> uuid.UUID:
     digest = bytearray(hashlib.sha256(_REPLY_NAMESPACE + request_guid.bytes).digest()[:16])
     digest[6] = (digest[6] & 0x0F) | 0x80  # version 8
     digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 9562 variant
-    return uuid.UUID(bytes=bytes(digest))
+    return uuid_from_bytes(bytes(digest))
 
 
 def check_user_properties(properties: Mapping[str, str] | None) -> dict[str, str]:
