@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from holdfast.sdk.rpc.cancel import CancelFlag
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,46 +25,6 @@ class Reply:
     ``StreamingReply``: ``holdfast.sdk.rpc.streams.StreamReader`` objects (``read(n)``),
     or on the asyncio ``Session`` ``holdfast.sdk.aio.streams.AsyncStreamReader`` objects
     (``async for``, ``await read(n)``)."""
-
-
-class CancelFlag:
-    """``Request.cancelled``: ``threading.Event``'s interface (``is_set``, ``wait``,
-    ``set``), whose Event (a lock and a condition, 5 % of an echo worker's CPU when
-    made for every request) is only made once a handler waits on it."""
-
-    __slots__ = ("_event", "_flag")
-    _making = threading.Lock()  # the Event is made once, and sees a set() before it
-
-    def __init__(self) -> None:
-        self._flag = False
-        self._event: threading.Event | None = None
-
-    def is_set(self) -> bool:
-        """True once the call was cancelled."""
-        return self._flag
-
-    def set(self) -> None:
-        """Cancel: wake every ``wait``."""
-        with CancelFlag._making:
-            self._flag = True
-            event = self._event
-        if event is not None:
-            event.set()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until cancelled or ``timeout`` seconds passed; True if cancelled."""
-        if self._flag:
-            return True
-        with CancelFlag._making:
-            if self._event is None:
-                self._event = threading.Event()
-                if self._flag:
-                    self._event.set()
-            event = self._event
-        return event.wait(timeout)
-
-    def __repr__(self) -> str:
-        return f"CancelFlag(set={self._flag})"
 
 
 @dataclass(slots=True, eq=False)

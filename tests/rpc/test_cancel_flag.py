@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from holdfast.sdk.rpc.values import CancelFlag
+from holdfast.sdk.rpc.cancel import CancelFlag
 
 pytestmark = pytest.mark.timeout(60)
 
