@@ -118,12 +118,14 @@ class ServerProcess:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGTERM)
         try:
-            return proc.wait(timeout)
+            code = proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
             raise TimeoutError(
                 f"{self.module} did not exit within {timeout} s of SIGTERM:\n{self.output}"
             ) from None
+        self._collect_last_words()
+        return code
 
     def kill(self) -> None:
         """SIGKILL the server (by PID) and wait for it to be gone."""
@@ -131,6 +133,14 @@ class ServerProcess:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
         proc.wait(STOP_TIMEOUT)
+        self._collect_last_words()
+
+    def _collect_last_words(self) -> None:
+        """Wait (briefly) for the reader to take what the exited server wrote last: the
+        process can be reaped before its last lines are read from the pipe, and a test
+        that checks them (``"stopped" in output``) would see them missing."""
+        if self._reader is not None:
+            self._reader.join(2)
 
     def restart(self) -> None:
         """Start the server again with the same arguments on the port it bound first.
