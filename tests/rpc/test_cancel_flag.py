@@ -9,6 +9,7 @@ import time
 import pytest
 
 from holdfast.sdk.rpc.cancel import CancelFlag
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -33,8 +34,8 @@ def test_a_waiting_thread_is_woken_by_set() -> None:
     woken: list[bool] = []
     waiter = threading.Thread(target=lambda: woken.append(flag.wait(30)))
     waiter.start()
-    while flag._event is None:  # the waiter made its Event: it waits on it now
-        time.sleep(0.001)
+    # Once the waiter made its Event it waits on it (the path a set() must wake).
+    wait_until(lambda: flag._event is not None, 10, "the waiter's Event")
     flag.set()
     waiter.join(30)
     assert woken == [True]
