@@ -293,11 +293,15 @@ def test_confirms_issued_just_before_close_reach_the_broker(broker: BrokerProces
     """close() ends the stream gracefully: the broker reads every CONFIRM sent before it,
     so the queue then holds exactly the messages whose confirm() did not succeed."""
     uri = unique_uri("close-confirms")
+    # Enough that close() lands while confirms are still flowing: a fast host consumed
+    # 3,000 in the 10 ms between two polls of the thousandth confirm and left none.
+    total = 20_000
     with Session(broker.address, options=FAST) as producer:
         queue = producer.open_queue(uri, write=True)
-        posted = {queue.post(b"%04d" % i) for i in range(3000)}
+        posted = {queue.post(b"%05d" % i) for i in range(total)}
         assert producer.flush(timeout=30)
     confirmed: set[uuid.UUID] = set()
+    thousand = threading.Event()
 
     def confirm(message: Message) -> None:
         try:
@@ -305,12 +309,14 @@ def test_confirms_issued_just_before_close_reach_the_broker(broker: BrokerProces
         except HoldfastError:
             return  # the session is closing: this one stays in the queue
         confirmed.add(message.guid)
+        if len(confirmed) >= 1000:
+            thousand.set()
 
     with Session(broker.address, options=FAST) as consumer:
         consumer.open_queue(
             uri, read=True, on_message=confirm, options=QueueOptions(max_unconfirmed_messages=500)
         )
-        wait_until(lambda: len(confirmed) >= 1000, 30, "a thousand confirms")
+        assert thousand.wait(30), "a thousand confirms"
         # close() right away: the last CONFIRMs are still on their way out.
     remaining = posted - confirmed
     assert 0 < len(remaining) < len(posted)
