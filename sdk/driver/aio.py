@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from holdfast.sdk.driver.core import DriverCore
+from holdfast.sdk.driver.core import CLOSE_DRAIN_TIMEOUT, DriverCore
 from holdfast.sdk.engine import SessionEngine, WireAck
 from holdfast.sdk.errors import HoldfastError, TransportError
 from holdfast.sdk.options import SessionOptions
@@ -58,8 +58,22 @@ class AsyncDriver:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        """Close the engine (pending PUTs are reported UNKNOWN) and the connection."""
+        """End the stream after what is queued, then close the engine (pending PUTs are
+        reported UNKNOWN) and the connection."""
         self.core.stopping = True
+        task = self._task
+        if (
+            task is not None
+            and not task.done()
+            and task is not asyncio.current_task()  # a callback of this task closing
+            and self._connection is not None
+        ):
+            # The writer sends what is queued (CONFIRMs issued before close()) and
+            # half-closes; the broker reads all of it, then ends the stream, and the
+            # connection task returns. Cancelling at once could discard frames it had
+            # not read yet, and the broker would redeliver confirmed messages.
+            self._outbound_ready.set()
+            await asyncio.wait({task}, timeout=CLOSE_DRAIN_TIMEOUT)
         self.engine.close()
         self.after_input()
         if self._connection is not None:
@@ -192,6 +206,9 @@ class AsyncDriver:
         try:
             while engine.generation == generation:
                 if not engine.has_outbound:
+                    if self.core.stopping:
+                        await connection.finish()  # everything queued has left
+                        return
                     self._outbound_ready.clear()
                     ticked, timer = self.core.run_timers(time.monotonic())
                     if ticked:

@@ -47,6 +47,10 @@ QUOTE_BYTES = 16
 
 ENDED_BY_SERVER = "the broker ended the stream"
 
+CLOSE_DRAIN_TIMEOUT = 2.0
+"""Seconds a driver's ``stop()`` lets the broker read what was sent (the CONFIRMs
+issued before ``close()``) and end the stream before the stream is cancelled."""
+
 _PROGRESS = ("acks", "pushes")
 """Frame kinds whose acceptance shows the server is working, not just answering."""
 

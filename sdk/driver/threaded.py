@@ -22,16 +22,13 @@ import time
 from collections.abc import Iterator
 
 from holdfast.sdk.dispatch import Dispatcher
-from holdfast.sdk.driver.core import DriverCore
+from holdfast.sdk.driver.core import CLOSE_DRAIN_TIMEOUT, DriverCore
 from holdfast.sdk.engine import SessionEngine
 from holdfast.sdk.errors import HoldfastError
 from holdfast.sdk.options import SessionOptions
 from holdfast.sdk.transports.base import SyncConnection, SyncTransport
 
 log = logging.getLogger("holdfast.sdk.driver")
-
-CLOSE_DRAIN_TIMEOUT = 2.0
-"""Seconds ``stop()`` lets the broker read what was sent before the stream is cancelled."""
 
 
 class _Live:

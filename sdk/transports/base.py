@@ -55,6 +55,10 @@ class AsyncConnection(Protocol):
         """The server's next frame, raw, or None at the end of the stream."""
         ...
 
+    async def finish(self) -> None:
+        """Stop sending (a half-close): the server reads what was sent, then the end."""
+        ...
+
     async def close(self) -> None:
         """Drop the connection (idempotent)."""
         ...

@@ -44,6 +44,15 @@ class GrpcAioConnection:
         except asyncio.InvalidStateError as exc:  # the call already ended
             raise RetryableTransportError(f"the stream ended: {exc}") from exc
 
+    async def finish(self) -> None:
+        """Half-close the stream: the server reads what was written, then its end."""
+        try:
+            await self._call.done_writing()
+        except grpc.RpcError as exc:
+            raise classify_rpc_error(exc) from exc
+        except asyncio.InvalidStateError as exc:  # the call already ended
+            raise RetryableTransportError(f"the stream ended: {exc}") from exc
+
     async def receive(self) -> bytes | None:
         """The next frame, or None when the server ended the stream."""
         try:

@@ -217,6 +217,10 @@ class MemoryAsyncConnection:
         """The server's next frame, or None at the end of its stream."""
         return await self._endpoint.receive_async()
 
+    async def finish(self) -> None:
+        """Stop sending (a half-close): the server receives None after what was sent."""
+        self._endpoint.finish()
+
     async def close(self) -> None:
         """Drop the connection (idempotent)."""
         self._endpoint.close()

@@ -51,6 +51,9 @@ class ScriptedConnection:
         await asyncio.sleep(0)
         return await self.inbound.get()
 
+    async def finish(self) -> None:
+        self.inbound.put_nowait(None)
+
     async def close(self) -> None:
         self.inbound.put_nowait(None)
 

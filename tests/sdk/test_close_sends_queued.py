@@ -1,25 +1,28 @@
-"""close() sends what is queued before it ends the stream.
+"""close() sends what is queued before it ends the stream, in both drivers.
 
 CONFIRMs issued before ``close()`` are in the engine's outbound queue, not yet taken
 by the writer, when ``close()`` begins. The writer must send them and only then
 half-close: a writer that ends the stream at once leaves the broker to redeliver
-messages the application had confirmed. The transport here holds the writer back by
-hand, so the CONFIRMs are certainly still queued when ``close()`` starts.
+messages the application had confirmed. The transports here hold the writer back by
+hand, so the CONFIRMs are certainly still queued when ``close()`` starts; the last
+test does the same as an application would, against a broker process over gRPC.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 
 import pytest
 
-from holdfast.sdk import Message, Session
+from holdfast.sdk import ConfirmDroppedError, Message, QueueOptions, Session, aio
 from holdfast.sdk.testing import Broker
-from holdfast.sdk.transports import MemoryTransport
-from holdfast.sdk.transports.base import SyncConnection
-from tests.support.sessions import FAST
-from tests.support.waiting import wait_until
+from holdfast.sdk.transports import AsyncMemoryTransport, MemoryTransport
+from holdfast.sdk.transports.base import AsyncConnection, SyncConnection
+from tests.support.processes import BrokerProcess
+from tests.support.sessions import FAST, drain, unique_uri
+from tests.support.waiting import wait_until, wait_until_async
 
 URI = "hf://test/close"
 COUNT = 10
@@ -87,3 +90,111 @@ def test_confirms_queued_when_close_begins_reach_the_broker() -> None:
         # Nothing returned to the queue: every CONFIRM was read before the stream ended.
         wait_until(lambda: broker.unconfirmed(URI) == 0, 10, "the session's end")
         assert broker.depth(URI) == 0
+
+
+class GatedAsyncConnection:
+    """A memory connection whose ``send`` waits while its transport's gate is closed."""
+
+    def __init__(self, inner: AsyncConnection, transport: GatedAsyncTransport) -> None:
+        self._inner = inner
+        self._transport = transport
+
+    async def send(self, frame: bytes) -> None:
+        """Send ``frame`` once the gate is open."""
+        gate = self._transport.gate
+        if not gate.is_set():
+            self._transport.held = True
+            await asyncio.wait_for(gate.wait(), 30)
+            self._transport.held = False
+        await self._inner.send(frame)
+
+    async def receive(self) -> bytes | None:
+        """The broker's next frame."""
+        return await self._inner.receive()
+
+    async def finish(self) -> None:
+        """Half-close."""
+        await self._inner.finish()
+
+    async def close(self) -> None:
+        """Drop the connection."""
+        await self._inner.close()
+
+
+class GatedAsyncTransport:
+    """An asyncio memory transport whose writers wait at ``gate`` while it is closed."""
+
+    def __init__(self, inner: AsyncMemoryTransport) -> None:
+        self._inner = inner
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.held = False
+        """True while a writer waits at the closed gate."""
+
+    async def connect(self, address: str) -> AsyncConnection:
+        """Open ``address``; its sends go through the gate."""
+        return GatedAsyncConnection(await self._inner.connect(address), self)
+
+
+def test_asyncio_confirms_queued_when_close_begins_reach_the_broker() -> None:
+    async def run(broker: Broker) -> None:
+        async with aio.Session(broker.address, transport=broker.async_transport()) as producer:
+            queue = await producer.open_queue(URI, write=True)
+            for i in range(COUNT):
+                await queue.post(b"%d" % i)
+            assert await producer.flush(10)
+        received: list[Message] = []
+        transport = GatedAsyncTransport(broker.async_transport())
+        consumer = aio.Session(broker.address, options=FAST, transport=transport)
+        async with consumer:
+            await consumer.open_queue(URI, read=True, on_message=received.append)
+            await wait_until_async(lambda: len(received) == COUNT, 10, "every delivery")
+            transport.gate.clear()
+            # One CONFIRM wakes the idle writer, which waits at the gate with it; the
+            # rest are queued behind.
+            received[0].confirm()
+            await wait_until_async(lambda: transport.held, 10, "the writer at the gate")
+            for message in received[1:]:
+                message.confirm()
+            closing = asyncio.create_task(consumer.close())
+            await wait_until_async(
+                lambda: consumer._core.driver.core.stopping, 10, "close() under way"
+            )
+            with pytest.raises(ConfirmDroppedError):
+                received[0].confirm()  # too late: the stream may be half-closed
+            transport.gate.set()
+            await asyncio.wait_for(closing, 30)
+
+    with Broker() as broker:
+        asyncio.run(run(broker))
+        # Nothing returned to the queue: every CONFIRM was read before the stream ended.
+        wait_until(lambda: broker.unconfirmed(URI) == 0, 10, "the session's end")
+        assert broker.depth(URI) == 0
+
+
+def test_asyncio_confirms_right_before_close_are_not_redelivered(broker: BrokerProcess) -> None:
+    """An application's last CONFIRMs and then ``close()`` at once, over gRPC: none of
+    the confirmed messages comes back (before the half-close, every one did)."""
+    uri = unique_uri("aio-close-confirms")
+    count = 2000
+
+    async def run() -> None:
+        async with aio.Session(broker.address, options=FAST) as producer:
+            queue = await producer.open_queue(uri, write=True)
+            for i in range(count):
+                await queue.post(b"%d" % i)
+            assert await producer.flush(30)
+        received: list[Message] = []
+        async with aio.Session(broker.address, options=FAST) as consumer:
+            await consumer.open_queue(
+                uri,
+                read=True,
+                on_message=received.append,
+                options=QueueOptions(max_unconfirmed_messages=count),
+            )
+            await wait_until_async(lambda: len(received) == count, 30, "every delivery")
+            for message in received:
+                message.confirm()
+
+    asyncio.run(run())
+    assert drain(broker.address, uri, 0) == {}
