@@ -257,8 +257,10 @@ class Session(RequestReply):
 
     def close(self, timeout: float | None = None) -> None:
         """Close the session: flush for up to ``timeout`` seconds (default
-        ``SessionOptions.close_timeout``), then report what is still pending as
-        ``UNKNOWN``, emit ``SessionClosed`` and stop the threads."""
+        ``SessionOptions.close_timeout``); send what is queued (the CONFIRMs issued
+        before this call) and end the stream, waiting up to 2 s more for the broker to
+        read it; then report what is still pending as ``UNKNOWN``, emit
+        ``SessionClosed`` and stop the threads."""
         if self._closed:
             return
         self._closed = True
