@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from holdfast.sdk import Ack, AckStatus, Message, QueueOptions, Session
+from holdfast.sdk import Ack, AckStatus, ConfirmDroppedError, Message, QueueOptions, Session
 from holdfast.sdk import aio as hf_aio
 from holdfast.sdk.events import (
     ConnectionLost,
@@ -43,6 +43,7 @@ class Front(Protocol):
     async def open(self, uri: str, **kwargs: Any) -> Any: ...
     async def post(self, queue: Any, payload: bytes, on_ack: Callable[[Ack], Any]) -> uuid.UUID: ...
     async def flush(self, timeout: float) -> bool: ...
+    async def close_queue(self, queue: Any) -> None: ...
     async def close(self) -> None: ...
 
 
@@ -64,6 +65,9 @@ class SyncFront:
 
     async def flush(self, timeout: float) -> bool:
         return await asyncio.to_thread(self.session.flush, timeout)
+
+    async def close_queue(self, queue: Any) -> None:
+        await asyncio.to_thread(queue.close)
 
     async def close(self) -> None:
         await asyncio.to_thread(self.session.close)
@@ -87,6 +91,9 @@ class AsyncFront:
 
     async def flush(self, timeout: float) -> bool:
         return await self.session.flush(timeout)
+
+    async def close_queue(self, queue: Any) -> None:
+        await queue.close()
 
     async def close(self) -> None:
         await self.session.close()
@@ -218,6 +225,61 @@ def test_refused_puts_are_reported_with_their_status_once(
         assert await front.flush(10)
         statuses = {a.guid: a.status for a in acks}
         assert [statuses[g] for g in guids] == [AckStatus.STORE_ERROR] * 3 + [AckStatus.SUCCESS] * 2
+
+    run(scenario, make_front(front_kind, memory_broker))
+
+
+async def wait_for(condition: Callable[[], object], what: str, timeout: float = 10) -> None:
+    """Poll ``condition`` on the loop until it holds (bounded)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+def test_a_confirm_of_a_delivery_from_an_earlier_connection_is_dropped(
+    front_kind: str, memory_broker: Broker
+) -> None:
+    """Rule 5 on both front-ends: the CONFIRM raises ``ConfirmDroppedError`` and the
+    message comes back once more, counted."""
+    uri = unique_uri("stale-confirm")
+
+    async def scenario(front: Front) -> None:
+        got: list[Message] = []
+        writer = await front.open(uri, write=True)
+        await front.post(writer, b"once", lambda ack: None)
+        assert await front.flush(10)
+        await front.open(uri, read=True, on_message=got.append)
+        await wait_for(lambda: len(got) == 1, "the delivery")
+        assert memory_broker.drop_connections() == 1
+        await wait_for(lambda: len(got) == 2, "the redelivery")
+        with pytest.raises(ConfirmDroppedError):
+            got[0].confirm()
+        got[1].confirm()
+        assert [m.delivery_count for m in got] == [1, 2]
+        assert got[0].guid == got[1].guid
+        await wait_for(lambda: memory_broker.unconfirmed(uri) == 0, "the broker's count")
+        assert memory_broker.depth(uri) == 0
+
+    run(scenario, make_front(front_kind, memory_broker))
+
+
+def test_closing_a_queue_while_disconnected_is_local_and_reports_unknown_once(
+    front_kind: str, memory_broker: Broker
+) -> None:
+    """Rule 6 on both front-ends: with no broker to reach, the close succeeds at once
+    and the queue's buffered PUT is reported ``UNKNOWN``, once."""
+
+    async def scenario(front: Front) -> None:
+        acks: list[Ack] = []
+        queue = await front.open(unique_uri("close-offline"), write=True)
+        memory_broker.network.stop_listening(memory_broker.address)
+        assert memory_broker.drop_connections() == 1
+        await wait_for(lambda: ConnectionLost in map(type, front.events), "ConnectionLost")
+        guid = await front.post(queue, b"buffered", acks.append)  # rule 2: taken
+        await asyncio.wait_for(front.close_queue(queue), 5)
+        await wait_for(lambda: acks, "the report")
+        assert [(a.guid, a.status) for a in acks] == [(guid, AckStatus.UNKNOWN)]
 
     run(scenario, make_front(front_kind, memory_broker))
 
