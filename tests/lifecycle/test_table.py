@@ -27,6 +27,7 @@ from holdfast.broker.lifecycle import (
     release,
     rows,
     spent,
+    stage_expired,
 )
 from holdfast.proto.policy import REASON_DELIVERY_LIMIT, REASON_EXPIRED, REASON_REJECTED
 
@@ -203,6 +204,16 @@ def test_the_docs_show_the_table_as_the_code_has_it() -> None:
         ]
         for r in TRANSITIONS
     ]
+
+
+def test_a_staged_row_is_discarded_once_its_deadline_has_come() -> None:
+    staged = Message(State.STAGED, stage_deadline=5.0)
+    assert apply(staged, Event.TICK, 4.9, Rules()).message.state is State.STAGED
+    assert apply(staged, Event.TICK, 5.0, Rules()).message.state is State.DISCARDED
+    assert apply(staged, Event.TICK, 50.0, Rules()).message.state is State.DISCARDED
+    assert apply(Message(State.STAGED), Event.TICK, 1e9, Rules()).message.state is State.STAGED
+    assert stage_expired(5.0, 5.0) and stage_expired(5.0, 6.0)
+    assert not stage_expired(5.0, 4.9) and not stage_expired(None, 1e9)
 
 
 def test_a_pickup_deadline_well_past_is_missed_too() -> None:
