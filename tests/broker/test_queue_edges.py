@@ -1,6 +1,6 @@
 """More of the memory store's ``Queue`` rule by rule (``test_queue_rules.py`` is the
-first part): a delay released by a late tick, a pickup deadline checked at delivery
-before any tick has buried the message, and packed enqueueing. Each pins a line that
+first part): a pickup deadline checked at delivery before any tick has buried the
+message, and packed enqueueing. Each pins a line that
 ``make mutation``'s ``queues`` target found unpinned."""
 
 from __future__ import annotations
@@ -8,20 +8,6 @@ from __future__ import annotations
 from holdfast.broker.store import StoredMessage
 from holdfast.proto.policy import REASON_EXPIRED
 from tests.broker.queue_kit import Graveyard, Sink, consumers, make, msg
-
-
-def test_a_delay_is_released_by_a_tick_that_comes_after_its_end() -> None:
-    queue, clock, _ = make()
-    sink = Sink()
-    [consumer] = consumers(sink, 1)
-    queue.attach(consumer)
-    queue.enqueue([msg(b"a")])
-    queue.deliver()
-    clock.now = 1000.0
-    assert queue.reject(consumer, b"a", requeue=True, delay=2.5)
-    # Timers fire late on a busy loop: a tick past the end releases it all the same.
-    assert queue.release_due(1010.0) == 1
-    assert sink.pushed[-1] == (0, b"a", 2) and not queue.delayed
 
 
 def test_a_missed_pickup_deadline_is_checked_at_delivery_before_any_tick() -> None:
