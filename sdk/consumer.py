@@ -4,7 +4,9 @@ PUSHed messages reach the application through ``holdfast.sdk.outcomes``; settlin
 one comes back here. A CONFIRM (or REJECT) goes out on the connection that
 delivered the message, or not at all: once that connection is gone the broker
 redelivers what it held, so a settlement buffered across the loss would settle a
-delivery that no longer exists (``ConfirmDroppedError`` says so instead).
+delivery that no longer exists (``ConfirmDroppedError`` says so instead). The same
+holds once the session's ``close()`` has begun (``begin_closing``): the writer is
+about to end the stream after what is queued, so a later settlement could not leave.
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ class Consumer:
         self._outbound = outbound
         self._counters = counters
         self._check_usable = check_usable
+        self._closing = False
+
+    def begin_closing(self) -> None:
+        """The session's ``close()`` has begun: from now on every CONFIRM and REJECT is
+        refused with ``ConfirmDroppedError`` (those queued before still leave)."""
+        self._closing = True
 
     def confirm(self, message: Message, reject: Rejection | None = None) -> None:
         """Queue a CONFIRM (or with ``reject`` a REJECT); rule 5: never buffered across
@@ -60,12 +68,17 @@ class Consumer:
 
     def _check_link(self, generation: int, guid: bytes, reject: Rejection | None) -> None:
         self._check_usable()
+        kind = "CONFIRM" if reject is None else "REJECT"
+        if self._closing:
+            raise ConfirmDroppedError(
+                f"{kind} of {uuid.UUID(bytes=guid)} dropped: the session is closing; "
+                "the broker will redeliver the message"
+            )
         connected = self._link.connected
         if not connected or generation != self._connection.generation:
             why = "the link is down" if not connected else "it was delivered earlier"
             raise ConfirmDroppedError(
-                f"{'CONFIRM' if reject is None else 'REJECT'} of {uuid.UUID(bytes=guid)} "
-                f"dropped: {why}"
+                f"{kind} of {uuid.UUID(bytes=guid)} dropped: {why}"
                 + ("" if not connected else " (on an earlier connection)")
                 + "; the broker will redeliver the message"
             )

@@ -168,6 +168,8 @@ class SessionEngine:
         """``confirm()`` of a PUSH of ``WirePushes``: its queue, GUID and generation."""
         self.confirm_run = self._consumer.confirm_run
         """``confirm_wire`` of many deliveries of one queue, in one item (``Consumer``)."""
+        self.begin_closing = self._consumer.begin_closing
+        """``close()`` has begun: later CONFIRMs and REJECTs are dropped (rule 5)."""
 
     @property
     def limits(self) -> Limits:

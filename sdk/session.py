@@ -19,7 +19,7 @@ from holdfast.sdk import instrument, metrics, tracing
 from holdfast.sdk.dispatch import Dispatcher
 from holdfast.sdk.driver.threaded import ThreadDriver
 from holdfast.sdk.engine import SessionEngine
-from holdfast.sdk.errors import ConfirmDroppedError, InvalidArgumentError, RequestTimeoutError
+from holdfast.sdk.errors import InvalidArgumentError, RequestTimeoutError
 from holdfast.sdk.events import SessionEvent, log_event
 from holdfast.sdk.failover import parse_addresses
 from holdfast.sdk.handlers import reject_on_failure
@@ -352,12 +352,6 @@ class Session(RequestReply):
     def _confirm_now(self, message: Message, reject: Rejection | None) -> None:
         driver = self._driver
         with self._lock:
-            if driver.stopping:
-                # The writer may already have ended the stream: this one cannot leave.
-                raise ConfirmDroppedError(
-                    f"CONFIRM of {message.guid} dropped: the session is closing; "
-                    "the broker will redeliver the message"
-                )
             self._engine.confirm(message, reject)
             if driver.writer_idle:
                 driver.wake_writer()

@@ -60,7 +60,7 @@ class AsyncDriver:
     async def stop(self) -> None:
         """End the stream after what is queued, then close the engine (pending PUTs are
         reported UNKNOWN) and the connection."""
-        self.core.stopping = True
+        self.core.begin_stop()
         task = self._task
         if (
             task is not None

@@ -17,7 +17,7 @@ from typing import Any
 from holdfast.sdk import instrument, tracing
 from holdfast.sdk.driver.aio import AsyncDriver
 from holdfast.sdk.engine import QueueRecord, SessionEngine, WireAck, WirePushes
-from holdfast.sdk.errors import ConfirmDroppedError, RequestTimeoutError
+from holdfast.sdk.errors import RequestTimeoutError
 from holdfast.sdk.events import SessionEvent
 from holdfast.sdk.options import QueueOptions, SessionOptions
 from holdfast.sdk.transports.base import AsyncTransport
@@ -126,13 +126,7 @@ class AsyncEngineSession:
 
     def confirm(self, message: Message, reject: Rejection | None = None) -> None:
         """CONFIRM (or REJECT) a message delivered on the current connection (rule 5
-        otherwise). ``ConfirmDroppedError`` once the session is closing: the stream
-        may already be half-closed, so this one could not leave."""
-        if self.driver.core.stopping:
-            raise ConfirmDroppedError(
-                f"CONFIRM of {message.guid} dropped: the session is closing; "
-                "the broker will redeliver the message"
-            )
+        otherwise, and once the session is closing)."""
         if self.telemetry and tracing.configured():
             with instrument.settling(message, reject is not None):
                 self.engine.confirm(message, reject)

@@ -68,7 +68,7 @@ class DriverCore:
         self.engine = engine
         self.options = options
         self.stopping = False
-        """Set by the front-end's close: connections that end now are not losses."""
+        """Set by ``begin_stop``: connections that end now are not losses."""
         self.generation = 0
         self.address = ""
         self.established = False
@@ -80,6 +80,12 @@ class DriverCore:
         self._bad_connections = 0
         self._failed_attempts = 0
         self._last_failure = ""
+
+    def begin_stop(self) -> None:
+        """The front-end's ``close()`` has begun: no connection is made again, and no
+        CONFIRM is taken any more, as the writer ends the stream after what is queued."""
+        self.stopping = True
+        self.engine.begin_closing()
 
     # ------------------------------------------------------------------ a connection
 

@@ -72,11 +72,6 @@ class ThreadDriver:
         """Start connecting."""
         self._thread.start()
 
-    @property
-    def stopping(self) -> bool:
-        """True once ``stop()`` began (lock held)."""
-        return self.core.stopping
-
     # ---------------------------------------------------- used by the front-end (lock held)
 
     def wake_writer(self) -> None:
@@ -138,7 +133,7 @@ class ThreadDriver:
             # The writer sends what is queued (CONFIRMs issued before close()) and
             # ends the stream; the broker reads all of it before it sees the end.
             # Cancelling instead could discard frames it had not read yet.
-            self.core.stopping = True
+            self.core.begin_stop()
             self._stop.set()
             self._writer_wakeup.notify_all()
         if not in_connector:

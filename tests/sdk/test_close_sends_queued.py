@@ -80,7 +80,7 @@ def test_confirms_queued_when_close_begins_reach_the_broker() -> None:
                 message.confirm()
             closing = threading.Thread(target=consumer.close)
             closing.start()
-            wait_until(lambda: consumer._driver.stopping, 10, "close() under way")
+            wait_until(lambda: consumer._driver.core.stopping, 10, "close() under way")
             transport.gate.set()
             closing.join(30)
             assert not closing.is_alive()

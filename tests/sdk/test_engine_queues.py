@@ -53,6 +53,24 @@ def test_confirm_while_disconnected_raises_confirm_dropped(h: Harness) -> None:
     assert h.sent_frames() == []
 
 
+def test_once_closing_begins_settlements_are_dropped_and_those_queued_before_leave(
+    h: Harness,
+) -> None:
+    queue_id = reader(h)
+    guids = [h.push(queue_id) for _ in range(3)]
+    first, second, third = h.messages
+    first.confirm()  # queued before close() began: it still leaves
+    h.engine.begin_closing()
+    with pytest.raises(ConfirmDroppedError, match="closing"):
+        second.confirm()
+    with pytest.raises(ConfirmDroppedError, match=r"REJECT .* closing"):
+        third.reject()
+    with pytest.raises(ConfirmDroppedError, match="closing"):
+        h.engine.confirm_run(queue_id, [guids[1].bytes], h.generation)
+    (frame,) = h.sent_frames()
+    assert [c.guid for c in confirms_of(frame.confirms)] == [guids[0].bytes]
+
+
 def test_confirm_while_handshaking_raises_confirm_dropped(h: Harness) -> None:
     queue_id = reader(h)
     h.push(queue_id)

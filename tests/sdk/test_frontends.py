@@ -29,6 +29,7 @@ from holdfast.sdk.events import (
 from holdfast.sdk.options import ReconnectOptions, SessionOptions
 from holdfast.sdk.testing import Broker
 from tests.support.processes import BrokerProcess
+from tests.support.waiting import wait_until_async
 
 FAST = SessionOptions(reconnect=ReconnectOptions(initial=0.01, maximum=0.05))
 
@@ -229,14 +230,6 @@ def test_refused_puts_are_reported_with_their_status_once(
     run(scenario, make_front(front_kind, memory_broker))
 
 
-async def wait_for(condition: Callable[[], object], what: str, timeout: float = 10) -> None:
-    """Poll ``condition`` on the loop until it holds (bounded)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
-
-
 def test_a_confirm_of_a_delivery_from_an_earlier_connection_is_dropped(
     front_kind: str, memory_broker: Broker
 ) -> None:
@@ -250,15 +243,17 @@ def test_a_confirm_of_a_delivery_from_an_earlier_connection_is_dropped(
         await front.post(writer, b"once", lambda ack: None)
         assert await front.flush(10)
         await front.open(uri, read=True, on_message=got.append)
-        await wait_for(lambda: len(got) == 1, "the delivery")
+        await wait_until_async(lambda: len(got) == 1, 10, "the delivery")
         assert memory_broker.drop_connections() == 1
-        await wait_for(lambda: len(got) == 2, "the redelivery")
+        await wait_until_async(lambda: len(got) == 2, 10, "the redelivery")
         with pytest.raises(ConfirmDroppedError):
             got[0].confirm()
         got[1].confirm()
         assert [m.delivery_count for m in got] == [1, 2]
         assert got[0].guid == got[1].guid
-        await wait_for(lambda: memory_broker.unconfirmed(uri) == 0, "the broker's count")
+        await wait_until_async(
+            lambda: memory_broker.unconfirmed(uri) == 0, 10, "the broker's count"
+        )
         assert memory_broker.depth(uri) == 0
 
     run(scenario, make_front(front_kind, memory_broker))
@@ -275,10 +270,12 @@ def test_closing_a_queue_while_disconnected_is_local_and_reports_unknown_once(
         queue = await front.open(unique_uri("close-offline"), write=True)
         memory_broker.network.stop_listening(memory_broker.address)
         assert memory_broker.drop_connections() == 1
-        await wait_for(lambda: ConnectionLost in map(type, front.events), "ConnectionLost")
+        await wait_until_async(
+            lambda: ConnectionLost in map(type, front.events), 10, "ConnectionLost"
+        )
         guid = await front.post(queue, b"buffered", acks.append)  # rule 2: taken
         await asyncio.wait_for(front.close_queue(queue), 5)
-        await wait_for(lambda: acks, "the report")
+        await wait_until_async(lambda: acks, 10, "the report")
         assert [(a.guid, a.status) for a in acks] == [(guid, AckStatus.UNKNOWN)]
 
     run(scenario, make_front(front_kind, memory_broker))
