@@ -146,3 +146,66 @@ def test_a_batch_recorded_at_once_is_held_like_guids_recorded_one_by_one() -> No
     assert len(batch) == 0 == budgets[1].held
     batch.record_new([guid(rng)], [1], 50.0)  # past its retention already: not kept
     assert len(batch) == 0
+
+
+def test_guids_in_time_order_are_answered_exactly_around_the_greatest_one() -> None:
+    """uuid7 GUIDs mostly increase, and the table answers a GUID above the greatest it
+    was given without a lookup: each one given is found (the greatest too), one never
+    given is not, above or below it, and one given out of order is found."""
+    table = PackedGuids()
+    table.newest = table.oldest = 0
+    ordered = [(n << 64 | 0xABC).to_bytes(16, "big") for n in range(1, 3000, 2)]
+    for number, key in enumerate(ordered):
+        assert table.add(key, number)
+    assert all(table.get(key) == number for number, key in enumerate(ordered))
+    between = [(n << 64 | 0xABC).to_bytes(16, "big") for n in range(2, 3000, 200)]
+    assert all(table.get(key) is None for key in between)  # below the greatest
+    above = (3001 << 64).to_bytes(16, "big")
+    assert table.get(above) is None
+    late = between[3]  # from a producer whose clock is behind
+    assert table.add(late, -1) and not table.add(late, -2)
+    assert table.get(late) == -1 and table.get(ordered[-1]) == len(ordered) - 1
+    table.clear()
+    assert table.get(ordered[-1]) is None and table.add(ordered[0], 9)
+    assert table.get(ordered[0]) == 9
+
+
+def test_a_batch_raises_the_greatest_guid_too_whatever_its_order_and_lengths() -> None:
+    table = PackedGuids()
+    table.newest = table.oldest = 0
+    keys = [(n << 64).to_bytes(16, "big") for n in (5, 9, 2)]
+    table.add_new([*keys, b"\x00odd"], [5, 9, 2, 0])
+    assert [table.get(key) for key in keys] == [5, 9, 2]
+    assert table.get(b"\x00odd") == 0
+    table.add_new([b"\xffodd", (11 << 64).to_bytes(16, "big")], [-5, 11])
+    assert table.get((11 << 64).to_bytes(16, "big")) == 11
+    assert table.get(b"\xffodd") == -5
+
+
+def test_many_producers_with_clocks_apart_match_a_dict_model() -> None:
+    """GUIDs of several producers whose clocks differ by seconds, interleaved, some
+    repeated, over generations that expire: the table answers what a dict would."""
+    rng = random.Random(11)
+    table = PackedGuids()
+    alive: dict[int, dict[bytes, int]] = {}
+    clocks = [rng.randrange(0, 5000) for _ in range(6)]
+    for generation in range(300):
+        table.begin(generation)
+        if not alive:
+            table.oldest = generation
+        batch = alive.setdefault(generation, {})
+        for _ in range(rng.randrange(0, 80)):
+            producer = rng.randrange(len(clocks))
+            clocks[producer] += rng.randrange(0, 3)
+            key = (clocks[producer] << 80 | rng.getrandbits(80)).to_bytes(16, "big")
+            if batch and rng.random() < 0.1:
+                key = rng.choice(list(batch))
+            known = next((held[key] for held in alive.values() if key in held), None)
+            assert table.get(key) == known
+            assert table.add(key, generation) is (known is None)
+            if known is None:
+                batch[key] = generation
+        if len(alive) > rng.randrange(2, 60):
+            del alive[table.oldest]
+            table.oldest += 1
+            table.sweep(1)
