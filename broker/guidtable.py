@@ -30,9 +30,10 @@ GUID from a producer is almost always greater than every GUID the table holds, a
 table keeps the greatest it was ever given (``_top``): a GUID above it is unknown,
 exactly, at the cost of one comparison. In a table of millions each partition
 reached is a cache miss or two (fingerprints, then records); answering new GUIDs this
-way took the broker's CPU per PUT from 14.2 to 9.5-11.8 us (one queue, 600k
-messages held, 2026-11-27). GUIDs out of that order (random ones, a producer whose
-clock is behind) are looked up as before; expiry never lowers ``_top``.
+way took the broker's CPU per PUT from 14.1-15.3 to 9.5-12.4 us (one queue, a
+history of 0.2-1.8M GUIDs; ``bench/PROFILE.md``). GUIDs out of that order (random
+ones, a producer whose clock is behind) are looked up as before; expiry never lowers
+``_top``.
 
 GUIDs that are not 16 bytes (never on the wire: the broker refuses them first; only
 in-process callers) live in a plain dict beside the table.
