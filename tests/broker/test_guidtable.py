@@ -180,6 +180,8 @@ def test_a_batch_raises_the_greatest_guid_too_whatever_its_order_and_lengths() -
     table.add_new([b"\xffodd", (11 << 64).to_bytes(16, "big")], [-5, 11])
     assert table.get((11 << 64).to_bytes(16, "big")) == 11
     assert table.get(b"\xffodd") == -5
+    table.add_new([], [])
+    assert len(table) == 6 and table.get((11 << 64).to_bytes(16, "big")) == 11
 
 
 def test_many_producers_with_clocks_apart_match_a_dict_model() -> None:
