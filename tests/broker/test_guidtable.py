@@ -8,7 +8,13 @@ import uuid
 import pytest
 
 from holdfast.broker.dedup import GuidHistory, HistoryBudget
-from holdfast.broker.guidtable import MAX_GENERATIONS, RECORDS_PER_PARTITION, PackedGuids
+from holdfast.broker.guidtable import (
+    MAX_GENERATIONS,
+    RECORDS_PER_PARTITION,
+    SWEEP_GENERATIONS,
+    YOUNG_GUIDS,
+    PackedGuids,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -250,14 +256,60 @@ def test_expired_records_never_answer_when_their_tags_come_round() -> None:
         else:
             assert all(table.add(key, generation) for key in keys)
         alive[generation] = dict.fromkeys(keys, generation)
-        while len(alive) > rng.randrange(20, 150):
+        # Several generations may expire at once (a history idle for a while).
+        gone = max(0, len(alive) - rng.randrange(20, 150))
+        for _ in range(gone):
             expired[oldest] = list(alive.pop(oldest))
             oldest += 1
+        if gone:
             table.oldest = oldest
-            table.sweep(1)
+            table.sweep(gone)
         for held in alive.values():
             for key in rng.sample(list(held), min(2, len(held))):
                 assert table.get(key) == held[key]
         for back in (256, 512, 768, rng.randrange(1, 256)):
             for key in expired.get(generation - back, ()):
                 assert table.get(key) is None, (generation, back)
+
+
+def test_the_table_counts_what_it_holds_and_packs_young_guids_by_the_thousand() -> None:
+    """``len`` counts packed, young and odd-length GUIDs; young GUIDs wait in a dict of
+    at most ``YOUNG_GUIDS`` (about 100 B each, against 26 B packed), also when one
+    batch brings more than that."""
+    rng = random.Random(13)
+    table = PackedGuids()
+    table.begin(0)
+    table.oldest = 0
+    for _ in range(5):
+        table.add(guid(rng), 1)
+    table.begin(1)  # packs the five
+    for _ in range(3):
+        table.add(guid(rng), 2)
+    table.add(b"odd", 3)
+    assert len(table) == 9
+    for _ in range(3000):
+        table.add(guid(rng), 4)
+        assert len(table._young) < YOUNG_GUIDS
+    table.add_new([guid(rng) for _ in range(2500)], [5] * 2500)
+    assert len(table._young) < YOUNG_GUIDS
+    assert len(table) == 9 + 3000 + 2500
+
+
+@pytest.mark.parametrize("steps", [(1, 1, 1, 1), (2, 2), (4,)])
+def test_every_partition_is_swept_within_sweep_generations_expired(
+    steps: tuple[int, ...],
+) -> None:
+    """Expired records go by sweeps of a slice of the partitions each; whatever slices
+    the expiries come in, ``SWEEP_GENERATIONS`` expired generations sweep them all."""
+    rng = random.Random(17)
+    table = PackedGuids()
+    table.begin(0)
+    table.oldest = 0
+    keys = [guid(rng) for _ in range(RECORDS_PER_PARTITION * 40)]
+    table.add_new(keys, [0] * len(keys))
+    table.begin(SWEEP_GENERATIONS)  # packs them: dozens of partitions
+    table.oldest = SWEEP_GENERATIONS
+    assert sum(steps) == SWEEP_GENERATIONS
+    for generations in steps:
+        table.sweep(generations)
+    assert len(table) == 0
