@@ -313,3 +313,23 @@ def test_every_partition_is_swept_within_sweep_generations_expired(
     for generations in steps:
         table.sweep(generations)
     assert len(table) == 0
+
+
+def test_a_cleared_table_holds_new_guids_like_a_new_one() -> None:
+    """After ``clear`` (a queue deleted by an operator) the history begins a new
+    generation and records again: packed into partitions, found, and nothing else."""
+    rng = random.Random(19)
+    table = PackedGuids()
+    table.begin(0)
+    table.oldest = 0
+    table.add_new([guid(rng) for _ in range(3000)], [1] * 3000)
+    table.begin(1)
+    table.clear()
+    table.begin(2)
+    table.oldest = 2
+    model = {guid(rng): rng.randrange(-(2**63), 2**63) for _ in range(3000)}
+    table.add_new(list(model), list(model.values()))
+    table.begin(3)  # packs them
+    assert len(table) == len(model)
+    assert all(table.get(key) == digest for key, digest in model.items())
+    assert all(table.get(guid(rng)) is None for _ in range(2000))
