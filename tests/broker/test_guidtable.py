@@ -234,12 +234,14 @@ def test_an_expired_record_no_sweep_reached_is_not_answered_generations_later() 
     assert table.add(late, 7) and table.get(late) == 7
 
 
-def test_expired_records_never_answer_when_their_tags_come_round() -> None:
+@pytest.mark.parametrize("most", [40, 2])
+def test_expired_records_never_answer_when_their_tags_come_round(most: int) -> None:
     """A history's use of the table over 1,000 generations, near four turns of the
     8-bit tags: GUIDs of 16 bytes and of other lengths, added one by one and by the
     batch; the oldest generations expire, a sweep each. Every GUID of a generation
     alive is found; none of an expired one is, also once its tag names a generation
-    alive again (a record the sweeps missed would be answered then)."""
+    alive again (a record the sweeps missed would be answered then). Also for a
+    history of a GUID or two a generation, whose table stays a few partitions."""
     rng = random.Random(5)
     table = PackedGuids()
     alive: dict[int, dict[bytes, int]] = {}
@@ -249,7 +251,7 @@ def test_expired_records_never_answer_when_their_tags_come_round() -> None:
         table.begin(generation)
         if not alive:
             table.oldest = oldest = generation
-        keys = [guid(rng) for _ in range(rng.randrange(0, 40))]
+        keys = [guid(rng) for _ in range(rng.randrange(0, most))]
         keys += [rng.randbytes(rng.choice((3, 20))) for _ in range(rng.randrange(0, 3))]
         if rng.random() < 0.5:
             table.add_new(keys, [generation] * len(keys))
@@ -295,24 +297,28 @@ def test_the_table_counts_what_it_holds_and_packs_young_guids_by_the_thousand() 
     assert len(table) == 9 + 3000 + 2500
 
 
+@pytest.mark.parametrize("partitions", [5, 40, 300])
 @pytest.mark.parametrize("steps", [(1, 1, 1, 1), (2, 2), (4,)])
 def test_every_partition_is_swept_within_sweep_generations_expired(
-    steps: tuple[int, ...],
+    steps: tuple[int, ...], partitions: int
 ) -> None:
     """Expired records go by sweeps of a slice of the partitions each; whatever slices
-    the expiries come in, ``SWEEP_GENERATIONS`` expired generations sweep them all."""
+    the expiries come in, ``SWEEP_GENERATIONS`` expired generations sweep them all,
+    twice round (the second from where the first stopped)."""
     rng = random.Random(17)
     table = PackedGuids()
     table.begin(0)
     table.oldest = 0
-    keys = [guid(rng) for _ in range(RECORDS_PER_PARTITION * 40)]
-    table.add_new(keys, [0] * len(keys))
-    table.begin(SWEEP_GENERATIONS)  # packs them: dozens of partitions
-    table.oldest = SWEEP_GENERATIONS
     assert sum(steps) == SWEEP_GENERATIONS
-    for generations in steps:
-        table.sweep(generations)
-    assert len(table) == 0
+    for round_ in (1, 2):
+        keys = [guid(rng) for _ in range(RECORDS_PER_PARTITION * partitions)]
+        table.add_new(keys, [0] * len(keys))
+        generation = round_ * SWEEP_GENERATIONS
+        table.begin(generation)  # packs them
+        table.oldest = generation
+        for generations in steps:
+            table.sweep(generations)
+        assert len(table) == 0
 
 
 def test_a_cleared_table_holds_new_guids_like_a_new_one() -> None:
