@@ -197,8 +197,8 @@ class PackedGuids:
                 self._odd[guid] = (digest, self.newest & TAG_MASK)
             else:
                 young[guid] = digest
-        # A GUID of another length may be the max: an upper bound all the same. An
-        # empty batch changes nothing, as it did before there was a bound.
+        # Odd lengths count too: get() needs an upper bound, not the exact greatest.
+        # An empty batch changes nothing.
         top = max(guids, default=b"")
         if top > self._top:
             self._top = top
