@@ -8,6 +8,10 @@ Per queue (all with the hash tag ``{<uri>}``: one cluster slot per queue)::
     hf:{uri}:count        hash   GUID -> delivery count
     hf:{uri}:out:<inc>    zset   GUIDs delivered by a node, not yet confirmed (score:
                                  time of delivery)
+    hf:{uri}:took:<kind>:<inc>
+                          list   a node's latest CLAIM, EXPIRE or SETTLE: its token, then
+                                 GUID and reason per message it took (expires): a repeat
+                                 of the take answers these (``takes``)
     hf:{uri}:g:<guid>     string the GUID's content digest, for the dedup window
                                  (expires after window + grace)
     hf:{uri}:consumers    hash   node -> consumers attached on that node
@@ -119,6 +123,10 @@ class QueueKeys:
     def out(self, node: str) -> str:
         """The deliveries of ``node`` not yet confirmed."""
         return self.prefix + "out:" + node
+
+    def took(self, node: str, kind: str) -> str:
+        """What ``node``'s latest take of ``kind`` took, for a repeat of it (``takes``)."""
+        return self.prefix + "took:" + kind + ":" + node
 
 
 def lease_key(incarnation: str) -> str:

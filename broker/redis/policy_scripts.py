@@ -12,6 +12,7 @@ from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.redis.lease_scripts import FENCE
 from holdfast.broker.redis.script import Arg, Script, ScriptCall
 from holdfast.broker.redis.scripts import ACCEPTED, EMIT
+from holdfast.broker.redis.takes import EXPIRING, SETTLING, TOOK
 
 DELAY = Script(
     "DELAY",
@@ -64,22 +65,34 @@ EXPIRE = Script(
     ACCEPTED
     + EMIT
     + FENCE
+    + TOOK
     + """
--- KEYS: ready, body, meta, count, out(node), pickup, lease.
--- ARGV: now ms, TTL cutoff ms (0: no TTL), most messages.
+-- KEYS: ready, body, meta, count, out(node), pickup, lease, took.
+-- ARGV: now ms, TTL cutoff ms (0: no TTL), most messages, token.
 -- Takes ready messages accepted at or before the cutoff and never-delivered ones past
 -- their pickup deadline into the node's deliveries, for the node to bury. Returns
 -- guid, payload, meta, count for each. Never-delivered messages are in acceptance
 -- order, but a released one goes to the head and may be newer than those behind it:
 -- the scan steps over delivered ones within the TTL and stops at the first
--- never-delivered one within it.
+-- never-delivered one within it. A repeat (its token recorded: its reply was lost)
+-- takes nothing and returns what is still the node's of what it took (``takes``).
 if fenced(KEYS[7]) then return redis.error_reply('FENCED: the node lease lapsed') end
+local out, took = {}, {}
+local before = took_before(KEYS[8], ARGV[4])
+if before then
+  for i = 1, #before, 2 do
+    local body = still_held(KEYS[5], KEYS[2], before[i])
+    if body then emit(out, before[i], body, KEYS[3], KEYS[4]) end
+  end
+  return out
+end
 local now, cutoff, most = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local out = {}
 local function take(guid)
   redis.call('ZREM', KEYS[6], guid)
   redis.call('ZADD', KEYS[5], now, guid)
   emit(out, guid, redis.call('HGET', KEYS[2], guid), KEYS[3], KEYS[4])
+  table.insert(took, guid)
+  table.insert(took, '')
 end
 local at = 0
 while cutoff > 0 and #out < most * 4 do
@@ -103,19 +116,29 @@ for _, guid in ipairs(due) do
   local count = tonumber(redis.call('HGET', KEYS[4], guid) or '0')
   if count == 0 and redis.call('LREM', KEYS[1], 1, guid) == 1 then take(guid) end
 end
+record_took(KEYS[8], ARGV[4], took)
 return out
 """,
 )
 
 
 def expire(
-    queue: QueueKeys, *, node: str, lease: str, now_ms: int, cutoff_ms: int, most: int
+    queue: QueueKeys,
+    *,
+    node: str,
+    lease: str,
+    now_ms: int,
+    cutoff_ms: int,
+    most: int,
+    token: str,
 ) -> ScriptCall:
     """EXPIRE up to about ``most`` messages of ``queue`` accepted by ``cutoff_ms`` (0: no
-    TTL) or past their pickup deadline, into ``node``'s deliveries for it to bury; the
-    reply is guid, payload, meta, count rows."""
+    TTL) or past their pickup deadline, into ``node``'s deliveries for it to bury;
+    ``token`` names the take for a repeat (``takes``). The reply is guid, payload, meta,
+    count rows."""
     return EXPIRE.call(
-        [*queue.message_keys, queue.out(node), queue.pickup, lease], [now_ms, cutoff_ms, most]
+        [*queue.message_keys, queue.out(node), queue.pickup, lease, queue.took(node, EXPIRING)],
+        [now_ms, cutoff_ms, most, token],
     )
 
 
@@ -124,16 +147,30 @@ SETTLE = Script(
     ACCEPTED
     + EMIT
     + FENCE
+    + TOOK
     + """
--- KEYS: ready, body, meta, count, out(node), pickup, lease.
--- ARGV: now ms, TTL cutoff ms (0: no TTL), max deliveries (0: no limit), n.
+-- KEYS: ready, body, meta, count, out(node), pickup, lease, took.
+-- ARGV: now ms, TTL cutoff ms (0: no TTL), max deliveries (0: no limit), n, token.
 -- The lifecycle's release guards (holdfast.broker.lifecycle.release) for the first n
 -- ready messages, just put back at the head (a reject delay over, a dead node's
 -- deliveries): one spent or past its TTL is taken into the node's deliveries for the
--- node to bury. Returns guid, payload, meta, count and the reason for each.
+-- node to bury. Returns guid, payload, meta, count and the reason for each. A repeat
+-- (its token recorded: its reply was lost) takes nothing and returns what is still the
+-- node's of what it took (``takes``).
 if fenced(KEYS[7]) then return redis.error_reply('FENCED: the node lease lapsed') end
+local out, took = {}, {}
+local before = took_before(KEYS[8], ARGV[5])
+if before then
+  for i = 1, #before, 2 do
+    local body = still_held(KEYS[5], KEYS[2], before[i])
+    if body then
+      emit(out, before[i], body, KEYS[3], KEYS[4])
+      table.insert(out, before[i + 1])
+    end
+  end
+  return out
+end
 local now, cutoff, max_d = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local out = {}
 for _, guid in ipairs(redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)) do
   local meta = redis.call('HGET', KEYS[3], guid)
   if meta then
@@ -150,9 +187,12 @@ for _, guid in ipairs(redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)) d
       redis.call('ZADD', KEYS[5], now, guid)
       emit(out, guid, redis.call('HGET', KEYS[2], guid), KEYS[3], KEYS[4])
       table.insert(out, reason)
+      table.insert(took, guid)
+      table.insert(took, reason)
     end
   end
 end
+record_took(KEYS[8], ARGV[5], took)
 return out
 """,
 )
@@ -167,13 +207,14 @@ def settle(
     cutoff_ms: int,
     max_deliveries: int,
     released: int,
+    token: str,
 ) -> ScriptCall:
     """SETTLE the first ``released`` messages at ``queue``'s head: those spent or past
-    the TTL go to ``node``'s deliveries for it to bury (0: no limit, no TTL); the reply
-    is ``scripts.Claimed`` rows."""
+    the TTL go to ``node``'s deliveries for it to bury (0: no limit, no TTL); ``token``
+    names the take for a repeat (``takes``). The reply is ``scripts.Claimed`` rows."""
     return SETTLE.call(
-        [*queue.message_keys, queue.out(node), queue.pickup, lease],
-        [now_ms, cutoff_ms, max_deliveries, released],
+        [*queue.message_keys, queue.out(node), queue.pickup, lease, queue.took(node, SETTLING)],
+        [now_ms, cutoff_ms, max_deliveries, released, token],
     )
 
 

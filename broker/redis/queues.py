@@ -13,7 +13,8 @@ delivered to its own consumers (``Consumer.unconfirmed``, as in memory):
   left while the claim was on its way) goes back as never claimed (``UNCLAIM``), and
   the next claim waits until it is back at the head; a claim judges whether Redis went
   back by what the node had seen before sending it (replies on other connections may
-  overtake its own);
+  overtake its own); a claim whose reply was lost is sent again under its token and
+  answers what it took, never more (``takes``);
 - the policy applies where a message changes hands, as in memory: ``CLAIM`` hands
   back, uncounted, a message past its delivery limit, the queue's TTL or its pickup
   deadline, and the node buries it (``graveyard``); so is one rejected without
@@ -34,11 +35,11 @@ from typing import TYPE_CHECKING
 
 from holdfast.broker.consumers import Consumer
 from holdfast.broker.lifecycle import release
-from holdfast.broker.redis import policy_scripts
 from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.redis.policies import ttl_cutoff_ms
 from holdfast.broker.redis.script import rows, text
 from holdfast.broker.redis.scripts import Claimed, Unclaimed, claim, unclaim
+from holdfast.broker.redis.takes import CLAIMING
 from holdfast.broker.store import NO_PROPERTIES, StoredMessage, StoreError
 from holdfast.proto.policy import PICKUP_TTL, REASON_REJECTED, QueuePolicy
 from holdfast.server import spans
@@ -153,7 +154,7 @@ class RedisQueue:
             self.dead[REASON_REJECTED] += 1
             self._registry.graveyard.bury(self.uri, [(message, REASON_REJECTED)])
         elif delay > 0:
-            self._registry.spawn(self._delay(guid, delay))
+            self._registry.spawn(self._registry.delay(self.uri, guid, delay))
         else:
             self._give_back([message])
         return True
@@ -217,10 +218,15 @@ class RedisQueue:
         # Compared with what the node saw before sending: another script's reply (a
         # confirm run after this claim) may overtake this one's on its own connection.
         seen = registry.seqs.highest(self.uri)
+        # A repeat answers what a lost claim took, whatever ``n``: claim again after it.
+        repeat = registry.takes.repeats(self.uri, CLAIMING)
         try:
             await registry.remember_queue(self.uri)
-            raw = await registry.client.run(
-                claim(
+            raw = await registry.takes.run(
+                registry.client,
+                self.uri,
+                CLAIMING,
+                lambda token: claim(
                     keys,
                     node=node,
                     lease=registry.lease(keys),
@@ -228,7 +234,8 @@ class RedisQueue:
                     now_ms=now,
                     max_deliveries=policy.max_deliveries or 0,
                     cutoff_ms=cutoff,
-                )
+                    token=token,
+                ),
             )
             seq = int(raw.pop())
             # A claim that wrote moves the sequence past all the node saw; if it does
@@ -266,7 +273,7 @@ class RedisQueue:
             # that left and one that attached): look again once it is done.
             await self._unclaim(leftover)
             return True
-        return len(claimed) == n  # there may be more
+        return repeat or len(claimed) == n  # there may be more
 
     def _hand_out(self, messages: list[StoredMessage]) -> list[StoredMessage]:
         consumers = self._consumers
@@ -323,26 +330,6 @@ class RedisQueue:
 
     async def _requeue(self, guids: list[bytes]) -> None:
         await self._registry.requeue(self.uri, guids)
-
-    async def _delay(self, guid: bytes, delay: float) -> None:
-        registry = self._registry
-        due = registry.now_ms() + round(delay * 1000)
-        try:
-            await registry.client.run(
-                policy_scripts.delay(
-                    self.keys,
-                    node=registry.node_id,
-                    lease=registry.lease(self.keys),
-                    due_ms=due,
-                    guids=[guid],
-                )
-            )
-        except StoreError as error:
-            # Still this node's delivery: reclaimed if the node dies, requeued below.
-            log.error("%s: could not delay a rejected message: %s", self.uri, error)
-            await self._requeue([guid])
-            return
-        registry.timed[self.uri] = max(registry.timed.get(self.uri, 0), due)
 
 
 class RemoteDepth:

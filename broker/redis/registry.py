@@ -21,6 +21,7 @@ from holdfast.broker.redis.policies import PolicyBook, ttl_cutoff_ms
 from holdfast.broker.redis.queues import RedisQueue, parse_message
 from holdfast.broker.redis.script import rows, text
 from holdfast.broker.redis.scripts import Claimed
+from holdfast.broker.redis.takes import SETTLING, TakeTokens
 from holdfast.broker.store import StoreError
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ class RedisRegistry:
         self.node_id = node_id
         """The incarnation this node delivers under (``lease``): its id and fencing
         token, replaced when the node rejoins after its lease lapsed."""
+        self.takes = TakeTokens()
+        """The tokens of this node's CLAIMs, EXPIREs and SETTLEs (``takes``)."""
         self.may_deliver: Callable[[], bool] = lambda: True
         """Whether the node's lease is valid now (its own timer: ``LeaseKeeper.valid``);
         nothing is claimed while it is not."""
@@ -241,6 +244,24 @@ class RedisRegistry:
             log.error("%s: could not requeue %d messages: %s", uri, len(guids), error)
         self.wake(uri)
 
+    async def delay(self, uri: str, guid: bytes, delay: float) -> None:
+        """Hold a message this node delivered (rejected with a delay) for ``delay``
+        seconds; the sweep releases it (``DELAY``)."""
+        keys = QueueKeys(uri)
+        due = self.now_ms() + round(delay * 1000)
+        try:
+            await self.client.run(
+                policy_scripts.delay(
+                    keys, node=self.node_id, lease=self.lease(keys), due_ms=due, guids=[guid]
+                )
+            )
+        except StoreError as error:
+            # Still this node's delivery: reclaimed if the node dies, requeued below.
+            log.error("%s: could not delay a rejected message: %s", uri, error)
+            await self.requeue(uri, [guid])
+            return
+        self.timed[uri] = max(self.timed.get(uri, 0), due)
+
     async def settle(self, uri: str, released: int) -> None:
         """Apply the lifecycle's release guards to the first ``released`` messages at the
         head of ``uri`` (just put back there): bury those spent or past their TTL."""
@@ -251,8 +272,11 @@ class RedisRegistry:
         cutoff = ttl_cutoff_ms(now, policy.ttl)
         keys = QueueKeys(uri)
         await self.remember_queue(uri)
-        raw = await self.client.run(
-            policy_scripts.settle(
+        raw = await self.takes.run(
+            self.client,
+            uri,
+            SETTLING,
+            lambda token: policy_scripts.settle(
                 keys,
                 node=self.node_id,
                 lease=self.lease(keys),
@@ -260,7 +284,8 @@ class RedisRegistry:
                 cutoff_ms=cutoff,
                 max_deliveries=policy.max_deliveries or 0,
                 released=released,
-            )
+                token=token,
+            ),
         )
         settled = (Claimed(*row) for row in rows(raw, 5))
         dead = [

@@ -17,6 +17,7 @@ from typing import NamedTuple
 from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.redis.lease_scripts import FENCE
 from holdfast.broker.redis.script import Script, ScriptCall
+from holdfast.broker.redis.takes import CLAIMING, TAKE_KINDS, TOOK
 
 ACCEPTED = """
 local function accepted(meta)
@@ -63,16 +64,35 @@ CLAIM = Script(
     ACCEPTED
     + FENCE
     + SEQ
+    + EMIT
+    + TOOK
     + """
--- KEYS: ready, body, meta, count, out(node), pickup, stats, lease, seq.
--- ARGV: n, now ms, max deliveries (0: no limit), TTL cutoff ms (0: no TTL).
+-- KEYS: ready, body, meta, count, out(node), pickup, stats, lease, seq, took.
+-- ARGV: n, now ms, max deliveries (0: no limit), TTL cutoff ms (0: no TTL), token.
 -- Moves up to n ready messages to the node's deliveries. One that may still be
 -- delivered has its delivery counted; one past its delivery limit, the queue's TTL
 -- or its pickup deadline is not (the node buries it). Returns guid, payload, meta,
 -- count and the reason it is dead ('' if it is not) for each, then the write sequence.
+-- A repeat of a claim (its token recorded: its reply was lost) takes nothing and
+-- returns what the claim took that is still the node's (``takes``).
 if fenced(KEYS[8]) then return redis.error_reply('FENCED: the node lease lapsed') end
-local now, max_d, cutoff = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local out, redelivered = {}, 0
+local before = took_before(KEYS[10], ARGV[5])
+if before then
+  for i = 1, #before, 2 do
+    local guid = before[i]
+    local body = still_held(KEYS[5], KEYS[2], guid)
+    if body then
+      emit(out, guid, body, KEYS[3], KEYS[4])
+      table.insert(out, before[i + 1])
+    end
+  end
+  -- Moved on, as by the claim: the node compares it with what it saw before sending.
+  table.insert(out, seq(KEYS[9], #out > 0))
+  return out
+end
+local now, max_d, cutoff = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local took = {}
 for _ = 1, tonumber(ARGV[1]) do
   local guid = redis.call('LPOP', KEYS[1])
   if not guid then break end
@@ -102,9 +122,12 @@ for _ = 1, tonumber(ARGV[1]) do
     table.insert(out, meta)
     table.insert(out, count)
     table.insert(out, reason)
+    table.insert(took, guid)
+    table.insert(took, reason)
   end
 end
 if redelivered > 0 then redis.call('HINCRBY', KEYS[7], 'redelivered', redelivered) end
+record_took(KEYS[10], ARGV[5], took)
 table.insert(out, seq(KEYS[9], #out > 0))
 return out
 """,
@@ -120,13 +143,18 @@ def claim(
     now_ms: int,
     max_deliveries: int,
     cutoff_ms: int,
+    token: str,
 ) -> ScriptCall:
     """CLAIM up to ``most`` ready messages of ``queue`` into ``node``'s deliveries
-    (fenced by ``lease``); 0 for ``max_deliveries`` or ``cutoff_ms`` is no limit. Its
-    reply is ``Claimed`` rows, then the write sequence."""
+    (fenced by ``lease``); 0 for ``max_deliveries`` or ``cutoff_ms`` is no limit;
+    ``token`` names the claim for a repeat (``takes``). Its reply is ``Claimed`` rows,
+    then the write sequence."""
     return CLAIM.call(
-        [*queue.message_keys, queue.out(node), queue.pickup, queue.stats, lease, queue.seq],
-        [most, now_ms, max_deliveries, cutoff_ms],
+        [
+            *(*queue.message_keys, queue.out(node), queue.pickup, queue.stats, lease),
+            *(queue.seq, queue.took(node, CLAIMING)),
+        ],
+        [most, now_ms, max_deliveries, cutoff_ms, token],
     )
 
 
@@ -294,8 +322,9 @@ class QueueCounts(NamedTuple):
 RECLAIM = Script(
     "RECLAIM",
     """
--- KEYS: ready, out(dead node), consumers, handles. ARGV: dead node id.
--- A dead node's deliveries go back to the head of the queue, oldest first.
+-- KEYS: ready, out(dead node), consumers, handles, then its take records.
+-- ARGV: dead node id. A dead node's deliveries go back to the head of the queue,
+-- oldest first; its records of what it took go with it (``takes``).
 local guids = redis.call('ZRANGE', KEYS[2], 0, -1)
 for i = #guids, 1, -1 do
   redis.call('LPUSH', KEYS[1], guids[i])
@@ -303,6 +332,7 @@ end
 redis.call('DEL', KEYS[2])
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
+for i = 5, #KEYS do redis.call('DEL', KEYS[i]) end
 return #guids
 """,
 )
@@ -310,7 +340,10 @@ return #guids
 
 def reclaim(queue: QueueKeys, *, node: str) -> ScriptCall:
     """RECLAIM the deliveries of the dead incarnation ``node`` of ``queue``."""
-    return RECLAIM.call([queue.ready, queue.out(node), queue.consumers, queue.handles], [node])
+    takes = (queue.took(node, kind) for kind in TAKE_KINDS)
+    return RECLAIM.call(
+        [queue.ready, queue.out(node), queue.consumers, queue.handles, *takes], [node]
+    )
 
 
 __all__ = [

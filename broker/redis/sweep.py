@@ -20,6 +20,7 @@ from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.redis.policies import ttl_cutoff_ms
 from holdfast.broker.redis.queues import parse_message
 from holdfast.broker.redis.script import rows
+from holdfast.broker.redis.takes import EXPIRING
 from holdfast.broker.store import StoreError
 from holdfast.proto.policy import REASON_EXPIRED
 
@@ -99,15 +100,19 @@ class Sweeper:
         ttl = registry.policies.effective(uri).ttl
         cutoff = ttl_cutoff_ms(now, ttl)
         await registry.remember_queue(uri)
-        raw = await client.run(
-            policy_scripts.expire(
+        raw = await registry.takes.run(
+            client,
+            uri,
+            EXPIRING,
+            lambda token: policy_scripts.expire(
                 keys,
                 node=registry.node_id,
                 lease=registry.lease(keys),
                 now_ms=now,
                 cutoff_ms=cutoff,
                 most=EXPIRE_BATCH,
-            )
+                token=token,
+            ),
         )
         if raw:
             dead = [(parse_message(uri, *row), REASON_EXPIRED) for row in rows(raw, 4)]

@@ -150,6 +150,7 @@ def test_a_claim_under_a_lapsed_lease_is_refused(server: RedisServer, plain: Any
                         now_ms=0,
                         max_deliveries=0,
                         cutoff_ms=0,
+                        token="t",
                     )
                 )
         finally:

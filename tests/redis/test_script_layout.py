@@ -40,7 +40,9 @@ CALLS: list[ScriptCall] = [
         puts=PUTS,
     ),
     put_scripts.promote(Q, guid=GUIDS[0]),
-    scripts.claim(Q, node="n", lease="l", most=1, now_ms=1, max_deliveries=0, cutoff_ms=0),
+    scripts.claim(
+        Q, node="n", lease="l", most=1, now_ms=1, max_deliveries=0, cutoff_ms=0, token="t"
+    ),
     scripts.confirm(Q, node="n", lease="l", guids=GUIDS),
     scripts.requeue(Q, node="n", lease="l", guids=GUIDS),
     scripts.unclaim(Q, node="n", lease="l", messages=[scripts.Unclaimed(GUIDS[0], 0)]),
@@ -48,9 +50,9 @@ CALLS: list[ScriptCall] = [
     scripts.reclaim(Q, node="n"),
     policy_scripts.delay(Q, node="n", lease="l", due_ms=1, guids=GUIDS),
     policy_scripts.release(Q, now_ms=1),
-    policy_scripts.expire(Q, node="n", lease="l", now_ms=1, cutoff_ms=0, most=1),
+    policy_scripts.expire(Q, node="n", lease="l", now_ms=1, cutoff_ms=0, most=1, token="t"),
     policy_scripts.settle(
-        Q, node="n", lease="l", now_ms=1, cutoff_ms=0, max_deliveries=0, released=1
+        Q, node="n", lease="l", now_ms=1, cutoff_ms=0, max_deliveries=0, released=1, token="t"
     ),
     policy_scripts.repair(Q, counts={GUIDS[0]: 2}, confirmed=[GUIDS[1]]),
     move_scripts.add(Q, marker_ttl_ms=1, moves=[move_scripts.Move(GUIDS[0], "m", "1|1|{}", b"")]),

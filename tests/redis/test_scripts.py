@@ -18,7 +18,8 @@ from holdfast.broker.redis.move_scripts import ADD, GONE, LEAVE, LEAVING, STAY, 
 from holdfast.broker.redis.policy_scripts import DELAY, EXPIRE, REPAIR, SETTLE
 from holdfast.broker.redis.put_scripts import PROMOTE, PUT, PUT_OUTCOMES
 from holdfast.broker.redis.script import Script
-from holdfast.broker.redis.scripts import CONFIRM, COUNTS, RECLAIM, REQUEUE, UNCLAIM
+from holdfast.broker.redis.scripts import CLAIM, CONFIRM, COUNTS, RECLAIM, REQUEUE, UNCLAIM
+from holdfast.broker.redis.takes import RECORD_TTL_MS
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.timeout(30)
@@ -85,14 +86,18 @@ def test_reclaim_puts_a_dead_nodes_deliveries_back_first_and_forgets_its_handles
     db.zadd(keys.out("dead"), {"g1": 1, "g2": 2})
     db.hset(keys.consumers, mapping={"dead": 1, "live": 2})
     db.hset(keys.handles, mapping={"dead": 1, "live": 1})
+    db.rpush(keys.took("dead", "claim"), "t7", "g2", "")
+    db.rpush(keys.took("live", "claim"), "t3", "x", "")
     reclaim = [keys.ready, keys.out("dead"), keys.consumers, keys.handles]
-    assert run(db, RECLAIM, reclaim, ["dead"]) == 2
+    assert run(db, RECLAIM, [*reclaim, keys.took("dead", "claim")], ["dead"]) == 2
     # Oldest delivery first, ahead of what was ready.
     assert db.lrange(keys.ready, 0, -1) == [b"g1", b"g2", b"x"]
     assert not db.exists(keys.out("dead"))
     # Its consumers and open handles are gone with it (a DELETE is no longer refused).
     assert db.hgetall(keys.consumers) == {b"live": b"2"}
     assert db.hgetall(keys.handles) == {b"live": b"1"}
+    # So is its record of what it took; another node's stays.
+    assert not db.exists(keys.took("dead", "claim")) and db.exists(keys.took("live", "claim"))
 
 
 def test_a_put_or_a_confirm_that_changes_nothing_keeps_the_write_sequence(
@@ -173,10 +178,10 @@ def test_expire_takes_at_most_a_batch_and_stops_at_a_fresh_never_delivered_messa
         db.hset(keys.meta, guid, f"d|{ms}|{{}}")
     db.hset(keys.count, "again", 1)
     # A non-lease key in the lease's place: no fence (as on a Cluster).
-    expire = [keys.ready, keys.body, keys.meta, keys.count, keys.out("n"), keys.pickup, keys.seq]
+    expire = [*keys.message_keys, keys.out("n"), keys.pickup, keys.seq, keys.took("n", "e")]
 
     def taken(most: int) -> list[bytes]:
-        reply = run(db, EXPIRE, expire, ["9000", "2000", str(most)])
+        reply = run(db, EXPIRE, expire, ["9000", "2000", str(most), f"take-{most}"])
         assert isinstance(reply, list)
         return reply[0::4]
 
@@ -196,8 +201,8 @@ def test_expire_takes_a_never_delivered_message_past_its_pickup_deadline_only(
     db.rpush(keys.ready, "missed", "early")
     db.hset(keys.count, "delivered", 1)
     db.zadd(keys.pickup, {"missed": 100, "delivered": 100, "early": 300})
-    expire = [keys.ready, keys.body, keys.meta, keys.count, keys.out("n"), keys.pickup, keys.seq]
-    reply = run(db, EXPIRE, expire, ["200", "0", "10"])
+    expire = [*keys.message_keys, keys.out("n"), keys.pickup, keys.seq, keys.took("n", "e")]
+    reply = run(db, EXPIRE, expire, ["200", "0", "10", "t"])
     assert isinstance(reply, list) and reply[0::4] == [b"missed"]
     assert db.lrange(keys.ready, 0, -1) == [b"early"]
     # The due deadlines are gone, taken or not; a later one stays.
@@ -219,7 +224,8 @@ def test_settle_buries_only_the_released_messages_spent_or_at_their_ttl(
     db.hset(keys.count, mapping={"spent": 1, "young": 0})
     settle = [keys.ready, keys.body, keys.meta, keys.count, keys.out("n"), keys.pickup]
     # A non-lease key in the lease's place: no fence (as on a Cluster).
-    reply = run(db, SETTLE, [*settle, keys.seq], ["9000", "2000", "1", "3"])
+    took = keys.took("n", "s")
+    reply = run(db, SETTLE, [*settle, keys.seq, took], ["9000", "2000", "1", "3", "t1"])
     assert isinstance(reply, list)
     assert list(zip(reply[0::5], reply[4::5], strict=True)) == [
         (b"spent", b"delivery-limit"),
@@ -227,7 +233,7 @@ def test_settle_buries_only_the_released_messages_spent_or_at_their_ttl(
     ]
     assert db.lrange(keys.ready, 0, -1) == [b"young", b"behind"]
     # Without a limit or a TTL nothing is buried.
-    assert run(db, SETTLE, [*settle, keys.seq], ["9000", "0", "0", "2"]) == []
+    assert run(db, SETTLE, [*settle, keys.seq, took], ["9000", "0", "0", "2", "t2"]) == []
 
 
 def test_leaving_lists_the_moves_begun_by_then_with_their_reason_and_target(
@@ -355,3 +361,71 @@ def test_a_put_of_thousands_stores_each_once_in_order_and_a_repeat_in_it_is_a_re
     assert db.hget(keys.meta, guids[0]) == b"7|1700000000000|{}"
     assert int(db.get(keys.bytes) or 0) == sum(len("p-" + guid) for guid in guids)
     assert int(db.hget(keys.stats, "accepted") or 0) == 5000
+
+
+def test_a_repeated_claim_answers_what_it_took_still_held_and_takes_nothing_more(
+    db: redis.Redis,
+) -> None:
+    """A CLAIM sent again under its token (its reply was lost) answers the messages the
+    first run took that are still the node's, with their counts and reasons, counts no
+    delivery again and takes nothing; a new token claims afresh (``takes``)."""
+    keys = queue()
+    for guid in ("a", "b", "c", "spent", "d"):
+        db.hset(keys.body, guid, "p-" + guid)
+        db.hset(keys.meta, guid, "d|1000|{}")
+    db.hset(keys.count, "spent", 2)
+    db.rpush(keys.ready, "a", "spent", "b", "c", "d")
+    claim = [*keys.message_keys, keys.out("n"), keys.pickup, keys.stats, keys.seq, keys.seq]
+    claim.append(keys.took("n", "claim"))
+
+    def claimed(most: int, token: str) -> list[tuple[bytes, int, bytes]]:
+        reply = run(db, CLAIM, claim, [str(most), "5000", "2", "0", token])
+        assert isinstance(reply, list)
+        return [(g, n, r) for g, _, _, n, r in zip(*[iter(reply[:-1])] * 5, strict=True)]
+
+    first = claimed(3, "t1")
+    assert first == [(b"a", 1, b""), (b"spent", 2, b"delivery-limit"), (b"b", 1, b"")]
+    seq = int(db.get(keys.seq) or 0)
+    assert claimed(3, "t1") == first  # the repeat: the same answer
+    assert claimed(50, "t1") == first  # whatever it asks for
+    assert db.lrange(keys.ready, 0, -1) == [b"c", b"d"]
+    assert db.hget(keys.count, "a") == b"1"
+    assert int(db.get(keys.seq) or 0) > seq  # moved on, as the claim's answer was
+    assert 0 < db.pttl(keys.took("n", "claim")) <= RECORD_TTL_MS
+    # One of them confirmed (it was handed out after all): a repeat no longer has it.
+    db.zrem(keys.out("n"), "a")
+    assert claimed(3, "t1") == first[1:]
+    # A new token takes the next ones, and its record replaces the first's.
+    assert claimed(1, "t2") == [(b"c", 1, b"")]
+    assert claimed(1, "t1") == [(b"d", 1, b"")]  # no longer recorded: a claim like any
+    assert claimed(1, "t3") == []
+    assert not db.exists(keys.took("n", "claim"))  # nothing taken, nothing recorded
+
+
+def test_a_repeated_settle_or_expire_answers_what_it_took_and_records_thousands(
+    db: redis.Redis,
+) -> None:
+    """SETTLE and EXPIRE record what they took under their token the same way; a record
+    of thousands of messages is written in slices (Lua's ``unpack`` has a limit)."""
+    keys = queue()
+    many = [f"m{i:05d}" for i in range(2500)]
+    for guid in many:
+        db.hset(keys.body, guid, "p")
+        db.hset(keys.meta, guid, "d|1000|{}")
+    db.rpush(keys.ready, *many)
+    settle = [*keys.message_keys, keys.out("n"), keys.pickup, keys.seq, keys.took("n", "s")]
+    args = ["9000", "2000", "0", str(len(many)), "t1"]
+    first = run(db, SETTLE, settle, args)
+    assert isinstance(first, list) and first[0::5] == [g.encode() for g in many]
+    assert run(db, SETTLE, settle, args) == first
+    assert db.llen(keys.ready) == 0 and db.zcard(keys.out("n")) == len(many)
+    # EXPIRE: the same rule with its own record (a settle's does not answer for it).
+    late = queue()
+    db.hset(late.body, "x", "p")
+    db.hset(late.meta, "x", "d|1000|{}")
+    db.rpush(late.ready, "x")
+    expire = [*late.message_keys, late.out("n"), late.pickup, late.seq, late.took("n", "e")]
+    taken = run(db, EXPIRE, expire, ["9000", "2000", "10", "t1"])
+    assert isinstance(taken, list) and taken[0::4] == [b"x"]
+    assert run(db, EXPIRE, expire, ["9000", "2000", "10", "t1"]) == taken
+    assert run(db, EXPIRE, expire, ["9000", "2000", "10", "t2"]) == []

@@ -12,6 +12,7 @@ import pytest
 from holdfast.broker.redis.client import RedisSpec, parse_redis_spec
 from holdfast.broker.redis.registry import RedisRegistry
 from holdfast.broker.redis.sweep import FULL_BATCH, Sweeper
+from holdfast.broker.redis.takes import TakeTokens
 
 
 @dataclass
@@ -171,6 +172,7 @@ def _claiming_queue(uri: str, claimed: int, later: int, seen: int) -> tuple[Any,
         on_went_back=on_went_back,
         wake=lambda _: None,
         may_deliver=lambda: True,
+        takes=TakeTokens(),
     )
     registry.seqs.saw(uri, seen)
     registry.client = _ClaimRacingClient(registry, uri, claimed, later)

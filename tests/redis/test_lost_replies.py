@@ -1,0 +1,166 @@
+"""A script that takes messages into a node's deliveries (CLAIM, EXPIRE, SETTLE) and
+ran, but whose reply never reached the node (a socket timeout on a loaded Redis, a
+connection cut after the script ran, a primary that died after running it): the node
+sends it again, and Redis answers with what the first run took instead of taking more.
+Before, the first run's messages stayed in the node's deliveries, known to nobody, until
+the node itself ended: on a live node, messages that were neither delivered nor lost.
+
+Each test runs one node's queue machinery on a real redis-server (``lifecycle_world``)
+whose client loses the reply of the first runs of one script (the script ran).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from holdfast.broker.consumers import Consumer, FlowLimits
+from holdfast.broker.lifecycle import State
+from holdfast.broker.redis.keys import QueueKeys, lease_key
+from holdfast.broker.redis.policy_scripts import EXPIRE, SETTLE
+from holdfast.broker.redis.script import Script
+from holdfast.broker.redis.scripts import CLAIM
+from holdfast.proto.policy import REASON_DELIVERY_LIMIT, REASON_EXPIRED
+from tests.redis.lifecycle_world import RedisWorld, Seen, Sink, in_world
+from tests.support.redis_server import RedisServer
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One redis-server (each test has queues of its own)."""
+    with RedisServer(tmp_path_factory.mktemp("lost-replies"), aof=False) as server:
+        yield server.url
+
+
+class LoseReplies:
+    """Wraps the node client's ``evalsha``: the first ``times`` runs of ``script`` run in
+    Redis, then raise the timeout redis-py raises when a reply does not come back."""
+
+    def __init__(self, world: RedisWorld, script: Script, times: int = 1) -> None:
+        self._redis = world.client.redis
+        self._real = self._redis.evalsha
+        self._sha = world.client._registered(script).sha
+        self.left = times
+        self.lost = 0
+        self._redis.evalsha = self._evalsha
+
+    async def _evalsha(self, sha: str, numkeys: int, *args: Any) -> Any:
+        reply = await self._real(sha, numkeys, *args)
+        if sha == self._sha and self.left > 0:
+            self.left -= 1
+            self.lost += 1
+            raise RedisTimeoutError("Timeout reading from socket (the test lost the reply)")
+        return reply
+
+
+async def put(world: RedisWorld, count: int, first: int = 0) -> list[bytes]:
+    guids = [bytes([7, i]) * 8 for i in range(first, first + count)]
+    for guid in guids:
+        await world.put(guid, None)
+    return guids
+
+
+async def out(world: RedisWorld) -> set[bytes]:
+    """What Redis holds as node ``a``'s deliveries of the queue."""
+    return set(await world.client.redis.zrange(world.keys.out(world.a.node_id), 0, -1))
+
+
+def run(redis_url: str, body: Callable[[RedisWorld], Awaitable[None]]) -> None:
+    in_world(redis_url, body)
+
+
+def test_a_claim_whose_reply_was_lost_delivers_what_it_took_and_strands_nothing(
+    redis_url: str,
+) -> None:
+    async def walk(world: RedisWorld) -> None:
+        guids = await put(world, 5)
+        lose = LoseReplies(world, CLAIM)
+        sink = Sink()
+        consumer = Consumer(2, sink, FlowLimits(max_messages=10))
+        world.queue.attach(consumer)
+        await world.settle()
+        assert lose.lost == 1
+        # Every message reached the consumer, once, counted once.
+        assert sorted(consumer.unconfirmed) == sorted(guids)
+        assert sink.counts == dict.fromkeys(guids, 1)
+        # And the node's deliveries in Redis are exactly what its consumer holds.
+        assert await out(world) == set(guids)
+        assert await world.client.redis.llen(world.keys.ready) == 0
+        for guid in guids:
+            assert world.queue.confirm(consumer, guid)
+        await world.settle()
+        assert await out(world) == set()
+        stats = await world.client.redis.hgetall(world.keys.stats)
+        assert int(stats.get(b"redelivered", 0)) == 0
+
+    run(redis_url, walk)
+
+
+def test_a_claim_that_failed_for_the_whole_retry_window_is_taken_up_by_the_next(
+    redis_url: str,
+) -> None:
+    """The node gave up on a claim (its reply lost on every try within the retry window):
+    the next claim of the queue is sent under the same token, so it hands out what the
+    lost one took before it takes anything new."""
+
+    async def walk(world: RedisWorld) -> None:
+        world.client.retry_window = 0.3
+        guids = await put(world, 3)
+        lose = LoseReplies(world, CLAIM, times=1_000)
+        sink = Sink()
+        consumer = Consumer(2, sink, FlowLimits(max_messages=10))
+        world.queue.attach(consumer)
+        await world.settle()
+        assert lose.lost >= 2 and not consumer.unconfirmed
+        assert await out(world) == set(guids)  # taken, in Redis; the node knows nothing
+        lose.left = 0
+        more = await put(world, 1, first=3)
+        world.queue.deliver()
+        await world.settle()
+        assert list(sink.counts) == guids + more  # what the lost claim took comes first
+        assert sink.counts == dict.fromkeys(guids + more, 1)
+        assert await out(world) == set(guids + more)
+
+    run(redis_url, walk)
+
+
+def test_an_expiry_whose_reply_was_lost_buries_what_it_took(redis_url: str) -> None:
+    async def walk(world: RedisWorld) -> None:
+        await world.set_policy(None, 2.0)
+        guids = await put(world, 3)
+        world.clock.ms += 3000
+        lose = LoseReplies(world, EXPIRE)
+        await world.sweep()
+        assert lose.lost == 1
+        for guid in guids:
+            assert await world.seen(guid) == Seen(State.DEAD, 0, REASON_EXPIRED)
+        assert await out(world) == set()
+
+    run(redis_url, walk)
+
+
+def test_a_settle_whose_reply_was_lost_buries_what_it_took(redis_url: str) -> None:
+    """A dead node's deliveries come back to the head; the survivor settles them (the
+    spent ones are buried) and loses that reply."""
+
+    async def walk(world: RedisWorld) -> None:
+        await world.set_policy(1, None)
+        [guid] = await put(world, 1)
+        await world.deliver()
+        assert await world.seen(guid) == Seen(State.HELD, 1)
+        lose = LoseReplies(world, SETTLE)
+        await world.client.redis.delete(lease_key(world.a.node_id))
+        await world.survivor.reap()
+        await world.settle()
+        assert lose.lost == 1
+        assert await world.seen(guid) == Seen(State.DEAD, 1, REASON_DELIVERY_LIMIT)
+        survivor_out = QueueKeys(world.uri).out(world.b.node_id)
+        assert await world.client.redis.zcard(survivor_out) == 0
+        await world.client.redis.set(lease_key(world.a.node_id), 1)
+
+    run(redis_url, walk)
