@@ -11,18 +11,24 @@ whose client loses the reply of the first runs of one script (the script ran).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from holdfast.broker.consumers import Consumer, FlowLimits
 from holdfast.broker.lifecycle import State
+from holdfast.broker.redis import client as client_module
+from holdfast.broker.redis.client import RedisClient, parse_redis_spec
 from holdfast.broker.redis.keys import QueueKeys, lease_key
 from holdfast.broker.redis.policy_scripts import EXPIRE, SETTLE
 from holdfast.broker.redis.script import Script
 from holdfast.broker.redis.scripts import CLAIM
+from holdfast.broker.store import StoreError
 from holdfast.proto.policy import REASON_DELIVERY_LIMIT, REASON_EXPIRED
 from tests.redis.lifecycle_world import RedisWorld, Seen, Sink, in_world
 from tests.support.redis_server import RedisServer
@@ -164,3 +170,32 @@ def test_a_settle_whose_reply_was_lost_buries_what_it_took(redis_url: str) -> No
         await world.client.redis.set(lease_key(world.a.node_id), 1)
 
     run(redis_url, walk)
+
+
+def test_a_command_whose_reply_times_out_is_sent_once_per_retry_of_the_stores_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py's asyncio client re-sends a timed-out command ten times by default,
+    silently (a script that ran each time, and an outage hidden from the retry window).
+    The store's client sends it once per retry of its own, which it logs and bounds."""
+    monkeypatch.setattr(client_module, "SOCKET_TIMEOUT", 0.2)
+    extra = ("--enable-debug-command", "yes")
+    with RedisServer(tmp_path, aof=False, extra=extra) as server:
+
+        async def slow_call() -> None:
+            client = RedisClient(parse_redis_spec(server.url), retry_window=0.0)
+            try:
+                with pytest.raises(StoreError, match="Timeout"):
+                    await client.call(
+                        "DEBUG SLEEP", lambda: client.redis.execute_command("DEBUG", "SLEEP", 0.4)
+                    )
+            finally:
+                await client.close()
+
+        asyncio.run(slow_call())
+        plain = redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=10)
+        try:
+            stats = plain.info("commandstats")  # answered once the sleeps are over
+        finally:
+            plain.close()
+    assert stats["cmdstat_debug"]["calls"] == 1
