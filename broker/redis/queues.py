@@ -197,6 +197,11 @@ class RedisQueue:
             self._claiming = True
             self._registry.spawn(self._claim(min(room, CLAIM_BATCH)))
 
+    @property
+    def busy(self) -> bool:
+        """A claim or a give-back is on its way (the registry keeps the queue till then)."""
+        return self._claiming or self._returning > 0
+
     async def _claim(self, n: int) -> None:
         # The claim holds the queue until what it could not hand out is back at the
         # head: a claim started while an UNCLAIM is on its way would overtake it.
@@ -204,6 +209,7 @@ class RedisQueue:
             again = await self._claim_and_hand_out(n)
         finally:
             self._claiming = False
+            self._registry.release(self)  # if every session here left meanwhile
         if again:
             self.deliver()
 
@@ -327,6 +333,7 @@ class RedisQueue:
             await self._requeue(guids)  # which wakes every node's consumers of the queue
         finally:
             self._returning -= 1
+            self._registry.release(self)
 
     async def _requeue(self, guids: list[bytes]) -> None:
         await self._registry.requeue(self.uri, guids)

@@ -137,8 +137,15 @@ class RedisRegistry:
     def release(self, queue: RedisQueue) -> None:
         """Drop ``queue`` from this node's view once no session here has it open: its
         messages are Redis's, and a node that kept every queue it ever served (an RPC
-        reply queue per caller) would refresh all of them at every heartbeat."""
-        if self._queues.get(queue.uri) is queue and not queue.handles and not queue.consumers:
+        reply queue per caller) would refresh all of them at every heartbeat. One with a
+        claim or a give-back on its way is dropped when that is done (``busy``): a new
+        view of the queue beside it would claim past it (``takes``)."""
+        if (
+            self._queues.get(queue.uri) is queue
+            and not queue.handles
+            and not queue.consumers
+            and not queue.busy
+        ):
             del self._queues[queue.uri]
             self.dropped_idle += 1
 

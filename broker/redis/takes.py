@@ -16,10 +16,13 @@ lends its token to the next take of the same kind on that queue, which then hand
 what the lost one took before anything new.
 
 A record lives ``RECORD_TTL_MS``, until the next take of its kind replaces it, or until
-the node's deliveries are reclaimed (its end, ``RECLAIM``); only
-the latest take of a kind is recorded, which is enough because a node's takes of one
-kind on one queue do not overlap (a queue's claims are serial; so are its sweeps), and
-a repeat is only ever of the latest take.
+the node's deliveries are reclaimed (its end, ``RECLAIM``). Only the latest take of a
+kind is recorded: enough for claims, which are serial per queue, also across sessions
+(the node keeps its view of a queue while a claim is on its way:
+``RedisRegistry.release``; found by the end-to-end test, where a new session's claim
+replaced the record of a lost one), and for a queue's sweeps. A settle of the sweep and
+one of the reaper may overlap; a repeat of the earlier then finds its record replaced,
+takes afresh, and what it took waits for the node's end, as every lost take did before.
 """
 
 from __future__ import annotations

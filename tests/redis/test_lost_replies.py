@@ -12,6 +12,7 @@ whose client loses the reply of the first runs of one script (the script ran).
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,14 @@ from holdfast.broker.redis.script import Script
 from holdfast.broker.redis.scripts import CLAIM
 from holdfast.broker.store import StoreError
 from holdfast.proto.policy import REASON_DELIVERY_LIMIT, REASON_EXPIRED
+from holdfast.sdk import QueueOptions, Session
+from tests.redis.fencing_kit import Deliveries, redis_url_through
 from tests.redis.lifecycle_world import RedisWorld, Seen, Sink, in_world
+from tests.support.processes import BrokerProcess
 from tests.support.redis_server import RedisServer
+from tests.support.sessions import FAST
+from tests.support.toxics import toxic
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -199,3 +206,51 @@ def test_a_command_whose_reply_times_out_is_sent_once_per_retry_of_the_stores_ow
         finally:
             plain.close()
     assert stats["cmdstat_debug"]["calls"] == 1
+
+
+def test_a_broker_whose_claim_replies_are_cut_delivers_every_message_once_when_they_pass(
+    tmp_path: Path, toxic_link: Callable[[str, str], Any]
+) -> None:
+    """End to end: a broker node's link to Redis cuts every connection after 50 kB of
+    replies (``limit_data``), so each claim of 1 kB messages runs in Redis and loses its
+    reply, again and again, while the lease keeper's small replies pass. Meanwhile the
+    consumer's session leaves and another opens the queue: the node keeps its view of
+    the queue until the lost claim is settled, so the newcomer's claims queue up behind
+    it instead of replacing its record. Once replies pass again, every message is
+    delivered, once, and none is left held in Redis. Before, each lost claim's messages
+    stayed in the node's deliveries until it ended."""
+    uri = "hf://lost/replies"
+    with RedisServer(tmp_path / "redis", aof=False) as server:
+        link = toxic_link("redis", server.address)
+        with BrokerProcess(["--store", redis_url_through(link)]) as broker:
+            with Session(broker.address, options=FAST) as producer:
+                queue = producer.open_queue(uri, write=True)
+                guids = [queue.post(b"%04d" % i + bytes(1020)) for i in range(300)]
+                assert producer.flush(timeout=30)
+            got = Deliveries()
+            with (
+                toxic(link, "limit_data", stream="downstream", bytes=50_000),
+                Session(broker.address, options=FAST) as consumer,
+            ):
+                consumer.open_queue(
+                    uri,
+                    read=True,
+                    on_message=got,
+                    options=QueueOptions(max_unconfirmed_messages=1000),
+                )
+                wait_until(lambda: broker.count("unreachable") >= 1, 30, "a claim's reply cut")
+                assert got.count() == 0
+            with Session(broker.address, options=FAST) as consumer:
+                consumer.open_queue(uri, read=True, on_message=got)
+                wait_until(lambda: got.count() >= len(guids), 30, "every message")
+                wait_until(lambda: not _held(server), 15, "the deliveries confirmed in Redis")
+    assert Counter(got.guids()) == Counter(dict.fromkeys(guids, 1))
+
+
+def _held(server: RedisServer) -> int:
+    """Messages any node holds as delivered and unconfirmed, in Redis."""
+    plain = redis.Redis(host="127.0.0.1", port=server.port)
+    try:
+        return sum(int(plain.zcard(key)) for key in plain.scan_iter(match="hf:*:out:*"))
+    finally:
+        plain.close()

@@ -173,6 +173,7 @@ def _claiming_queue(uri: str, claimed: int, later: int, seen: int) -> tuple[Any,
         wake=lambda _: None,
         may_deliver=lambda: True,
         takes=TakeTokens(),
+        release=lambda _: None,
     )
     registry.seqs.saw(uri, seen)
     registry.client = _ClaimRacingClient(registry, uri, claimed, later)
