@@ -400,6 +400,16 @@ def test_a_repeated_claim_answers_what_it_took_still_held_and_takes_nothing_more
     assert claimed(1, "t1") == [(b"d", 1, b"")]  # no longer recorded: a claim like any
     assert claimed(1, "t3") == []
     assert not db.exists(keys.took("n", "claim"))  # nothing taken, nothing recorded
+    # A repeat whose messages were all confirmed since answers nothing, and like any
+    # script that changes nothing keeps the write sequence (``losses``).
+    db.hset(keys.body, "e", "p-e")
+    db.hset(keys.meta, "e", "d|1000|{}")
+    db.rpush(keys.ready, "e")
+    assert claimed(1, "t4") == [(b"e", 1, b"")]
+    db.zrem(keys.out("n"), "e")
+    seq = int(db.get(keys.seq) or 0)
+    assert claimed(1, "t4") == []
+    assert int(db.get(keys.seq) or 0) == seq
 
 
 def test_a_repeated_settle_or_expire_answers_what_it_took_and_records_thousands(
