@@ -251,7 +251,9 @@ class RedisQueue:
             registry.seqs.saw(self.uri, seq)
         except StoreError as error:
             log.warning("%s: claiming failed: %s", self.uri, error)
-            raw, went_back = [], False
+            # Not again at once: a failure that is quick (FENCED, Redis out of memory)
+            # would make a loop of it; the poll claims next.
+            raw, went_back, repeat = [], False, False
         messages: list[StoredMessage] = []
         dead: list[tuple[StoredMessage, str]] = []
         claimed = [Claimed(*row) for row in rows(raw, 5)]

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import redis
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from holdfast.broker.consumers import Consumer, FlowLimits
@@ -140,6 +141,53 @@ def test_a_claim_that_failed_for_the_whole_retry_window_is_taken_up_by_the_next(
         assert await out(world) == set(guids + more)
 
     run(redis_url, walk)
+
+
+def test_a_claim_that_fails_at_once_while_one_is_lost_is_not_tried_again_at_once(
+    redis_url: str,
+) -> None:
+    """A lost claim's token waits for the next claim; if that one fails at once (Redis
+    refuses it: out of memory, say), the queue waits for the node's poll instead of
+    claiming again in a loop."""
+
+    async def walk(world: RedisWorld) -> None:
+        world.client.retry_window = 0.2
+        await put(world, 2)
+        lose = LoseReplies(world, CLAIM, times=1_000)
+        consumer = Consumer(2, Sink(), FlowLimits(max_messages=10))
+        world.queue.attach(consumer)
+        await world.settle()  # lost for the whole window: its token waits
+        refused = Refuse(world, CLAIM, times=50)
+        lose.left = 0
+        world.queue.deliver()
+        await world.settle()
+        assert refused.calls == 1, f"claimed {refused.calls} times in a row"
+        refused.left = 0
+        world.queue.deliver()
+        await world.settle()
+        assert len(consumer.unconfirmed) == 2
+
+    run(redis_url, walk)
+
+
+class Refuse:
+    """Wraps the node client's ``evalsha``: the next ``times`` runs of ``script`` are
+    refused by Redis at once (they do not run)."""
+
+    def __init__(self, world: RedisWorld, script: Script, times: int) -> None:
+        self._redis = world.client.redis
+        self._real = self._redis.evalsha
+        self._sha = world.client._registered(script).sha
+        self.left = times
+        self.calls = 0
+        self._redis.evalsha = self._evalsha
+
+    async def _evalsha(self, sha: str, numkeys: int, *args: Any) -> Any:
+        if sha == self._sha and self.left > 0:
+            self.left -= 1
+            self.calls += 1
+            raise ResponseError("OOM command not allowed when used memory > 'maxmemory'")
+        return await self._real(sha, numkeys, *args)
 
 
 def test_an_expiry_whose_reply_was_lost_buries_what_it_took(redis_url: str) -> None:
