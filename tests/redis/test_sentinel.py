@@ -100,6 +100,7 @@ def test_a_sentinel_failover_is_followed_and_loses_nothing_acked(tmp_path: Path)
                 got.wait_for(len(guids), timeout=30)
             except AssertionError:
                 print(broker.output[-8000:])  # shown with the failure: what the node did
+                print(_where_they_are(replica))  # ...and where the missing ones wait
                 raise
             # Writes not waited for (claims, promotions) may be lost by a failover and
             # are reported; no message ACKed SUCCESS may be among what is lost.
@@ -154,6 +155,20 @@ def test_a_failover_onto_a_lagging_replica_reports_what_it_lost(tmp_path: Path) 
     assert missing > 0, "nothing was lost: the replica did not lag"
     bound = int(report.split("up to ")[1].split(" messages")[0])
     assert missing <= bound, report
+
+
+def _where_they_are(server: RedisServer) -> str:
+    """The queue's lists in Redis, for a failure's report: ready, held back for the
+    replicas, and held by each node as delivered."""
+    prefix = "hf:{" + URI + "}:"
+    parts = [
+        f"ready {server.cli('LLEN', prefix + 'ready')}",
+        f"unsynced {server.cli('LLEN', prefix + 'unsynced')}",
+        f"messages {server.cli('HLEN', prefix + 'body')}",
+    ]
+    for key in server.cli("KEYS", prefix + "out:*").split():
+        parts.append(f"{key} {server.cli('ZCARD', key)}")
+    return "; ".join(parts)
 
 
 def _offset(server: RedisServer, field: str) -> int:
