@@ -22,7 +22,8 @@ delivered to its own consumers (``Consumer.unconfirmed``, as in memory):
 - a CONFIRM is taken off the consumer at once and written to Redis in one batch per
   turn of the loop (retried through an outage); a REJECT with requeue, or a consumer
   that leaves, puts its messages back at the head (``REQUEUE``), after its delay if
-  it has one (``DELAY``; the sweep releases it);
+  it has one (``DELAY``; the sweep releases it); a give-back Redis did not take is
+  owed, tried again by the sweep, and nothing is claimed past it (``givebacks``);
 - when a node dies its deliveries are reclaimed by the survivors (``nodes``).
 """
 
@@ -184,7 +185,7 @@ class RedisQueue:
         """Claim as many messages as local consumers have room for, and PUSH them."""
         if self._claiming or self._returning or not self._consumers:
             return
-        if self.uri in self._registry.repairing:
+        if self.uri in self._registry.repairing or self._registry.owed.owes(self.uri):
             return
         if not self._registry.may_deliver():
             return
@@ -314,20 +315,16 @@ class RedisQueue:
         restored (``UNCLAIM``)."""
         registry = self._registry
         keys = self.keys
+        node = registry.node_id
+        back = [Unclaimed(m.guid, pickup_deadline_ms(m)) for m in messages]
         try:
             await registry.client.run(
-                unclaim(
-                    keys,
-                    node=registry.node_id,
-                    lease=registry.lease(keys),
-                    messages=[Unclaimed(m.guid, pickup_deadline_ms(m)) for m in messages],
-                )
+                unclaim(keys, node=node, lease=registry.lease(keys), messages=back)
             )
         except StoreError as error:
-            # Still this node's deliveries: reclaimed when the node stops or dies.
-            log.error(
-                "%s: could not give back %d claimed messages: %s", self.uri, len(messages), error
-            )
+            # Still this node's deliveries: owed, tried again by the sweep.
+            log.error("%s: could not give back %d claimed messages: %s", self.uri, len(back), error)
+            registry.owed.add(self.uri, node, unclaims=back)
         registry.wake(self.uri)
 
     async def _return(self, guids: list[bytes]) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from holdfast.broker.redis import policy_scripts, scripts
 from holdfast.broker.redis.client import RedisClient
+from holdfast.broker.redis.givebacks import OwedGiveBacks
 from holdfast.broker.redis.graveyard import RedisGraveyard
 from holdfast.broker.redis.keys import QUEUES, WAKE, QueueKeys, lease_key, node_queues
 from holdfast.broker.redis.losses import RecentWork, SeqBook
@@ -47,6 +48,8 @@ class RedisRegistry:
         token, replaced when the node rejoins after its lease lapsed."""
         self.takes = TakeTokens()
         """The tokens of this node's CLAIMs, EXPIREs and SETTLEs (``takes``)."""
+        self.owed = OwedGiveBacks()
+        """Give-backs that failed, tried again by the sweep (``givebacks``)."""
         self.may_deliver: Callable[[], bool] = lambda: True
         """Whether the node's lease is valid now (its own timer: ``LeaseKeeper.valid``);
         nothing is claimed while it is not."""
@@ -247,8 +250,9 @@ class RedisRegistry:
                 scripts.requeue(keys, node=self.node_id, lease=self.lease(keys), guids=guids)
             )
         except StoreError as error:
-            # Still in this node's deliveries: reclaimed if the node dies, else later.
+            # Still in this node's deliveries: owed, tried again by the sweep.
             log.error("%s: could not requeue %d messages: %s", uri, len(guids), error)
+            self.owed.add(uri, self.node_id, requeues=guids)
         self.wake(uri)
 
     async def delay(self, uri: str, guid: bytes, delay: float) -> None:

@@ -29,7 +29,7 @@ from holdfast.broker.redis.client import RedisClient, parse_redis_spec
 from holdfast.broker.redis.keys import QueueKeys, lease_key
 from holdfast.broker.redis.policy_scripts import EXPIRE, SETTLE
 from holdfast.broker.redis.script import Script
-from holdfast.broker.redis.scripts import CLAIM
+from holdfast.broker.redis.scripts import CLAIM, REQUEUE, UNCLAIM
 from holdfast.broker.store import StoreError
 from holdfast.proto.policy import REASON_DELIVERY_LIMIT, REASON_EXPIRED
 from holdfast.sdk import QueueOptions, Session
@@ -188,6 +188,58 @@ class Refuse:
             self.calls += 1
             raise ResponseError("OOM command not allowed when used memory > 'maxmemory'")
         return await self._real(sha, numkeys, *args)
+
+
+def test_a_give_back_redis_refused_is_tried_again_and_nothing_is_claimed_past_it(
+    redis_url: str,
+) -> None:
+    """A consumer leaves holding a message and Redis refuses its REQUEUE; a claim then
+    finds nobody to hand its message to and Redis refuses that UNCLAIM too. Both stay
+    owed (the messages sit in the node's deliveries, held by no consumer), the queue
+    claims nothing past them, and the sweep gives them back once Redis takes it."""
+
+    async def walk(world: RedisWorld) -> None:
+        first, second = await put(world, 2)
+        await world.deliver()
+        assert await world.seen(first) == Seen(State.HELD, 1)
+        requeues = Refuse(world, REQUEUE, times=1_000)
+        await world.session_lost()
+        assert requeues.calls == 1 and await world.seen(first) == Seen(State.HELD, 1)
+        # A newcomer's claim waits for the give-back: nothing overtakes it.
+        unclaims = Refuse(world, UNCLAIM, times=1_000)
+        sink = Sink()
+        newcomer = Consumer(3, sink, FlowLimits(max_messages=5))
+        world.queue.attach(newcomer)
+        await world.settle()
+        assert not newcomer.unconfirmed and not sink.counts
+        requeues.left = unclaims.left = 0
+        world.clock.ms += 1000
+        await world.sweep()  # pays what is owed, and wakes the queue
+        world.queue.deliver()
+        await world.settle()
+        assert list(sink.counts) == [first, second]
+        assert sink.counts == {first: 2, second: 1}
+
+    run(redis_url, walk)
+
+
+def test_an_unclaim_redis_refused_is_tried_again_with_its_count_given_back(
+    redis_url: str,
+) -> None:
+    async def walk(world: RedisWorld) -> None:
+        [guid] = await put(world, 1)
+        unclaims = Refuse(world, UNCLAIM, times=1_000)
+        world.queue.attach(world.consumer)  # the claim is on its way
+        world.queue.detach(world.consumer)  # ...and its consumer goes
+        await world.settle()
+        assert unclaims.calls == 1 and await world.seen(guid) == Seen(State.HELD, 1)
+        unclaims.left = 0
+        world.clock.ms += 1000
+        await world.sweep()
+        # Back as never claimed: ready, its delivery uncounted.
+        assert await world.seen(guid) == Seen(State.READY, 0)
+
+    run(redis_url, walk)
 
 
 def test_an_expiry_whose_reply_was_lost_buries_what_it_took(redis_url: str) -> None:

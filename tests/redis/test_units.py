@@ -10,6 +10,7 @@ from typing import Any, cast
 import pytest
 
 from holdfast.broker.redis.client import RedisSpec, parse_redis_spec
+from holdfast.broker.redis.givebacks import OwedGiveBacks
 from holdfast.broker.redis.registry import RedisRegistry
 from holdfast.broker.redis.sweep import FULL_BATCH, Sweeper
 from holdfast.broker.redis.takes import TakeTokens
@@ -174,6 +175,7 @@ def _claiming_queue(uri: str, claimed: int, later: int, seen: int) -> tuple[Any,
         may_deliver=lambda: True,
         takes=TakeTokens(),
         release=lambda _: None,
+        owed=OwedGiveBacks(),
     )
     registry.seqs.saw(uri, seen)
     registry.client = _ClaimRacingClient(registry, uri, claimed, later)

@@ -1,0 +1,112 @@
+"""Give-backs that failed, tried again until they are done.
+
+A node gives messages back to their queue's head when a consumer leaves or rejects
+them (``REQUEUE``) and when a claim found nobody to hand them to (``UNCLAIM``). When
+Redis does not take the give-back within the client's retry window, the messages stay
+in the node's deliveries in Redis while none of its consumers holds them: before, they
+waited there for the node's end (or its lease to lapse), delivered to nobody. The node
+now keeps what it owes per queue, and its sweep tries it again once a second (``pay``);
+the queue claims nothing until its give-backs are done, so what goes back is at the
+head before anything behind it is handed out. Both scripts act only on messages still
+in the node's deliveries, so a give-back that ran once and lost its reply is harmless
+to repeat.
+
+What a node owes belongs to its incarnation: once it rejoined under a new one (its
+lease lapsed), its old deliveries are the reaper's, and the debt is dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from holdfast.broker.redis import scripts
+from holdfast.broker.redis.keys import QueueKeys
+from holdfast.broker.redis.script import ScriptCall
+from holdfast.broker.redis.scripts import Unclaimed
+from holdfast.broker.store import StoreError
+
+if TYPE_CHECKING:
+    from holdfast.broker.redis.registry import RedisRegistry
+
+log = logging.getLogger(__name__)
+
+
+class OwedGiveBacks:
+    """What one node failed to give back, per queue, oldest first."""
+
+    def __init__(self) -> None:
+        # uri -> (incarnation, unclaims, requeues)
+        self._owed: dict[str, tuple[str, list[Unclaimed], list[bytes]]] = {}
+        self._paying: set[str] = set()
+
+    def owes(self, uri: str) -> bool:
+        """Whether a give-back of ``uri`` waits (its queue claims nothing meanwhile)."""
+        return uri in self._owed or uri in self._paying
+
+    def __len__(self) -> int:
+        """Messages owed, over every queue."""
+        return sum(len(unclaims) + len(requeues) for _, unclaims, requeues in self._owed.values())
+
+    def add(
+        self,
+        uri: str,
+        node: str,
+        unclaims: list[Unclaimed] | None = None,
+        requeues: list[bytes] | None = None,
+    ) -> None:
+        """An UNCLAIM of ``unclaims`` or a REQUEUE of ``requeues`` by ``node`` failed."""
+        owner, owed_unclaims, owed_requeues = self._owed.setdefault(uri, (node, [], []))
+        if owner != node:
+            self._owed[uri] = owner, owed_unclaims, owed_requeues = (node, [], [])
+        owed_unclaims.extend(unclaims or ())
+        owed_requeues.extend(requeues or ())
+
+    async def pay(self, registry: RedisRegistry) -> int:
+        """Try every owed give-back again; how many messages went back. One that fails
+        again stays owed (logged), and the others are still tried."""
+        done = 0
+        for uri in list(self._owed):
+            node, unclaims, requeues = self._owed.pop(uri)
+            if node != registry.node_id:
+                continue  # the reaper's now, with the rest of the old incarnation's
+            self._paying.add(uri)
+            try:
+                keys = QueueKeys(uri)
+                lease = registry.lease(keys)
+                if unclaims and await _run(
+                    registry,
+                    uri,
+                    scripts.unclaim(keys, node=node, lease=lease, messages=unclaims),
+                ):
+                    done, unclaims = done + len(unclaims), []
+                if (
+                    requeues
+                    and not unclaims
+                    and await _run(
+                        registry, uri, scripts.requeue(keys, node=node, lease=lease, guids=requeues)
+                    )
+                ):
+                    done, requeues = done + len(requeues), []
+            finally:
+                self._paying.discard(uri)
+            if unclaims or requeues:
+                # Still owed, ahead of what failed while this was tried.
+                _, later_unclaims, later_requeues = self._owed.pop(uri, (node, [], []))
+                self._owed[uri] = (node, unclaims + later_unclaims, requeues + later_requeues)
+            else:
+                registry.wake(uri)  # its claims waited: they look again
+        return done
+
+
+async def _run(registry: RedisRegistry, uri: str, call: ScriptCall) -> bool:
+    try:
+        await registry.client.run(call)
+    except StoreError as error:
+        log.error("%s: messages still to give back (%s): %s", uri, call.script.name, error)
+        return False
+    log.warning("%s: messages given back late (%s)", uri, call.script.name)
+    return True
+
+
+__all__ = ["OwedGiveBacks"]
