@@ -63,8 +63,9 @@ class OwedGiveBacks:
         owed_requeues.extend(requeues or ())
 
     async def pay(self, registry: RedisRegistry) -> int:
-        """Try every owed give-back again; how many messages went back. One that fails
-        again stays owed (logged), and the others are still tried."""
+        """Try the owed give-backs again; how many messages went back. The first that
+        fails again (logged) ends the pass: each try can take the client's whole retry
+        window, and the sweep waits for the pass."""
         done = 0
         for uri in list(self._owed):
             node, unclaims, requeues = self._owed.pop(uri)
@@ -94,8 +95,8 @@ class OwedGiveBacks:
                 # Still owed, ahead of what failed while this was tried.
                 _, later_unclaims, later_requeues = self._owed.pop(uri, (node, [], []))
                 self._owed[uri] = (node, unclaims + later_unclaims, requeues + later_requeues)
-            else:
-                registry.wake(uri)  # its claims waited: they look again
+                break
+            registry.wake(uri)  # its claims waited: they look again
         return done
 
 

@@ -3,6 +3,7 @@ store addresses parse."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, cast
@@ -14,6 +15,7 @@ from holdfast.broker.redis.givebacks import OwedGiveBacks
 from holdfast.broker.redis.registry import RedisRegistry
 from holdfast.broker.redis.sweep import FULL_BATCH, Sweeper
 from holdfast.broker.redis.takes import TakeTokens
+from holdfast.broker.store import StoreError
 
 
 @dataclass
@@ -228,3 +230,36 @@ def test_a_claim_holds_the_queue_until_its_give_back_is_done() -> None:
     queue._claiming = True
     asyncio.run(queue._claim(1))
     assert client.ran == ["CLAIM", "deliver", "UNCLAIM", "spawn claim"]
+
+
+def test_a_pass_over_owed_give_backs_ends_at_the_first_that_fails_and_keeps_their_order() -> None:
+    """Each try of a give-back can take the whole retry window, and the sweep waits for
+    the pass: the first failure ends it. What failed stays owed ahead of what failed
+    while it was tried; a debt of an earlier incarnation of the node is dropped (the
+    reaper reclaims its deliveries)."""
+    ran: list[tuple[str, list[Any]]] = []
+    owed = OwedGiveBacks()
+    refuse = [True]
+
+    class Client:
+        async def run(self, call: Any) -> None:
+            ran.append((call.script.name, list(call.args)))
+            if refuse[0]:
+                owed.add("hf://u/a", "n1", requeues=[b"late"])  # failed meanwhile
+                raise StoreError("redis store: REQUEUE failed for 30 s")
+
+    woken: list[str] = []
+    registry = SimpleNamespace(
+        client=Client(), node_id="n1", lease=lambda _: "lease", wake=woken.append
+    )
+    owed.add("hf://u/old", "n0", requeues=[b"x"])
+    owed.add("hf://u/a", "n1", requeues=[b"g1", b"g2"])
+    owed.add("hf://u/b", "n1", requeues=[b"h"])
+    assert asyncio.run(owed.pay(cast(RedisRegistry, registry))) == 0
+    assert ran == [("REQUEUE", [b"g1", b"g2"])]  # u/old dropped, u/b not tried
+    assert not owed.owes("hf://u/old") and owed.owes("hf://u/b") and len(owed) == 4
+    refuse[0] = False
+    ran.clear()
+    assert asyncio.run(owed.pay(cast(RedisRegistry, registry))) == 4
+    assert ran == [("REQUEUE", [b"h"]), ("REQUEUE", [b"g1", b"g2", b"late"])]
+    assert woken == ["hf://u/b", "hf://u/a"] and len(owed) == 0
