@@ -51,25 +51,45 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield server.url
 
 
-class LoseReplies:
-    """Wraps the node client's ``evalsha``: the first ``times`` runs of ``script`` run in
-    Redis, then raise the timeout redis-py raises when a reply does not come back."""
+class Faulty:
+    """Wraps the node client's ``evalsha``: the next ``times`` calls of ``script`` fail.
+    ``LoseReplies``: they run in Redis, then raise the timeout redis-py raises when a
+    reply does not come back. ``Refuse``: Redis refuses them at once (they do not run)."""
+
+    ran_first = True
 
     def __init__(self, world: RedisWorld, script: Script, times: int = 1) -> None:
         self._redis = world.client.redis
         self._real = self._redis.evalsha
         self._sha = world.client._registered(script).sha
         self.left = times
-        self.lost = 0
+        self.calls = 0
         self._redis.evalsha = self._evalsha
 
+    @property
+    def lost(self) -> int:
+        """How many calls failed."""
+        return self.calls
+
     async def _evalsha(self, sha: str, numkeys: int, *args: Any) -> Any:
-        reply = await self._real(sha, numkeys, *args)
-        if sha == self._sha and self.left > 0:
-            self.left -= 1
-            self.lost += 1
-            raise RedisTimeoutError("Timeout reading from socket (the test lost the reply)")
-        return reply
+        if sha != self._sha or self.left <= 0:
+            return await self._real(sha, numkeys, *args)
+        self.left -= 1
+        self.calls += 1
+        if not self.ran_first:
+            raise ResponseError("OOM command not allowed when used memory > 'maxmemory'")
+        await self._real(sha, numkeys, *args)
+        raise RedisTimeoutError("Timeout reading from socket (the test lost the reply)")
+
+
+class LoseReplies(Faulty):
+    """The calls run, and their replies are lost."""
+
+
+class Refuse(Faulty):
+    """The calls are refused before they run."""
+
+    ran_first = False
 
 
 async def put(world: RedisWorld, count: int, first: int = 0) -> list[bytes]:
@@ -168,26 +188,6 @@ def test_a_claim_that_fails_at_once_while_one_is_lost_is_not_tried_again_at_once
         assert len(consumer.unconfirmed) == 2
 
     run(redis_url, walk)
-
-
-class Refuse:
-    """Wraps the node client's ``evalsha``: the next ``times`` runs of ``script`` are
-    refused by Redis at once (they do not run)."""
-
-    def __init__(self, world: RedisWorld, script: Script, times: int) -> None:
-        self._redis = world.client.redis
-        self._real = self._redis.evalsha
-        self._sha = world.client._registered(script).sha
-        self.left = times
-        self.calls = 0
-        self._redis.evalsha = self._evalsha
-
-    async def _evalsha(self, sha: str, numkeys: int, *args: Any) -> Any:
-        if sha == self._sha and self.left > 0:
-            self.left -= 1
-            self.calls += 1
-            raise ResponseError("OOM command not allowed when used memory > 'maxmemory'")
-        return await self._real(sha, numkeys, *args)
 
 
 def test_a_give_back_redis_refused_is_tried_again_and_nothing_is_claimed_past_it(
