@@ -23,7 +23,7 @@ delivered to its own consumers (``Consumer.unconfirmed``, as in memory):
   turn of the loop (retried through an outage); a REJECT with requeue, or a consumer
   that leaves, puts its messages back at the head (``REQUEUE``), after its delay if
   it has one (``DELAY``; the sweep releases it); a give-back Redis did not take is
-  owed, tried again by the sweep, and nothing is claimed past it (``givebacks``);
+  owed, tried again by the sweep, and nothing is claimed past it (``owed``);
 - when a node dies its deliveries are reclaimed by the survivors (``nodes``).
 """
 

@@ -14,10 +14,10 @@ from typing import Any
 
 from holdfast.broker.redis import policy_scripts, scripts
 from holdfast.broker.redis.client import RedisClient
-from holdfast.broker.redis.givebacks import OwedGiveBacks
 from holdfast.broker.redis.graveyard import RedisGraveyard
 from holdfast.broker.redis.keys import QUEUES, WAKE, QueueKeys, lease_key, node_queues
 from holdfast.broker.redis.losses import RecentWork, SeqBook
+from holdfast.broker.redis.owed import OwedWrites
 from holdfast.broker.redis.policies import PolicyBook, ttl_cutoff_ms
 from holdfast.broker.redis.queues import RedisQueue, parse_message
 from holdfast.broker.redis.script import rows, text
@@ -48,8 +48,8 @@ class RedisRegistry:
         token, replaced when the node rejoins after its lease lapsed."""
         self.takes = TakeTokens()
         """The tokens of this node's CLAIMs, EXPIREs and SETTLEs (``takes``)."""
-        self.owed = OwedGiveBacks()
-        """Give-backs that failed, tried again by the sweep (``givebacks``)."""
+        self.owed = OwedWrites()
+        """Give-backs that failed, tried again by the sweep (``owed``)."""
         self.may_deliver: Callable[[], bool] = lambda: True
         """Whether the node's lease is valid now (its own timer: ``LeaseKeeper.valid``);
         nothing is claimed while it is not."""
@@ -228,8 +228,10 @@ class RedisRegistry:
         try:
             await self.remove(uri, guids)
         except StoreError as error:
-            # Not lost: the messages stay this node's deliveries, redelivered if it dies.
+            # Owed, written by the sweep (else they would be delivered again when the
+            # node ends).
             log.error("%s: %d confirms not recorded: %s", uri, len(guids), error)
+            self.owed.confirm(uri, self.node_id, guids)
         queue = self._queues.get(uri)
         if queue is not None:
             queue.deliver()

@@ -67,7 +67,7 @@ class Sweeper:
         visited: set[str] = set()
         if now - self._last_full >= FULL * 1000:
             self._last_full = now
-            await registry.owed.pay(registry)  # give-backs that failed (``givebacks``)
+            await registry.owed.pay(registry)  # give-backs that failed (``owed``)
             visited = self._next_slice()
             uris.update(visited)
         for uri in sorted(uris):

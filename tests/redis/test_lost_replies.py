@@ -29,7 +29,7 @@ from holdfast.broker.redis.client import RedisClient, parse_redis_spec
 from holdfast.broker.redis.keys import QueueKeys, lease_key
 from holdfast.broker.redis.policy_scripts import EXPIRE, SETTLE
 from holdfast.broker.redis.script import Script
-from holdfast.broker.redis.scripts import CLAIM, REQUEUE, UNCLAIM
+from holdfast.broker.redis.scripts import CLAIM, CONFIRM, REQUEUE, UNCLAIM
 from holdfast.broker.store import StoreError
 from holdfast.proto.policy import REASON_DELIVERY_LIMIT, REASON_EXPIRED
 from holdfast.sdk import QueueOptions, Session
@@ -238,6 +238,24 @@ def test_an_unclaim_redis_refused_is_tried_again_with_its_count_given_back(
         await world.sweep()
         # Back as never claimed: ready, its delivery uncounted.
         assert await world.seen(guid) == Seen(State.READY, 0)
+
+    run(redis_url, walk)
+
+
+def test_a_confirm_redis_refused_is_written_by_the_sweep_and_not_delivered_again(
+    redis_url: str,
+) -> None:
+    async def walk(world: RedisWorld) -> None:
+        [guid] = await put(world, 1)
+        await world.deliver()
+        confirms = Refuse(world, CONFIRM, times=1_000)
+        assert world.queue.confirm(world.consumer, guid)
+        await world.settle()
+        assert confirms.calls == 1 and await world.seen(guid) == Seen(State.HELD, 1)
+        confirms.left = 0
+        world.clock.ms += 1000
+        await world.sweep()
+        assert (await world.seen(guid)).state is None  # gone: confirmed, not kept
 
     run(redis_url, walk)
 

@@ -11,7 +11,7 @@ from typing import Any, cast
 import pytest
 
 from holdfast.broker.redis.client import RedisSpec, parse_redis_spec
-from holdfast.broker.redis.givebacks import OwedGiveBacks
+from holdfast.broker.redis.owed import OwedWrites
 from holdfast.broker.redis.registry import RedisRegistry
 from holdfast.broker.redis.sweep import FULL_BATCH, Sweeper
 from holdfast.broker.redis.takes import TakeTokens
@@ -177,7 +177,7 @@ def _claiming_queue(uri: str, claimed: int, later: int, seen: int) -> tuple[Any,
         may_deliver=lambda: True,
         takes=TakeTokens(),
         release=lambda _: None,
-        owed=OwedGiveBacks(),
+        owed=OwedWrites(),
     )
     registry.seqs.saw(uri, seen)
     registry.client = _ClaimRacingClient(registry, uri, claimed, later)
@@ -232,21 +232,22 @@ def test_a_claim_holds_the_queue_until_its_give_back_is_done() -> None:
     assert client.ran == ["CLAIM", "deliver", "UNCLAIM", "spawn claim"]
 
 
-def test_a_pass_over_owed_give_backs_ends_at_the_first_that_fails_and_keeps_their_order() -> None:
-    """Each try of a give-back can take the whole retry window, and the sweep waits for
+def test_a_pass_over_owed_writes_ends_at_the_first_that_fails_and_keeps_their_order() -> None:
+    """Each try of an owed write can take the whole retry window, and the sweep waits for
     the pass: the first failure ends it. What failed stays owed ahead of what failed
     while it was tried; a debt of an earlier incarnation of the node is dropped (the
-    reaper reclaims its deliveries)."""
+    reaper reclaims its deliveries); an owed confirm holds no claim back."""
     ran: list[tuple[str, list[Any]]] = []
-    owed = OwedGiveBacks()
+    owed = OwedWrites()
     refuse = [True]
 
     class Client:
         async def run(self, call: Any) -> None:
             ran.append((call.script.name, list(call.args)))
             if refuse[0]:
-                owed.add("hf://u/a", "n1", requeues=[b"late"])  # failed meanwhile
-                raise StoreError("redis store: REQUEUE failed for 30 s")
+                if call.script.name == "REQUEUE":
+                    owed.add("hf://u/a", "n1", requeues=[b"late"])  # failed meanwhile
+                raise StoreError(f"redis store: {call.script.name} failed for 30 s")
 
     woken: list[str] = []
     registry = SimpleNamespace(
@@ -255,6 +256,12 @@ def test_a_pass_over_owed_give_backs_ends_at_the_first_that_fails_and_keeps_thei
     owed.add("hf://u/old", "n0", requeues=[b"x"])
     owed.add("hf://u/a", "n1", requeues=[b"g1", b"g2"])
     owed.add("hf://u/b", "n1", requeues=[b"h"])
+    owed.confirm("hf://u/c", "n1", [b"c1"])
+    assert asyncio.run(owed.pay(cast(RedisRegistry, registry))) == 0
+    assert ran == [("CONFIRM", [b"c1"])]  # confirms first; the pass ends there
+    assert not owed.owes("hf://u/c")  # a confirm owed holds no claim back
+    ran.clear()
+    owed.confirm("hf://u/c", "n0", [b"c0"])  # an earlier incarnation's: dropped
     assert asyncio.run(owed.pay(cast(RedisRegistry, registry))) == 0
     assert ran == [("REQUEUE", [b"g1", b"g2"])]  # u/old dropped, u/b not tried
     assert not owed.owes("hf://u/old") and owed.owes("hf://u/b") and len(owed) == 4

@@ -1,15 +1,16 @@
-"""Give-backs that failed, tried again until they are done.
+"""Writes a node owes Redis: give-backs and confirms that failed, tried again until done.
 
 A node gives messages back to their queue's head when a consumer leaves or rejects
-them (``REQUEUE``) and when a claim found nobody to hand them to (``UNCLAIM``). When
-Redis does not take the give-back within the client's retry window, the messages stay
-in the node's deliveries in Redis while none of its consumers holds them: before, they
-waited there for the node's end (or its lease to lapse), delivered to nobody. The node
-now keeps what it owes per queue, and its sweep tries it again once a second (``pay``);
-the queue claims nothing until its give-backs are done, so what goes back is at the
-head before anything behind it is handed out. Both scripts act only on messages still
-in the node's deliveries, so a give-back that ran once and lost its reply is harmless
-to repeat.
+them (``REQUEUE``) and when a claim found nobody to hand them to (``UNCLAIM``); it
+removes what its consumers confirmed (``CONFIRM``). When Redis does not take one of
+these within the client's retry window (refused, or unreachable from the node's pool
+while its lease connection still works), the messages stay in the node's deliveries in
+Redis: given back to nobody, or confirmed and kept. Before, they waited there for the
+node's end (or its lease to lapse), then were delivered again. The node now keeps what
+it owes per queue, and its sweep tries it again once a second (``pay``). A queue claims
+nothing while a give-back of it is owed, so what goes back is at the head before
+anything behind it is handed out. The scripts act only on messages still in the node's
+deliveries, so a write that ran once and lost its reply is harmless to repeat.
 
 What a node owes belongs to its incarnation: once it rejoined under a new one (its
 lease lapsed), its old deliveries are the reaper's, and the debt is dropped.
@@ -32,13 +33,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class OwedGiveBacks:
-    """What one node failed to give back, per queue, oldest first."""
+class OwedWrites:
+    """What one node failed to write back, per queue, oldest first."""
 
     def __init__(self) -> None:
         # uri -> (incarnation, unclaims, requeues)
         self._owed: dict[str, tuple[str, list[Unclaimed], list[bytes]]] = {}
         self._paying: set[str] = set()
+        # uri -> (incarnation, confirmed GUIDs): they block no claim.
+        self._confirms: dict[str, tuple[str, list[bytes]]] = {}
 
     def owes(self, uri: str) -> bool:
         """Whether a give-back of ``uri`` waits (its queue claims nothing meanwhile)."""
@@ -46,7 +49,16 @@ class OwedGiveBacks:
 
     def __len__(self) -> int:
         """Messages owed, over every queue."""
-        return sum(len(unclaims) + len(requeues) for _, unclaims, requeues in self._owed.values())
+        confirms = sum(len(guids) for _, guids in self._confirms.values())
+        return confirms + sum(len(u) + len(r) for _, u, r in self._owed.values())
+
+    def confirm(self, uri: str, node: str, guids: list[bytes]) -> None:
+        """A CONFIRM of ``guids`` by ``node`` failed: the messages would stay in Redis, and
+        be delivered again when the node ends."""
+        owner, owed = self._confirms.setdefault(uri, (node, []))
+        if owner != node:
+            self._confirms[uri] = owner, owed = (node, [])
+        owed.extend(guids)
 
     def add(
         self,
@@ -67,6 +79,14 @@ class OwedGiveBacks:
         fails again (logged) ends the pass: each try can take the client's whole retry
         window, and the sweep waits for the pass."""
         done = 0
+        for uri in list(self._confirms):
+            node, guids = self._confirms.pop(uri)
+            if node != registry.node_id:
+                continue
+            if not await _run(registry, uri, _confirm(uri, node, registry, guids)):
+                self.confirm(uri, node, guids)
+                return done
+            done += len(guids)
         for uri in list(self._owed):
             node, unclaims, requeues = self._owed.pop(uri)
             if node != registry.node_id:
@@ -100,14 +120,19 @@ class OwedGiveBacks:
         return done
 
 
+def _confirm(uri: str, node: str, registry: RedisRegistry, guids: list[bytes]) -> ScriptCall:
+    keys = QueueKeys(uri)
+    return scripts.confirm(keys, node=node, lease=registry.lease(keys), guids=guids)
+
+
 async def _run(registry: RedisRegistry, uri: str, call: ScriptCall) -> bool:
     try:
         await registry.client.run(call)
     except StoreError as error:
-        log.error("%s: messages still to give back (%s): %s", uri, call.script.name, error)
+        log.error("%s: messages still to write back (%s): %s", uri, call.script.name, error)
         return False
-    log.warning("%s: messages given back late (%s)", uri, call.script.name)
+    log.warning("%s: messages written back late (%s)", uri, call.script.name)
     return True
 
 
-__all__ = ["OwedGiveBacks"]
+__all__ = ["OwedWrites"]
