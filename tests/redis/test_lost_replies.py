@@ -223,19 +223,31 @@ def test_a_give_back_redis_refused_is_tried_again_and_nothing_is_claimed_past_it
     run(redis_url, walk)
 
 
+async def refused_then_swept(
+    world: RedisWorld, script: Script, step: Callable[[], object], guid: bytes
+) -> None:
+    """``step`` makes the node run ``script``, which Redis refuses: ``guid`` stays held by
+    the node in Redis. Then Redis takes it, and the node's next full sweep pays the debt."""
+    refused = Refuse(world, script, times=1_000)
+    step()
+    await world.settle()
+    assert refused.calls == 1 and await world.seen(guid) == Seen(State.HELD, 1)
+    refused.left = 0
+    world.clock.ms += 1000
+    await world.sweep()
+
+
 def test_an_unclaim_redis_refused_is_tried_again_with_its_count_given_back(
     redis_url: str,
 ) -> None:
     async def walk(world: RedisWorld) -> None:
         [guid] = await put(world, 1)
-        unclaims = Refuse(world, UNCLAIM, times=1_000)
-        world.queue.attach(world.consumer)  # the claim is on its way
-        world.queue.detach(world.consumer)  # ...and its consumer goes
-        await world.settle()
-        assert unclaims.calls == 1 and await world.seen(guid) == Seen(State.HELD, 1)
-        unclaims.left = 0
-        world.clock.ms += 1000
-        await world.sweep()
+
+        def claim_then_leave() -> None:
+            world.queue.attach(world.consumer)  # the claim is on its way
+            world.queue.detach(world.consumer)  # ...and its consumer goes
+
+        await refused_then_swept(world, UNCLAIM, claim_then_leave, guid)
         # Back as never claimed: ready, its delivery uncounted.
         assert await world.seen(guid) == Seen(State.READY, 0)
 
@@ -248,13 +260,8 @@ def test_a_confirm_redis_refused_is_written_by_the_sweep_and_not_delivered_again
     async def walk(world: RedisWorld) -> None:
         [guid] = await put(world, 1)
         await world.deliver()
-        confirms = Refuse(world, CONFIRM, times=1_000)
-        assert world.queue.confirm(world.consumer, guid)
-        await world.settle()
-        assert confirms.calls == 1 and await world.seen(guid) == Seen(State.HELD, 1)
-        confirms.left = 0
-        world.clock.ms += 1000
-        await world.sweep()
+        step = lambda: world.queue.confirm(world.consumer, guid)  # noqa: E731
+        await refused_then_swept(world, CONFIRM, step, guid)
         assert (await world.seen(guid)).state is None  # gone: confirmed, not kept
 
     run(redis_url, walk)
