@@ -418,10 +418,12 @@ def test_a_repeated_settle_or_expire_answers_what_it_took_and_records_thousands(
     """SETTLE and EXPIRE record what they took under their token the same way; a record
     of thousands of messages is written in slices (Lua's ``unpack`` has a limit)."""
     keys = queue()
-    many = [f"m{i:05d}" for i in range(2500)]
+    many = [f"m{i:05d}" for i in range(4200)]  # 8,400 values: more than one unpack takes
+    pipe = db.pipeline(transaction=False)
     for guid in many:
-        db.hset(keys.body, guid, "p")
-        db.hset(keys.meta, guid, "d|1000|{}")
+        pipe.hset(keys.body, guid, "p")
+        pipe.hset(keys.meta, guid, "d|1000|{}")
+    pipe.execute()
     db.rpush(keys.ready, *many)
     settle = [*keys.message_keys, keys.out("n"), keys.pickup, keys.seq, keys.took("n", "s")]
     args = ["9000", "2000", "0", str(len(many)), "t1"]
