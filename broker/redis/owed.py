@@ -19,11 +19,11 @@ lease lapsed), its old deliveries are the reaper's, and the debt is dropped.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from holdfast.broker.redis import scripts
 from holdfast.broker.redis.keys import QueueKeys
-from holdfast.broker.redis.script import ScriptCall
 from holdfast.broker.redis.scripts import Unclaimed
 from holdfast.broker.store import StoreError
 
@@ -75,15 +75,15 @@ class OwedWrites:
         owed_requeues.extend(requeues or ())
 
     async def pay(self, registry: RedisRegistry) -> int:
-        """Try the owed give-backs again; how many messages went back. The first that
-        fails again (logged) ends the pass: each try can take the client's whole retry
-        window, and the sweep waits for the pass."""
+        """Try the owed writes again (confirms, then give-backs); how many messages they
+        covered. The first that fails again (logged) ends the pass: each try can take
+        the client's whole retry window, and the sweep waits for the pass."""
         done = 0
         for uri in list(self._confirms):
             node, guids = self._confirms.pop(uri)
             if node != registry.node_id:
                 continue
-            if not await _run(registry, uri, _confirm(uri, node, registry, guids)):
+            if not await _run(uri, "CONFIRM", registry.remove(uri, guids)):
                 self.confirm(uri, node, guids)
                 return done
             done += len(guids)
@@ -95,20 +95,14 @@ class OwedWrites:
             try:
                 keys = QueueKeys(uri)
                 lease = registry.lease(keys)
-                if unclaims and await _run(
-                    registry,
-                    uri,
-                    scripts.unclaim(keys, node=node, lease=lease, messages=unclaims),
-                ):
-                    done, unclaims = done + len(unclaims), []
-                if (
-                    requeues
-                    and not unclaims
-                    and await _run(
-                        registry, uri, scripts.requeue(keys, node=node, lease=lease, guids=requeues)
-                    )
-                ):
-                    done, requeues = done + len(requeues), []
+                if unclaims:
+                    call = scripts.unclaim(keys, node=node, lease=lease, messages=unclaims)
+                    if await _run(uri, "UNCLAIM", registry.client.run(call)):
+                        done, unclaims = done + len(unclaims), []
+                if requeues and not unclaims:
+                    call = scripts.requeue(keys, node=node, lease=lease, guids=requeues)
+                    if await _run(uri, "REQUEUE", registry.client.run(call)):
+                        done, requeues = done + len(requeues), []
             finally:
                 self._paying.discard(uri)
             if unclaims or requeues:
@@ -120,18 +114,13 @@ class OwedWrites:
         return done
 
 
-def _confirm(uri: str, node: str, registry: RedisRegistry, guids: list[bytes]) -> ScriptCall:
-    keys = QueueKeys(uri)
-    return scripts.confirm(keys, node=node, lease=registry.lease(keys), guids=guids)
-
-
-async def _run(registry: RedisRegistry, uri: str, call: ScriptCall) -> bool:
+async def _run(uri: str, what: str, write: Awaitable[object]) -> bool:
     try:
-        await registry.client.run(call)
+        await write
     except StoreError as error:
-        log.error("%s: messages still to write back (%s): %s", uri, call.script.name, error)
+        log.error("%s: messages still to write back (%s): %s", uri, what, error)
         return False
-    log.warning("%s: messages written back late (%s)", uri, call.script.name)
+    log.warning("%s: messages written back late (%s)", uri, what)
     return True
 
 

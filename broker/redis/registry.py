@@ -49,7 +49,7 @@ class RedisRegistry:
         self.takes = TakeTokens()
         """The tokens of this node's CLAIMs, EXPIREs and SETTLEs (``takes``)."""
         self.owed = OwedWrites()
-        """Give-backs that failed, tried again by the sweep (``owed``)."""
+        """Give-backs and confirms Redis did not take, written by the sweep (``owed``)."""
         self.may_deliver: Callable[[], bool] = lambda: True
         """Whether the node's lease is valid now (its own timer: ``LeaseKeeper.valid``);
         nothing is claimed while it is not."""
@@ -269,7 +269,7 @@ class RedisRegistry:
                 )
             )
         except StoreError as error:
-            # Still this node's delivery: reclaimed if the node dies, requeued below.
+            # Still this node's delivery: requeued below (owed if that fails too).
             log.error("%s: could not delay a rejected message: %s", uri, error)
             await self.requeue(uri, [guid])
             return

@@ -11,8 +11,10 @@ from typing import Any, cast
 import pytest
 
 from holdfast.broker.redis.client import RedisSpec, parse_redis_spec
+from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.redis.owed import OwedWrites
 from holdfast.broker.redis.registry import RedisRegistry
+from holdfast.broker.redis.scripts import confirm
 from holdfast.broker.redis.sweep import FULL_BATCH, Sweeper
 from holdfast.broker.redis.takes import TakeTokens
 from holdfast.broker.store import StoreError
@@ -250,8 +252,13 @@ def test_a_pass_over_owed_writes_ends_at_the_first_that_fails_and_keeps_their_or
                 raise StoreError(f"redis store: {call.script.name} failed for 30 s")
 
     woken: list[str] = []
+    client = Client()
+
+    async def remove(uri: str, guids: list[bytes]) -> None:  # RedisRegistry.remove's CONFIRM
+        await client.run(confirm(QueueKeys(uri), node="n1", lease="lease", guids=guids))
+
     registry = SimpleNamespace(
-        client=Client(), node_id="n1", lease=lambda _: "lease", wake=woken.append
+        client=client, node_id="n1", lease=lambda _: "lease", wake=woken.append, remove=remove
     )
     owed.add("hf://u/old", "n0", requeues=[b"x"])
     owed.add("hf://u/a", "n1", requeues=[b"g1", b"g2"])
