@@ -9,7 +9,10 @@ revoked, and the losses it found (registered beside the broker's own collector w
 - ``holdfast_broker_redis_reclaimed_total``: deliveries of dead incarnations this node
   put back;
 - ``holdfast_broker_redis_data_losses_total``: losses of acknowledged data found
-  (each logged as LOST DATA).
+  (each logged as LOST DATA);
+- ``holdfast_broker_redis_owed_messages``: messages of give-backs and confirms Redis
+  did not take, waiting for the sweep to write them (``owed``); above 0 for long, the
+  node's pool cannot write to Redis while its lease still can.
 """
 
 from __future__ import annotations
@@ -46,6 +49,12 @@ class RedisNodeCollector(Collector):
         )
         renewal.add_metric([], life.keeper.last_renewal_seconds)
         metrics.append(renewal)
+        owed = GaugeMetricFamily(
+            "holdfast_broker_redis_owed_messages",
+            "messages of give-backs and confirms Redis did not take yet",
+        )
+        owed.add_metric([], len(life.registry.owed))
+        metrics.append(owed)
         return metrics
 
 

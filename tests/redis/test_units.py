@@ -277,3 +277,24 @@ def test_a_pass_over_owed_writes_ends_at_the_first_that_fails_and_keeps_their_or
     assert asyncio.run(owed.pay(cast(RedisRegistry, registry))) == 4
     assert ran == [("REQUEUE", [b"h"]), ("REQUEUE", [b"g1", b"g2", b"late"])]
     assert woken == ["hf://u/b", "hf://u/a"] and len(owed) == 0
+
+
+def test_the_node_metrics_show_the_messages_it_owes_redis() -> None:
+    """``holdfast_broker_redis_owed_messages``: what the sweep still has to write."""
+    from holdfast.broker.redis.metrics import RedisNodeCollector
+
+    owed = OwedWrites()
+    keeper = SimpleNamespace(lapses=0, last_renewal_seconds=0.001)
+    life = SimpleNamespace(
+        keeper=keeper, revoked=0, reclaimed=0, data_losses=0, registry=SimpleNamespace(owed=owed)
+    )
+    collector = RedisNodeCollector(cast(Any, life))
+
+    def owed_now() -> float:
+        [family] = [m for m in collector.collect() if m.name.endswith("owed_messages")]
+        return float(family.samples[0].value)
+
+    assert owed_now() == 0
+    owed.add("hf://u/a", "n1", requeues=[b"g1", b"g2"])
+    owed.confirm("hf://u/b", "n1", [b"c1"])
+    assert owed_now() == 3
