@@ -114,6 +114,7 @@ class AsyncCaller:
                     guid,
                     streams,
                     lambda error: self._finish(call, error),
+                    resend=True,
                 )
             return await future
         except asyncio.CancelledError:

@@ -25,7 +25,9 @@ reader holds the stream to that much in the broker; the credits come on the queu
 unacknowledged), and is cancelled when the call ends (a worker's reply stream gives
 up after ``REPLY_CREDIT_TIMEOUT`` without new credit). A reader is an
 ``AsyncStreamReader``; it gives credit every ``CREDIT_EVERY`` chunks it reads, and
-tells the sender to stop when it is closed before the end.
+tells the sender to stop when it is closed before the end. A request's stream is sent
+again when another worker takes its request over, as on the threaded side
+(``holdfast.sdk.rpc.chunks``, "Rounds").
 """
 
 from __future__ import annotations
@@ -45,14 +47,14 @@ from holdfast.sdk.rpc.chunks import (
     STALL_TIMEOUT,
     WINDOW,
     Chunk,
-    Incoming,
-    Outgoing,
     Readable,
     confirm_chunk,
     credit_uri,
     parse_names,
     stream_uri,
 )
+from holdfast.sdk.rpc.incoming import Incoming
+from holdfast.sdk.rpc.outgoing import Outgoing, rewind, rewind_point
 from holdfast.sdk.types import Ack, Message
 
 if TYPE_CHECKING:
@@ -92,13 +94,18 @@ async def send(
     name: str,
     source: AsyncSource,
     credit_timeout: float | None = None,
+    resend: bool = False,
 ) -> None:
     """Post ``source`` as stream ``name`` of ``request_guid``, in chunks, as far as the
     reader's credit allows, keeping at most ``WINDOW`` unacknowledged. Raises
     ``StreamError`` if the source fails, the broker refuses a chunk (after telling
     the reader, when it can) or no credit came for ``credit_timeout`` seconds; returns
-    early if the reader stopped. Cancel the task to stop it."""
-    out = Outgoing(request_guid, name, credit_timeout)
+    early if the reader stopped. ``resend`` (a request's stream): send the stream
+    again in each round a new reader asks for (its request went to another worker;
+    ``holdfast.sdk.rpc.chunks``, "Rounds"), until the task is cancelled. Cancel the
+    task to stop it."""
+    start = rewind_point(source) if resend else None
+    out = Outgoing(request_guid, name, credit_timeout, keep=resend and start is None)
     acks = asyncio.Semaphore(WINDOW)
     credited = asyncio.Event()
 
@@ -115,6 +122,18 @@ async def send(
         await acks.acquire()
         await queue.post(chunk.payload, chunk.properties, on_ack, guid=chunk.guid)
 
+    async def wait(ready: Callable[[], bool]) -> None:
+        while not ready():
+            if not credit_queue.is_open:
+                raise out.no_credit()
+            if (overdue := out.credit_overdue()) is not None:
+                raise overdue
+            credited.clear()
+            with contextlib.suppress(TimeoutError):
+                # Now and then: a closed session sets no event.
+                async with asyncio.timeout(1.0):
+                    await credited.wait()
+
     # Read credits from before the first chunk: the reader may give them at once.
     credit_queue = await session.open_queue(
         credit_uri(domain, request_guid, name), read=True, on_message=on_credit
@@ -123,35 +142,47 @@ async def send(
     try:
         queue = await session.open_queue(stream_uri(domain, request_guid, name), write=True)
         try:
+            sent = False  # the round's last chunk is posted
             while True:
                 out.check()
+                if out.restart_wanted:
+                    rewound = start is not None and rewind(source, start)
+                    if rewound:
+                        await pieces.aclose()
+                        pieces = _pieces(source)
+                    error = out.restart(rewound)
+                    if error is not None:
+                        await post(out.failed(error)[0])
+                        raise error
+                    sent = False
+                if sent or out.reader_stopped:
+                    if not resend:
+                        break
+                    # Sent: a new reader may still ask for it again while the call lives.
+                    await wait(lambda: out.restart_wanted)
+                    continue
                 # Before reading: what the reader is not ready for stays in the source.
-                while not out.may_send:
-                    if not credit_queue.is_open:
-                        raise out.no_credit()
-                    if (overdue := out.credit_overdue()) is not None:
-                        raise overdue
-                    credited.clear()
-                    with contextlib.suppress(TimeoutError):
-                        # Now and then: a closed session sets no event.
-                        async with asyncio.timeout(1.0):
-                            await credited.wait()
-                if out.reader_stopped:
-                    break
-                try:
-                    data = await anext(pieces, b"")
-                except Exception as error:
-                    chunk, failure = out.failed(error)
-                    await post(chunk)
-                    raise failure from error
+                await wait(lambda: out.may_send or out.restart_wanted)
+                if out.restart_wanted or out.reader_stopped:
+                    continue
+                data = out.replayed()
+                if data is None:
+                    try:
+                        data = await anext(pieces, b"")
+                    except Exception as error:
+                        chunk, failure = out.failed(error)
+                        await post(chunk)
+                        raise failure from error
                 await post(out.data(data))
                 if not data:
-                    break
-            # Hold the queue open until the broker has every chunk: closing it earlier
-            # would report the unacknowledged ones UNKNOWN.
-            for _ in range(WINDOW):
-                await acks.acquire()
-            out.check()
+                    # Hold the queue open until the broker has every chunk: closing it
+                    # earlier would report the unacknowledged ones UNKNOWN.
+                    for _ in range(WINDOW):
+                        await acks.acquire()
+                    out.check()
+                    for _ in range(WINDOW):
+                        acks.release()
+                    sent = True
         finally:
             if queue.is_open:
                 with contextlib.suppress(HoldfastError):
@@ -177,6 +208,7 @@ class AsyncStreamReader:
         request_guid: uuid.UUID,
         name: str,
         stall_timeout: float = STALL_TIMEOUT,
+        epoch: int = 0,
     ) -> None:
         self.name = name
         """The stream's name."""
@@ -188,7 +220,7 @@ class AsyncStreamReader:
         self._credits: Queue | None = None
         self._unacked: set[uuid.UUID] = set()
         self._acked = asyncio.Event()
-        self._in = Incoming(request_guid, name)
+        self._in = Incoming(request_guid, name, epoch)
 
     async def read(self, size: int = -1) -> bytes:
         """Up to ``size`` bytes (all the rest with -1); ``b""`` at the end. Raises
@@ -253,6 +285,8 @@ class AsyncStreamReader:
 
     async def _take(self) -> None:
         if self._queue is None:
+            if (restart := self._in.restart()) is not None:
+                await self._give(restart)  # before reading: the sender starts our round now
             options = QueueOptions(max_unconfirmed_messages=WINDOW)
             self._queue = await self._session.open_queue(self._uri, read=True, options=options)
         message = self._in.ready()
@@ -286,14 +320,15 @@ def start_senders(
     streams: Mapping[str, AsyncSource],
     fail: Callable[[StreamError], None],
     credit_timeout: float | None = None,
+    resend: bool = False,
 ) -> list[asyncio.Task[None]]:
     """A task sending each of ``streams``; a stream that cannot complete calls ``fail``
-    with its ``StreamError`` (``credit_timeout``: see ``send``). Cancel the tasks when
-    the call is over."""
+    with its ``StreamError`` (``credit_timeout`` and ``resend``: see ``send``). Cancel
+    the tasks when the call is over."""
 
     async def run(name: str, source: AsyncSource) -> None:
         try:
-            await send(session, domain, request_guid, name, source, credit_timeout)
+            await send(session, domain, request_guid, name, source, credit_timeout, resend)
         except StreamError as error:
             fail(error)
         except Exception as error:  # the link or the queue failed under us
@@ -307,12 +342,18 @@ def start_senders(
 
 
 def readers(
-    session: Session, domain: str, request_guid: uuid.UUID, properties: Mapping[str, str]
+    session: Session,
+    domain: str,
+    request_guid: uuid.UUID,
+    properties: Mapping[str, str],
+    delivery_count: int = 1,
 ) -> dict[str, AsyncStreamReader]:
     """The readers of the streams a request or reply announces (each opens its queue
-    when first read)."""
+    when first read); a redelivered request's (``delivery_count`` > 1) ask for them
+    from the start."""
+    epoch = max(delivery_count - 1, 0)
     return {
-        name: AsyncStreamReader(session, domain, request_guid, name)
+        name: AsyncStreamReader(session, domain, request_guid, name, epoch=epoch)
         for name in parse_names(properties)
     }
 

@@ -179,7 +179,9 @@ class Worker:
             message.delivery_count,
         )
         if chunks.NAMES in props:
-            request.streams = streaming.readers(self._session, self._domain, message.guid, props)
+            request.streams = streaming.readers(
+                self._session, self._domain, message.guid, props, message.delivery_count
+            )
         job = Job(request, message, header.reply_to, time.monotonic(), header.keep_until_ms)
         job.next_beat = job.started + self.options.first_beat_after
         if stored is not None:

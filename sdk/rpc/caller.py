@@ -137,6 +137,7 @@ class Caller:
                 streams,
                 future.done,
                 lambda error: self._finish(call, error=error),
+                resend=True,
             )
         return future
 

@@ -22,8 +22,14 @@ end, which stops the sender quietly. The sender reads that queue from before its
 first chunk until the stream or the call ends, takes the highest credit (they may
 come twice or out of order after a reconnect) and waits for credit for as long as
 its call lives (a worker's reply stream: at most ``REPLY_CREDIT_TIMEOUT`` without new
-credit, then ``StreamError``). Besides, it keeps at most ``WINDOW`` chunks not yet acknowledged by
-the broker, so its own memory stays bounded whatever the size of the stream.
+credit, then ``StreamError``). Besides, it keeps at most ``WINDOW`` chunks not yet
+acknowledged by the broker, so its own memory stays bounded whatever the size of the
+stream.
+
+A request's stream is sent again, in a new round, when its request went to another
+worker whose reader asks for it (``holdfast.sdk.rpc.chunks``, "Rounds"): the caller's
+sender stays ready for that until the call ends, and rewinds a seekable source or
+sends again from its copy of the stream's first ``CREDIT_WINDOW`` chunks.
 """
 
 from __future__ import annotations
@@ -50,8 +56,6 @@ from holdfast.sdk.rpc.chunks import (
     STREAM,
     WINDOW,
     Chunk,
-    Incoming,
-    Outgoing,
     Readable,
     check_names,
     chunk_guid,
@@ -60,6 +64,8 @@ from holdfast.sdk.rpc.chunks import (
     parse_names,
     stream_uri,
 )
+from holdfast.sdk.rpc.incoming import Incoming
+from holdfast.sdk.rpc.outgoing import Outgoing, rewind, rewind_point
 from holdfast.sdk.types import Ack, Message
 
 if TYPE_CHECKING:
@@ -75,13 +81,17 @@ def send(
     readable: Readable,
     stop: Callable[[], bool],
     credit_timeout: float | None = None,
+    resend: bool = False,
 ) -> None:
     """Post ``readable`` as stream ``name`` of ``request_guid``, in chunks, as far as
     the reader's credit allows, keeping at most ``WINDOW`` unacknowledged. Raises
     ``StreamError`` if the readable fails, the broker refuses a chunk (after telling
     the reader, when it can) or no credit came for ``credit_timeout`` seconds;
-    returns early if the reader stopped."""
-    out = Outgoing(request_guid, name, credit_timeout)
+    returns early if the reader stopped. ``resend`` (a request's stream): until
+    ``stop()``, send the stream again in each round a new reader asks for (its request
+    went to another worker; ``holdfast.sdk.rpc.chunks``, "Rounds")."""
+    start = rewind_point(readable) if resend else None
+    out = Outgoing(request_guid, name, credit_timeout, keep=resend and start is None)
     acks = threading.Semaphore(WINDOW)
     credited = threading.Condition()
 
@@ -95,14 +105,18 @@ def send(
         out.on_ack(ack)
         acks.release()
 
-    def wait_ack() -> None:
+    def take_ack() -> None:
         while not acks.acquire(timeout=0.2):
             if stop():
                 raise out.ended()
 
-    def wait_credit() -> None:
+    def post(chunk: Chunk) -> None:
+        take_ack()
+        queue.post(chunk.payload, chunk.properties, on_ack, guid=chunk.guid)
+
+    def wait(ready: Callable[[], bool]) -> None:
         with credited:
-            while not credited.wait_for(lambda: out.may_send, timeout=0.2):
+            while not credited.wait_for(ready, timeout=0.2):
                 if stop():
                     raise out.ended()
                 if not credit_queue.is_open:
@@ -117,31 +131,42 @@ def send(
     try:
         queue = session.open_queue(stream_uri(domain, request_guid, name), write=True)
         try:
+            sent = False  # the round's last chunk is posted
             while True:
                 out.check()
-                if stop():
-                    raise out.ended()
+                if out.restart_wanted:
+                    error = out.restart(start is not None and rewind(readable, start))
+                    if error is not None:
+                        post(out.failed(error)[0])
+                        raise error
+                    sent = False
+                if sent or out.reader_stopped:
+                    if not resend:
+                        break
+                    # Sent: a new reader may still ask for it again while the call lives.
+                    wait(lambda: out.restart_wanted)
+                    continue
                 # Before reading: what the reader is not ready for stays in the source.
-                wait_credit()
-                if out.reader_stopped:
-                    break
-                try:
-                    data = readable.read(CHUNK_SIZE)
-                except Exception as error:
-                    chunk, failure = out.failed(error)
-                    wait_ack()
-                    queue.post(chunk.payload, chunk.properties, on_ack, guid=chunk.guid)
-                    raise failure from error
-                chunk = out.data(data)
-                wait_ack()
-                queue.post(chunk.payload, chunk.properties, on_ack, guid=chunk.guid)
+                wait(lambda: out.may_send or out.restart_wanted)
+                if out.restart_wanted or out.reader_stopped:
+                    continue
+                data = out.replayed()
+                if data is None:
+                    try:
+                        data = readable.read(CHUNK_SIZE)
+                    except Exception as error:
+                        chunk, failure = out.failed(error)
+                        post(chunk)
+                        raise failure from error
+                post(out.data(data))
                 if not data:
-                    break
-            # Hold the queue open until the broker has every chunk: closing it earlier
-            # would report the unacknowledged ones UNKNOWN.
-            for _ in range(WINDOW):
-                wait_ack()
-            out.check()
+                    # Hold the queue open until the broker has every chunk: closing it
+                    # earlier would report the unacknowledged ones UNKNOWN.
+                    for _ in range(WINDOW):
+                        take_ack()
+                    out.check()
+                    acks.release(WINDOW)
+                    sent = True
         finally:
             queue.close()
     finally:
@@ -161,6 +186,7 @@ class StreamReader:
         request_guid: uuid.UUID,
         name: str,
         stall_timeout: float = STALL_TIMEOUT,
+        epoch: int = 0,
     ) -> None:
         self.name = name
         """The stream's name."""
@@ -173,7 +199,7 @@ class StreamReader:
         self._unacked = threading.Semaphore(0)  # released by each credit's ACK
         self._posted = 0
         self._messages: Iterator[Message] | None = None
-        self._in = Incoming(request_guid, name)
+        self._in = Incoming(request_guid, name, epoch)
 
     def read(self, size: int = -1) -> bytes:
         """Up to ``size`` bytes (all the rest with -1); ``b""`` at the end. Raises
@@ -222,6 +248,8 @@ class StreamReader:
 
     def _take(self) -> None:
         if self._messages is None:
+            if (restart := self._in.restart()) is not None:
+                self._give(restart)  # before reading: the sender starts our round now
             options = QueueOptions(max_unconfirmed_messages=WINDOW)
             self._queue = self._session.open_queue(self._uri, read=True, options=options)
             self._messages = iter(self._queue.messages(timeout=self._stall))
@@ -253,14 +281,15 @@ def start_senders(
     done: Callable[[], bool],
     fail: Callable[[StreamError], None],
     credit_timeout: float | None = None,
+    resend: bool = False,
 ) -> None:
     """Send each of ``streams`` on its own daemon thread until ``done()``; a stream
-    that cannot complete calls ``fail`` with its ``StreamError`` (``credit_timeout``:
-    see ``send``)."""
+    that cannot complete calls ``fail`` with its ``StreamError`` (``credit_timeout``
+    and ``resend``: see ``send``)."""
 
     def run(name: str, readable: Readable) -> None:
         try:
-            send(session, domain, request_guid, name, readable, done, credit_timeout)
+            send(session, domain, request_guid, name, readable, done, credit_timeout, resend)
         except StreamError as error:
             if not done():
                 fail(error)
@@ -276,11 +305,18 @@ def start_senders(
 
 
 def readers(
-    session: Session, domain: str, request_guid: uuid.UUID, properties: Mapping[str, str]
+    session: Session,
+    domain: str,
+    request_guid: uuid.UUID,
+    properties: Mapping[str, str],
+    delivery_count: int = 1,
 ) -> dict[str, StreamReader]:
-    """The readers of the streams a request announces (each opens its queue lazily)."""
+    """The readers of the streams a request announces (each opens its queue lazily);
+    a redelivered request's (``delivery_count`` > 1) ask for them from the start."""
+    epoch = max(delivery_count - 1, 0)
     return {
-        name: StreamReader(session, domain, request_guid, name) for name in parse_names(properties)
+        name: StreamReader(session, domain, request_guid, name, epoch=epoch)
+        for name in parse_names(properties)
     }
 
 

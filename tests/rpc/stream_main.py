@@ -2,9 +2,13 @@
 memory is its own): ``tests/rpc/test_stream_memory.py`` starts them and kills the proxy
 between them mid-stream.
 
-``python -m tests.rpc.stream_main worker ADDRESS URI SIZE [--aio]``: serves ``URI``;
-a request's stream ``data`` is read and digested, and the reply carries the digest
-and a stream ``data`` of ``SIZE`` pseudo-random bytes. Prints ``ready``.
+``python -m tests.rpc.stream_main worker ADDRESS URI SIZE [--aio] [--stop-at N]``:
+serves ``URI``; a request's stream ``data`` is read and digested, and the reply
+carries the digest and a stream ``data`` of ``SIZE`` pseudo-random bytes. Prints
+``ready``, and ``delivery K`` for each request it runs (its delivery count). With
+``--stop-at``, the handler stops reading once it has read ``N`` bytes, prints
+``stopped``, and hangs there until the process is killed (a worker lost mid-stream,
+``tests/rpc/test_stream_worker_lost.py``).
 
 ``python -m tests.rpc.stream_main caller ADDRESS URI SIZE [--aio]``: one call with a
 stream ``data`` of ``SIZE`` pseudo-random bytes; reads the reply's stream and prints
@@ -76,20 +80,31 @@ class Progress:
             print(f"read {self.total}", flush=True)
 
 
-def worker(address: str, uri: str, size: int, use_aio: bool) -> None:
+def worker(address: str, uri: str, size: int, use_aio: bool, stop_at: int | None = None) -> None:
     """Serve until killed."""
 
+    def hang_past(progress: Progress) -> None:
+        if stop_at is not None and progress.total >= stop_at:
+            print("stopped", flush=True)
+            threading.Event().wait()  # until killed
+
     def handle(request: Request) -> StreamingReply:
+        print(f"delivery {request.delivery_count}", flush=True)
         progress = Progress()
         while data := request.streams["data"].read(READ):
             progress.add(data)
+            hang_past(progress)
         answer = f"{progress.total}:{progress.digest.hexdigest()}".encode()
         return StreamingReply(answer, streams={"data": Pattern(size, 2)})
 
     async def handle_async(request: Request) -> StreamingReply:
+        print(f"delivery {request.delivery_count}", flush=True)
         progress = Progress()
         async for data in request.streams["data"]:
             progress.add(data)
+            if stop_at is not None and progress.total >= stop_at:
+                print("stopped", flush=True)
+                await asyncio.Event().wait()  # until killed
         answer = f"{progress.total}:{progress.digest.hexdigest()}".encode()
         return StreamingReply(answer, streams={"data": Pattern(size, 2)})
 
@@ -145,9 +160,10 @@ def main() -> None:
     parser.add_argument("uri")
     parser.add_argument("size", type=int)
     parser.add_argument("--aio", action="store_true")
+    parser.add_argument("--stop-at", type=int, default=None)
     args = parser.parse_args()
     if args.role == "worker":
-        worker(args.address, args.uri, args.size, args.aio)
+        worker(args.address, args.uri, args.size, args.aio, args.stop_at)
     else:
         print(json.dumps(caller(args.address, args.uri, args.size, args.aio)), flush=True)
 

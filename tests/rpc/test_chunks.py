@@ -1,6 +1,7 @@
-"""The sans-I/O rules of data streams (``holdfast.sdk.rpc.chunks``) that both
-front-ends use: what a sender posts, and how a reader puts deliveries in order,
-skips redeliveries and ends or fails a stream. No broker."""
+"""The sans-I/O rules of data streams (``holdfast.sdk.rpc.chunks``, ``.outgoing``,
+``.incoming``) that both front-ends use: what a sender posts, and how a reader puts
+deliveries in order, skips redeliveries and ends or fails a stream. No broker. The
+rounds a redelivered request's reader asks for: ``test_stream_rounds.py``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import pytest
 
 from holdfast.sdk import InvalidArgumentError, StreamError
 from holdfast.sdk.rpc import chunks
+from holdfast.sdk.rpc.incoming import Incoming, Verdict
+from holdfast.sdk.rpc.outgoing import Outgoing
 from holdfast.sdk.types import Ack, AckStatus, Message
 
 
@@ -24,17 +27,17 @@ def _noop(message: Message, reject: object = None) -> None:
 
 def test_the_sender_numbers_chunks_and_derives_their_guids() -> None:
     guid = uuid.uuid4()
-    out = chunks.Outgoing(guid, "data")
+    out = Outgoing(guid, "data")
     first, second, end = out.data(b"ab"), out.data(b"cd"), out.data(b"")
     assert [c.properties[chunks.SEQ] for c in (first, second, end)] == ["0", "1", "2"]
     assert end.properties[chunks.END] == "1" and chunks.END not in first.properties
     assert first.guid == chunks.chunk_guid(guid, "data", 0)
-    assert chunks.Outgoing(guid, "data").data(b"other").guid == first.guid  # a retransmit
+    assert Outgoing(guid, "data").data(b"other").guid == first.guid  # a retransmit
     assert chunks.chunk_guid(guid, "other", 0) != first.guid
 
 
 def test_a_refused_chunk_fails_the_sender() -> None:
-    out = chunks.Outgoing(uuid.uuid4(), "data")
+    out = Outgoing(uuid.uuid4(), "data")
     chunk = out.data(b"x")
     out.on_ack(Ack(chunk.guid, AckStatus.SUCCESS, "hf://t/q"))
     out.check()
@@ -44,13 +47,13 @@ def test_a_refused_chunk_fails_the_sender() -> None:
 
 
 def test_the_reader_reorders_and_skips_redeliveries() -> None:
-    out = chunks.Outgoing(uuid.uuid4(), "data")
+    out = Outgoing(uuid.uuid4(), "data")
     zero, one, two, end = (delivered(out.data(d)) for d in (b"0", b"1", b"2", b""))
-    reader = chunks.Incoming(uuid.uuid4(), "data")
+    reader = Incoming(uuid.uuid4(), "data")
     read = []
     for message in (one, zero, zero, two, one, end):
         verdict = reader.offer(message)
-        taken = [message] if verdict is chunks.Verdict.NEXT else []
+        taken = [message] if verdict is Verdict.NEXT else []
         while (early := reader.ready()) is not None:
             taken.append(early)
         for each in taken:
@@ -61,12 +64,12 @@ def test_the_reader_reorders_and_skips_redeliveries() -> None:
 
 
 def test_the_reader_fails_on_the_senders_failure() -> None:
-    out = chunks.Outgoing(uuid.uuid4(), "data")
+    out = Outgoing(uuid.uuid4(), "data")
     chunk, own = out.failed(OSError("disk gone"))
     assert "disk gone" in str(own)
-    reader = chunks.Incoming(uuid.uuid4(), "data")
+    reader = Incoming(uuid.uuid4(), "data")
     message = delivered(chunk)
-    assert reader.offer(message) is chunks.Verdict.NEXT
+    assert reader.offer(message) is Verdict.NEXT
     with pytest.raises(StreamError, match="the sender failed: disk gone"):
         reader.accept(message)
     assert reader.done
@@ -81,12 +84,12 @@ def test_names_are_checked_and_announced() -> None:
         chunks.check_names({"a,b": 1})
 
 
-def read_chunks(reader: chunks.Incoming, out: chunks.Outgoing, count: int) -> list[chunks.Chunk]:
+def read_chunks(reader: Incoming, out: Outgoing, count: int) -> list[chunks.Chunk]:
     """Read ``count`` data chunks of ``out`` with ``reader``; the credits it gave."""
     credits = []
     for _ in range(count):
         message = delivered(out.data(b"x"))
-        assert reader.offer(message) is chunks.Verdict.NEXT
+        assert reader.offer(message) is Verdict.NEXT
         reader.accept(message)
         assert reader.read_buffered(10) == b"x"
         if (credit := reader.credit()) is not None:
@@ -95,7 +98,7 @@ def read_chunks(reader: chunks.Incoming, out: chunks.Outgoing, count: int) -> li
 
 
 def test_the_sender_may_get_a_credit_window_ahead_of_the_reader() -> None:
-    out = chunks.Outgoing(uuid.uuid4(), "data")
+    out = Outgoing(uuid.uuid4(), "data")
     for _ in range(chunks.CREDIT_WINDOW):
         assert out.may_send
         out.data(b"x")
@@ -108,8 +111,8 @@ def test_the_sender_may_get_a_credit_window_ahead_of_the_reader() -> None:
 
 def test_the_reader_gives_credit_every_half_window_with_a_deterministic_guid() -> None:
     guid = uuid.uuid4()
-    out = chunks.Outgoing(guid, "data")
-    reader = chunks.Incoming(guid, "data")
+    out = Outgoing(guid, "data")
+    reader = Incoming(guid, "data")
     credits = read_chunks(reader, out, 3 * chunks.CREDIT_EVERY - 1)
     assert [c.properties[chunks.CREDIT] for c in credits] == [
         str(chunks.CREDIT_EVERY - 1),
@@ -122,12 +125,12 @@ def test_the_reader_gives_credit_every_half_window_with_a_deterministic_guid() -
     assert first.guid != chunks.chunk_guid(guid, "data", chunks.CREDIT_EVERY - 1)
     # A second reader of the same stream (the same credits, retransmitted) derives the
     # same GUIDs, so the broker drops the copies.
-    again = read_chunks(chunks.Incoming(guid, "data"), chunks.Outgoing(guid, "data"), 8)
+    again = read_chunks(Incoming(guid, "data"), Outgoing(guid, "data"), 8)
     assert again[0].guid == first.guid
 
 
 def test_the_sender_takes_the_highest_credit_whatever_the_order() -> None:
-    out = chunks.Outgoing(uuid.uuid4(), "data")
+    out = Outgoing(uuid.uuid4(), "data")
     for _ in range(chunks.CREDIT_WINDOW + 20):
         out.data(b"x")
     out.on_credit({chunks.CREDIT: "19"})
@@ -147,7 +150,7 @@ def test_the_sender_takes_the_highest_credit_whatever_the_order() -> None:
 
 def test_a_sender_with_a_credit_timeout_gives_up_only_after_that_long_without_progress() -> None:
     now = [100.0]
-    out = chunks.Outgoing(uuid.uuid4(), "data", credit_timeout=30.0, clock=lambda: now[0])
+    out = Outgoing(uuid.uuid4(), "data", credit_timeout=30.0, clock=lambda: now[0])
     for _ in range(chunks.CREDIT_WINDOW + 1):
         out.data(b"x")
     now[0] = 129.9
@@ -160,15 +163,15 @@ def test_a_sender_with_a_credit_timeout_gives_up_only_after_that_long_without_pr
     now[0] = 159.9
     error = out.credit_overdue()
     assert isinstance(error, StreamError) and "no credit for 30 s" in str(error)
-    endless = chunks.Outgoing(uuid.uuid4(), "data", clock=lambda: now[0])
+    endless = Outgoing(uuid.uuid4(), "data", clock=lambda: now[0])
     now[0] = 10_000.0
     assert endless.credit_overdue() is None  # a request's stream: its call bounds it
 
 
 def test_a_reader_that_stops_early_tells_the_sender_once() -> None:
     guid = uuid.uuid4()
-    out = chunks.Outgoing(guid, "data")
-    reader = chunks.Incoming(guid, "data")
+    out = Outgoing(guid, "data")
+    reader = Incoming(guid, "data")
     read_chunks(reader, out, 3)
     last = reader.last_credit()
     assert last is not None
@@ -186,12 +189,12 @@ def test_a_reader_that_stops_early_tells_the_sender_once() -> None:
 def test_a_reader_gives_no_credit_after_the_end_or_the_senders_failure() -> None:
     guid = uuid.uuid4()
     for last_chunk in ("end", "failed"):
-        out = chunks.Outgoing(guid, "data")
-        reader = chunks.Incoming(guid, "data")
+        out = Outgoing(guid, "data")
+        reader = Incoming(guid, "data")
         read_chunks(reader, out, chunks.CREDIT_EVERY - 1)
         final = out.data(b"") if last_chunk == "end" else out.failed(OSError("gone"))[0]
         message = delivered(final)
-        assert reader.offer(message) is chunks.Verdict.NEXT
+        assert reader.offer(message) is Verdict.NEXT
         if last_chunk == "end":
             reader.accept(message)
         else:

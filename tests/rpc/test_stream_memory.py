@@ -54,11 +54,14 @@ class End:
             text=True,
         )
         self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        """Every line so far, those ``wait_for`` skipped included."""
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
+            self.seen.append(line.strip())
             self.lines.put(line.strip())
 
     def wait_for(self, test: str, timeout: float) -> str:
