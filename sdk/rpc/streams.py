@@ -135,7 +135,9 @@ def send(
             while True:
                 out.check()
                 if out.restart_wanted:
-                    error = out.restart(start is not None and rewind(readable, start))
+                    rewound = start is not None and rewind(readable, start)
+                    with credited:  # credits come in on the session's dispatcher thread
+                        error = out.restart(rewound)
                     if error is not None:
                         post(out.failed(error)[0])
                         raise error

@@ -163,6 +163,9 @@ def test_a_sender_with_a_credit_timeout_gives_up_only_after_that_long_without_pr
     now[0] = 159.9
     error = out.credit_overdue()
     assert isinstance(error, StreamError) and "no credit for 30 s" in str(error)
+    now[0] = 259.8  # the wait is measured from the last progress, whatever the clock
+    error = out.credit_overdue()
+    assert isinstance(error, StreamError) and "no credit for 130 s" in str(error)
     endless = Outgoing(uuid.uuid4(), "data", clock=lambda: now[0])
     now[0] = 10_000.0
     assert endless.credit_overdue() is None  # a request's stream: its call bounds it
@@ -210,3 +213,67 @@ def test_credit_queues_do_not_collide_with_stream_queues() -> None:
     assert chunks.credit_uri("d", guid, "x") not in {
         chunks.stream_uri("d", guid, name) for name in ("x-credit", "credit-x", "x")
     }
+
+
+def test_a_reader_owes_a_credit_once_it_has_read_at_least_credit_every_chunks() -> None:
+    guid = uuid.uuid4()
+    out = Outgoing(guid, "data")
+    reader = Incoming(guid, "data")
+    sent = [out.data(b"x") for _ in range(chunks.CREDIT_EVERY + 2)]
+    for chunk in sent:  # the front-end asks only now, after more than CREDIT_EVERY
+        message = reader.take(delivered(chunk))
+        assert message is not None
+        reader.accept(message)
+    credit = reader.credit()
+    assert credit is not None and credit.properties[chunks.CREDIT] == str(len(sent) - 1)
+
+
+def test_a_reader_closed_before_reading_says_it_read_nothing() -> None:
+    reader = Incoming(uuid.uuid4(), "data")
+    assert reader.restart() is None  # a first delivery's reader asks for no round
+    stop = reader.last_credit()
+    assert stop is not None and stop.properties[chunks.CREDIT] == "-1"
+
+
+def test_a_reader_holds_the_bytes_of_its_current_chunk_until_read() -> None:
+    guid = uuid.uuid4()
+    reader = Incoming(guid, "data")
+    assert reader.buffered is False and reader.done is False
+    message = reader.take(delivered(Outgoing(guid, "data").data(b"abc")))
+    assert message is not None
+    reader.accept(message)
+    assert reader.buffered is True and reader.read_buffered(2) == b"ab"
+    assert reader.buffered is True and reader.read_buffered(5) == b"c"
+    assert reader.buffered is False and reader.read_buffered(5) == b""
+
+
+def test_a_senders_failure_is_told_in_bounded_words() -> None:
+    class AVeryLongErrorNameThatGoesOnAndOnWellPastTheSixtyFourCharactersAllowedError(Exception):
+        pass
+
+    out = Outgoing(uuid.uuid4(), "data")
+    chunk, error = out.failed(
+        AVeryLongErrorNameThatGoesOnAndOnWellPastTheSixtyFourCharactersAllowedError("w" * 900)
+    )
+    assert len(chunk.payload) == 500 and len(chunk.properties[chunks.ABORT]) == 64
+    assert isinstance(error, StreamError) and "reading it failed" in str(error)
+
+
+def test_a_long_streams_chunks_take_their_turn_by_value() -> None:
+    guid = uuid.uuid4()
+    out = Outgoing(guid, "data")
+    reader = Incoming(guid, "data")
+    for _ in range(300):  # sequence numbers past the small integers Python shares
+        message = reader.take(delivered(out.data(b"x")))
+        assert message is not None
+        reader.accept(message)
+        reader.read_buffered(1)
+    assert reader.offer(delivered(out.data(b"y"))) is Verdict.NEXT
+
+
+def test_a_reader_ends_at_a_stall_and_skips_what_is_no_chunk() -> None:
+    reader = Incoming(uuid.uuid4(), "data")
+    odd = chunks.Chunk(b"", {chunks.SEQ: "seven"}, uuid.uuid4())
+    assert reader.offer(delivered(odd)) is Verdict.DROP
+    error = reader.stalled(30.2)
+    assert reader.done and "no chunk for 30.2 s" in str(error)

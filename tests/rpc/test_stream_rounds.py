@@ -85,24 +85,43 @@ def test_a_new_readers_restart_begins_a_round_from_the_rewound_source() -> None:
     assert settled[:3] == [c.guid for c in first]
 
 
+def test_a_rewound_round_starts_no_copy_where_none_was_kept() -> None:
+    out = Outgoing(uuid.uuid4(), "d")  # a seekable source: no copy
+    out.data(b"a")
+    out.on_credit({chunks.CREDIT: "-1", chunks.EPOCH: "1", chunks.RESTART: "1"})
+    assert out.restart(rewound=True) is None
+    out.data(b"a")
+    out.on_credit({chunks.CREDIT: "-1", chunks.EPOCH: "2", chunks.RESTART: "1"})
+    assert isinstance(out.restart(rewound=False), StreamError)  # a rewind that failed
+    kept = Outgoing(uuid.uuid4(), "d", keep=True)
+    kept.data(b"old")
+    kept.on_credit({chunks.CREDIT: "-1", chunks.EPOCH: "1", chunks.RESTART: "1"})
+    assert kept.restart(rewound=True) is None and kept.replayed() is None
+    kept.data(b"new")  # the copy starts again with the rewound round
+    kept.on_credit({chunks.CREDIT: "-1", chunks.EPOCH: "2", chunks.RESTART: "1"})
+    assert kept.restart(rewound=False) is None and kept.replayed() == b"new"
+
+
 def test_credits_count_only_in_the_round_being_sent() -> None:
     guid = uuid.uuid4()
     out = Outgoing(guid, "d")
     send_all(out, [b"x"] * 17)  # past the window: only credit lets more go
-    lost = Incoming(guid, "d")
     newer = Incoming(guid, "d", epoch=1)
     restart = newer.restart()
     assert restart is not None
     out.on_credit(restart.properties)
     out.restart(rewound=True)
-    for _ in range(chunks.CREDIT_WINDOW + 1):
+    for _ in range(chunks.CREDIT_WINDOW - 1):  # a round's window is the first one's
         out.data(b"y")
+    assert out.may_send
+    out.data(b"y")
     assert not out.may_send
-    # The lost reader's late credit (round 0) gives nothing, nor does its stop.
+    # The lost reader's late credit (round 0) gives nothing, nor does its stop, nor a
+    # credit of a round not begun.
     out.on_credit({chunks.CREDIT: "30"})
     out.on_credit({chunks.CREDIT: "30", chunks.CREDIT_STOP: "1"})
+    out.on_credit({chunks.CREDIT: "30", chunks.EPOCH: "2"})
     assert not out.may_send and not out.reader_stopped
-    assert lost.epoch == 0
     out.on_credit({chunks.CREDIT: "7", chunks.EPOCH: "1"})
     assert out.may_send
     # A restart asking for a round already begun, or an earlier one, is no news.
@@ -223,3 +242,30 @@ def test_rewinding_needs_a_source_that_seeks() -> None:
             raise OSError("no")
 
     assert rewind_point(Liar()) is None
+
+    class StuckSeek(io.BytesIO):
+        def seek(self, offset: int, whence: int = 0, /) -> int:
+            raise OSError("the tape is stuck")
+
+    stuck = StuckSeek(b"abc")
+    assert rewind_point(stuck) == 0 and not rewind(stuck, 0)
+
+
+def test_rounds_past_the_small_integers_are_still_told_apart_by_value() -> None:
+    # Rounds are delivery counts: a request redelivered many times has a large one.
+    guid = uuid.uuid4()
+    out = Outgoing(guid, "d")
+    reader = Incoming(guid, "d", epoch=1000)
+    restart = reader.restart()
+    assert restart is not None
+    out.on_credit(restart.properties)
+    assert out.restart(rewound=True) is None and out.epoch == 1000
+    sent = [out.data(bytes(8)) for _ in range(chunks.CREDIT_EVERY)]
+    assert read_all(reader, sent) == bytes(8 * chunks.CREDIT_EVERY)
+    credit = reader.credit()
+    assert credit is not None
+    for _ in range(chunks.CREDIT_WINDOW - chunks.CREDIT_EVERY):
+        out.data(b"z")
+    assert not out.may_send
+    out.on_credit(credit.properties)
+    assert out.may_send
