@@ -143,6 +143,20 @@ def test_a_seekable_stream_is_sent_again_to_the_worker_that_takes_over(
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("front_end", ["threaded", "asyncio"])
+def test_a_stream_sent_to_its_end_before_its_worker_was_lost_is_sent_again(
+    front_end: str,
+) -> None:
+    # The first worker reads every byte, so its caller's sender has posted the end and
+    # waits only for a new round: the sender's state after a whole stream.
+    data = pattern(8 * MB)
+    outcome, workers, _ = run_with_a_lost_worker("threaded", front_end, io.BytesIO(data), len(data))
+    assert isinstance(outcome, Reply), outcome
+    assert outcome.payload.decode() == f"{len(data)}:{hashlib.sha256(data).hexdigest()}"
+    assert workers.second is not None and "delivery 2" in workers.second.seen
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("front_end", ["threaded", "asyncio"])
 def test_a_short_stream_that_cannot_seek_is_sent_again_from_the_senders_copy(
     front_end: str,
 ) -> None:
