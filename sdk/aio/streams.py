@@ -51,6 +51,7 @@ from holdfast.sdk.rpc.chunks import (
     confirm_chunk,
     credit_uri,
     parse_names,
+    round_of,
     stream_uri,
 )
 from holdfast.sdk.rpc.incoming import Incoming
@@ -351,7 +352,7 @@ def readers(
     """The readers of the streams a request or reply announces (each opens its queue
     when first read); a redelivered request's (``delivery_count`` > 1) ask for them
     from the start."""
-    epoch = max(delivery_count - 1, 0)
+    epoch = round_of(delivery_count)
     return {
         name: AsyncStreamReader(session, domain, request_guid, name, epoch=epoch)
         for name in parse_names(properties)

@@ -182,6 +182,12 @@ def restart_guid(request_guid: uuid.UUID, name: str, epoch: int) -> uuid.UUID:
     return _derived(request_guid, f"{name}/restart/{epoch}")
 
 
+def round_of(delivery_count: int) -> int:
+    """The round a reader of a request delivered ``delivery_count`` times reads: 0 on
+    the first delivery, one more on each redelivery."""
+    return max(delivery_count - 1, 0)
+
+
 def epoch_of(properties: Mapping[str, str]) -> int:
     """The round a chunk or credit belongs to (0 without ``EPOCH``; -1 if unreadable,
     which no round is)."""

@@ -62,6 +62,7 @@ from holdfast.sdk.rpc.chunks import (
     confirm_chunk,
     credit_uri,
     parse_names,
+    round_of,
     stream_uri,
 )
 from holdfast.sdk.rpc.incoming import Incoming
@@ -134,6 +135,8 @@ def send(
             sent = False  # the round's last chunk is posted
             while True:
                 out.check()
+                if stop():  # each chunk: credit and ACKs may never make it wait
+                    raise out.ended()
                 if out.restart_wanted:
                     rewound = start is not None and rewind(readable, start)
                     with credited:  # credits come in on the session's dispatcher thread
@@ -315,7 +318,7 @@ def readers(
 ) -> dict[str, StreamReader]:
     """The readers of the streams a request announces (each opens its queue lazily);
     a redelivered request's (``delivery_count`` > 1) ask for them from the start."""
-    epoch = max(delivery_count - 1, 0)
+    epoch = round_of(delivery_count)
     return {
         name: StreamReader(session, domain, request_guid, name, epoch=epoch)
         for name in parse_names(properties)

@@ -60,6 +60,8 @@ def test_round_zero_is_the_wire_of_old_and_each_round_has_guids_of_its_own() -> 
     assert len(made) == 8
     out = Outgoing(guid, "d")
     assert chunks.EPOCH not in out.data(b"x").properties
+    # A first delivery's reader reads round 0; each redelivery's, one more.
+    assert [chunks.round_of(count) for count in (1, 2, 5)] == [0, 1, 4]
 
 
 def test_a_new_readers_restart_begins_a_round_from_the_rewound_source() -> None:

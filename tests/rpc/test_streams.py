@@ -8,12 +8,14 @@ import hashlib
 import io
 import random
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from holdfast.sdk import Request, Session, StreamError, StreamingReply, Worker
 from holdfast.sdk.rpc import streams as streaming
+from holdfast.sdk.rpc.chunks import CHUNK_SIZE
 from tests.support.processes import BrokerProcess, ProxyProcess
 from tests.support.sessions import FAST, unique_uri
 from tests.support.waiting import wait_until
@@ -190,3 +192,22 @@ def test_a_failing_reply_stream_fails_the_callers_reader(
         reply = caller.request(uri, b"", timeout=60)
         with pytest.raises(StreamError, match="worker disk gone"):
             reply.streams["out"].read()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("resend", [False, True])
+def test_a_sender_stops_reading_its_source_once_its_call_has_ended(
+    broker: BrokerProcess, resend: bool
+) -> None:
+    # No reader: the credit window alone would let the sender read 16 chunks. The
+    # call ends when 4 chunks are read; the sender must stop there, not at the window.
+    ended = threading.Event()
+    source = Source(40 * CHUNK_SIZE, {4 * CHUNK_SIZE: ended.set})
+    with (
+        Session(broker.address, options=FAST) as session,
+        pytest.raises(StreamError, match="the call ended"),
+    ):
+        streaming.send(
+            session, "streams", uuid.uuid4(), "data", source, ended.is_set, resend=resend
+        )
+    assert source.sent <= 5 * CHUNK_SIZE, f"{source.sent} bytes read after the call ended"
