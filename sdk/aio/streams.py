@@ -103,8 +103,8 @@ async def send(
     the reader, when it can) or no credit came for ``credit_timeout`` seconds; returns
     early if the reader stopped. ``resend`` (a request's stream): send the stream
     again in each round a new reader asks for (its request went to another worker;
-    ``holdfast.sdk.rpc.chunks``, "Rounds"), until the task is cancelled. Cancel the
-    task to stop it."""
+    ``holdfast.sdk.rpc.chunks``, "Rounds"), until the task is cancelled, even after the
+    whole stream or a reader's stop. Cancel the task to stop it."""
     start = rewind_point(source) if resend else None
     out = Outgoing(request_guid, name, credit_timeout, keep=resend and start is None)
     acks = asyncio.Semaphore(WINDOW)

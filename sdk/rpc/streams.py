@@ -90,7 +90,9 @@ def send(
     the reader, when it can) or no credit came for ``credit_timeout`` seconds;
     returns early if the reader stopped. ``resend`` (a request's stream): until
     ``stop()``, send the stream again in each round a new reader asks for (its request
-    went to another worker; ``holdfast.sdk.rpc.chunks``, "Rounds")."""
+    went to another worker; ``holdfast.sdk.rpc.chunks``, "Rounds"); it then ends only
+    at ``stop()``, with the call-ended ``StreamError``, even after the whole stream or a
+    reader's stop."""
     start = rewind_point(readable) if resend else None
     out = Outgoing(request_guid, name, credit_timeout, keep=resend and start is None)
     acks = threading.Semaphore(WINDOW)
