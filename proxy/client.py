@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections import deque
 from operator import itemgetter
 from typing import Any
 
@@ -34,7 +33,7 @@ from holdfast.proto.limits import hello_reply
 from holdfast.proto.validate import Invalid, check_open, parse_queue_uri
 from holdfast.proxy.config import ProxyConfig
 from holdfast.proxy.relay import PutRelay
-from holdfast.proxy.routes import ClientHandle, ProxyCounters, Routes
+from holdfast.proxy.routes import ClientHandle, ProxyCounters, Routes, record_deliveries
 from holdfast.proxy.settle import ConfirmRelay
 from holdfast.proxy.upstream import Upstream
 from holdfast.sdk.engine import QueueRecord
@@ -295,14 +294,7 @@ class ClientSession(ContractStream):
             handle.early.append(delivery)
             return
         pushes, generation = delivery
-        delivered = handle.delivered
-        for push in pushes:
-            guid = push.guid
-            deliveries = delivered.get(guid)
-            if deliveries is None:
-                delivered[guid] = deque((generation,))
-            else:
-                deliveries.append(generation)
+        record_deliveries(handle.delivered, [push.guid for push in pushes], generation)
         # The broker's PUSHes are pushable as they are: only queue_id and
         # delivery_count are written anew, by the outbox.
         self.outbox.push_rows(handle.queue_id, pushes)

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 
 from holdfast.proto import pb
-from holdfast.proxy.routes import ClientHandle
+from holdfast.proxy.routes import ClientHandle, deliveries_of
 from holdfast.proxy.upstream import Upstream
 from holdfast.sdk.errors import ConfirmDroppedError, HoldfastError
 from holdfast.sdk.types import Rejection
@@ -38,7 +38,7 @@ class ConfirmRelay:
         run: list[bytes] = []
         run_id = -1
         handle: ClientHandle | None = None
-        delivered: dict[bytes, deque[int]] | None = None
+        delivered: dict[bytes, int | deque[int]] | None = None
         for queue_id, guid in batch:
             if queue_id != run_id:
                 if run:
@@ -54,7 +54,8 @@ class ConfirmRelay:
             if delivered is not None:
                 deliveries = delivered.pop(guid, None)
                 if deliveries is not None:
-                    if len(deliveries) == 1 and deliveries[0] == generation:
+                    # An int is the GUID's one delivery (``ClientHandle.delivered``).
+                    if deliveries == generation and isinstance(deliveries, int):
                         run.append(guid)
                         continue
                     delivered[guid] = deliveries
@@ -130,7 +131,7 @@ class ConfirmRelay:
         while the client still holds the stale one: the broker would then keep the
         message outstanding with this client, never removed nor redelivered.
         """
-        deliveries = handle.delivered.get(guid)
+        deliveries = deliveries_of(handle.delivered, guid)
         if not deliveries or handle.upstream is None:
             return pb.STATUS_UNKNOWN_GUID
         status: pb.Status | None = pb.STATUS_UNKNOWN_GUID  # all stale: taken back already

@@ -11,7 +11,7 @@ import pytest
 
 from holdfast.proto import pb
 from holdfast.proto.columns import read_confirms
-from holdfast.proxy.routes import ClientHandle
+from holdfast.proxy.routes import ClientHandle, deliveries_of, record_deliveries
 from holdfast.proxy.settle import ConfirmRelay
 from tests.sdk.fakes import Harness
 
@@ -46,7 +46,8 @@ class Setup:
         return handle
 
     def deliver(self, handle: ClientHandle, n: int, *generations: int) -> None:
-        handle.delivered[G[n]] = deque(generations or (self.h.generation,))
+        for generation in generations or (self.h.generation,):
+            record_deliveries(handle.delivered, [G[n]], generation)
 
     def upstream_confirms(self) -> list[tuple[int, bytes]]:
         frames = self.h.sent_frames()
@@ -121,4 +122,35 @@ def test_a_run_on_an_upstream_handle_closing_is_refused_as_an_unknown_queue(s: S
     assert s.relay.confirm([(1, G[0]), (1, G[1])]) == {
         (pb.STATUS_UNKNOWN_QUEUE, 1): [G[0], G[1]],
     }
+    assert not a.delivered
+
+
+def test_a_delivery_is_held_as_its_generation_and_a_second_one_makes_a_deque() -> None:
+    delivered: dict[bytes, int | deque[int]] = {}
+    record_deliveries(delivered, [G[0], G[1]], 4)
+    assert delivered == {G[0]: 4, G[1]: 4}
+    assert all(type(held) is int for held in delivered.values())
+    record_deliveries(delivered, [G[2], G[1]], 5)  # G[1] delivered again, G[2] new
+    assert delivered == {G[0]: 4, G[1]: deque((4, 5)), G[2]: 5}
+    record_deliveries(delivered, [G[1]], 6)
+    assert delivered[G[1]] == deque((4, 5, 6))
+    record_deliveries(delivered, [G[3], G[3], G[4]], 7)  # twice in one batch: two
+    assert delivered[G[3]] == deque((7, 7)) and delivered[G[4]] == 7
+
+
+def test_deliveries_of_turns_a_lone_generation_into_the_deque_the_map_holds() -> None:
+    delivered: dict[bytes, int | deque[int]] = {G[0]: 3, G[1]: deque((1, 3))}
+    held = deliveries_of(delivered, G[0])
+    assert held == deque((3,)) and delivered[G[0]] is held
+    assert deliveries_of(delivered, G[1]) is delivered[G[1]]
+    assert deliveries_of(delivered, G[2]) is None and G[2] not in delivered
+
+
+def test_a_lone_delivery_held_as_a_deque_is_still_confirmed(s: Setup) -> None:
+    a = s.handle(1, "hf://settle/a")
+    a.delivered[G[0]] = deque((s.h.generation,))  # left by an earlier stale CONFIRM
+    s.h.sent_frames()
+    assert s.relay.confirm([(1, G[0])]) == {}
+    assert a.upstream is not None
+    assert s.upstream_confirms() == [(a.upstream.queue_id, G[0])]
     assert not a.delivered
