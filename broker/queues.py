@@ -27,12 +27,13 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from holdfast.broker import delivery
 from holdfast.broker.consumers import Consumer, FlowLimits, PushSink, QueueHandle
 from holdfast.broker.dedup import GuidHistory
 from holdfast.broker.lifecycle import before_delivery, expired, pickup_missed, release
 from holdfast.broker.ready import LiveMessages, ReadyMessages
-from holdfast.broker.store import DeliveryUpdate, StoredMessage
-from holdfast.broker.updates import PendingPush, Updates
+from holdfast.broker.store import StoredMessage
+from holdfast.broker.updates import Updates
 from holdfast.proto.policy import (
     NO_POLICY,
     REASON_EXPIRED,
@@ -317,52 +318,37 @@ class Queue:
 
     def deliver(self) -> None:
         """PUSH ready messages round-robin to the consumers with room, until the queue
-        is empty or every consumer is full. Messages past the delivery limit or the
-        TTL go to the graveyard instead."""
+        is empty or every consumer is full (``delivery``). Messages past the delivery
+        limit or the TTL go to the graveyard instead."""
         ready = self.ready
         consumers = self._consumers
-        count = len(consumers)
-        if not ready or not count:
+        if not ready or not consumers:
             return
         policy = self.policy
         # Queues without a limit, a TTL or a pickup deadline (most) skip the guards.
-        checked = policy.max_deliveries is not None or policy.ttl is not None or bool(self.pickups)
-        now = self._clock() if checked else 0.0
+        guarded = policy.max_deliveries is not None or policy.ttl is not None or bool(self.pickups)
         dead: list[tuple[StoredMessage, str]] = []
-        uri = self.uri
-        turn = self._next
-        delivered: list[DeliveryUpdate] = []
-        pushes: list[PendingPush] = []
-        while ready:
-            for _ in range(count):
-                consumer = consumers[turn]
-                turn = turn + 1 if turn + 1 < count else 0
-                if consumer.has_room():
-                    break
-            else:
-                break
-            message = ready.popleft()
-            if checked:
-                pickup = message.pickup_deadline() if self.pickups else None
-                reason = before_delivery(
-                    message.delivery_count, message.accepted_at, now, policy, pickup
-                )
-                if reason is not None:
-                    dead.append((message, reason))
-                    continue
-            message.delivery_count += 1
-            if message.delivery_count > 1:
-                self.redelivered += 1
-            consumer.unconfirmed[message.guid] = message
-            consumer.unconfirmed_bytes += len(message.payload)
-            pushes.append((consumer, message, message.delivery_count))
-            delivered.append(DeliveryUpdate(uri, message.guid, message.delivery_count))
-        self._next = turn
-        if delivered:
-            self.pushed += len(delivered)
-            self._updates.delivered(delivered, pushes)
+        if len(consumers) == 1 and not guarded:
+            pushed, again = delivery.to_one(ready, consumers[0], self.uri, self._updates)
+        else:
+            guard = self._guard() if guarded else None
+            self._next, pushed, again, dead = delivery.round_robin(
+                ready, consumers, self._next, self.uri, self._updates, guard
+            )
+        self.pushed += pushed
+        self.redelivered += again
         if dead:
             self._bury(dead)
+
+    def _guard(self) -> delivery.Guard:
+        """The lifecycle's check before a PUSH (``lifecycle.before_delivery``), now."""
+        now, policy, pickups = self._clock(), self.policy, self.pickups
+
+        def guard(message: StoredMessage) -> str | None:
+            pickup = message.pickup_deadline() if pickups else None
+            return before_delivery(message.delivery_count, message.accepted_at, now, policy, pickup)
+
+        return guard
 
     def _return(self, messages: list[StoredMessage]) -> None:
         """Messages given back go to the front in their order; those the lifecycle

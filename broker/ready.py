@@ -158,6 +158,28 @@ class ReadyMessages:
         items.extendleft(reversed(taken[1:]))
         return taken[0]
 
+    def take_front(self, count: int) -> list[StoredMessage]:
+        """Take up to ``count`` messages from the front, in order, as objects: packed
+        ones a segment's slice at a time (``popleft`` for a batch)."""
+        items = self._items
+        taken: list[StoredMessage] = []
+        while items and len(taken) < count:
+            head = items[0]
+            if not isinstance(head, Segment):
+                items.popleft()
+                taken.append(head)
+                continue
+            got = head.take(count - len(taken))
+            if not len(head):
+                items.popleft()
+                if self._unaged and self._unaged[0] is head:
+                    self._unaged.popleft()
+                    self._recheck()
+            self._unpacked(head, got)
+            taken += got
+        self._count -= len(taken)
+        return taken
+
     def pop(self) -> StoredMessage:
         """Take the last message out."""
         items = self._items

@@ -366,3 +366,33 @@ def test_a_pickup_deadline_skips_a_message_being_moved_and_goes_on() -> None:
     queue.requeue_front([waiting])
     assert queue.expire_pickups(101.0) == 1
     assert graveyard.buried == [(b"waiting", REASON_EXPIRED)] and b"moving" in queue.live
+
+
+def test_one_consumer_takes_while_under_both_limits_and_no_more() -> None:
+    """The rule ``delivery.to_one`` runs by the batch: a message goes while the
+    consumer holds fewer messages and fewer payload bytes than its limits."""
+    queue, _, _ = make()
+    queue.enqueue([msg(bytes([n]) * 16, size=5) for n in range(6)])
+    sink = Sink()
+    consumer = Consumer(0, sink, FlowLimits(max_messages=10, max_bytes=10))
+    queue.attach(consumer)
+    # 0 then 5 bytes held before each: two go, holding exactly the limit; no third.
+    assert [guid[0] for _, guid, _ in sink.pushed] == [0, 1]
+    assert consumer.unconfirmed_bytes == 10 and len(queue.ready) == 4
+    queue.deliver()
+    assert len(sink.pushed) == 2
+    assert queue.confirm(consumer, bytes([0]) * 16)
+    queue.deliver()
+    assert [guid[0] for _, guid, _ in sink.pushed] == [0, 1, 2]
+    assert queue.pushed == 3 and consumer.unconfirmed_bytes == 10
+
+
+def test_one_consumer_paused_or_full_gets_nothing() -> None:
+    for limits in (FlowLimits(0, 100), FlowLimits(10, 0), FlowLimits(2, 100)):
+        queue, _, _ = make()
+        queue.enqueue([msg(bytes([n]) * 16, size=5) for n in range(4)])
+        sink = Sink()
+        consumer = Consumer(0, sink, limits)
+        queue.attach(consumer)
+        assert len(sink.pushed) == min(limits.max_messages, 4 if limits.max_bytes else 0)
+        assert queue.pushed == len(sink.pushed) == len(consumer.unconfirmed)

@@ -53,6 +53,7 @@ OPERATIONS = st.lists(
             st.integers(0, 5),
             st.booleans(),
         ),
+        st.tuples(st.just("take_front"), st.integers(0, 50), st.booleans()),
     ),
     max_size=60,
 )
@@ -95,6 +96,11 @@ def test_packed_ready_messages_behave_as_a_deque_of_objects(
             assert fields(ready.popleft()) == fields(model.popleft())
         elif op == "pop":
             assert fields(ready.pop()) == fields(model.pop())
+        elif op == "take_front":
+            taken = ready.take_front(n)
+            expected = [model.popleft() for _ in range(min(n, len(model)))]
+            assert [fields(m) for m in taken] == [fields(m) for m in expected]
+            assert all(objects[m.guid] is m for m in taken)
         elif op == "head":
             head = ready[0]
             assert fields(head) == fields(model[0]) and live.objects[head.guid] is head
@@ -183,3 +189,23 @@ def test_a_put_knows_a_packed_guid_after_the_history_let_it_go() -> None:
     assert delivered.guid == old.guid and known(old.guid, 155.0) == old.digest
     queue.forget(delivered)
     assert known(old.guid, 155.0) is None  # gone: elders' entry is stale
+
+
+def test_take_front_crosses_objects_and_segments_and_lets_an_emptied_segment_go() -> None:
+    objects: dict[bytes, StoredMessage] = {}
+    ready = ReadyMessages(objects)
+    first, second = [fresh(at=100.0) for _ in range(3)], [fresh(at=100.0) for _ in range(3)]
+    ready.pack(first)
+    ready.pack(second)  # joins the same open segment
+    given_back = [fresh() for _ in range(2)]
+    for message in given_back:
+        objects[message.guid] = message
+    ready.extendleft(reversed(given_back))
+    assert ready.check_from == 100.0  # an unaged segment waits
+    # Two objects, then three of the segment: never more than asked.
+    taken = ready.take_front(5)
+    assert [m.guid for m in taken] == [m.guid for m in given_back + first]
+    assert len(ready) == 3 and ready.packed == 3
+    assert [m.guid for m in ready.take_front(10)] == [m.guid for m in second]
+    # The emptied segment no longer waits to age with its buffers.
+    assert not ready and ready.packed == 0 and ready.check_from == float("inf")
