@@ -56,6 +56,10 @@ class SessionQueue(Protocol):
         """Remove ``guid``, delivered to ``consumer``; False if it does not hold it."""
         ...
 
+    def confirm_run(self, consumer: Consumer, guids: list[bytes]) -> list[bytes]:
+        """``confirm`` each of ``guids``, in order; the GUIDs ``consumer`` does not hold."""
+        ...
+
     def reject(self, consumer: Consumer, guid: bytes, requeue: bool, delay: float) -> bool:
         """Give ``guid`` back (requeued after ``delay`` seconds, or dead-lettered);
         False if ``consumer`` does not hold it."""

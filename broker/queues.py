@@ -25,6 +25,8 @@ import heapq
 import itertools
 from collections import Counter
 from collections.abc import Callable, Iterable
+from itertools import repeat
+from operator import attrgetter
 from typing import Protocol
 
 from holdfast.broker import delivery
@@ -50,6 +52,9 @@ class Graveyard(Protocol):
         consumers and delay heap (they are still in ``queue.live``)."""
         ...
 
+
+_guid = attrgetter("guid")
+_payload = attrgetter("payload")
 
 _sequence = itertools.count()
 """Tie-breaker of the delay heap: equal due times keep their reject order."""
@@ -202,12 +207,21 @@ class Queue:
     def confirm(self, consumer: Consumer, guid: bytes) -> bool:
         """Remove ``guid`` if ``consumer`` holds it unconfirmed; say whether it did.
         Call ``deliver()`` after a batch of confirmations."""
-        message = consumer.take(guid)
-        if message is None:
-            return False
-        self.forget(message)
-        self._updates.removed(self.uri, guid)
-        return True
+        return not self.confirm_run(consumer, [guid])
+
+    def confirm_run(self, consumer: Consumer, guids: list[bytes]) -> list[bytes]:
+        """``confirm`` each of ``guids`` (a ConfirmBatch's run on one handle) at once;
+        the GUIDs ``consumer`` does not hold, in order. Call ``deliver()`` after."""
+        taken = list(map(consumer.unconfirmed.pop, guids, repeat(None)))
+        held = [message for message in taken if message is not None]
+        consumer.unconfirmed_bytes -= sum(map(len, map(_payload, held)))
+        confirmed = list(map(_guid, held))
+        forgotten = map(self.live.objects.pop, confirmed, repeat(None))
+        self.live_bytes -= sum(len(m.payload) for m in forgotten if m is not None)
+        self._updates.removed_run(self.uri, confirmed)
+        if len(held) == len(guids):
+            return []
+        return [guid for guid, message in zip(guids, taken, strict=True) if message is None]
 
     def reject(self, consumer: Consumer, guid: bytes, requeue: bool, delay: float) -> bool:
         """Give back ``guid`` if ``consumer`` holds it: with ``requeue`` to the front of

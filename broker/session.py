@@ -11,6 +11,8 @@ consumers.
 
 from __future__ import annotations
 
+from itertools import groupby
+from operator import itemgetter
 from typing import Any, Generic
 
 from holdfast.broker.config import BrokerConfig
@@ -136,26 +138,27 @@ class Session(ContractStream, Generic[Q]):
         self._puts.on_put_batch(puts, self._handles, self.outbox, self._writer, spans)
 
     def on_confirms(self, batch: list[tuple[int, bytes]]) -> None:
-        """Remove confirmed messages; refuse GUIDs this consumer does not hold."""
+        """Remove confirmed messages; refuse GUIDs this consumer does not hold. A run
+        of one handle's CONFIRMs (a batch is mostly one) is settled at once."""
         handles = self._handles
         rejected: dict[tuple[pb.Status, int], list[bytes]] = {}
         touched: dict[int, Q] = {}
-        last_id = -1
-        handle: QueueHandle[Q] | None = None
-        for queue_id, guid in batch:
-            if queue_id != last_id:
-                handle = handles.get(queue_id)
-                last_id = queue_id
+        for queue_id, run in groupby(batch, itemgetter(0)):
+            guids = list(map(itemgetter(1), run))
+            handle = handles.get(queue_id)
             if handle is None:
-                status = pb.STATUS_UNKNOWN_QUEUE
+                refused, status = guids, pb.STATUS_UNKNOWN_QUEUE
             elif handle.consumer is None:
-                status = pb.STATUS_NOT_READABLE
-            elif handle.queue.confirm(handle.consumer, guid):
-                touched[queue_id] = handle.queue
-                continue
+                refused, status = guids, pb.STATUS_NOT_READABLE
             else:
-                status = pb.STATUS_UNKNOWN_GUID
-            rejected.setdefault((status, queue_id), []).append(guid)
+                refused, status = (
+                    handle.queue.confirm_run(handle.consumer, guids),
+                    pb.STATUS_UNKNOWN_GUID,
+                )
+                if len(refused) < len(guids):
+                    touched[queue_id] = handle.queue
+            if refused:
+                rejected.setdefault((status, queue_id), []).extend(refused)
         for queue in touched.values():
             queue.deliver()
         self.reject_confirms(rejected)

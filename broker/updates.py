@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Iterable
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 from holdfast.broker.store import (
@@ -53,6 +54,11 @@ class Updates:
     def removed(self, queue_uri: str, guid: bytes) -> None:
         """``guid`` was confirmed and left ``queue_uri``."""
         self._batch.removed.append(MessageKey(queue_uri, guid))
+        self._schedule()
+
+    def removed_run(self, queue_uri: str, guids: list[bytes]) -> None:
+        """``removed`` for each of ``guids`` (a run of CONFIRMs of one queue)."""
+        self._batch.removed.extend(map(MessageKey, repeat(queue_uri), guids))
         self._schedule()
 
     def delivered(self, updates: Iterable[DeliveryUpdate], pushes: list[PendingPush]) -> None:

@@ -143,6 +143,10 @@ class RedisQueue:
         self._registry.confirmed(self, guid)
         return True
 
+    def confirm_run(self, consumer: Consumer, guids: list[bytes]) -> list[bytes]:
+        """``confirm`` each of ``guids``, in order; the GUIDs ``consumer`` does not hold."""
+        return [guid for guid in guids if not self.confirm(consumer, guid)]
+
     def reject(self, consumer: Consumer, guid: bytes, requeue: bool, delay: float) -> bool:
         """Give ``guid`` back: to the head with ``requeue`` (after ``delay`` seconds),
         else to the graveyard as ``rejected``."""

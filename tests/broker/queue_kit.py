@@ -46,6 +46,9 @@ class SyncUpdates(Updates):
     def removed(self, queue_uri: str, guid: bytes) -> None:
         self.removals.append(guid)
 
+    def removed_run(self, queue_uri: str, guids: list[bytes]) -> None:
+        self.removals += guids
+
     def delivered(self, updates: Iterable[DeliveryUpdate], pushes: list[PendingPush]) -> None:
         self.counts += [(u.guid, u.delivery_count) for u in updates]
         for consumer, message, count in pushes:

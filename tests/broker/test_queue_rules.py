@@ -396,3 +396,43 @@ def test_one_consumer_paused_or_full_gets_nothing() -> None:
         queue.attach(consumer)
         assert len(sink.pushed) == min(limits.max_messages, 4 if limits.max_bytes else 0)
         assert queue.pushed == len(sink.pushed) == len(consumer.unconfirmed)
+
+
+def test_a_run_of_confirms_settles_what_is_held_and_returns_the_rest_in_order() -> None:
+    def g(n: int) -> bytes:
+        return bytes([n]) * 16
+
+    queue, _, updates = make()
+    queue.enqueue([msg(g(n), size=5) for n in range(4)])
+    assert queue.live_bytes == 20
+    sink = Sink()
+    (consumer,) = consumers(sink, 1, room=3)
+    queue.attach(consumer)  # holds 0, 1 and 2; 3 waits
+    # 3 is not held (ready), the second 1 is settled already, 9 is unknown.
+    assert queue.confirm_run(consumer, [g(1), g(3), g(0), g(1), g(9)]) == [g(3), g(1), g(9)]
+    assert updates.removals == [g(1), g(0)]
+    assert list(consumer.unconfirmed) == [g(2)] and consumer.unconfirmed_bytes == 5
+    assert len(queue.live) == 2 and queue.live_bytes == 10 and g(3) in queue.live
+    assert queue.confirm_run(consumer, [g(2)]) == [] and queue.live_bytes == 5
+    assert queue.confirm_run(consumer, []) == [] and updates.removals == [g(1), g(0), g(2)]
+
+
+def test_one_consumer_over_lowered_limits_gets_nothing_until_under_both() -> None:
+    queue, _, _ = make()
+    queue.enqueue([msg(bytes([n]) * 16, size=5) for n in range(6)])
+    sink = Sink()
+    (consumer,) = consumers(sink, 1, room=3)
+    queue.attach(consumer)
+    consumer.limits = FlowLimits(max_messages=1, max_bytes=4)  # a ConfigureQueue lowered them
+    queue.deliver()
+    assert len(sink.pushed) == 3
+    for n in (0, 1):
+        assert queue.confirm(consumer, bytes([n]) * 16)
+    queue.deliver()  # holds 1 message of 5 bytes: at the message limit, over the bytes
+    assert len(sink.pushed) == 3
+    consumer.limits = FlowLimits(max_messages=5, max_bytes=4)
+    queue.deliver()  # room for messages, none for bytes
+    assert len(sink.pushed) == 3
+    consumer.limits = FlowLimits(max_messages=5, max_bytes=6)
+    queue.deliver()  # 5 bytes held, under 6: one more
+    assert len(sink.pushed) == 4

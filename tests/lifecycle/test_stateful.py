@@ -59,6 +59,9 @@ class SyncUpdates(Updates):
     def removed(self, queue_uri: str, guid: bytes) -> None:
         """Nothing to persist."""
 
+    def removed_run(self, queue_uri: str, guids: list[bytes]) -> None:
+        """Nothing to persist."""
+
     def delivered(self, updates: Iterable[DeliveryUpdate], pushes: list[PendingPush]) -> None:
         """Hand every PUSH to its consumer now."""
         for consumer, message, count in pushes:
