@@ -26,7 +26,7 @@ from operator import attrgetter
 
 from holdfast.broker.consumers import Consumer
 from holdfast.broker.ready import ReadyMessages
-from holdfast.broker.store import DeliveryUpdate, StoredMessage
+from holdfast.broker.store import StoredMessage
 from holdfast.broker.updates import PendingPush, Updates
 
 Guard = Callable[[StoredMessage], str | None]
@@ -63,10 +63,7 @@ def to_one(ready: ReadyMessages, consumer: Consumer, uri: str, updates: Updates)
         message.delivery_count = count = message.delivery_count + 1
         counts.append(count)
         again += count > 1
-    updates.delivered(
-        list(map(DeliveryUpdate, repeat(uri), guids, counts)),
-        list(zip(repeat(consumer), taken, counts)),
-    )
+    updates.delivered(uri, list(zip(repeat(consumer), taken, counts)))
     return cut, again
 
 
@@ -84,7 +81,6 @@ def round_robin(
     delivered before, the (message, reason) pairs to bury.)"""
     count = len(consumers)
     dead: list[tuple[StoredMessage, str]] = []
-    delivered: list[DeliveryUpdate] = []
     pushes: list[PendingPush] = []
     again = 0
     while ready:
@@ -105,10 +101,9 @@ def round_robin(
         consumer.unconfirmed[message.guid] = message
         consumer.unconfirmed_bytes += len(message.payload)
         pushes.append((consumer, message, message.delivery_count))
-        delivered.append(DeliveryUpdate(uri, message.guid, message.delivery_count))
-    if delivered:
-        updates.delivered(delivered, pushes)
-    return turn, len(delivered), again, dead
+    if pushes:
+        updates.delivered(uri, pushes)
+    return turn, len(pushes), again, dead
 
 
 __all__ = ["Guard", "round_robin", "to_one"]

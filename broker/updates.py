@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable
 from itertools import repeat
 from typing import TYPE_CHECKING
 
@@ -20,6 +20,7 @@ from holdfast.broker.store import (
     CommitRecord,
     Completed,
     DeliveryUpdate,
+    MemoryStore,
     MessageKey,
     Store,
     StoreBatch,
@@ -44,6 +45,10 @@ class Updates:
 
     def __init__(self, store: Store) -> None:
         self._store = store
+        # A store whose write is the memory store's (it keeps nothing) needs no records
+        # of removals and delivery counts: building them was a tenth of the broker's
+        # work per PUSH->CONFIRM message. A store that writes, even a subclass, gets them.
+        self._records = getattr(type(store), "write", None) is not MemoryStore.write
         self._batch = StoreBatch()
         self._pushes: list[PendingPush] = []
         self._scheduled = False
@@ -53,18 +58,23 @@ class Updates:
 
     def removed(self, queue_uri: str, guid: bytes) -> None:
         """``guid`` was confirmed and left ``queue_uri``."""
-        self._batch.removed.append(MessageKey(queue_uri, guid))
-        self._schedule()
+        if self._records:
+            self._batch.removed.append(MessageKey(queue_uri, guid))
+            self._schedule()
 
     def removed_run(self, queue_uri: str, guids: list[bytes]) -> None:
         """``removed`` for each of ``guids`` (a run of CONFIRMs of one queue)."""
-        self._batch.removed.extend(map(MessageKey, repeat(queue_uri), guids))
-        self._schedule()
+        if self._records:
+            self._batch.removed.extend(map(MessageKey, repeat(queue_uri), guids))
+            self._schedule()
 
-    def delivered(self, updates: Iterable[DeliveryUpdate], pushes: list[PendingPush]) -> None:
-        """Messages were handed to consumers and their delivery counts changed; their
-        PUSHes leave once the counts are durable."""
-        self._batch.delivered.extend(updates)
+    def delivered(self, queue_uri: str, pushes: list[PendingPush]) -> None:
+        """Messages of ``queue_uri`` were handed to consumers and their delivery counts
+        changed; their PUSHes leave once the counts are durable."""
+        if self._records:
+            self._batch.delivered.extend(
+                [DeliveryUpdate(queue_uri, message.guid, count) for _, message, count in pushes]
+            )
         self._pushes.extend(pushes)
         if self._since is None:
             self._since = time.time_ns()
@@ -89,14 +99,14 @@ class Updates:
         since, self._since = self._since, None
         if batch:
             result = self._store.write(batch)
-            if isinstance(result, Completed):
-                _send(pushes, since)
+            if not isinstance(result, Completed):
+                task = asyncio.get_running_loop().create_task(
+                    self._settle(result, batch, pushes, since)
+                )
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
                 return
-            task = asyncio.get_running_loop().create_task(
-                self._settle(result, batch, pushes, since)
-            )
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        _send(pushes, since)
 
     async def _settle(
         self,

@@ -4,12 +4,10 @@ what it buries."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from holdfast.broker.consumers import Consumer, FlowLimits
 from holdfast.broker.dedup import GuidHistory
 from holdfast.broker.queues import Queue
-from holdfast.broker.store import NO_PROPERTIES, DeliveryUpdate, MemoryStore, StoredMessage
+from holdfast.broker.store import NO_PROPERTIES, MemoryStore, StoredMessage
 from holdfast.broker.updates import PendingPush, Updates
 from holdfast.proto.policy import PICKUP_TTL
 
@@ -49,8 +47,8 @@ class SyncUpdates(Updates):
     def removed_run(self, queue_uri: str, guids: list[bytes]) -> None:
         self.removals += guids
 
-    def delivered(self, updates: Iterable[DeliveryUpdate], pushes: list[PendingPush]) -> None:
-        self.counts += [(u.guid, u.delivery_count) for u in updates]
+    def delivered(self, queue_uri: str, pushes: list[PendingPush]) -> None:
+        self.counts += [(message.guid, count) for _, message, count in pushes]
         for consumer, message, count in pushes:
             consumer.sink.push(consumer.queue_id, message, count)
 

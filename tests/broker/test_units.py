@@ -371,3 +371,25 @@ def test_the_depth_limit_counts_live_and_in_flight_messages_and_bytes_exactly(
     assert not queue.full(1000, 60 - 20 * in_flight) and queue.full(1, 61 - 20 * in_flight)
     queue.policy = QueuePolicy(max_messages=4)
     assert not queue.full(2 - in_flight, 10**9) and queue.full(3 - in_flight, 0)
+
+
+def test_pushes_leave_at_once_on_the_memory_store_which_gets_no_records() -> None:
+    """The memory store keeps nothing, so ``Updates`` builds no removal or delivery
+    records for it; its PUSHes still leave at the end of the turn, counted right."""
+
+    async def scenario() -> None:
+        queue = Queue("hf://t/q", GuidHistory(), Updates(MemoryStore()))
+        sink = Sink()
+        consumer = Consumer(1, sink, FlowLimits(max_messages=2))
+        queue.attach(consumer)
+        queue.enqueue(message(bytes([i])) for i in range(3))
+        queue.deliver()
+        await pushes_leave()
+        assert [(g, count) for _, g, count in sink.pushed] == [(b"\x00", 1), (b"\x01", 1)]
+        assert queue.confirm_run(consumer, [b"\x00", b"\x07"]) == [b"\x07"]
+        queue.deliver()
+        await pushes_leave()
+        assert [g for _, g, _ in sink.pushed] == [b"\x00", b"\x01", b"\x02"]
+        assert queue.detach(consumer, redeliver=False) == 2
+
+    run(scenario())

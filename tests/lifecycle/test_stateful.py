@@ -10,8 +10,6 @@ dead-lettered, the reason. RabbitMQ tests its quorum queue (``rabbit_fifo``) thi
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -20,7 +18,7 @@ from holdfast.broker.consumers import Consumer, FlowLimits
 from holdfast.broker.dedup import GuidHistory
 from holdfast.broker.lifecycle import Event, Message, State, apply
 from holdfast.broker.queues import Queue
-from holdfast.broker.store import NO_PROPERTIES, DeliveryUpdate, MemoryStore, StoredMessage
+from holdfast.broker.store import NO_PROPERTIES, MemoryStore, StoredMessage
 from holdfast.broker.updates import PendingPush, Updates
 from holdfast.proto.policy import PICKUP_TTL, QueuePolicy
 
@@ -62,7 +60,7 @@ class SyncUpdates(Updates):
     def removed_run(self, queue_uri: str, guids: list[bytes]) -> None:
         """Nothing to persist."""
 
-    def delivered(self, updates: Iterable[DeliveryUpdate], pushes: list[PendingPush]) -> None:
+    def delivered(self, queue_uri: str, pushes: list[PendingPush]) -> None:
         """Hand every PUSH to its consumer now."""
         for consumer, message, count in pushes:
             consumer.sink.push(consumer.queue_id, message, count)
