@@ -147,14 +147,7 @@ class ReadyMessages:
         if not isinstance(head, Segment):
             items.popleft()
             return head
-        taken = head.take(TAKE)
-        if not len(head):
-            items.popleft()
-            # An emptied segment must not wait in _unaged with its buffers.
-            if self._unaged and self._unaged[0] is head:
-                self._unaged.popleft()
-                self._recheck()
-        self._unpacked(head, taken)
+        taken = self._take_packed(head, TAKE)
         items.extendleft(reversed(taken[1:]))
         return taken[0]
 
@@ -169,15 +162,21 @@ class ReadyMessages:
                 items.popleft()
                 taken.append(head)
                 continue
-            got = head.take(count - len(taken))
-            if not len(head):
-                items.popleft()
-                if self._unaged and self._unaged[0] is head:
-                    self._unaged.popleft()
-                    self._recheck()
-            self._unpacked(head, got)
-            taken += got
+            taken += self._take_packed(head, count - len(taken))
         self._count -= len(taken)
+        return taken
+
+    def _take_packed(self, head: Segment, count: int) -> list[StoredMessage]:
+        """Up to ``count`` messages of the head segment, made objects; an emptied head
+        leaves the FIFO."""
+        taken = head.take(count)
+        if not len(head):
+            self._items.popleft()
+            # An emptied segment must not wait in _unaged with its buffers.
+            if self._unaged and self._unaged[0] is head:
+                self._unaged.popleft()
+                self._recheck()
+        self._unpacked(head, taken)
         return taken
 
     def pop(self) -> StoredMessage:
