@@ -436,3 +436,39 @@ def test_one_consumer_over_lowered_limits_gets_nothing_until_under_both() -> Non
     consumer.limits = FlowLimits(max_messages=5, max_bytes=6)
     queue.deliver()  # 5 bytes held, under 6: one more
     assert len(sink.pushed) == 4
+
+
+def test_one_consumer_at_its_message_limit_takes_one_more_per_confirm() -> None:
+    queue, _, _ = make()
+    queue.enqueue([msg(bytes([n]) * 16) for n in range(6)])
+    sink = Sink()
+    (consumer,) = consumers(sink, 1, room=3)
+    queue.attach(consumer)
+    assert len(sink.pushed) == 3
+    assert queue.confirm(consumer, bytes([0]) * 16)
+    queue.deliver()
+    assert len(sink.pushed) == 4 and len(consumer.unconfirmed) == 3
+
+
+def test_round_robin_and_a_guarded_queue_count_each_push_and_redelivery_once() -> None:
+    queue, _, _ = make()
+    sink = Sink()
+    first, second, third = consumers(sink, 3)
+    for consumer in (first, second, third):
+        queue.attach(consumer)
+    queue.enqueue([msg(b"a"), msg(b"b"), msg(b"c")])
+    queue.deliver()
+    assert (queue.pushed, queue.redelivered) == (3, 0)
+    assert queue.detach(first) == 1  # a goes to the two left, round-robin
+    assert (queue.pushed, queue.redelivered) == (4, 1)
+    assert [count for _, _, count in sink.pushed] == [1, 1, 1, 2]
+    # One consumer on a guarded queue takes the round-robin path too.
+    guarded, _, _ = make()
+    guarded.policy = QueuePolicy(max_deliveries=5)
+    (only,) = consumers(sink, 1)
+    guarded.attach(only)
+    guarded.enqueue([msg(b"x")])
+    guarded.deliver()
+    assert guarded.reject(only, b"x", requeue=True, delay=0.0)
+    guarded.deliver()
+    assert (guarded.pushed, guarded.redelivered) == (2, 1)
