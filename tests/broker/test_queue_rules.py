@@ -395,7 +395,9 @@ def test_one_consumer_paused_or_full_gets_nothing() -> None:
         consumer = Consumer(0, sink, limits)
         queue.attach(consumer)
         assert len(sink.pushed) == min(limits.max_messages, 4 if limits.max_bytes else 0)
+        queue.deliver()  # paused or full: nothing more, and nothing counted
         assert queue.pushed == len(sink.pushed) == len(consumer.unconfirmed)
+        assert queue.redelivered == 0
 
 
 def test_a_run_of_confirms_settles_what_is_held_and_returns_the_rest_in_order() -> None:
