@@ -444,12 +444,12 @@ def test_one_consumer_at_its_message_limit_takes_one_more_per_confirm() -> None:
     queue, _, _ = make()
     queue.enqueue([msg(bytes([n]) * 16) for n in range(6)])
     sink = Sink()
-    (consumer,) = consumers(sink, 1, room=3)
+    (consumer,) = consumers(sink, 1, room=4)
     queue.attach(consumer)
-    assert len(sink.pushed) == 3
+    assert len(sink.pushed) == 4
     assert queue.confirm(consumer, bytes([0]) * 16)
-    queue.deliver()
-    assert len(sink.pushed) == 4 and len(consumer.unconfirmed) == 3
+    queue.deliver()  # room for 4 - 3 = 1
+    assert len(sink.pushed) == 5 and len(consumer.unconfirmed) == 4
 
 
 def test_round_robin_and_a_guarded_queue_count_each_push_and_redelivery_once() -> None:
