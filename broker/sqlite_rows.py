@@ -11,14 +11,15 @@ from typing import Any
 
 from holdfast.broker.sqlite_schema import (
     CLEAR_POLICY,
-    DELETE_MESSAGE,
     DELETE_QUEUE,
+    DELIVERY_ROWS,
     FORGET_COMMIT,
-    INSERT_HISTORY,
-    INSERT_MESSAGE,
+    HISTORY_ROWS,
+    MESSAGE_ROWS,
     RECORD_COMMIT,
+    REMOVED_ROWS,
     SET_POLICY,
-    UPDATE_DELIVERY,
+    RowsStatement,
     encode_attempts,
     encode_properties,
 )
@@ -45,8 +46,11 @@ class Rows:
         ids = self.queue_ids
         if batch.messages:
             seq = self.next_seq
-            rows: list[tuple[Any, ...]] = []
-            history: list[tuple[int, bytes, float, int]] = []
+            # Flat columns, row after row: each statement inserts many rows (``run_rows``).
+            rows: list[Any] = []
+            history: list[Any] = []
+            add_row = rows.extend
+            add_history = history.extend
             last_uri = ""
             queue_id = 0
             for message in batch.messages:
@@ -56,39 +60,45 @@ class Rows:
                         connection, last_uri, new_queues
                     )
                 properties = message.properties
-                rows.append(
+                guid = message.guid
+                accepted_at = message.accepted_at
+                digest = message.digest
+                add_row(
                     (
                         seq,
                         queue_id,
-                        message.guid,
-                        message.accepted_at,
+                        guid,
+                        accepted_at,
                         message.delivery_count,
-                        message.digest,
+                        digest,
                         encode_properties(properties) if properties else None,
                         message.payload,
                     )
                 )
-                history.append((queue_id, message.guid, message.accepted_at, message.digest))
+                add_history((queue_id, guid, accepted_at, digest))
                 seq += 1
-            connection.executemany(INSERT_MESSAGE, rows)
-            connection.executemany(INSERT_HISTORY, history)
+            run_rows(connection, MESSAGE_ROWS, rows)
+            run_rows(connection, HISTORY_ROWS, history)
             # Gaps left by a rolled-back transaction are harmless: only order matters.
             self.next_seq = seq
         if batch.delivered:
             # A queue the store never saw holds no message to update (nor to remove).
-            connection.executemany(
-                UPDATE_DELIVERY,
-                [
-                    (update.delivery_count, ids[update.queue_uri], update.guid)
-                    for update in batch.delivered
-                    if update.queue_uri in ids
-                ],
-            )
+            # One count a message: the last, as one row by one would leave it (counts
+            # only rise), since a join updating a row twice keeps either.
+            counts: dict[tuple[int, bytes], int] = {}
+            for update in batch.delivered:
+                if update.queue_uri in ids:
+                    counts[ids[update.queue_uri], update.guid] = update.delivery_count
+            delivered: list[Any] = []
+            for (queue_id, guid), count in counts.items():
+                delivered += (count, queue_id, guid)
+            run_rows(connection, DELIVERY_ROWS, delivered)
         if batch.removed:
-            connection.executemany(
-                DELETE_MESSAGE,
-                [(ids[key.queue_uri], key.guid) for key in batch.removed if key.queue_uri in ids],
-            )
+            removed: list[Any] = []
+            for key in batch.removed:
+                if key.queue_uri in ids:
+                    removed += (ids[key.queue_uri], key.guid)
+            run_rows(connection, REMOVED_ROWS, removed)
         for uri, policy in batch.policies:
             if policy == NO_POLICY:
                 if uri in ids:
@@ -140,6 +150,31 @@ class Rows:
         self.queue_ids[uri] = queue_id
         new_queues.append(uri)
         return queue_id
+
+
+CHUNK_ROWS = 256
+"""Rows one statement takes at most (2,048 values for a message row of 8): a batch of
+1,000 PUTs is 3 statements of 256 and, for the rest, one of each power of two it
+needs (232 = 128 + 64 + 32 + 8), so that few statement texts are ever prepared."""
+
+
+def run_rows(connection: sqlite3.Connection, statement: RowsStatement, values: list[Any]) -> None:
+    """Run ``statement`` over the rows whose values follow one another in ``values``
+    (``statement.width`` each), many rows a statement.
+
+    Not ``executemany``: it releases the interpreter lock around each row's step and
+    takes it back after, so the writer thread waits for the broker's event loop once
+    a row while the loop is busy (measured: ``bench/PROFILE.md``, "sqlite: many rows a
+    statement"); one statement of many rows waits once."""
+    width = statement.width
+    count = len(values) // width
+    at = 0
+    while at < count:
+        rows = CHUNK_ROWS
+        while rows > count - at:
+            rows //= 2
+        connection.execute(statement.sql(rows), values[at * width : (at + rows) * width])
+        at += rows
 
 
 def prune_history(connection: sqlite3.Connection, cutoff: float, chunk: int) -> tuple[int, bool]:

@@ -50,10 +50,12 @@ The broker never accepts a GUID whose message is still in the queue, so the
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sqlite3
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from holdfast.broker.store import (
@@ -104,14 +106,45 @@ _TABLES = frozenset({"meta", "queues", "messages", "history", "policies", "commi
 UPGRADES = {2: {"policies": _POLICIES, "commits": _COMMITS}, 3: {"commits": _COMMITS}}
 """Older schema versions upgraded in place: the tables each lacks."""
 
-INSERT_MESSAGE = (
+
+@dataclass(frozen=True)
+class RowsStatement:
+    """A statement over any number of rows of ``width`` values, given to it as one
+    ``VALUES`` list between ``head`` and ``tail`` (see ``sqlite_rows.run_rows``)."""
+
+    head: str
+    width: int
+    tail: str = ""
+
+    def sql(self, rows: int) -> str:
+        """The statement's text for ``rows`` rows (made once per count)."""
+        return _texts(self, rows)
+
+
+@functools.cache
+def _texts(statement: RowsStatement, rows: int) -> str:
+    row = "(" + ", ".join("?" * statement.width) + ")"
+    return f"{statement.head}VALUES {', '.join([row] * rows)}{statement.tail}"
+
+
+MESSAGE_ROWS = RowsStatement(
     "INSERT INTO messages"
-    " (seq, queue_id, guid, accepted_at, delivery_count, digest, properties, payload)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (queue_id, guid) DO NOTHING"
+    " (seq, queue_id, guid, accepted_at, delivery_count, digest, properties, payload) ",
+    8,
+    " ON CONFLICT (queue_id, guid) DO NOTHING",
 )
-INSERT_HISTORY = "INSERT INTO history (queue_id, guid, accepted_at, digest) VALUES (?, ?, ?, ?)"
-UPDATE_DELIVERY = "UPDATE messages SET delivery_count = ? WHERE queue_id = ? AND guid = ?"
-DELETE_MESSAGE = "DELETE FROM messages WHERE queue_id = ? AND guid = ?"
+HISTORY_ROWS = RowsStatement("INSERT INTO history (queue_id, guid, accepted_at, digest) ", 4)
+DELIVERY_ROWS = RowsStatement(
+    "UPDATE messages SET delivery_count = v.column1 FROM (",
+    3,
+    ") AS v WHERE messages.queue_id = v.column2 AND messages.guid = v.column3",
+)
+REMOVED_ROWS = RowsStatement(
+    # Joined through the index: a row value IN a VALUES list would scan the table.
+    "DELETE FROM messages WHERE seq IN (SELECT m.seq FROM (",
+    2,
+    ") AS v JOIN messages AS m ON m.queue_id = v.column1 AND m.guid = v.column2)",
+)
 SET_POLICY = (
     "INSERT INTO policies (queue_id, policy) VALUES (?, ?)"
     " ON CONFLICT (queue_id) DO UPDATE SET policy = excluded.policy"
@@ -127,9 +160,20 @@ DELETE_QUEUE = (
 )
 
 
+MIN_SQLITE = (3, 33, 0)
+"""The oldest SQLite library the store runs on: ``UPDATE ... FROM`` (``DELIVERY_ROWS``)
+came in 3.33.0 (2020), and with it room for the 2,048 values of a statement of rows
+(``sqlite_rows.CHUNK_ROWS``)."""
+
+
 def connect(path: str, sync: str) -> tuple[sqlite3.Connection, dict[str, int], int]:
     """Open and check the store at ``path``: (connection, queue ids by URI, next seq).
     Raises ``StoreError`` naming the path and the problem."""
+    if sqlite3.sqlite_version_info < MIN_SQLITE:
+        raise StoreError(
+            f"cannot open sqlite store {path}: Python's sqlite3 module runs SQLite "
+            f"{sqlite3.sqlite_version}; the store needs {'.'.join(map(str, MIN_SQLITE))} or later"
+        )
     # SQLite says only "unable to open database file" for these; say what is wrong.
     if os.path.isdir(path):
         raise StoreError(f"cannot open sqlite store {path}: it is a directory")

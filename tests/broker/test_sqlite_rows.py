@@ -1,0 +1,156 @@
+"""The SQLite store's rows by the statement (``holdfast.broker.sqlite_rows``).
+
+A batch's inserts, delivery counts and removals each run as statements of many rows,
+not a statement a row: ``executemany`` hands the interpreter lock back and forth once
+a row, and the writer thread then waits for the broker's busy event loop once a row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from holdfast.broker import sqlite_rows, sqlite_schema
+from holdfast.broker.dedup import BrokerClock
+from holdfast.broker.sqlite_rows import CHUNK_ROWS, run_rows
+from holdfast.broker.sqlite_schema import HISTORY_ROWS, REMOVED_ROWS
+from holdfast.broker.sqlite_store import SqliteStore
+from holdfast.broker.store import DeliveryUpdate, MessageKey, StoreBatch, StoredMessage, StoreError
+
+pytestmark = pytest.mark.timeout(60)
+
+QUEUE = "hf://test/rows"
+CLOCK = BrokerClock()
+
+
+def stored(count: int, uri: str = QUEUE) -> list[StoredMessage]:
+    return [
+        StoredMessage(uri, uuid.uuid4().bytes, f"m{i}".encode(), {}, CLOCK()) for i in range(count)
+    ]
+
+
+def write(store: SqliteStore, batch: StoreBatch) -> None:
+    async def run() -> None:
+        await asyncio.wait_for(store.write(batch), 30)
+
+    asyncio.run(run())
+
+
+def recovered(path: Path) -> list[tuple[bytes, int]]:
+    store = SqliteStore(path)
+    try:
+        return [(m.payload, m.delivery_count) for m in store.recover().queues.get(QUEUE, [])]
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "broker.db"
+
+
+@pytest.fixture
+def store(path: Path) -> Iterator[SqliteStore]:
+    opened = SqliteStore(path)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.mark.parametrize("count", [0, 1, 255, CHUNK_ROWS, CHUNK_ROWS + 1, 1000, 1023])
+def test_rows_go_in_order_many_a_statement(count: int) -> None:
+    connection = sqlite3.connect(":memory:", isolation_level=None)
+    connection.execute("CREATE TABLE history (queue_id, guid, accepted_at, digest)")
+    statements: list[str] = []
+    connection.set_trace_callback(statements.append)
+    values: list[Any] = []
+    for i in range(count):
+        values += (1, i.to_bytes(4, "big"), float(i), i * 7)
+    run_rows(connection, HISTORY_ROWS, values)
+    connection.set_trace_callback(None)
+    rows = connection.execute("SELECT * FROM history ORDER BY rowid").fetchall()
+    assert rows == [(1, i.to_bytes(4, "big"), float(i), i * 7) for i in range(count)]
+    # Whole chunks, then the rest by powers of two: never a statement a row.
+    whole, rest = divmod(count, CHUNK_ROWS)
+    assert len(statements) == whole + bin(rest).count("1")
+
+
+def test_a_thousand_messages_go_in_and_out_in_order(path: Path, store: SqliteStore) -> None:
+    messages = stored(1000)
+    write(store, StoreBatch(messages=messages))
+    removed = [MessageKey(QUEUE, m.guid) for m in messages[::3]]
+    # Keys of no stored message, and a queue the store never saw, remove nothing.
+    removed += [MessageKey(QUEUE, uuid.uuid4().bytes), MessageKey("hf://test/never", b"x" * 16)]
+    write(store, StoreBatch(removed=removed))
+    store.close()
+    kept = [(m.payload, 0) for i, m in enumerate(messages) if i % 3]
+    assert recovered(path) == kept
+
+
+def test_delivery_counts_land_on_their_messages(path: Path, store: SqliteStore) -> None:
+    messages = stored(600)
+    write(store, StoreBatch(messages=messages))
+    updates = [DeliveryUpdate(QUEUE, m.guid, 1 + i % 5) for i, m in enumerate(messages)]
+    updates.append(DeliveryUpdate("hf://test/never", messages[0].guid, 9))
+    write(store, StoreBatch(delivered=updates))
+    store.close()
+    assert recovered(path) == [(m.payload, 1 + i % 5) for i, m in enumerate(messages)]
+
+
+def test_a_message_counted_twice_in_a_batch_is_one_row_of_the_update_with_the_last_count(
+    path: Path, store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite says an UPDATE ... FROM that matches a row twice uses either match: the
+    # statement must never carry one message twice.
+    messages = stored(3)
+    write(store, StoreBatch(messages=messages))
+    seen: list[list[Any]] = []
+
+    def spy(connection: sqlite3.Connection, statement: Any, values: list[Any]) -> None:
+        if statement is sqlite_schema.DELIVERY_ROWS:
+            seen.append(list(values))
+        run_rows(connection, statement, values)
+
+    monkeypatch.setattr(sqlite_rows, "run_rows", spy)
+    first, second = messages[0].guid, messages[1].guid
+    updates = [
+        DeliveryUpdate(QUEUE, first, 1),
+        DeliveryUpdate(QUEUE, second, 1),
+        DeliveryUpdate(QUEUE, first, 2),
+        DeliveryUpdate(QUEUE, first, 3),
+    ]
+    write(store, StoreBatch(delivered=updates))
+    store.close()
+    assert len(seen) == 1
+    keys = [tuple(seen[0][i + 1 : i + 3]) for i in range(0, len(seen[0]), 3)]
+    assert sorted(keys) == sorted({(k[0], k[1]) for k in keys})
+    assert [count for _, count in recovered(path)] == [3, 1, 0]
+
+
+def test_a_removal_joins_through_the_index() -> None:
+    # A row value IN a VALUES list scans the whole table: a CONFIRM would cost the depth.
+    connection = sqlite3.connect(":memory:")
+    for statement in sqlite_schema._SCHEMA:
+        connection.execute(statement)
+    plan = connection.execute(
+        "EXPLAIN QUERY PLAN " + REMOVED_ROWS.sql(2), [1, b"a", 1, b"b"]
+    ).fetchall()
+    details = [row[-1] for row in plan]
+    assert not any(d == "SCAN messages" or d == "SCAN m" for d in details), details
+    assert any("USING COVERING INDEX messages_by_guid" in d for d in details), details
+
+
+def test_an_old_sqlite_library_is_refused_in_one_line(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 31, 1))
+    monkeypatch.setattr(sqlite3, "sqlite_version", "3.31.1")
+    with pytest.raises(StoreError, match=r"runs SQLite 3\.31\.1; the store needs 3\.33\.0"):
+        SqliteStore(path)
