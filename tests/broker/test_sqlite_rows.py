@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,20 +47,6 @@ def recovered(path: Path) -> list[tuple[bytes, int]]:
         return [(m.payload, m.delivery_count) for m in store.recover().queues.get(QUEUE, [])]
     finally:
         store.close()
-
-
-@pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "broker.db"
-
-
-@pytest.fixture
-def store(path: Path) -> Iterator[SqliteStore]:
-    opened = SqliteStore(path)
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 @pytest.mark.parametrize("count", [0, 1, 255, CHUNK_ROWS, CHUNK_ROWS + 1, 1000, 1023])

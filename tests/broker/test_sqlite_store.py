@@ -118,20 +118,6 @@ def writer_held(store: SqliteStore) -> Iterator[None]:
         holder.join(10)
 
 
-@pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "broker.db"
-
-
-@pytest.fixture
-def store(path: Path) -> Iterator[SqliteStore]:
-    opened = SqliteStore(path)
-    try:
-        yield opened
-    finally:
-        opened.close()
-
-
 # -- round trip ---------------------------------------------------------------------------
 
 
