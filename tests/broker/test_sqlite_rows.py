@@ -11,7 +11,7 @@ import asyncio
 import sqlite3
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -21,6 +21,9 @@ from holdfast.broker.sqlite_rows import CHUNK_ROWS, run_rows
 from holdfast.broker.sqlite_schema import HISTORY_ROWS, REMOVED_ROWS
 from holdfast.broker.sqlite_store import SqliteStore
 from holdfast.broker.store import DeliveryUpdate, MessageKey, StoreBatch, StoredMessage, StoreError
+from holdfast.proto.policy import NO_POLICY, QueuePolicy
+from tests.broker.test_sqlite_store import writer_held
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -139,3 +142,85 @@ def test_an_old_sqlite_library_is_refused_in_one_line(
     monkeypatch.setattr(sqlite3, "sqlite_version", "3.31.1")
     with pytest.raises(StoreError, match=r"runs SQLite 3\.31\.1; the store needs 3\.33\.0"):
         SqliteStore(path)
+
+
+# -- policies, deleted queues, a failed group, pruning ------------------------------------
+
+
+def test_a_policy_set_on_a_new_queue_and_one_cleared_are_what_recovery_reads(
+    path: Path, store: SqliteStore
+) -> None:
+    kept = "hf://test/policy-kept"
+    cleared = "hf://test/policy-cleared"
+    policy = QueuePolicy(max_deliveries=3)
+    write(store, StoreBatch(policies=[(kept, policy), (cleared, policy)]))
+    # Clearing the policy of a queue the store never saw is no error.
+    write(store, StoreBatch(policies=[(cleared, NO_POLICY), ("hf://test/never", NO_POLICY)]))
+    store.close()
+    reopened = SqliteStore(path)
+    try:
+        assert dict(reopened.recover().policies) == {kept: policy}
+    finally:
+        reopened.close()
+
+
+def test_a_deleted_queue_takes_its_rows_and_an_unknown_one_takes_none(
+    path: Path, store: SqliteStore
+) -> None:
+    doomed = stored(3, "hf://test/doomed")
+    # The first queue the file ever holds: id 1, the id a wrong default would hit.
+    kept = stored(2)
+    write(store, StoreBatch(messages=kept))
+    write(store, StoreBatch(messages=doomed))
+    write(store, StoreBatch(deleted=["hf://test/doomed", "hf://test/never"]))
+    store.close()
+    reopened = SqliteStore(path)
+    try:
+        state = reopened.recover()
+    finally:
+        reopened.close()
+    assert list(state.queues) == [QUEUE]
+    assert {h.guid for h in state.history} == {m.guid for m in kept}
+
+
+def test_a_deletion_in_a_failed_group_is_written_again_alone(path: Path) -> None:
+    store = SqliteStore(path)
+    doomed = "hf://test/deleted-in-a-failed-group"
+    write(store, StoreBatch(messages=stored(2, doomed)))
+    bad = StoredMessage(QUEUE, uuid.uuid4().bytes, cast(bytes, object()), {}, CLOCK())
+
+    async def run() -> list[BaseException | None]:
+        with writer_held(store):
+            # One group: the bad batch fails its transaction, which had deleted the
+            # queue; each batch is then written alone, the deletion included.
+            futures = [
+                store.write(StoreBatch(deleted=[doomed])),
+                store.write(StoreBatch(messages=[bad])),
+            ]
+        results = await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), 30)
+        return [r if isinstance(r, BaseException) else None for r in results]
+
+    outcomes = asyncio.run(run())
+    store.close()
+    assert outcomes[0] is None
+    assert isinstance(outcomes[1], StoreError)
+    reopened = SqliteStore(path)
+    try:
+        assert doomed not in reopened.recover().queues
+    finally:
+        reopened.close()
+
+
+def test_a_backlog_of_expired_history_goes_chunk_after_chunk_without_waiting(
+    path: Path,
+) -> None:
+    now = CLOCK()
+    old = [StoredMessage(QUEUE, uuid.uuid4().bytes, b"old", {}, now - 1000 + i) for i in range(9)]
+    # A whole chunk pruned means more may wait: the next goes at once, not an interval
+    # (an hour here) later.
+    store = SqliteStore(path, dedup_window=60, prune_chunk=2, prune_interval=3600, clock=CLOCK)
+    try:
+        write(store, StoreBatch(messages=old))
+        wait_until(lambda: store.pruned == len(old), 10, "the expired history pruned")
+    finally:
+        store.close()
