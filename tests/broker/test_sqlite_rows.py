@@ -20,7 +20,14 @@ from holdfast.broker.dedup import BrokerClock
 from holdfast.broker.sqlite_rows import CHUNK_ROWS, run_rows
 from holdfast.broker.sqlite_schema import HISTORY_ROWS, REMOVED_ROWS
 from holdfast.broker.sqlite_store import SqliteStore
-from holdfast.broker.store import DeliveryUpdate, MessageKey, StoreBatch, StoredMessage, StoreError
+from holdfast.broker.store import (
+    CommitRecord,
+    DeliveryUpdate,
+    MessageKey,
+    StoreBatch,
+    StoredMessage,
+    StoreError,
+)
 from holdfast.proto.policy import NO_POLICY, QueuePolicy
 from tests.broker.test_sqlite_store import writer_held
 from tests.support.waiting import wait_until
@@ -194,21 +201,30 @@ def test_a_deletion_in_a_failed_group_is_written_again_alone(path: Path) -> None
             # One group: the bad batch fails its transaction, which had deleted the
             # queue; each batch is then written alone, the deletion included.
             futures = [
-                store.write(StoreBatch(deleted=[doomed])),
+                store.write(StoreBatch(deleted=[doomed, "hf://test/never-seen"])),
                 store.write(StoreBatch(messages=[bad])),
             ]
         results = await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), 30)
         return [r if isinstance(r, BaseException) else None for r in results]
 
     outcomes = asyncio.run(run())
-    store.close()
     assert outcomes[0] is None
     assert isinstance(outcomes[1], StoreError)
+    # A batch that fails after deleting a queue the store never saw leaves it unknown
+    # (its forgotten commit record cannot be bound: the failure comes after the deletion).
+    unbindable = CommitRecord(QUEUE, "app", cast(int, object()), b"d", 1)
+    with pytest.raises(StoreError):
+        write(store, StoreBatch(deleted=["hf://test/never-seen"], forgotten=[unbindable]))
+    later = stored(1, "hf://test/never-seen")
+    write(store, StoreBatch(messages=later))
+    store.close()
     reopened = SqliteStore(path)
     try:
-        assert doomed not in reopened.recover().queues
+        queues = reopened.recover().queues
     finally:
         reopened.close()
+    assert doomed not in queues
+    assert [m.guid for m in queues["hf://test/never-seen"]] == [later[0].guid]
 
 
 def test_a_backlog_of_expired_history_goes_chunk_after_chunk_without_waiting(
