@@ -17,7 +17,7 @@ import pytest
 
 from holdfast.broker import sqlite_rows, sqlite_schema
 from holdfast.broker.dedup import BrokerClock
-from holdfast.broker.sqlite_rows import CHUNK_ROWS, run_rows
+from holdfast.broker.sqlite_rows import CHUNK_ROWS, prune_history, run_rows
 from holdfast.broker.sqlite_schema import HISTORY_ROWS, REMOVED_ROWS
 from holdfast.broker.sqlite_store import SqliteStore
 from holdfast.broker.store import (
@@ -161,8 +161,10 @@ def test_a_policy_set_on_a_new_queue_and_one_cleared_are_what_recovery_reads(
     cleared = "hf://test/policy-cleared"
     policy = QueuePolicy(max_deliveries=3)
     write(store, StoreBatch(policies=[(kept, policy), (cleared, policy)]))
-    # Clearing the policy of a queue the store never saw is no error.
-    write(store, StoreBatch(policies=[(cleared, NO_POLICY), ("hf://test/never", NO_POLICY)]))
+    # An empty policy clears, whichever object it is (an operator's arrives parsed);
+    # clearing the policy of a queue the store never saw is no error.
+    assert QueuePolicy() == NO_POLICY and QueuePolicy() is not NO_POLICY
+    write(store, StoreBatch(policies=[(cleared, QueuePolicy()), ("hf://test/never", NO_POLICY)]))
     store.close()
     reopened = SqliteStore(path)
     try:
@@ -231,12 +233,27 @@ def test_a_backlog_of_expired_history_goes_chunk_after_chunk_without_waiting(
     path: Path,
 ) -> None:
     now = CLOCK()
-    old = [StoredMessage(QUEUE, uuid.uuid4().bytes, b"old", {}, now - 1000 + i) for i in range(9)]
+    chunk = 300  # past the small ints CPython keeps one object of: counted, not the same
+    old = [
+        StoredMessage(QUEUE, uuid.uuid4().bytes, b"old", {}, now - 1000 + i / 1000)
+        for i in range(3 * chunk + 1)
+    ]
     # A whole chunk pruned means more may wait: the next goes at once, not an interval
-    # (an hour here) later.
-    store = SqliteStore(path, dedup_window=60, prune_chunk=2, prune_interval=3600, clock=CLOCK)
+    # (an hour here) later; once a chunk comes back short, the next look is that hour away.
+    hour = 3600.0
+    store = SqliteStore(path, dedup_window=60, prune_chunk=chunk, prune_interval=hour, clock=CLOCK)
     try:
         write(store, StoreBatch(messages=old))
         wait_until(lambda: store.pruned == len(old), 10, "the expired history pruned")
+        wait_until(lambda: store._next_prune > CLOCK() + hour / 2, 10, "the next look an hour away")
     finally:
         store.close()
+
+
+def test_history_accepted_at_the_cutoff_is_pruned_and_after_it_kept() -> None:
+    connection = sqlite3.connect(":memory:", isolation_level=None)
+    connection.execute("CREATE TABLE history (queue_id, guid, accepted_at, digest)")
+    for at in (99.0, 100.0, 101.0):
+        connection.execute("INSERT INTO history VALUES (1, ?, ?, 0)", (str(at).encode(), at))
+    assert prune_history(connection, 100.0, 10) == (2, False)
+    assert connection.execute("SELECT accepted_at FROM history").fetchall() == [(101.0,)]
