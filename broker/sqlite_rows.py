@@ -53,6 +53,7 @@ class Rows:
             add_history = history.extend
             last_uri = ""
             queue_id = 0
+            held = 0  # payload bytes in ``rows``, bounded by ``CHUNK_BYTES``
             for message in batch.messages:
                 if message.queue_uri != last_uri:
                     last_uri = message.queue_uri
@@ -63,6 +64,12 @@ class Rows:
                 guid = message.guid
                 accepted_at = message.accepted_at
                 digest = message.digest
+                payload = message.payload
+                if held + len(payload) > CHUNK_BYTES:
+                    run_rows(connection, MESSAGE_ROWS, rows)
+                    rows.clear()
+                    held = 0
+                held += len(payload)
                 add_row(
                     (
                         seq,
@@ -72,7 +79,7 @@ class Rows:
                         message.delivery_count,
                         digest,
                         encode_properties(properties) if properties else None,
-                        message.payload,
+                        payload,
                     )
                 )
                 add_history((queue_id, guid, accepted_at, digest))
@@ -156,6 +163,11 @@ CHUNK_ROWS = 256
 """Rows one statement takes at most (2,048 values for a message row of 8): a batch of
 1,000 PUTs is 3 statements of 256 and, for the rest, one of each power of two it
 needs (232 = 128 + 64 + 32 + 8), so that few statement texts are ever prepared."""
+CHUNK_BYTES = 1 << 20
+"""Payload bytes one statement of message rows binds at most (a larger payload goes
+alone). SQLite copies every blob it is bound, and keeps the copies until the statement
+is done: 256 payloads of 4 MiB in one statement would hold 1 GiB more for its length,
+where a statement a row held one payload's copy."""
 
 
 def run_rows(connection: sqlite3.Connection, statement: RowsStatement, values: list[Any]) -> None:

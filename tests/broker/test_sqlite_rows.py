@@ -17,7 +17,7 @@ import pytest
 
 from holdfast.broker import sqlite_rows, sqlite_schema
 from holdfast.broker.dedup import BrokerClock
-from holdfast.broker.sqlite_rows import CHUNK_ROWS, prune_history, run_rows
+from holdfast.broker.sqlite_rows import CHUNK_BYTES, CHUNK_ROWS, prune_history, run_rows
 from holdfast.broker.sqlite_schema import HISTORY_ROWS, REMOVED_ROWS
 from holdfast.broker.sqlite_store import SqliteStore
 from holdfast.broker.store import (
@@ -257,3 +257,33 @@ def test_history_accepted_at_the_cutoff_is_pruned_and_after_it_kept() -> None:
         connection.execute("INSERT INTO history VALUES (1, ?, ?, 0)", (str(at).encode(), at))
     assert prune_history(connection, 100.0, 10) == (2, False)
     assert connection.execute("SELECT accepted_at FROM history").fetchall() == [(101.0,)]
+
+
+def test_big_payloads_go_in_statements_of_a_bounded_size(
+    path: Path, store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite copies each bound blob until its statement is done: a statement of message
+    # rows binds at most CHUNK_BYTES of payload (one row when a payload alone is more).
+    big = CHUNK_BYTES * 6 // 10
+    messages = [
+        StoredMessage(QUEUE, uuid.uuid4().bytes, bytes([i]) * big, {}, CLOCK()) for i in range(5)
+    ]
+    small = stored(3)
+    statements: list[str] = []
+
+    def traced(connection: sqlite3.Connection, statement: Any, values: list[Any]) -> None:
+        if statement is sqlite_schema.MESSAGE_ROWS:
+            statements.append(statement.sql(len(values) // statement.width))
+            payloads = values[7 :: statement.width]
+            assert len(payloads) == 1 or sum(map(len, payloads)) <= CHUNK_BYTES
+        run_rows(connection, statement, values)
+
+    monkeypatch.setattr(sqlite_rows, "run_rows", traced)
+    write(store, StoreBatch(messages=[*small, *messages]))
+    store.close()
+    # The three small ones ride with the first big one; then one statement each.
+    assert len(statements) == 5
+    assert [payload for payload, _ in recovered(path)] == [
+        *(m.payload for m in small),
+        *(m.payload for m in messages),
+    ]
