@@ -1,6 +1,6 @@
 """Across a broker restart, on every durable store: a message's delivery count only
-grows (rule 9), and a replay of a GUID accepted before the restart is still a
-duplicate (rule 8)."""
+grows and a confirmed message stays gone (rule 9), and a replay of a GUID accepted
+before the restart is still a duplicate (rule 8)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,22 @@ def test_delivery_count_only_grows_across_a_restart(durable_world: World) -> Non
         inbox = Inbox(lambda m: m.confirm())
         session.open_queue(uri, read=True, on_message=inbox)
         assert [m.delivery_count for m in inbox.wait(1)] == [2]
+
+
+def test_confirmed_messages_stay_gone_across_a_restart(durable_world: World) -> None:
+    world = durable_world
+    uri = world.uri("confirmed")
+    with world.session() as session:
+        for payload in (b"m0", b"m1", b"m2", b"m3"):
+            assert post_and_wait(session, uri, payload) is AckStatus.SUCCESS
+        inbox = Inbox(lambda m: m.confirm() if m.payload in (b"m0", b"m2") else None)
+        queue = session.open_queue(uri, read=True, on_message=inbox)
+        inbox.wait(4)
+        session.flush(timeout=15)
+        queue.close()
+    assert [m.payload for m in wait_ready(world, uri, 2)] == [b"m1", b"m3"]
+    world.broker.restart()
+    assert [m.payload for m in wait_ready(world, uri, 2)] == [b"m1", b"m3"]
 
 
 def test_a_guid_accepted_before_a_restart_is_still_known_after_it(durable_world: World) -> None:
