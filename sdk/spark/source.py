@@ -36,6 +36,12 @@ breaks the guarantee); the sink is exactly-once itself (idempotent or transactio
 the file sink, ``format("holdfast")``); the query has this reader as its **only
 consumer** of the queue.
 
+**Reconnects.** After the SDK reconnects, the broker redelivers every message the
+connection before left unconfirmed, some of which the reader still holds: waiting for a
+batch (the newer delivery takes the older's place), or in a batch not yet committed
+(the newer delivery is confirmed when that batch commits, in the older's stead). Either
+way the GUID is in one batch once, in both modes.
+
 **Competing consumers.** A queue delivers each message to one of its consumers, round
 robin. Two queries (or a query and another application) reading one queue split its
 messages between them: each sees a part, which is what a work queue is for, but neither
@@ -48,6 +54,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -103,13 +110,18 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self._lock = threading.Lock()
         self._arrival = threading.Condition(self._lock)
-        self._arrived: list[Message] = []
+        # Delivered and not yet in a batch, by GUID in arrival order.
+        self._arrived: dict[uuid.UUID, Message] = {}
         self._last_arrival = time.monotonic()
         self._session: Session | None = None
         self._waited = False
         self._cutoff: float | None = None
         # Batches planned and not yet committed: (start, end) -> their messages.
         self._batches: dict[tuple[int, int], list[Message]] = {}
+        # The batch each of their GUIDs is in, and those whose message there came on
+        # an earlier connection and was delivered again (held below, confirmed instead).
+        self._planned: dict[uuid.UUID, tuple[int, int]] = {}
+        self._superseded: set[uuid.UUID] = set()
         self._rows: dict[tuple[int, int], list[SourceRow]] = {}
         self._wal = WriteAheadLog(options.wal_path) if options.wal_path else None
         # Exactly-once: which log batch holds a GUID (on disk), and redeliveries of
@@ -152,27 +164,39 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._session = session
 
     def _on_message(self, message: Message) -> None:
-        # On the SDK's dispatcher thread. Only a redelivery can be in the log already.
-        batch = None
-        if self._index is not None and message.delivery_count > 1:
-            batch = self._index.batch_of(message.guid)
-        if batch is not None and batch[1] <= self._committed_end:
-            _confirm(message)  # a late redelivery of a committed batch
-            return
+        # On the SDK's dispatcher thread. A message can come again while this reader
+        # holds it: after a reconnect the broker redelivers whatever the connection
+        # before left unconfirmed, here, planned into a batch, or in the log. Each GUID
+        # goes into one batch once; a later delivery replaces the one the reader holds
+        # (only the newest can be confirmed) or is held for its batch's commit.
+        committed = False
         with self._arrival:
+            guid = message.guid
+            if guid in self._arrived:
+                self._arrived[guid] = message
+                return
+            batch = self._planned.get(guid)
             if batch is not None:
-                self._held.setdefault(batch, []).append(message)
-            else:
-                self._arrived.append(message)
+                self._superseded.add(guid)
+            elif self._index is not None and message.delivery_count > 1:
+                batch = self._index.batch_of(guid)
+            if batch is None:
+                self._arrived[guid] = message
                 self._last_arrival = time.monotonic()
                 self._arrival.notify_all()
+            elif batch[1] <= self._committed_end:
+                committed = True
+            else:
+                self._held.setdefault(batch, []).append(message)
+        if committed:
+            _confirm(message)  # a late redelivery of a committed batch
 
     def _eligible(self) -> list[Message]:
         """What may go into a batch: under availableNow, what was accepted before it."""
         cutoff = self._cutoff
         if cutoff is None:
-            return self._arrived
-        return [m for m in self._arrived if m.accepted_at <= cutoff]
+            return list(self._arrived.values())
+        return [m for m in self._arrived.values() if m.accepted_at <= cutoff]
 
     def _wait_for_backlog(self, most: int) -> None:
         """Wait until ``most`` messages are here, or none came for ``BACKLOG_QUIET``
@@ -228,11 +252,14 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._waited = True
         with self._lock:
             taken = self._eligible()[:most]
-            chosen = {id(m) for m in taken}
-            self._arrived = [m for m in self._arrived if id(m) not in chosen]
+            end = begin + len(taken)
+            for message in taken:
+                del self._arrived[message.guid]
+                # Before the lock is let go: a redelivery that comes while the batch
+                # is written to the log and its index must find it planned.
+                self._planned[message.guid] = (begin, end)
         if not taken:
             return {"seq": begin}
-        end = begin + len(taken)
         rows = [message_row(message) for message in taken]
         if self._wal is not None and self._index is not None:
             self._wal.write(begin, end, rows)
@@ -284,7 +311,14 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with self._lock:
             self._committed_end = max(self._committed_end, high)
             held = [key for key in self._held if key[1] <= high]
-            messages = [m for key in done for m in self._batches.pop(key)]
+            messages = []
+            for key in done:
+                for message in self._batches.pop(key):
+                    self._planned.pop(message.guid, None)
+                    if message.guid in self._superseded:
+                        self._superseded.discard(message.guid)
+                    else:
+                        messages.append(message)
             messages += [m for key in held for m in self._held.pop(key)]
         for key in done:
             self._rows.pop(key, None)

@@ -1,0 +1,117 @@
+"""The streaming source's reader on the driver when the broker delivers a message again
+while the reader holds it: after a reconnect, every message the connection before left
+unconfirmed comes back, whether it still waits for a batch or is in one already.
+
+The reader is driven here as Spark drives it (``latestOffset``, ``partitions``,
+``read``, ``commit``) without a JVM: what is tested is which rows a batch gets and what
+reaches the broker, which is all on the driver.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadMaxRows
+
+from holdfast.sdk.spark.options import ReadOptions
+from holdfast.sdk.spark.source import QueueStreamReader
+from holdfast.sdk.types import Message
+from tests.spark.test_connector_stream import post_more
+from tests.support.processes import BrokerProcess, ProxyProcess
+from tests.support.sessions import drain_messages, unique_uri
+from tests.support.waiting import wait_until
+
+COUNT = 300
+
+
+class _Handled:
+    """Counts the deliveries the reader has handled (its ``on_message`` returned):
+    the session's own count moves when a PUSH arrives, before its handler ran."""
+
+    def __init__(self, reader: QueueStreamReader) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+        handle = reader._on_message
+
+        def counted(message: Message) -> None:
+            handle(message)
+            with self._lock:
+                self.count += 1
+
+        reader._on_message = counted  # type: ignore[method-assign]
+        reader._ensure_session()
+
+
+def _guids(reader: QueueStreamReader, start: int, end: int) -> list[uuid.UUID]:
+    partitions = reader.partitions({"seq": start}, {"seq": end})
+    return [uuid.UUID(row[4]) for part in partitions for row in reader.read(part)]
+
+
+def _reconnect_through(proxy: ProxyProcess, handled: _Handled, count: int) -> None:
+    """Cut the reader's connection (SIGKILL its proxy and start it again) and wait
+    until the reader has handled ``count`` deliveries in all."""
+    proxy.kill()
+    proxy.restart()
+    wait_until(lambda: handled.count >= count, 60, f"{count} deliveries handled")
+
+
+@pytest.fixture(params=["exactly-once", "at-least-once"])
+def options(request: pytest.FixtureRequest, tmp_path: Path) -> ReadOptions:
+    wal = str(tmp_path / "wal") if request.param == "exactly-once" else None
+    return ReadOptions(uri=unique_uri("source-redelivery"), wal_path=wal, max_rows_per_batch=1000)
+
+
+@pytest.mark.timeout(120)
+def test_a_message_delivered_again_before_a_batch_takes_it_goes_into_the_batch_once(
+    broker: BrokerProcess, options: ReadOptions, caplog: pytest.LogCaptureFixture
+) -> None:
+    posted: list[uuid.UUID] = []
+    post_more(broker, options.uri, posted, COUNT)
+    with ProxyProcess(["--upstream", broker.address]) as proxy:
+        reader = QueueStreamReader(replace(options, address=proxy.address))
+        try:
+            handled = _Handled(reader)
+            wait_until(lambda: handled.count >= COUNT, 60, "the backlog")
+            _reconnect_through(proxy, handled, 2 * COUNT)
+            end = reader.latestOffset({"seq": 0}, ReadMaxRows(10 * COUNT))
+            assert end == {"seq": COUNT}
+            guids = _guids(reader, 0, COUNT)
+            assert sorted(guids) == sorted(posted)
+            with caplog.at_level(logging.WARNING, logger="holdfast.sdk.spark"):
+                reader.commit(end)
+            # Only the newest delivery of each was confirmed: none was dropped.
+            assert "CONFIRM was dropped" not in caplog.text
+        finally:
+            reader.stop()
+    assert drain_messages(broker.address, options.uri, 0) == []
+
+
+@pytest.mark.timeout(120)
+def test_a_message_delivered_again_once_in_a_batch_is_confirmed_with_it_not_read_again(
+    broker: BrokerProcess, options: ReadOptions, caplog: pytest.LogCaptureFixture
+) -> None:
+    posted: list[uuid.UUID] = []
+    post_more(broker, options.uri, posted, COUNT)
+    with ProxyProcess(["--upstream", broker.address]) as proxy:
+        reader = QueueStreamReader(replace(options, address=proxy.address))
+        try:
+            handled = _Handled(reader)
+            wait_until(lambda: handled.count >= COUNT, 60, "the backlog")
+            first = reader.latestOffset({"seq": 0}, ReadMaxRows(10 * COUNT))
+            assert first == {"seq": COUNT}
+            assert sorted(_guids(reader, 0, COUNT)) == sorted(posted)
+            _reconnect_through(proxy, handled, 2 * COUNT)
+            with caplog.at_level(logging.WARNING, logger="holdfast.sdk.spark"):
+                # Spark asks for the next batch once the first is done (which commits
+                # it): nothing new came.
+                assert reader.latestOffset(first, ReadMaxRows(10 * COUNT)) == first
+                reader.commit(first)
+            assert "CONFIRM was dropped" not in caplog.text
+        finally:
+            reader.stop()
+    assert drain_messages(broker.address, options.uri, 0) == []
