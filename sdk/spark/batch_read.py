@@ -10,26 +10,33 @@ With ``.option("consume", "true")`` the read takes the messages off the queue th
 an ordinary consumer session (a proxy will do): every message the broker accepted before
 the read started, in chunks of up to ``maxRowsPerBatch``; a chunk's messages are
 confirmed once the task has handed all of them to Spark, so a task that dies earlier
-leaves them to be redelivered. A job that fails after its read task has finished does
-not put them back (at most once for the job): ``readStream`` with ``walPath`` is the
-exactly-once way to consume.
+leaves them to be redelivered. A reconnect during the read (a proxy or broker restart)
+neither fails the task nor gives a row twice: the messages redelivered after it that
+the task has handed already are confirmed, not read again (``_Inbox``). A job that
+fails after its read task has finished does not put them back (at most once for the
+job): ``readStream`` with ``walPath`` is the exactly-once way to consume.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from holdfast.sdk.admin import AdminClient
+from holdfast.sdk.errors import ConfirmDroppedError
 from holdfast.sdk.failover import parse_addresses
 from holdfast.sdk.options import QueueOptions, default_address
 from holdfast.sdk.session import Session
 from holdfast.sdk.spark.columns import SourceRow, source_row
 from holdfast.sdk.spark.options import ReadOptions
 from holdfast.sdk.spark.source import BACKLOG_QUIET, message_row
+from holdfast.sdk.spark.walindex import GuidIndex
 from holdfast.sdk.types import Message
 
 PEEK_PAGE = 1000
@@ -83,39 +90,87 @@ def _peek(options: ReadOptions) -> Iterator[SourceRow]:
 
 
 class _Inbox:
-    """Messages PUSHed to the read's session, accepted before ``cutoff``."""
+    """Messages PUSHed to the read's session, accepted before ``cutoff``.
+
+    A message is ``waiting`` (not yet in a chunk), then ``handed`` (its row is in the
+    chunk being handed to Spark), then confirmed; a handed message whose CONFIRM was
+    dropped (its connection is gone) is ``owed`` until its redelivery comes. After a
+    reconnect the broker redelivers whatever the connection before left unconfirmed
+    (or whose CONFIRM it never got): a newer delivery takes a waiting or handed one's
+    place (only the newest can be confirmed), and a redelivery of a row already handed
+    is confirmed on arrival, never read again. The GUIDs handed are kept in a
+    ``GuidIndex`` on local disk, so a task's memory does not grow with its rows.
+    """
 
     def __init__(self, cutoff: float) -> None:
         self.cutoff = cutoff
         self.arrival = threading.Condition()
-        self.messages: list[Message] = []
+        self.waiting: dict[uuid.UUID, Message] = {}
+        self.handed: dict[uuid.UUID, Message] = {}
+        self.owed: set[uuid.UUID] = set()
+        self.index = GuidIndex()
+        self.chunks = 0
         self.last = time.monotonic()
 
     def __call__(self, message: Message) -> None:
         if message.accepted_at > self.cutoff:
             return  # came after the read started: left unconfirmed, so redelivered
+        guid = message.guid
+        # Confirms happen under the lock too, so a redelivery and the CONFIRM of the
+        # delivery before it are never interleaved.
         with self.arrival:
-            self.messages.append(message)
-            self.last = time.monotonic()
+            if guid in self.handed:
+                self.handed[guid] = message
+            elif message.delivery_count > 1 and self.index.batch_of(guid) is not None:
+                self._settle(message)
+            else:
+                self.waiting[guid] = message
+                self.last = time.monotonic()
             self.arrival.notify_all()
 
     def take(self, most: int, deadline: float) -> list[Message]:
         """Up to ``most`` messages once that many came, or none came for
-        ``BACKLOG_QUIET`` seconds, or ``deadline`` passed."""
+        ``BACKLOG_QUIET`` seconds (and no owed CONFIRM waits for its redelivery), or
+        ``deadline`` passed. The messages taken are handed until ``confirm_handed``."""
         with self.arrival:
             while True:
                 now = time.monotonic()
-                quiet_until = self.last + BACKLOG_QUIET
-                if len(self.messages) >= most or now >= quiet_until or now >= deadline:
-                    taken, self.messages = self.messages[:most], self.messages[most:]
+                quiet = now >= self.last + BACKLOG_QUIET and not self.owed
+                if len(self.waiting) >= most or quiet or now >= deadline:
+                    taken = list(itertools.islice(self.waiting.values(), most))
+                    for message in taken:
+                        del self.waiting[message.guid]
+                        self.handed[message.guid] = message
+                    self.chunks += 1
+                    self.index.add(self.chunks, self.chunks, self.handed)
                     return taken
-                self.arrival.wait(min(quiet_until, deadline) - now)
+                wake = deadline if self.owed else min(self.last + BACKLOG_QUIET, deadline)
+                self.arrival.wait(wake - now)
+
+    def confirm_handed(self) -> None:
+        """Confirm the newest delivery of each handed message (its row is with Spark)."""
+        with self.arrival:
+            for message in self.handed.values():
+                self._settle(message)
+            self.handed.clear()
+
+    def close(self) -> None:
+        """Remove the index of handed GUIDs."""
+        self.index.close()
+
+    def _settle(self, message: Message) -> None:
+        try:
+            message.confirm()
+        except ConfirmDroppedError:
+            self.owed.add(message.guid)  # the broker redelivers it: confirmed then
+        else:
+            self.owed.discard(message.guid)
 
 
 def _consume(options: ReadOptions) -> Iterator[SourceRow]:
     inbox = _Inbox(time.time())
     most = options.max_rows_per_batch
-    with Session(options.address) as session:
+    with contextlib.closing(inbox), Session(options.address) as session:
         session.open_queue(
             options.uri,
             read=True,
@@ -129,5 +184,4 @@ def _consume(options: ReadOptions) -> Iterator[SourceRow]:
             if not chunk:
                 return
             yield from (message_row(message) for message in chunk)
-            for message in chunk:
-                message.confirm()
+            inbox.confirm_handed()

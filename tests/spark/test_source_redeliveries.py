@@ -1,10 +1,11 @@
-"""The streaming source's reader on the driver when the broker delivers a message again
-while the reader holds it: after a reconnect, every message the connection before left
-unconfirmed comes back, whether it still waits for a batch or is in one already.
+"""The source's readers when the broker delivers a message again while the reader holds
+it: after a reconnect, every message the connection before left unconfirmed comes back,
+whether it still waits for a batch or is in one already.
 
-The reader is driven here as Spark drives it (``latestOffset``, ``partitions``,
-``read``, ``commit``) without a JVM: what is tested is which rows a batch gets and what
-reaches the broker, which is all on the driver.
+The readers are driven here as Spark drives them (the streaming reader's
+``latestOffset``, ``partitions``, ``read``, ``commit``; the batch reader's ``read`` of
+its partition) without a JVM: what is tested is which rows they give and what reaches
+the broker, which happens in these calls.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
+from holdfast.sdk.spark.batch_read import QueueBatchReader, QueuePartition
 from holdfast.sdk.spark.options import ReadOptions
 from holdfast.sdk.spark.source import QueueStreamReader
 from holdfast.sdk.types import Message
@@ -115,3 +117,24 @@ def test_a_message_delivered_again_once_in_a_batch_is_confirmed_with_it_not_read
         finally:
             reader.stop()
     assert drain_messages(broker.address, options.uri, 0) == []
+
+
+@pytest.mark.timeout(120)
+def test_a_consuming_batch_read_gives_each_message_once_through_a_proxy_kill(
+    broker: BrokerProcess,
+) -> None:
+    """``spark.read`` with ``consume``: the proxy is killed while the task hands a chunk
+    to Spark, so the chunk's CONFIRMs are dropped and the broker redelivers it. The task
+    does not fail, reads no message twice, and leaves the queue empty."""
+    uri = unique_uri("consume-reconnect")
+    posted: list[uuid.UUID] = []
+    post_more(broker, uri, posted, COUNT)
+    with ProxyProcess(["--upstream", broker.address]) as proxy:
+        options = ReadOptions(uri=uri, address=proxy.address, max_rows_per_batch=100, consume=True)
+        rows = QueueBatchReader(options).read(QueuePartition())
+        seen = [next(rows)[4] for _ in range(50)]
+        proxy.kill()
+        proxy.restart()
+        seen += [row[4] for row in rows]
+    assert sorted(seen) == sorted(str(guid) for guid in posted)
+    assert drain_messages(broker.address, uri, 0) == []
