@@ -1,11 +1,12 @@
 """Where a request/reply call spends its CPU, per process, through the proxy.
 
-    .venv/bin/python bench/profile_rpc.py [--aio] [--count N] [--window N]
+    .venv/bin/python bench/profile_rpc.py [--aio] [--direct] [--count N] [--window N]
 
 Starts a broker (memory store), a proxy and ``rpcload.WORKERS`` echo workers (the
 shape of ``make bench``), makes ``count`` pipelined calls with ``window`` in flight
 from this process, and prints each process's CPU seconds (user + system, from
 ``/proc/<pid>/stat``) per call, and the garbage collector's time in the caller.
+``--direct``: the caller and the workers go straight to the broker (the proxy idles).
 ``bench/PROFILE.md`` has runs and what they mean.
 """
 
@@ -97,6 +98,9 @@ def main() -> None:
     parser.add_argument("--aio", action="store_true", help="the asyncio caller and workers")
     parser.add_argument("--count", type=int, default=20_000)
     parser.add_argument("--window", type=int, default=rpcload.WINDOW)
+    parser.add_argument(
+        "--direct", action="store_true", help="caller and workers straight to the broker"
+    )
     args = parser.parse_args()
     uri = "hf://bench/rpc-profile"
     with (
@@ -105,8 +109,9 @@ def main() -> None:
         contextlib.ExitStack() as workers,
     ):
         pids = {"caller": os.getpid(), "proxy": proxy.pid, "broker": broker.pid}
+        address = broker.address if args.direct else proxy.address
         for index in range(rpcload.WORKERS):
-            worker = rpcload._worker(proxy.address, uri, 64 if args.aio else 8, args.aio)
+            worker = rpcload._worker(address, uri, 64 if args.aio else 8, args.aio)
             workers.enter_context(worker)
             assert worker._proc is not None
             pids[f"worker {index}"] = worker._proc.pid
@@ -114,9 +119,9 @@ def main() -> None:
         collector = GcTimer()
         started = time.perf_counter()
         if args.aio:
-            asyncio.run(aio_calls(proxy.address, uri, args.count, args.window))
+            asyncio.run(aio_calls(address, uri, args.count, args.window))
         else:
-            threaded_calls(proxy.address, uri, args.count, args.window)
+            threaded_calls(address, uri, args.count, args.window)
         elapsed = time.perf_counter() - started
         spent = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
     print(f"{args.count / elapsed:,.0f} calls/s ({'asyncio' if args.aio else 'threaded'})")
