@@ -287,3 +287,29 @@ def test_big_payloads_go_in_statements_of_a_bounded_size(
         *(m.payload for m in small),
         *(m.payload for m in messages),
     ]
+
+
+def test_a_statement_binds_at_most_one_mib_of_payload(
+    path: Path, store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The documented bound, in numbers: ten payloads of 100 KiB fit in 1 MiB, eleven do
+    # not, so 25 of them go as groups of 10, 10 and 5 rows (statements of 8 and 2, 8 and
+    # 2, 4 and 1). A bound of 2 MiB would bind 16 rows at once; one of a few bytes, 1.
+    messages = [
+        StoredMessage(QUEUE, uuid.uuid4().bytes, bytes([i]) * 100 * 1024, {}, CLOCK())
+        for i in range(25)
+    ]
+    bound: list[tuple[int, int]] = []
+
+    def traced(connection: sqlite3.Connection, statement: Any, values: list[Any]) -> None:
+        if statement is sqlite_schema.MESSAGE_ROWS:
+            payloads = values[7 :: statement.width]
+            bound.append((len(payloads), sum(map(len, payloads))))
+        run_rows(connection, statement, values)
+
+    monkeypatch.setattr(sqlite_rows, "run_rows", traced)
+    write(store, StoreBatch(messages=messages))
+    store.close()
+    assert [rows for rows, _ in bound] == [10, 10, 5]
+    assert max(size for _, size in bound) <= 1 << 20
+    assert [payload for payload, _ in recovered(path)] == [m.payload for m in messages]
