@@ -313,3 +313,28 @@ def test_a_statement_binds_at_most_one_mib_of_payload(
     assert [rows for rows, _ in bound] == [10, 10, 5]
     assert max(size for _, size in bound) <= 1 << 20
     assert [payload for payload, _ in recovered(path)] == [m.payload for m in messages]
+
+
+def test_payloads_that_fill_the_bound_exactly_share_a_statement(
+    path: Path, store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # At most 1 MiB, to the byte: four quarters fill a statement, a fifth does not join
+    # it, and a 1-byte payload after a full statement starts the next one.
+    quarter = (1 << 20) // 4
+    sizes = [quarter] * 8 + [1]
+    messages = [
+        StoredMessage(QUEUE, uuid.uuid4().bytes, bytes([i]) * size, {}, CLOCK())
+        for i, size in enumerate(sizes)
+    ]
+    groups: list[int] = []
+
+    def traced(connection: sqlite3.Connection, statement: Any, values: list[Any]) -> None:
+        if statement is sqlite_schema.MESSAGE_ROWS:
+            groups.append(len(values) // statement.width)
+        run_rows(connection, statement, values)
+
+    monkeypatch.setattr(sqlite_rows, "run_rows", traced)
+    write(store, StoreBatch(messages=messages))
+    store.close()
+    assert groups == [4, 4, 1]
+    assert [payload for payload, _ in recovered(path)] == [m.payload for m in messages]
