@@ -51,6 +51,7 @@ the other. Give each query that needs every message a queue of its own.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -191,12 +192,21 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if committed:
             _confirm(message)  # a late redelivery of a committed batch
 
-    def _eligible(self) -> list[Message]:
-        """What may go into a batch: under availableNow, what was accepted before it."""
+    def _eligible(self, most: int) -> list[Message]:
+        """Up to ``most`` of what may go into a batch, in arrival order: under
+        availableNow, what was accepted before it."""
+        arrived = self._arrived.values()
+        cutoff = self._cutoff
+        if cutoff is not None:
+            return list(itertools.islice((m for m in arrived if m.accepted_at <= cutoff), most))
+        return list(itertools.islice(arrived, most))
+
+    def _eligible_count(self) -> int:
+        """How many messages may go into a batch now (see ``_eligible``)."""
         cutoff = self._cutoff
         if cutoff is None:
-            return list(self._arrived.values())
-        return [m for m in self._arrived.values() if m.accepted_at <= cutoff]
+            return len(self._arrived)
+        return sum(1 for m in self._arrived.values() if m.accepted_at <= cutoff)
 
     def _wait_for_backlog(self, most: int) -> None:
         """Wait until ``most`` messages are here, or none came for ``BACKLOG_QUIET``
@@ -208,7 +218,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 now = time.monotonic()
                 quiet_until = self._last_arrival + BACKLOG_QUIET
                 if (
-                    len(self._eligible()) >= most
+                    self._eligible_count() >= most
                     or len(self._arrived) + in_flight >= self._room
                     or now >= quiet_until
                     or now >= deadline
@@ -251,7 +261,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._wait_for_backlog(most)
             self._waited = True
         with self._lock:
-            taken = self._eligible()[:most]
+            taken = self._eligible(most)
             end = begin + len(taken)
             for message in taken:
                 del self._arrived[message.guid]
