@@ -318,10 +318,11 @@ def test_a_statement_binds_at_most_one_mib_of_payload(
 def test_payloads_that_fill_the_bound_exactly_share_a_statement(
     path: Path, store: SqliteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # At most 1 MiB, to the byte: four quarters fill a statement, a fifth does not join
-    # it, and a 1-byte payload after a full statement starts the next one.
+    # At most 1 MiB, to the byte: four quarters fill a statement and a 1-byte payload
+    # after them starts the next, which then takes three quarters; the last quarter and
+    # byte go together.
     quarter = (1 << 20) // 4
-    sizes = [quarter] * 8 + [1]
+    sizes = [quarter] * 4 + [1] + [quarter] * 4 + [1]
     messages = [
         StoredMessage(QUEUE, uuid.uuid4().bytes, bytes([i]) * size, {}, CLOCK())
         for i, size in enumerate(sizes)
@@ -336,5 +337,5 @@ def test_payloads_that_fill_the_bound_exactly_share_a_statement(
     monkeypatch.setattr(sqlite_rows, "run_rows", traced)
     write(store, StoreBatch(messages=messages))
     store.close()
-    assert groups == [4, 4, 1]
+    assert groups == [4, 4, 2]
     assert [payload for payload, _ in recovered(path)] == [m.payload for m in messages]
