@@ -315,14 +315,26 @@ def test_a_statement_binds_at_most_one_mib_of_payload(
     assert [payload for payload, _ in recovered(path)] == [m.payload for m in messages]
 
 
+QUARTER = (1 << 20) // 4
+
+
+@pytest.mark.parametrize(
+    ("sizes", "expected"),
+    [
+        # The first statement filled to the byte, and the second after it too.
+        ([QUARTER] * 8 + [1], [4, 4, 1]),
+        # One byte past a full first statement starts the next.
+        ([QUARTER] * 4 + [1], [4, 1]),
+    ],
+)
 def test_payloads_that_fill_the_bound_exactly_share_a_statement(
-    path: Path, store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+    path: Path,
+    store: SqliteStore,
+    monkeypatch: pytest.MonkeyPatch,
+    sizes: list[int],
+    expected: list[int],
 ) -> None:
-    # At most 1 MiB, to the byte: four quarters fill a statement and a 1-byte payload
-    # after them starts the next, which then takes three quarters; the last quarter and
-    # byte go together.
-    quarter = (1 << 20) // 4
-    sizes = [quarter] * 4 + [1] + [quarter] * 4 + [1]
+    # At most 1 MiB, to the byte, in every statement of a batch.
     messages = [
         StoredMessage(QUEUE, uuid.uuid4().bytes, bytes([i]) * size, {}, CLOCK())
         for i, size in enumerate(sizes)
@@ -337,5 +349,5 @@ def test_payloads_that_fill_the_bound_exactly_share_a_statement(
     monkeypatch.setattr(sqlite_rows, "run_rows", traced)
     write(store, StoreBatch(messages=messages))
     store.close()
-    assert groups == [4, 4, 2]
+    assert groups == expected
     assert [payload for payload, _ in recovered(path)] == [m.payload for m in messages]
