@@ -83,3 +83,21 @@ def durable_world(
     directory = tmp_path_factory.mktemp(f"{kind}-durable")
     with open_world(kind, store_spec(kind, request, directory), "direct", directory) as world:
         yield world
+
+
+@pytest.fixture(
+    scope="module",
+    params=[(s, p) for s in STORES if s != "memory" for p in PATHS],
+    ids=[f"{s}-{p}" for s in STORES if s != "memory" for p in PATHS],
+)
+def restarted_world(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[World]:
+    """A broker on each durable store, seen directly or through a proxy, for rules that
+    must hold across the broker's restart: through the proxy, what the clients did
+    before it (a CONFIRM, a PUT) was relayed, and the proxy's upstream link reconnects
+    after it."""
+    kind, path = request.param
+    directory = tmp_path_factory.mktemp(f"{kind}-{path}-restarted")
+    with open_world(kind, store_spec(kind, request, directory), path, directory) as world:
+        yield world

@@ -1,6 +1,6 @@
-"""Across a broker restart, on every durable store: a message's delivery count only
-grows and a confirmed message stays gone (rule 9), and a replay of a GUID accepted
-before the restart is still a duplicate (rule 8)."""
+"""Across a broker restart, on every durable store, directly and through the proxy: a
+message's delivery count only grows and a confirmed message stays gone (rule 9), and a
+replay of a GUID accepted before the restart is still a duplicate (rule 8)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from tests.conformance.support import Inbox, peek, post_and_wait, wait_ready
 pytestmark = [pytest.mark.conformance, pytest.mark.timeout(90)]
 
 
-def test_delivery_count_only_grows_across_a_restart(durable_world: World) -> None:
-    world = durable_world
+def test_delivery_count_only_grows_across_a_restart(restarted_world: World) -> None:
+    world = restarted_world
     uri = world.uri()
     with world.session() as session:
         assert post_and_wait(session, uri, b"survives") is AckStatus.SUCCESS
@@ -35,8 +35,8 @@ def test_delivery_count_only_grows_across_a_restart(durable_world: World) -> Non
         assert [m.delivery_count for m in inbox.wait(1)] == [2]
 
 
-def test_confirmed_messages_stay_gone_across_a_restart(durable_world: World) -> None:
-    world = durable_world
+def test_confirmed_messages_stay_gone_across_a_restart(restarted_world: World) -> None:
+    world = restarted_world
     uri = world.uri("confirmed")
     with world.session() as session:
         for payload in (b"m0", b"m1", b"m2", b"m3"):
@@ -51,8 +51,8 @@ def test_confirmed_messages_stay_gone_across_a_restart(durable_world: World) -> 
     assert [m.payload for m in wait_ready(world, uri, 2)] == [b"m1", b"m3"]
 
 
-def test_a_guid_accepted_before_a_restart_is_still_known_after_it(durable_world: World) -> None:
-    world = durable_world
+def test_a_guid_accepted_before_a_restart_is_still_known_after_it(restarted_world: World) -> None:
+    world = restarted_world
     uri, guid = world.uri(), uuid.uuid4()
     with world.session() as session:
         assert post_and_wait(session, uri, b"once", guid=guid) is AckStatus.SUCCESS
@@ -64,9 +64,9 @@ def test_a_guid_accepted_before_a_restart_is_still_known_after_it(durable_world:
 
 
 def test_delivery_counts_kept_across_a_restart_make_the_limit_hold_across_it(
-    durable_world: World,
+    restarted_world: World,
 ) -> None:
-    world = durable_world
+    world = restarted_world
     uri, dead = world.uri("limit"), world.uri("dead")
     world.admin.set_policy(uri, QueuePolicy(max_deliveries=3, dead_letter=dead))
     with world.session() as session:
