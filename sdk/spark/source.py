@@ -119,17 +119,16 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._cutoff: float | None = None
         # Batches planned and not yet committed: (start, end) -> their messages.
         self._batches: dict[tuple[int, int], list[Message]] = {}
-        # The batch each of their GUIDs is in, and those whose message there came on
-        # an earlier connection and was delivered again (held below, confirmed instead).
+        # The batch each of their GUIDs is in.
         self._planned: dict[uuid.UUID, tuple[int, int]] = {}
-        self._superseded: set[uuid.UUID] = set()
         self._rows: dict[tuple[int, int], list[SourceRow]] = {}
         self._wal = WriteAheadLog(options.wal_path) if options.wal_path else None
-        # Exactly-once: which log batch holds a GUID (on disk), and redeliveries of
-        # uncommitted batches held for their commit.
+        # Exactly-once: which log batch holds a GUID (on disk).
         self._index: GuidIndex | None = None
         self._committed_end = 0
-        self._held: dict[tuple[int, int], list[Message]] = {}
+        # Redeliveries of messages in uncommitted batches (both modes), the newest by
+        # GUID: confirmed at their batch's commit, instead of the batch's older copy.
+        self._held: dict[tuple[int, int], dict[uuid.UUID, Message]] = {}
         if self._wal is not None:
             self._index = GuidIndex()
             self._committed_end = self._wal.committed_end()
@@ -177,9 +176,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self._arrived[guid] = message
                 return
             batch = self._planned.get(guid)
-            if batch is not None:
-                self._superseded.add(guid)
-            elif self._index is not None and message.delivery_count > 1:
+            if batch is None and self._index is not None and message.delivery_count > 1:
                 batch = self._index.batch_of(guid)
             if batch is None:
                 self._arrived[guid] = message
@@ -188,7 +185,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             elif batch[1] <= self._committed_end:
                 committed = True
             else:
-                self._held.setdefault(batch, []).append(message)
+                self._held.setdefault(batch, {})[guid] = message  # the newest kept
         if committed:
             _confirm(message)  # a late redelivery of a committed batch
 
@@ -321,15 +318,16 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with self._lock:
             self._committed_end = max(self._committed_end, high)
             held = [key for key in self._held if key[1] <= high]
+            redelivered = [m for key in held for m in self._held.pop(key).values()]
+            # A batch's message delivered again since is confirmed by its newer delivery.
+            newer = {m.guid for m in redelivered}
             messages = []
             for key in done:
                 for message in self._batches.pop(key):
                     self._planned.pop(message.guid, None)
-                    if message.guid in self._superseded:
-                        self._superseded.discard(message.guid)
-                    else:
+                    if message.guid not in newer:
                         messages.append(message)
-            messages += [m for key in held for m in self._held.pop(key)]
+            messages += redelivered
         for key in done:
             self._rows.pop(key, None)
         for message in messages:
