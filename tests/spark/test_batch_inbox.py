@@ -25,9 +25,11 @@ pytestmark = pytest.mark.timeout(30)
 
 
 class _Connections:
-    """Deliveries on numbered connections; only the current one's CONFIRMs leave."""
+    """Deliveries on numbered connections; only the current one's CONFIRMs leave. Every
+    message was accepted before ``cutoff`` (the read's start), however slow the test."""
 
-    def __init__(self) -> None:
+    def __init__(self, cutoff: float) -> None:
+        self.cutoff = cutoff
         self.current = 1
         self.confirmed: list[tuple[uuid.UUID, int]] = []
         """(GUID, connection) of each CONFIRM that left."""
@@ -43,7 +45,7 @@ class _Connections:
             self._settle,
             1,
             self.current,
-            accepted_at=time.time() - 1.0,
+            accepted_at=self.cutoff - 1.0,
         )
 
     def reconnect(self) -> None:
@@ -65,7 +67,7 @@ def inbox() -> Iterator[_Inbox]:
 
 
 def test_a_redelivery_while_its_row_is_handed_is_the_one_confirmed(inbox: _Inbox) -> None:
-    link = _Connections()
+    link = _Connections(inbox.cutoff)
     guid = uuid.uuid4()
     inbox(link.deliver(guid))
     assert [message.guid for message in inbox.take(1, time.monotonic() + 5)] == [guid]
@@ -83,7 +85,7 @@ def test_a_redelivery_while_its_row_is_handed_is_the_one_confirmed(inbox: _Inbox
 
 
 def test_a_redelivery_after_the_chunk_is_confirmed_on_arrival(inbox: _Inbox) -> None:
-    link = _Connections()
+    link = _Connections(inbox.cutoff)
     guids = [uuid.uuid4() for _ in range(3)]
     for guid in guids:
         inbox(link.deliver(guid))
@@ -101,7 +103,7 @@ def test_a_redelivery_after_the_chunk_is_confirmed_on_arrival(inbox: _Inbox) -> 
 
 
 def test_a_redelivery_of_a_waiting_message_replaces_it(inbox: _Inbox) -> None:
-    link = _Connections()
+    link = _Connections(inbox.cutoff)
     first, second = uuid.uuid4(), uuid.uuid4()
     inbox(link.deliver(first))
     inbox(link.deliver(second))
@@ -119,7 +121,7 @@ def test_a_redelivery_of_a_waiting_message_replaces_it(inbox: _Inbox) -> None:
 
 
 def test_an_owed_confirm_keeps_the_read_open_until_its_redelivery(inbox: _Inbox) -> None:
-    link = _Connections()
+    link = _Connections(inbox.cutoff)
     guid = uuid.uuid4()
     inbox(link.deliver(guid))
     inbox.take(1, time.monotonic() + 5)
@@ -142,9 +144,9 @@ def test_an_owed_confirm_keeps_the_read_open_until_its_redelivery(inbox: _Inbox)
 
 
 def test_a_delivery_accepted_after_the_read_began_is_left(inbox: _Inbox) -> None:
-    link = _Connections()
+    link = _Connections(inbox.cutoff)
     late = link.deliver(uuid.uuid4())
-    late.accepted_at = inbox.cutoff + 1.0
+    late.accepted_at = inbox.cutoff + 1.0  # accepted after the read began
     inbox(late)
     assert not inbox.waiting
     assert link.confirmed == []
