@@ -208,10 +208,8 @@ class PutPipeline:
                                 queue.uri,
                                 guid,
                                 payload,
-                                # Not dict(): see validate.check_properties.
-                                {k: properties[k] for k in properties}
-                                if properties
-                                else NO_PROPERTIES,
+                                # The batch's own dict (``PutColumns.properties``): kept.
+                                properties or NO_PROPERTIES,
                                 now,
                                 0,
                                 digest,

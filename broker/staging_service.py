@@ -359,7 +359,7 @@ class StagingService:
             [row.guid for row in rows],
             [row.payload for row in rows],
             [0] * len(rows),
-            {i: row.properties for i, row in enumerate(rows) if row.properties},
+            {i: dict(row.properties) for i, row in enumerate(rows) if row.properties},
         )
         collector = _AckCollector()
         queue.handles += 1  # not dropped as idle while it is being written

@@ -23,7 +23,7 @@ from holdfast.proto.logs import quiet_library_logger
 
 quiet_library_logger()
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 """The protocol version this code speaks."""
 
 SERVICE_NAME = "holdfast.v1.Broker"

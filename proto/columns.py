@@ -1,9 +1,11 @@
-"""Columnar batches (protocol version 2): building them and reading them back.
+"""Columnar batches (protocol version 3): building them and reading them back.
 
 A batch of N messages carries each field as one column (see ``holdfast.proto``):
 the GUIDs packed in one ``bytes`` of 16*N, the payloads end to end with their
 lengths, queue handles once per message or once for all, optional columns empty for
-their default, and properties only for the messages that have them.
+their default, and properties only for the messages that have them, grouped by their
+keys (``PropertyGroup``: the keys once, then the values message after message), so a
+batch of request/reply messages names its four keys once, not four times a message.
 
 Readers check that the columns agree on N before anything is taken: a batch that
 does not is ``Malformed`` (answered with an Error MALFORMED_FRAME), since it cannot
@@ -89,8 +91,8 @@ def split_payloads(buffer: bytes, lengths: Sequence[int], count: int) -> list[by
 def indexed_properties(
     column: Iterable[pb.IndexedProperties], count: int
 ) -> dict[int, Mapping[str, str]]:
-    """The properties of the messages that have any, by index; ``Malformed`` for an
-    index past ``count``."""
+    """The properties of the rows of a staged write (``StageRows``) that have any, by
+    index; ``Malformed`` for an index past ``count``."""
     found: dict[int, Mapping[str, str]] = {}
     for entry in column:
         if entry.index >= count:
@@ -104,11 +106,63 @@ def indexed_properties(
     return found
 
 
-def add_properties(
-    column: Iterable[tuple[int, Mapping[str, str]]],
-    target: pb.PutBatch | pb.PushBatch | pb.StageRows,
+def grouped_properties(groups: Iterable[pb.PropertyGroup], count: int) -> dict[int, dict[str, str]]:
+    """The properties of the messages that have any, by index, read from a batch's
+    ``property_groups``; ``Malformed`` for an index past ``count`` or in two groups, a
+    group without keys or naming a key twice, or one whose values are not its indexes
+    times its keys."""
+    found: dict[int, dict[str, str]] = {}
+    listed = 0
+    for group in groups:
+        indexes = group.indexes
+        keys = tuple(group.keys)
+        width = len(keys)
+        values = group.values
+        if len(values) != width * len(indexes):
+            raise Malformed(
+                f"a property group of {len(indexes)} messages and {width} keys "
+                f"with {len(values)} values"
+            )
+        if not indexes:
+            continue
+        if not width or len(set(keys)) != width:
+            raise Malformed(f"a property group whose {width} keys are not distinct names")
+        if max(indexes) >= count:
+            raise Malformed(f"properties for message {max(indexes)} of a batch of {count}")
+        # A dict of its own per message (the frame is not kept alive by it), built in C:
+        # the values cut into rows of ``width``, each zipped with the group's keys,
+        # whose strings every message of the group then shares.
+        rows = zip(*[iter(values)] * width, strict=True)
+        found.update(zip(indexes, map(dict, map(zip, repeat(keys), rows)), strict=True))
+        listed += len(indexes)
+    if len(found) != listed:
+        raise Malformed("a message of the batch in two property groups, or twice in one")
+    return found
+
+
+def add_property_groups(
+    column: Iterable[tuple[int, Mapping[str, str]]], target: pb.PutBatch | pb.PushBatch
 ) -> None:
-    """Append (index, entries) to ``target``'s sparse ``properties`` column."""
+    """Append (index, entries) to ``target``'s ``property_groups``: one group per
+    sequence of keys, in the order each first appears."""
+    groups: dict[tuple[str, ...], tuple[list[int], list[str]]] = {}
+    for index, entries in column:
+        if not entries:
+            continue
+        keys = tuple(entries)
+        group = groups.get(keys)
+        if group is None:
+            groups[keys] = ([index], list(entries.values()))
+        else:
+            group[0].append(index)
+            group[1].extend(entries.values())
+    add = target.property_groups.add
+    for keys, (indexes, values) in groups.items():
+        add(indexes=indexes, keys=keys, values=values)
+
+
+def add_properties(column: Iterable[tuple[int, Mapping[str, str]]], target: pb.StageRows) -> None:
+    """Append (index, entries) to a staged write's sparse ``properties`` column."""
     add = target.properties.add
     for index, entries in column:
         # Entry by entry: add(entries=...) fills the map through the Python
@@ -145,7 +199,9 @@ class PutColumns(NamedTuple):
     guids: list[bytes]
     payloads: list[bytes]
     ages_ms: Sequence[int]
-    properties: dict[int, Mapping[str, str]]
+    properties: dict[int, dict[str, str]]
+    """By index, the properties of the PUTs that have any: dicts of the batch's own,
+    which the paths that keep a PUT keep as they are."""
 
     def rows(self) -> Iterable[PutRow]:
         """The PUTs one by one, in batch order."""
@@ -168,7 +224,7 @@ def read_puts(batch: pb.PutBatch) -> PutColumns:
         guids,
         split_payloads(batch.payloads, batch.payload_lengths, count),
         _optional(batch.ages_ms, count, 0, "ages_ms"),
-        indexed_properties(batch.properties, count),
+        grouped_properties(batch.property_groups, count),
     )
 
 
@@ -188,7 +244,7 @@ def put_batch(
         payload_lengths=[len(p) for p in payloads],
         ages_ms=ages_ms if any(ages_ms) else (),
     )
-    add_properties(properties, batch)
+    add_property_groups(properties, batch)
     return batch
 
 
@@ -238,7 +294,7 @@ def read_pushes(batch: pb.PushBatch) -> list[tuple[int, PushRow]]:
     payloads = split_payloads(batch.payloads, batch.payload_lengths, count)
     counts = _optional(batch.delivery_counts, count, 1, "delivery_counts")
     ages = _optional(batch.ages_ms, count, 0, "ages_ms")
-    properties = indexed_properties(batch.properties, count)
+    properties = grouped_properties(batch.property_groups, count)
     empty: Mapping[str, str] = {}
     return [
         (queue_id, PushRow(guid, payload, properties.get(i, empty), delivered, age))
@@ -266,7 +322,7 @@ def push_batch(
         delivery_counts=() if delivery_counts.count(1) == len(delivery_counts) else delivery_counts,
         ages_ms=ages_ms if any(ages_ms) else (),
     )
-    add_properties(properties, batch)
+    add_property_groups(properties, batch)
     return batch
 
 
@@ -326,7 +382,9 @@ __all__ = [
     "RejectRow",
     "ack_batch",
     "add_properties",
+    "add_property_groups",
     "confirm_batch",
+    "grouped_properties",
     "indexed_properties",
     "push_batch",
     "put_batch",

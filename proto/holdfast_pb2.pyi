@@ -385,21 +385,31 @@ class IndexedProperties(_message.Message):
     entries: _containers.ScalarMap[str, str]
     def __init__(self, index: _Optional[int] = ..., entries: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
+class PropertyGroup(_message.Message):
+    __slots__ = ("indexes", "keys", "values")
+    INDEXES_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    indexes: _containers.RepeatedScalarFieldContainer[int]
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    values: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, indexes: _Optional[_Iterable[int]] = ..., keys: _Optional[_Iterable[str]] = ..., values: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class PutBatch(_message.Message):
-    __slots__ = ("queue_ids", "guids", "payloads", "payload_lengths", "ages_ms", "properties")
+    __slots__ = ("queue_ids", "guids", "payloads", "payload_lengths", "ages_ms", "property_groups")
     QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
     GUIDS_FIELD_NUMBER: _ClassVar[int]
     PAYLOADS_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_LENGTHS_FIELD_NUMBER: _ClassVar[int]
     AGES_MS_FIELD_NUMBER: _ClassVar[int]
-    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    PROPERTY_GROUPS_FIELD_NUMBER: _ClassVar[int]
     queue_ids: _containers.RepeatedScalarFieldContainer[int]
     guids: bytes
     payloads: bytes
     payload_lengths: _containers.RepeatedScalarFieldContainer[int]
     ages_ms: _containers.RepeatedScalarFieldContainer[int]
-    properties: _containers.RepeatedCompositeFieldContainer[IndexedProperties]
-    def __init__(self, queue_ids: _Optional[_Iterable[int]] = ..., guids: _Optional[bytes] = ..., payloads: _Optional[bytes] = ..., payload_lengths: _Optional[_Iterable[int]] = ..., ages_ms: _Optional[_Iterable[int]] = ..., properties: _Optional[_Iterable[_Union[IndexedProperties, _Mapping]]] = ...) -> None: ...
+    property_groups: _containers.RepeatedCompositeFieldContainer[PropertyGroup]
+    def __init__(self, queue_ids: _Optional[_Iterable[int]] = ..., guids: _Optional[bytes] = ..., payloads: _Optional[bytes] = ..., payload_lengths: _Optional[_Iterable[int]] = ..., ages_ms: _Optional[_Iterable[int]] = ..., property_groups: _Optional[_Iterable[_Union[PropertyGroup, _Mapping]]] = ...) -> None: ...
 
 class AckBatch(_message.Message):
     __slots__ = ("queue_ids", "guids", "statuses")
@@ -412,22 +422,22 @@ class AckBatch(_message.Message):
     def __init__(self, queue_ids: _Optional[_Iterable[int]] = ..., guids: _Optional[bytes] = ..., statuses: _Optional[bytes] = ...) -> None: ...
 
 class PushBatch(_message.Message):
-    __slots__ = ("queue_ids", "guids", "payloads", "payload_lengths", "delivery_counts", "ages_ms", "properties")
+    __slots__ = ("queue_ids", "guids", "payloads", "payload_lengths", "delivery_counts", "ages_ms", "property_groups")
     QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
     GUIDS_FIELD_NUMBER: _ClassVar[int]
     PAYLOADS_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_LENGTHS_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_COUNTS_FIELD_NUMBER: _ClassVar[int]
     AGES_MS_FIELD_NUMBER: _ClassVar[int]
-    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    PROPERTY_GROUPS_FIELD_NUMBER: _ClassVar[int]
     queue_ids: _containers.RepeatedScalarFieldContainer[int]
     guids: bytes
     payloads: bytes
     payload_lengths: _containers.RepeatedScalarFieldContainer[int]
     delivery_counts: _containers.RepeatedScalarFieldContainer[int]
     ages_ms: _containers.RepeatedScalarFieldContainer[int]
-    properties: _containers.RepeatedCompositeFieldContainer[IndexedProperties]
-    def __init__(self, queue_ids: _Optional[_Iterable[int]] = ..., guids: _Optional[bytes] = ..., payloads: _Optional[bytes] = ..., payload_lengths: _Optional[_Iterable[int]] = ..., delivery_counts: _Optional[_Iterable[int]] = ..., ages_ms: _Optional[_Iterable[int]] = ..., properties: _Optional[_Iterable[_Union[IndexedProperties, _Mapping]]] = ...) -> None: ...
+    property_groups: _containers.RepeatedCompositeFieldContainer[PropertyGroup]
+    def __init__(self, queue_ids: _Optional[_Iterable[int]] = ..., guids: _Optional[bytes] = ..., payloads: _Optional[bytes] = ..., payload_lengths: _Optional[_Iterable[int]] = ..., delivery_counts: _Optional[_Iterable[int]] = ..., ages_ms: _Optional[_Iterable[int]] = ..., property_groups: _Optional[_Iterable[_Union[PropertyGroup, _Mapping]]] = ...) -> None: ...
 
 class ConfirmBatch(_message.Message):
     __slots__ = ("queue_ids", "guids")

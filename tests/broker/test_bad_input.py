@@ -253,13 +253,42 @@ def test_columns_that_disagree_are_a_malformed_frame(
     bystander.assert_works()
 
 
-def test_properties_for_a_message_past_the_batch(client: WireClient) -> None:
-    client.open(1, unique_uri("props-index"), write=True)
-    batch = pb.PutBatch(queue_ids=[1], guids=new_guid(), payloads=b"a", payload_lengths=[1])
-    batch.properties.add(index=1).entries["k"] = "v"
+@pytest.mark.parametrize(
+    ("groups", "complaint"),
+    [
+        ([{"indexes": [2], "keys": ["k"], "values": ["v"]}], "properties for message 2 of a"),
+        (
+            [
+                {"indexes": [0], "keys": ["k"], "values": ["v"]},
+                {"indexes": [0], "keys": ["j"], "values": ["w"]},
+            ],
+            "in two property groups",
+        ),
+        ([{"indexes": [0, 0], "keys": ["k"], "values": ["v", "w"]}], "twice in one"),
+        ([{"indexes": [0], "keys": ["k", "k"], "values": ["v", "w"]}], "not distinct"),
+        ([{"indexes": [0], "keys": [], "values": []}], "not distinct"),
+        ([{"indexes": [0, 1], "keys": ["k"], "values": ["v"]}], "with 1 values"),
+        ([{"indexes": [], "keys": ["k"], "values": ["v"]}], "0 messages and 1 keys"),
+    ],
+)
+def test_property_groups_that_do_not_fit_the_batch(
+    client: WireClient, bystander: Bystander, groups: list[dict[str, Any]], complaint: str
+) -> None:
+    """Properties travel grouped by their keys (``PropertyGroup``); a group that names a
+    message past the batch or one already named, names a key twice (or none), or
+    carries other than one value per message and key cannot be read: the frame is
+    MALFORMED, none of its PUTs is taken, and the stream goes on."""
+    client.open(1, unique_uri("props-groups"), write=True)
+    batch = pb.PutBatch(
+        queue_ids=[1], guids=new_guid() + new_guid(), payloads=b"ab", payload_lengths=[1, 1]
+    )
+    for group in groups:
+        batch.property_groups.add(**group)
     client.put_columns(batch)
     error = assert_error(client, pb.STATUS_MALFORMED_FRAME)
-    assert "properties for message 1 of a batch of 1" in error.message
+    assert complaint in error.message and not error.fatal
+    assert client.quiet("acks", 0.3) == []
+    bystander.assert_works()
 
 
 def test_payload_limit(client: WireClient, bystander: Bystander) -> None:
@@ -385,16 +414,18 @@ def test_protocol_version_mismatch(small_broker: BrokerProcess, bystander: Bysta
     bystander.assert_works()
 
 
+@pytest.mark.parametrize("version", [1, 2])
 def test_an_old_peer_is_refused_with_a_typed_error(
-    small_broker: BrokerProcess, bystander: Bystander
+    small_broker: BrokerProcess, bystander: Bystander, version: int
 ) -> None:
-    """A peer of protocol 1 (a message per row in each batch) cannot be read: its Hello
-    is answered VERSION_MISMATCH, naming both versions, and the stream ends."""
-    assert PROTOCOL_VERSION == 2
+    """A peer of protocol 1 (a message per row in each batch) or 2 (a map of properties
+    per message) cannot be read: its Hello is answered VERSION_MISMATCH, naming both
+    versions, and the stream ends."""
+    assert PROTOCOL_VERSION == 3
     with WireClient(small_broker.address) as old:
-        old.send_hello(protocol_version=1)
+        old.send_hello(protocol_version=version)
         error = assert_error(old, pb.STATUS_VERSION_MISMATCH, fatal=True)
-        assert "protocol version 1" in error.message and "version 2" in error.message
+        assert f"protocol version {version}" in error.message and "version 3" in error.message
         assert old.ended().code.name == "OK"
         assert old.poll("hello_reply") is None
     bystander.assert_works()

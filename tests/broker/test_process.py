@@ -28,7 +28,7 @@ def test_listening_line_names_the_bound_port(broker: BrokerProcess) -> None:
     assert broker.address == f"127.0.0.1:{port}"
     with connected(broker.address) as client:
         assert client.hello_reply is not None
-        assert client.hello_reply.protocol_version == PROTOCOL_VERSION == 2
+        assert client.hello_reply.protocol_version == PROTOCOL_VERSION == 3
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

@@ -20,8 +20,13 @@ POSTED: list[dict[str, str] | None] = [
     {"k": "v"},
     None,
     {"order": "17", "x-app-flag": "1"},
+    {"tenant": "globex", "trace": "t-2", "empty": "not"},
+    {"order": "18", "x-app-flag": ""},
+    {"x-app-flag": "0", "order": "19"},
 ]
-"""Five messages posted in one go (one PUT frame): with and without properties."""
+"""Messages posted in one go (one PUT frame): with and without properties, some with
+the same keys (a property group of several messages on the wire), one with those keys
+in another order."""
 
 
 def post_all(world: World, uri: str) -> None:

@@ -39,6 +39,80 @@ def test_a_put_batch_round_trips_with_sparse_properties_and_compact_columns() ->
     assert (list(mixed.queue_ids), list(mixed.ages_ms)) == ([1, 2], [5, 0])
 
 
+def test_properties_travel_grouped_by_their_keys() -> None:
+    """Messages whose properties have the same keys in the same order share a group:
+    the keys once, the values message after message; other keys (or another order)
+    make another group; a message without properties is in none."""
+    posted = [
+        (0, {"reply-to": "r1", "kind": "request"}),
+        (1, {"reply-to": "r2", "kind": "request"}),
+        (3, {"kind": "reply", "reply-to": "r3"}),
+        (4, {"reply-to": "r4", "kind": "request"}),
+        (5, {"ü": "€"}),
+    ]
+    batch = put_batch([1] * 6, G[:4] + G[:2], [b""] * 6, [], posted)
+    wire = pb.PutBatch.FromString(batch.SerializeToString())
+    assert [(list(g.indexes), list(g.keys), list(g.values)) for g in wire.property_groups] == [
+        ([0, 1, 4], ["reply-to", "kind"], ["r1", "request", "r2", "request", "r4", "request"]),
+        ([3], ["kind", "reply-to"], ["reply", "r3"]),
+        ([5], ["ü"], ["€"]),
+    ]
+    assert read_puts(wire).properties == dict(posted)
+    pushed = push_batch([1] * 6, G[:4] + G[:2], [b""] * 6, [1] * 6, [0] * 6, posted)
+    assert [dict(row.properties) for _, row in read_pushes(pushed)] == [
+        posted[0][1], posted[1][1], {}, posted[2][1], posted[3][1], posted[4][1]
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("groups", "complaint"),
+    [
+        ([pb.PropertyGroup(indexes=[1], keys=["k"], values=["v"])], "message 1 of a batch of 1"),
+        (
+            [
+                pb.PropertyGroup(indexes=[0], keys=["k"], values=["v"]),
+                pb.PropertyGroup(indexes=[0], keys=["j"], values=["w"]),
+            ],
+            "two property groups",
+        ),
+        ([pb.PropertyGroup(indexes=[0, 0], keys=["k"], values=["v", "w"])], "twice in one"),
+        ([pb.PropertyGroup(indexes=[0], keys=["k", "k"], values=["v", "w"])], "not distinct"),
+        ([pb.PropertyGroup(indexes=[0])], "not distinct"),
+        ([pb.PropertyGroup(indexes=[0], keys=["k", "j"], values=["v"])], "with 1 values"),
+        ([pb.PropertyGroup(keys=["k"], values=["v"])], "0 messages and 1 keys with 1"),
+    ],
+)
+def test_property_groups_that_do_not_fit_their_batch_are_malformed(
+    groups: list[pb.PropertyGroup], complaint: str
+) -> None:
+    with pytest.raises(Malformed, match=complaint):
+        read_puts(
+            pb.PutBatch(
+                queue_ids=[1],
+                guids=G[0],
+                payloads=b"a",
+                payload_lengths=[1],
+                property_groups=groups,
+            )
+        )
+    with pytest.raises(Malformed, match=complaint):
+        read_pushes(
+            pb.PushBatch(
+                queue_ids=[1],
+                guids=G[0],
+                payloads=b"a",
+                payload_lengths=[1],
+                property_groups=groups,
+            )
+        )
+    empty = pb.PropertyGroup()  # names nobody: read as no properties at all
+    assert read_puts(put_batch([1], G[:1], [b"a"])).properties == {}
+    wire = pb.PutBatch(
+        queue_ids=[1], guids=G[0], payloads=b"a", payload_lengths=[1], property_groups=[empty]
+    )
+    assert read_puts(wire).properties == {}
+
+
 def test_an_ack_batch_of_all_successes_carries_no_statuses() -> None:
     ok = ack_batch([(1, G[0], pb.STATUS_OK), (1, G[1], pb.STATUS_OK)])
     assert ok.statuses == b"" and len(ok.SerializeToString()) < 2 * 16 + 8

@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 
+from holdfast.proto import PROTOCOL_VERSION
 from holdfast.sdk import (
     InvalidArgumentError,
     QueueNotOpenError,
@@ -122,7 +123,7 @@ def test_servers_print_their_version(program: str) -> None:
         timeout=30,
     )
     assert done.returncode == 0
-    assert done.stdout.startswith(f"{program} ") and "(protocol 2)" in done.stdout
+    assert done.stdout.startswith(f"{program} ") and f"(protocol {PROTOCOL_VERSION})" in done.stdout
 
 
 CTRL_C = """
