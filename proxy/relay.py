@@ -25,7 +25,7 @@ from holdfast.proxy.budget import PUT_BOOKKEEPING_BYTES
 from holdfast.proxy.routes import ClientHandle, ParkedPut, Routes
 from holdfast.proxy.upstream import Upstream
 from holdfast.sdk.errors import HoldfastError
-from holdfast.sdk.producer import Relayed
+from holdfast.sdk.relaying import Relayed
 from holdfast.sdk.statuses import relay_status
 from holdfast.server.guard import SessionGuard
 
@@ -52,21 +52,18 @@ class PutRelay:
     def relay(self, puts: PutColumns, handles: Mapping[int, ClientHandle]) -> int:
         """Relay a frame's PUTs, ACK the refused ones; returns how many went upstream.
 
-        A frame without properties goes by runs of one queue (``_relay_run``: one call
-        into the engine, one route insertion, one budget charge per run); a frame with
-        properties, or a run the engine will not take whole, PUT by PUT
-        (``_relay_each``), with the same outcome for every PUT."""
+        A frame goes by runs of one queue (``_relay_run``: one call into the engine, one
+        route insertion, one budget charge per run); a run the engine will not take
+        whole, or one with a dead-letter notice to check against the client's token,
+        PUT by PUT (``_relay_each``), with the same outcome for every PUT."""
         now = time.monotonic()
-        if puts.properties:
-            relayed, charged = self._relay_each(puts, handles, range(len(puts.guids)), now)
-        else:
-            relayed = charged = start = 0
-            for queue_id, run in groupby(puts.queue_ids):
-                end = start + len(list(run))
-                done, charge = self._relay_run(puts, handles, queue_id, start, end, now)
-                relayed += done
-                charged += charge
-                start = end
+        relayed = charged = start = 0
+        for queue_id, run in groupby(puts.queue_ids):
+            end = start + len(list(run))
+            done, charge = self._relay_run(puts, handles, queue_id, start, end, now)
+            relayed += done
+            charged += charge
+            start = end
         if relayed:
             self._upstream.queued()
         if charged:
@@ -82,26 +79,34 @@ class PutRelay:
         end: int,
         now: float,
     ) -> tuple[int, int]:
-        """Relay PUTs ``start:end`` of one queue, without properties: (relayed, charged)."""
+        """Relay PUTs ``start:end`` of one queue: (relayed, charged)."""
         handle = handles.get(queue_id)
         if handle is None or handle.upstream is None or not handle.write:
             return self._relay_each(puts, handles, range(start, end), now)
+        properties = puts.properties
         if start == 0 and end == len(puts.guids):
             guids, payloads, ages_ms = puts.guids, puts.payloads, puts.ages_ms
         else:
             guids, payloads = puts.guids[start:end], puts.payloads[start:end]
             ages_ms = puts.ages_ms[start:end]
+            if properties:  # by index in the run
+                properties = {i - start: p for i, p in properties.items() if start <= i < end}
+        if properties and any(DEAD_LETTER_NOTIFY in p for p in properties.values()):
+            return self._relay_each(puts, handles, range(start, end), now)
         try:
             whole = self._upstream.engine.relay_run(
-                handle.upstream.queue_id, guids, payloads, ages_ms, now
+                handle.upstream.queue_id, guids, payloads, ages_ms, now, properties
             )
         except HoldfastError:
             whole = False  # each PUT is refused with the error's status below
         if not whole:
             return self._relay_each(puts, handles, range(start, end), now)
-        charge = sum(map(len, payloads)) + len(guids) * PUT_BOOKKEEPING_BYTES
+        charges = [len(payload) + PUT_BOOKKEEPING_BYTES for payload in payloads]
+        for index, entries in properties.items():
+            charges[index] += _charge(entries)
+        charge = sum(charges)
         self._routes.budget.charge(self._route_key, charge)
-        self._routes.add_run(guids, self._route_key, queue_id, payloads)
+        self._routes.add_run(guids, self._route_key, queue_id, charges)
         return len(guids), charge
 
     def _relay_each(
@@ -150,7 +155,7 @@ class PutRelay:
                 properties = put_properties or None
                 charge = len(payload) + PUT_BOOKKEEPING_BYTES
                 if properties:
-                    charge += sum(len(k) + len(v) for k, v in properties.items())
+                    charge += _charge(properties)
                 try:
                     outcome = relay(upstream_id, payload, properties, guid, now, age_ms)
                 except HoldfastError as error:
@@ -179,6 +184,11 @@ class PutRelay:
                         continue
             self._ack(queue_id, guid, status)
         return relayed, charged
+
+
+def _charge(properties: Mapping[str, str]) -> int:
+    """What a PUT's properties add to its charge: their characters."""
+    return sum(map(len, properties)) + sum(map(len, properties.values()))
 
 
 __all__ = ["PutRelay"]

@@ -18,11 +18,10 @@ from typing import TYPE_CHECKING
 from holdfast.proto import pb
 from holdfast.proxy.budget import (
     DEFAULT_MAX_BUFFER_BYTES,
-    PUT_BOOKKEEPING_BYTES,
     BufferBudget,
 )
 from holdfast.sdk.engine import QueueRecord, WireAck, WirePushes
-from holdfast.sdk.producer import Relayed
+from holdfast.sdk.relaying import Relayed
 from holdfast.server.outbox import AckEntry
 
 if TYPE_CHECKING:
@@ -198,27 +197,25 @@ class Routes:
             self._also.setdefault(guid, []).append((client_key, queue_id))
 
     def add_run(
-        self, guids: Sequence[bytes], client_key: int, queue_id: int, payloads: Sequence[bytes]
+        self, guids: Sequence[bytes], client_key: int, queue_id: int, charges: Sequence[int]
     ) -> None:
-        """``add`` for a run of PUTs without properties that the upstream engine has just
-        buffered, each charged ``len(payload) + PUT_BOOKKEEPING_BYTES``."""
+        """``add`` for a run of PUTs that the upstream engine has just buffered, each
+        charged what ``charges`` says (in order)."""
         by_guid = self._by_guid
         if not by_guid.keys().isdisjoint(guids):
             # A route left by a client that has gone, say: ``add`` decides each.
-            for guid, payload in zip(guids, payloads, strict=True):
-                self.add(guid, client_key, queue_id, len(payload) + PUT_BOOKKEEPING_BYTES)
+            for guid, charge in zip(guids, charges, strict=True):
+                self.add(guid, client_key, queue_id, charge)
             return
-        lengths = list(map(len, payloads))
-        first = lengths[0] if lengths else 0
-        if lengths.count(first) == len(lengths):
-            # Payloads of one size (the usual producer) share one route tuple.
-            route = (client_key, queue_id, first + PUT_BOOKKEEPING_BYTES)
-            by_guid.update(zip(guids, repeat(route)))
+        first = charges[0] if charges else 0
+        if charges.count(first) == len(charges):
+            # PUTs of one size (the usual producer) share one route tuple.
+            by_guid.update(zip(guids, repeat((client_key, queue_id, first))))
         else:
             by_guid.update(
                 zip(
                     guids,
-                    [(client_key, queue_id, n + PUT_BOOKKEEPING_BYTES) for n in lengths],
+                    [(client_key, queue_id, charge) for charge in charges],
                     strict=True,
                 )
             )

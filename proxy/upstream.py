@@ -24,7 +24,7 @@ from holdfast.sdk.driver.aio_session import AsyncEngineSession
 from holdfast.sdk.engine import WireAck
 from holdfast.sdk.events import SessionEvent, log_event
 from holdfast.sdk.options import SessionOptions
-from holdfast.sdk.producer import Relayed
+from holdfast.sdk.relaying import Relayed
 from holdfast.sdk.transports.base import AsyncTransport
 
 

@@ -53,6 +53,7 @@ from holdfast.sdk.outcomes import Outcomes, WireAck, WirePushes
 from holdfast.sdk.producer import HIGH_WATERMARK_WAIT, Producer
 from holdfast.sdk.putbuffer import PUT_OVERHEAD, PutBuffer
 from holdfast.sdk.queue_table import QueueRecord, QueueTable
+from holdfast.sdk.relaying import Relayer
 from holdfast.sdk.state import LinkEvent, LinkMachine, LinkState, QueueState
 from holdfast.sdk.stats import SessionStats, StatsCounters
 from holdfast.sdk.types import Ack, AckStatus, Message, Settler
@@ -108,17 +109,17 @@ class SessionEngine:
             self._check_usable,
             max_disconnected_buffer_bytes,
         )
-        # The post path is bound straight to the producer: one call less per message.
+        # The post path is bound straight to the producer (and relayer): a call less.
         self.admit_post = self._producer.admit_post
         """Rule 7: 0.0 if a post may go ahead, else seconds to wait (see ``Producer``)."""
         self.post = self._producer.post
         """Buffer a PUT under a new uuid7 GUID, or ``guid`` (see ``Producer.post``)."""
         self.post_many = self._producer.post_many
         """Buffer a batch of PUTs of one queue, all or none (see ``Producer.post_many``)."""
-        self.relay = self._producer.relay
-        """Buffer a client's PUT under its GUID, as old as it arrived (``Producer.relay``)."""
-        self.relay_run = self._producer.relay_run
-        """``relay`` for a run of PUTs of one queue, in one loop (``Producer.relay_run``)."""
+        self.relay = (relayer := Relayer(self._producer, self._puts, self._outbound)).relay
+        """Buffer a client's PUT under its GUID, as old as it arrived (``Relayer.relay``)."""
+        self.relay_run = relayer.relay_run
+        """``relay`` for a run of PUTs of one queue, in one loop (``Relayer.relay_run``)."""
         self.over_high_watermark = self._producer.over_high_watermark
         """True when a live link has at least the high watermark of bytes unsent."""
         self.note_admission_wait = self._producer.note_admission_wait

@@ -1,8 +1,8 @@
 """The producer's inputs: rules 1, 2 and 7 on the hot path of every PUT.
 
 ``post`` gives a PUT its uuid7 GUID (rule 1) and buffers it, sending it at once
-while the link is ACTIVE (rule 2); ``relay`` does the same under a client's GUID
-for the proxy, back-dated by the age the PUT arrived with; ``admit_post`` is the
+while the link is ACTIVE (rule 2; a proxy's relayed PUTs take the same path under
+their clients' GUIDs, ``holdfast.sdk.relaying``); ``admit_post`` is the
 high-watermark wait of rule 7, decided here and only *waited* by the shell (which
 reports each wait with ``note_admission_wait``); ``retry_due`` sends again the PUTs
 the broker pushed back, once their back-off is over.
@@ -10,10 +10,8 @@ the broker pushed back, once their back-off is over.
 
 from __future__ import annotations
 
-import enum
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from itertools import repeat
 from typing import Any
 
 from holdfast.proto.limits import DEFAULT_LIMITS, Limits
@@ -29,12 +27,8 @@ from holdfast.sdk.errors import (
 from holdfast.sdk.guids import Uuid7Source
 from holdfast.sdk.outbound import Outbound
 from holdfast.sdk.putbuffer import (
-    PAYLOAD,
-    PROPERTIES,
     PUT_OVERHEAD,
-    QUEUE_ID,
     SIZE,
-    PendingPut,
     PutBuffer,
 )
 from holdfast.sdk.queue_table import QueueTable
@@ -51,19 +45,6 @@ def _as_bytes(payload: object) -> bytes:
     if not isinstance(payload, bytearray | memoryview):
         raise InvalidArgumentError(f"payload must be bytes, not {type(payload).__name__}")
     return bytes(payload)
-
-
-class Relayed(enum.Enum):
-    """What ``Producer.relay`` did with a client's PUT."""
-
-    SENT = "sent"
-    """Buffered and sent (or sent once the link is up): its outcome comes by GUID."""
-    JOINED = "joined"
-    """The same PUT (queue, GUID, content) is pending already: its outcome answers this."""
-    CONFLICT = "conflict"
-    """The GUID is pending on this queue with other content: the broker would say CONFLICT."""
-    BUSY = "busy"
-    """The GUID is pending on another queue: relay this one again after that outcome."""
 
 
 HIGH_WATERMARK_WAIT = 5.0
@@ -93,8 +74,9 @@ class Producer:
         self._check_usable = check_usable
         self._disconnected_limit = max_disconnected_buffer_bytes
         self._guids = Uuid7Source()
-        self._posted_at = -1.0
-        """The post time the PUTs of the current millisecond share (see ``buffer``)."""
+        self.posted_at = -1.0
+        """The post time the PUTs of the current millisecond share (see ``buffer``; the
+        relay's PUTs share it too, ``holdfast.sdk.relaying``)."""
         self.limits: Limits = DEFAULT_LIMITS
         """The broker's announced limits, which every PUT is checked against."""
 
@@ -176,14 +158,16 @@ class Producer:
         self.buffer(queue_id, payload, properties, on_ack, now, key)
         return guid
 
-    def _past_disconnected_limit(self, active: bool, size: int) -> bool:
-        """Whether ``size`` more bytes posted off-line would pass the off-line limit."""
+    def past_disconnected_limit(self, active: bool, size: int) -> bool:
+        """Whether ``size`` more bytes posted off-line would pass the off-line limit
+        (``active``: whether the link is ACTIVE)."""
         limit = self._disconnected_limit
         return limit is not None and not active and self._puts.bytes + size > limit
 
-    def _writable_state(self, queue_id: int) -> LinkState:
+    def writable_state(self, queue_id: int) -> LinkState:
         """The link's state, once the link is usable and ``queue_id`` open for writing
-        (the batch paths' checks; ``buffer`` inlines them, a call less per post)."""
+        (the batch paths' checks; ``buffer`` inlines them, a call less per post); raises
+        what a post to it would raise otherwise."""
         state = self._link.state
         if state is LinkState.CLOSED or state is LinkState.FAILED:
             self._check_usable()
@@ -205,7 +189,7 @@ class Producer:
         """``post`` each of ``payloads`` (with the same ``properties`` and ``on_ack``),
         in order, under new uuid7 GUIDs: all of them, or none if one is refused; the
         link, queue and properties checked once, ``buffer``'s loop without its calls."""
-        state = self._writable_state(queue_id)
+        state = self.writable_state(queue_id)
         limits = self.limits
         props: dict[str, str] | None = None
         overhead = PUT_OVERHEAD
@@ -224,15 +208,15 @@ class Producer:
             raise invalid_error(error) from None
         puts = self._puts
         active = state is LinkState.ACTIVE
-        if self._past_disconnected_limit(active, total):
+        if self.past_disconnected_limit(active, total):
             raise BufferFullError(
                 f"{puts.bytes} bytes are buffered while disconnected; these {len(checked)} "
                 f"PUTs would exceed max_disconnected_buffer_bytes={self._disconnected_limit}"
             )
         # One post time for the batch (see ``buffer`` on sharing it).
-        if not 0.0 <= now - self._posted_at < 0.001:
-            self._posted_at = now
-        posted_at = self._posted_at
+        if not 0.0 <= now - self.posted_at < 0.001:
+            self.posted_at = now
+        posted_at = self.posted_at
         add = puts.add
         items = self._outbound.items
         guids = self._guids.next
@@ -247,95 +231,6 @@ class Producer:
         if active:
             self._outbound.queued_bytes += total
         return made
-
-    def relay(
-        self,
-        queue_id: int,
-        payload: bytes,
-        properties: Mapping[str, str] | None,
-        guid: bytes,
-        now: float,
-        age_ms: int = 0,
-    ) -> Relayed:
-        """``post()`` under a GUID given as its 16 bytes, for a proxy relaying its clients'
-        PUTs (no ``UUID`` is made; outcomes go by ``wire_acks``). The PUT is back-dated
-        by ``age_ms``, the age it arrived with, so this hop never restarts it.
-
-        A GUID already pending here is judged as the broker judges a PUT, by queue and
-        content (rule 8), so a proxy client is told what the broker would tell it: the
-        same queue and content is that PUT again (``JOINED``: its outcome answers both);
-        the same queue with other content is a ``CONFLICT``; another queue is another
-        message, which waits until the pending one has its outcome (``BUSY``: buffered
-        nothing, relay it again then)."""
-        pending = self._puts.get(guid)
-        if pending is not None:
-            if pending[QUEUE_ID] != queue_id:
-                return Relayed.BUSY
-            if pending[PAYLOAD] != payload or (pending[PROPERTIES] or {}) != dict(properties or {}):
-                return Relayed.CONFLICT
-            return Relayed.JOINED
-        if len(guid) != 16:
-            raise InvalidArgumentError(f"a GUID is 16 bytes, not {len(guid)}")
-        self.buffer(queue_id, payload, properties, None, now - age_ms / 1000.0, guid)
-        return Relayed.SENT
-
-    def relay_run(
-        self,
-        queue_id: int,
-        guids: Sequence[bytes],
-        payloads: Sequence[bytes],
-        ages_ms: Sequence[int],
-        now: float,
-    ) -> bool:
-        """``relay`` for a run of PUTs of one queue without properties, checked once and
-        buffered in one loop; True if every PUT of the run was buffered (each as
-        ``Relayed.SENT``).
-
-        False, with nothing buffered, when the run needs ``relay``'s judgement PUT by PUT:
-        a GUID pending already or twice in the run (rule 8), a payload over the limit,
-        the disconnected buffer bound. The link and queue checks raise as ``relay``
-        does. The GUIDs are a batch's column, 16 bytes each by its framing."""
-        state = self._writable_state(queue_id)
-        count = len(guids)
-        if not count:
-            return True
-        if max(map(len, payloads)) > self.limits.max_payload_bytes:
-            return False
-        total = sum(map(len, payloads)) + count * PUT_OVERHEAD
-        puts = self._puts
-        active = state is LinkState.ACTIVE
-        if self._past_disconnected_limit(active, total):
-            return False
-        if not puts.segments.none_pending(guids):
-            return False
-        times: list[float] = []
-        append = times.append
-        shared = self._posted_at
-        last_age = -1
-        posted_at = shared
-        # One float per PUT and nothing else: ``buffer``'s float sharing by millisecond,
-        # computed again only when the age changes along the run.
-        for age_ms in ages_ms:
-            if age_ms != last_age:
-                last_age = age_ms
-                posted_at = now - age_ms / 1000.0
-                if 0.0 <= posted_at - shared < 0.001:
-                    posted_at = shared
-                else:
-                    shared = posted_at
-            append(posted_at)
-        puts.segments.extend(guids, queue_id, payloads, times)
-        self._posted_at = shared
-        puts.bytes += total
-        if active:
-            sizes = [len(payload) + PUT_OVERHEAD for payload in payloads]
-            made: list[PendingPut] = list(
-                zip(guids, repeat(queue_id), payloads, repeat(None), repeat(None), times, sizes)
-            )
-            outbound = self._outbound
-            outbound.items.extend(made)
-            outbound.queued_bytes += total
-        return True
 
     def buffer(
         self,
@@ -371,7 +266,7 @@ class Producer:
             raise invalid_error(error) from None
         puts = self._puts
         active = state is LinkState.ACTIVE
-        if self._past_disconnected_limit(active, size):
+        if self.past_disconnected_limit(active, size):
             raise BufferFullError(
                 f"{puts.bytes} bytes are buffered while disconnected; this PUT "
                 f"would exceed max_disconnected_buffer_bytes={self._disconnected_limit}"
@@ -381,10 +276,10 @@ class Producer:
             made, key = self._guids.next()
         # The PUTs of one millisecond share one float (24 B each at 100k posts/s): a
         # PUT is then up to 1 ms older than it is, never younger, and ages travel in ms.
-        if 0.0 <= posted_at - self._posted_at < 0.001:
-            posted_at = self._posted_at
+        if 0.0 <= posted_at - self.posted_at < 0.001:
+            posted_at = self.posted_at
         else:
-            self._posted_at = posted_at
+            self.posted_at = posted_at
         extra = (
             None
             if props is None and on_ack is None

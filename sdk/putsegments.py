@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import accumulate, islice
 from operator import lt
 from typing import Any
@@ -217,9 +217,11 @@ class Segments:
         queue_id: int,
         payloads: Sequence[bytes],
         posted: Sequence[float],
+        extras: Mapping[int, Extra] | None = None,
     ) -> None:
-        """``append`` for a run of one queue's PUTs without properties or ``on_ack`` (a
-        proxy relaying a client's batch): column by column where the GUIDs are in order."""
+        """``append`` for a run of one queue's PUTs (a proxy relaying a client's batch),
+        ``extras`` by index in the run: column by column where the GUIDs are in order."""
+        extras = extras or {}
         start = 0
         count = len(guids)
         while start < count:
@@ -237,17 +239,18 @@ class Segments:
             elif whole:
                 self._last = run[-1]
             if whole:
-                column = segment.guids
-                column += b"".join(run)
+                segment.guids += b"".join(run)
                 data = segment.data
                 taken = payloads[start:end]
                 segment.ends.extend(islice(accumulate(map(len, taken), initial=len(data)), 1, None))
                 data += b"".join(taken)
                 segment.posted.extend(posted[start:end])
                 segment.queue_ids += array("I", (queue_id,)) * (end - start)
+                shift = len(segment.ends) - end  # a run index's place in the segment
+                segment.extras.update((j + shift, extras[j]) for j in extras if start <= j < end)
             else:
                 for j in range(start, end):
-                    self.append(guids[j], queue_id, payloads[j], posted[j], None)
+                    self.append(guids[j], queue_id, payloads[j], posted[j], extras.get(j))
             start = end
 
     def _stray(self, segment: Segment, i: int, guid: bytes) -> None:
@@ -291,10 +294,8 @@ class Segments:
         """The ``seq`` of the pending PUT with this GUID, or -1."""
         if self._keyed:
             return self._strays.get(guid, -1)
-        if self._strays:
-            seq = self._strays.get(guid)
-            if seq is not None:
-                return seq
+        if self._strays and (stray := self._strays.get(guid)) is not None:
+            return stray
         seq = self._cursor
         segment = self._by_number.get(seq >> SEGMENT_SHIFT)
         if segment is not None:

@@ -4,16 +4,18 @@ needs judging alone, and each PUT gets the same outcome, route and charge either
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
 from holdfast.proto import pb
-from holdfast.proto.columns import PutColumns, ack_batch, put_batch, read_puts
+from holdfast.proto.columns import PutColumns, PutRow, ack_batch, put_batch, read_puts
 from holdfast.proxy.budget import PUT_BOOKKEEPING_BYTES
 from holdfast.proxy.relay import PutRelay
 from holdfast.proxy.routes import ClientHandle, Routes
 from holdfast.sdk.engine import SessionEngine
+from holdfast.sdk.relaying import Relayed
 from tests.sdk.fakes import Harness
 from tests.support.columns import puts_of
 
@@ -81,6 +83,10 @@ class Setup:
         frames = self.h.sent_frames()
         puts = [p for f in frames if f.WhichOneof("frame") == "puts" for p in puts_of(f.puts)]
         return [(p.guid, p.payload, bool(p.properties)) for p in puts]
+
+    def upstream_puts_with_properties(self) -> list[PutRow]:
+        frames = self.h.sent_frames()
+        return [p for f in frames if f.WhichOneof("frame") == "puts" for p in puts_of(f.puts)]
 
     def ack_all(self, guids: list[bytes]) -> None:
         self.h.feed(pb.ServerFrame(acks=ack_batch([(1, g, pb.STATUS_OK) for g in guids])))
@@ -158,11 +164,48 @@ def test_a_pending_guid_in_a_run_is_judged_alone_and_the_run_still_goes(s: Setup
     assert s.upstream_puts() == [(guid(1), b"elsewhere", False)]
 
 
-def test_a_frame_with_properties_goes_put_by_put_with_its_properties(s: Setup) -> None:
-    rows = [(1, 1, b"plain"), (1, 2, b"with")]
-    assert s.send(frame(rows, [(1, {"k": "v"})])) == 2
-    assert s.upstream_puts() == [(guid(1), b"plain", False), (guid(2), b"with", True)]
-    assert s.routes.budget.held(s.key) == 9 + 2 + 2 * PUT_BOOKKEEPING_BYTES
+def never_one_by_one(
+    queue_id: int,
+    payload: bytes,
+    properties: Mapping[str, str] | None,
+    guid: bytes,
+    now: float,
+    age_ms: int = 0,
+) -> Relayed:
+    raise AssertionError("a PUT was relayed alone")
+
+
+def test_runs_with_properties_go_upstream_whole_with_each_puts_own(s: Setup) -> None:
+    """Properties do not make a frame go PUT by PUT: each run of a queue goes in one
+    call, every PUT keeps its own properties upstream and is charged for them (their
+    characters), also in a run that starts inside the frame."""
+    s.h.engine.relay = never_one_by_one
+    rows = [(1, 1, b"plain"), (1, 2, b"with"), (2, 3, b"b"), (2, 4, b"bb"), (1, 5, b"a")]
+    posted = {1: {"k": "v"}, 3: {"k": "w", "kk": "x"}, 4: {"kk": "y", "k": "z"}}
+    assert s.send(frame(rows, posted.items())) == 5
+    sent = [(p.guid, dict(p.properties)) for p in s.upstream_puts_with_properties()]
+    assert sent == [(guid(g), posted.get(i, {})) for i, (_, g, _) in enumerate(rows)]
+    payloads = sum(len(p) for _, _, p in rows)
+    assert s.routes.budget.held(s.key) == payloads + 5 * PUT_BOOKKEEPING_BYTES + 2 + 5 + 5
+    s.ack_all([guid(g) for _, g, _ in rows])
+    assert s.client.acks == [(q, guid(g), pb.STATUS_OK) for q, g, _ in rows]
+    assert s.routes.budget.total == 0 and not s.refused
+
+
+def test_a_run_with_properties_over_the_limits_is_judged_put_by_put(s: Setup) -> None:
+    """A PUT whose properties break the limits (an invalid pickup TTL, too many) makes
+    its run go PUT by PUT: it is refused INVALID_PROPERTIES, the others still go."""
+    too_many = {f"k{i}": "v" for i in range(s.h.engine.limits.max_properties + 1)}
+    rows = [(1, 1, b"ok"), (1, 2, b"bad ttl"), (1, 3, b"too many"), (1, 4, b"fine")]
+    posted = [(0, {"a": "b"}), (1, {"x-ttl-ms": "soon"}), (2, too_many), (3, {"a": "c"})]
+    assert s.send(frame(rows, posted)) == 2
+    assert s.refused == [
+        (1, guid(2), pb.STATUS_INVALID_PROPERTIES),
+        (1, guid(3), pb.STATUS_INVALID_PROPERTIES),
+    ]
+    sent = [(p.guid, dict(p.properties)) for p in s.upstream_puts_with_properties()]
+    assert sent == [(guid(1), {"a": "b"}), (guid(4), {"a": "c"})]
+    assert s.routes.budget.held(s.key) == 2 + 4 + 2 * PUT_BOOKKEEPING_BYTES + 2 + 2
 
 
 def test_a_run_of_guids_routed_for_a_departed_client_moves_their_charges(s: Setup) -> None:
@@ -173,7 +216,9 @@ def test_a_run_of_guids_routed_for_a_departed_client_moves_their_charges(s: Setu
     routes.unregister(gone)
     charge = 3 + 2 + 2 * PUT_BOOKKEEPING_BYTES
     budget.charge(s.key, charge)  # as ``PutRelay`` does before it adds the routes
-    routes.add_run([guid(1), guid(2)], s.key, 1, [b"abc", b"de"])
+    routes.add_run(
+        [guid(1), guid(2)], s.key, 1, [3 + PUT_BOOKKEEPING_BYTES, 2 + PUT_BOOKKEEPING_BYTES]
+    )
     assert budget.held(gone) == 0 and budget.held(s.key) == 100 + charge
     routes.on_acks([(guid(1), pb.STATUS_OK)])
     assert budget.held(s.key) == 2 + PUT_BOOKKEEPING_BYTES

@@ -20,6 +20,7 @@ from holdfast.proto import pb
 from holdfast.sdk import putsegments
 from holdfast.sdk.guids import Uuid7Source
 from holdfast.sdk.putbuffer import PUT_OVERHEAD, PendingPut, PutBuffer
+from holdfast.sdk.putsegments import Extra
 from holdfast.sdk.types import AckStatus
 from tests.sdk.fakes import Harness, put_guids, writer
 
@@ -58,7 +59,7 @@ operations = st.lists(
             st.binary(max_size=12),
             st.booleans(),
         ),
-        st.tuples(st.just("run"), st.integers(1, 9), st.booleans()),
+        st.tuples(st.just("run"), st.integers(1, 9), st.booleans(), st.integers(0, 3)),
         st.tuples(st.just("pop"), st.integers(0, 1000)),
         st.tuples(st.just("ack"), st.integers(1, 9)),
         st.tuples(st.just("hold"), st.integers(0, 1000)),
@@ -103,16 +104,22 @@ def test_the_packed_buffer_matches_the_dict_model(
                 buffer.add(guid, queue_id, payload, properties, callback, now, size)
                 model[guid] = (guid, queue_id, payload, properties, callback, now, size)
             elif op[0] == "run":
-                # A proxy relaying a client's batch: one queue, no properties.
-                _, n, shuffled = op
+                # A proxy relaying a client's batch: one queue, every ``every``-th PUT
+                # with properties (0: none has any).
+                _, n, shuffled, every = op
                 run = [source.next()[1] for _ in range(n)]
                 if shuffled:
                     rnd.shuffle(run)
                 payloads = [bytes([j]) * j for j in range(n)]
-                buffer.segments.extend(run, 2, payloads, [now] * n)
-                for guid, payload in zip(run, payloads, strict=True):
-                    size = len(payload) + PUT_OVERHEAD
-                    model[guid] = (guid, 2, payload, None, None, now, size)
+                with_properties: dict[int, Extra] = {
+                    j: ({"k": str(j)}, None, 9) for j in range(n) if every and j % every == 0
+                }
+                buffer.segments.extend(run, 2, payloads, [now] * n, with_properties)
+                for j, (guid, payload) in enumerate(zip(run, payloads, strict=True)):
+                    extra = with_properties.get(j)
+                    size = len(payload) + PUT_OVERHEAD + (9 if extra else 0)
+                    properties = extra[0] if extra else None
+                    model[guid] = (guid, 2, payload, properties, None, now, size)
                     buffer.bytes += size
             elif op[0] == "pop" and model:
                 guid = list(model)[op[1] % len(model)]

@@ -9,7 +9,7 @@ from holdfast.proto import pb
 from holdfast.proto.columns import ack_batch
 from holdfast.sdk.engine import SessionEngine
 from holdfast.sdk.errors import InvalidArgumentError, NotWritableError, QueueNotOpenError
-from holdfast.sdk.producer import Relayed
+from holdfast.sdk.relaying import Relayed
 from tests.support.columns import puts_of
 
 from .fakes import Harness
