@@ -12,7 +12,7 @@ import asyncio
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -216,10 +216,12 @@ def produce(
     cpu: CpuMeter,
     timeout: float = 120.0,
     batch: int = 1,
+    properties: Mapping[str, str] | None = None,
 ) -> ProduceResult:
-    """Post ``count`` messages of ``size`` bytes as fast as ``post()`` takes them and
-    wait for every ACK; per-message latency is ``post()`` call to ``on_ack``. With
-    ``batch`` > 1, ``post_many()`` takes ``batch`` messages a call (a bulk producer)."""
+    """Post ``count`` messages of ``size`` bytes (each with ``properties``) as fast as
+    ``post()`` takes them and wait for every ACK; per-message latency is ``post()`` call
+    to ``on_ack``. With ``batch`` > 1, ``post_many()`` takes ``batch`` messages a call
+    (a bulk producer)."""
     payload = os.urandom(size)
     clock = time.perf_counter
     done = threading.Event()
@@ -234,11 +236,11 @@ def produce(
             if batch == 1:
                 for _ in range(count):
                     posted_at = clock()
-                    sent[post(payload).int] = posted_at
+                    sent[post(payload, properties).int] = posted_at
             else:
                 for _ in range(count // batch):
                     posted_at = clock()
-                    for made in queue.post_many(payloads):
+                    for made in queue.post_many(payloads, properties):
                         sent[made.int] = posted_at
             if not done.wait(timeout):
                 tally.last = clock()

@@ -26,7 +26,9 @@ as subprocesses on free ports of 127.0.0.1 (stopped by PID however the run ends)
    proxy, beside a plain redis-py ``XADD`` pipeline from the same executors
    (``bench/spark.py``; ``--spark-rows 0`` skips it).
 9. OpenTelemetry: a producer's ``post()`` cost with telemetry off, with the API and
-   no provider, sampled at 1 % and every span recorded (``bench/otelcost.py``).
+   no provider, sampled at 1 % and every span recorded (``bench/otelcost.py``); and
+   messages with the four properties of a traced request against none, PUT->ACK and
+   PUSH->CONFIRM, direct and through the proxy (``bench/properties.py``).
 10. Issue #33 before/after: this tree against ``--columnar-baseline`` (the last tree
    before the columnar wire),
    PUT->ACK direct and sidecar against JetStream, bytes per message, and callgrind
@@ -61,6 +63,7 @@ import loads
 import memory
 import natsload
 import otelcost
+import properties
 import proxy_memory
 import recovery
 import rpcload
@@ -365,6 +368,13 @@ def main(argv: list[str] | None = None) -> int:
     results["otel"] = guarded(
         "otel", failures, lambda: otelcost.measure_all(args.otel_count), no_rows
     )
+    progress("messages with properties against none")
+    results["properties"] = guarded(
+        "properties",
+        failures,
+        lambda: properties.measure(args.small_count // 2, args.repeats),
+        no_rows,
+    )
     results["scale"] = scale.run_all(args, failures, guarded, progress)
     if args.spark_rows:
         progress("Spark connector (driver subprocesses)")
@@ -390,6 +400,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n" + "\n".join(streamload.describe(results["streams"])))
     if results["otel"]:
         print_otel(results["otel"])
+    if results["properties"]:
+        print("\n".join(properties.describe(results["properties"])))
     if results.get("spark"):
         print("\nSpark connector, rows/s per task (df.write.format('holdfast') stages its rows)")
         for line in spark.report(results["spark"]):
