@@ -54,8 +54,8 @@ class PutRelay:
 
         A frame goes by runs of one queue (``_relay_run``: one call into the engine, one
         route insertion, one budget charge per run); a run the engine will not take
-        whole, or one with a dead-letter notice to check against the client's token,
-        PUT by PUT (``_relay_each``), with the same outcome for every PUT."""
+        whole, or one naming a dead-letter notice the client's token may not write, PUT
+        by PUT (``_relay_each``), with the same outcome for every PUT."""
         now = time.monotonic()
         relayed = charged = start = 0
         for queue_id, run in groupby(puts.queue_ids):
@@ -91,7 +91,7 @@ class PutRelay:
             ages_ms = puts.ages_ms[start:end]
             if properties:  # by index in the run
                 properties = {i - start: p for i, p in properties.items() if start <= i < end}
-        if properties and any(DEAD_LETTER_NOTIFY in p for p in properties.values()):
+        if properties and self._refuses_a_notice(properties):
             return self._relay_each(puts, handles, range(start, end), now)
         try:
             whole = self._upstream.engine.relay_run(
@@ -108,6 +108,14 @@ class PutRelay:
         self._routes.budget.charge(self._route_key, charge)
         self._routes.add_run(guids, self._route_key, queue_id, charges)
         return len(guids), charge
+
+    def _refuses_a_notice(self, properties: Mapping[int, Mapping[str, str]]) -> bool:
+        """Whether the client's token refuses a dead-letter notice some PUT of a run
+        names (each queue named is checked once: a request/reply caller's requests all
+        name its reply queue); ``_relay_each`` then says which."""
+        notices = {p[DEAD_LETTER_NOTIFY] for p in properties.values() if DEAD_LETTER_NOTIFY in p}
+        check = self._guard.check_derived_put
+        return any(check(notify, None, self._session_id) is not None for notify in notices)
 
     def _relay_each(
         self,

@@ -46,8 +46,25 @@ class Upstream:
         self.wakes += 1
 
 
+class Guard:
+    """The client's token as ``PutRelay`` asks it: may it write a dead-letter notice
+    into this queue? Not into the domain ``closed``."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def check_derived_put(
+        self, notify: str, exists: bool | None, session_id: str
+    ) -> tuple[pb.Status, str] | None:
+        self.asked.append(notify)
+        if notify.startswith("hf://closed/"):
+            return pb.STATUS_PERMISSION_DENIED, "may not write domain 'closed'"
+        return None
+
+
 class Setup:
     def __init__(self) -> None:
+        self.guard = Guard()
         self.h = Harness()
         self.h.engine = SessionEngine(
             client_id="proxy-1",
@@ -65,7 +82,7 @@ class Setup:
             self.upstream,  # type: ignore[arg-type]
             self.routes,
             self.key,
-            None,  # type: ignore[arg-type]  # no dead-letter notices here
+            self.guard,  # type: ignore[arg-type]
             "client-1",
             lambda q, g, s: self.refused.append((q, g, s)),
         )
@@ -190,6 +207,28 @@ def test_runs_with_properties_go_upstream_whole_with_each_puts_own(s: Setup) -> 
     s.ack_all([guid(g) for _, g, _ in rows])
     assert s.client.acks == [(q, guid(g), pb.STATUS_OK) for q, g, _ in rows]
     assert s.routes.budget.total == 0 and not s.refused
+
+
+def test_dead_letter_notices_are_checked_once_a_queue_and_a_refused_one_alone(
+    s: Setup,
+) -> None:
+    """A run whose PUTs name dead-letter notices (a request/reply caller's requests, all
+    naming its reply queue) goes whole once the token may write each queue named, each
+    asked once; a notice it may not write is refused PERMISSION_DENIED for its PUT
+    alone, and the other PUTs of the run still go."""
+    relay, s.h.engine.relay = s.h.engine.relay, never_one_by_one
+    mine = {"x-dead-letter-notify": "hf://open/replies", "x-ttl-ms": "1000"}
+    rows = [(1, 1, b"r1"), (1, 2, b"r2"), (1, 3, b"r3")]
+    assert s.send(frame(rows, [(0, mine), (1, mine), (2, mine)])) == 3
+    assert s.guard.asked == ["hf://open/replies"] and not s.refused
+    s.h.engine.relay = relay
+    s.guard.asked.clear()
+    theirs = {"x-dead-letter-notify": "hf://closed/replies"}
+    rows = [(1, 4, b"r4"), (1, 5, b"r5"), (1, 6, b"r6")]
+    assert s.send(frame(rows, [(0, mine), (1, theirs), (2, mine)])) == 2
+    assert s.refused == [(1, guid(5), pb.STATUS_PERMISSION_DENIED)]
+    sent = [p.guid for p in s.upstream_puts_with_properties()]
+    assert sent == [guid(g) for g in (1, 2, 3, 4, 6)]
 
 
 def test_a_run_with_properties_over_the_limits_is_judged_put_by_put(s: Setup) -> None:
