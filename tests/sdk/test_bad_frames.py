@@ -21,6 +21,7 @@ from tests.support.fake_broker import (
     FakeBroker,
     Script,
     push_with_short_guid,
+    push_with_stray_properties,
     unparseable,
 )
 from tests.support.recorder import AckRecorder, EventRecorder, MessageRecorder
@@ -48,7 +49,9 @@ def test_a_bad_push_drops_the_connection_and_the_session_reconnects() -> None:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("bad_frame", [push_with_short_guid, unparseable])
+@pytest.mark.parametrize(
+    "bad_frame", [push_with_short_guid, push_with_stray_properties, unparseable]
+)
 def test_repeated_bad_frames_fail_the_session_and_flush_returns(bad_frame: BadFrame) -> None:
     events, acks = EventRecorder(), AckRecorder()
     with FakeBroker(Script(bad_frame, ack_puts=False)) as fake:

@@ -29,6 +29,7 @@ from tests.support.fake_broker import (
     BadFrame,
     Script,
     push_with_short_guid,
+    push_with_stray_properties,
     serve_in_memory,
     unparseable,
 )
@@ -96,7 +97,9 @@ def test_a_bad_frame_ends_one_memory_connection() -> None:
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("bad_frame", [push_with_short_guid, unparseable])
+@pytest.mark.parametrize(
+    "bad_frame", [push_with_short_guid, push_with_stray_properties, unparseable]
+)
 def test_the_proxy_upstream_fails_typed_on_repeated_bad_frames(bad_frame: BadFrame) -> None:
     async def scenario() -> None:
         script = Script(bad_frame, ack_puts=False)

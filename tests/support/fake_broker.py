@@ -31,6 +31,18 @@ def push_with_short_guid(queue_id: int) -> bytes:
     return pb.ServerFrame(pushes=batch).SerializeToString()
 
 
+def push_with_stray_properties(queue_id: int) -> bytes:
+    """A PUSH batch of one message whose property group names a second message."""
+    batch = pb.PushBatch(
+        queue_ids=[queue_id],
+        guids=b"g" * 16,
+        payloads=b"x",
+        payload_lengths=[1],
+        property_groups=[pb.PropertyGroup(indexes=[0, 1], keys=["k"], values=["v", "w"])],
+    )
+    return pb.ServerFrame(pushes=batch).SerializeToString()
+
+
 def unparseable(queue_id: int) -> bytes:
     """Bytes that are no ServerFrame at all (a truncated varint)."""
     return b"\xff\xff\xff"
