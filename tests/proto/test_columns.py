@@ -3,6 +3,8 @@ batches whose columns disagree."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from holdfast.proto import pb
@@ -85,32 +87,20 @@ def test_properties_travel_grouped_by_their_keys() -> None:
 def test_property_groups_that_do_not_fit_their_batch_are_malformed(
     groups: list[pb.PropertyGroup], complaint: str
 ) -> None:
+    columns: dict[str, Any] = {
+        "queue_ids": [1],
+        "guids": G[0],
+        "payloads": b"a",
+        "payload_lengths": [1],
+        "property_groups": groups,
+    }
     with pytest.raises(Malformed, match=complaint):
-        read_puts(
-            pb.PutBatch(
-                queue_ids=[1],
-                guids=G[0],
-                payloads=b"a",
-                payload_lengths=[1],
-                property_groups=groups,
-            )
-        )
+        read_puts(pb.PutBatch(**columns))
     with pytest.raises(Malformed, match=complaint):
-        read_pushes(
-            pb.PushBatch(
-                queue_ids=[1],
-                guids=G[0],
-                payloads=b"a",
-                payload_lengths=[1],
-                property_groups=groups,
-            )
-        )
-    empty = pb.PropertyGroup()  # names nobody: read as no properties at all
-    assert read_puts(put_batch([1], G[:1], [b"a"])).properties == {}
-    wire = pb.PutBatch(
-        queue_ids=[1], guids=G[0], payloads=b"a", payload_lengths=[1], property_groups=[empty]
-    )
-    assert read_puts(wire).properties == {}
+        read_pushes(pb.PushBatch(**columns))
+    # A group that names nobody is read as no properties at all.
+    columns["property_groups"] = [pb.PropertyGroup()]
+    assert read_puts(pb.PutBatch(**columns)).properties == {}
 
 
 def test_an_ack_batch_of_all_successes_carries_no_statuses() -> None:
