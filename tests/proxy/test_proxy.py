@@ -135,6 +135,19 @@ def test_a_misbehaving_client_does_not_affect_another(
                         )
                     )
                     assert bad.recv("error").error.status == pb.STATUS_MALFORMED_FRAME
+                    # Nor one whose property group names a message past its end.
+                    bad.put_columns(
+                        pb.PutBatch(
+                            queue_ids=[2],
+                            guids=uuid.uuid4().bytes,
+                            payloads=b"x",
+                            payload_lengths=[1],
+                            property_groups=[
+                                pb.PropertyGroup(indexes=[3], keys=["k"], values=["v"])
+                            ],
+                        )
+                    )
+                    assert bad.recv("error").error.status == pb.STATUS_MALFORMED_FRAME
                     bad.confirm(2, [uuid.uuid4().bytes])
                     assert bad.recv("error").error.status == pb.STATUS_NOT_READABLE
                     bad.send(pb.ClientFrame(hello=pb.Hello(protocol_version=1)))
@@ -236,11 +249,12 @@ def test_the_proxy_forwards_the_brokers_dedup_window_and_limits(
 def test_an_old_client_is_refused_by_the_proxy_and_a_columnar_batch_is_relayed(
     proxy: ProxyProcess,
 ) -> None:
-    with WireClient(proxy.address) as old:
-        old.send_hello(protocol_version=1)
-        error = old.recv("error").error
-        assert (error.status, error.fatal) == (pb.STATUS_VERSION_MISMATCH, True)
-        assert "protocol version 1" in error.message
+    for version in (1, 2):  # a message per row; a map of properties per message
+        with WireClient(proxy.address) as old:
+            old.send_hello(protocol_version=version)
+            error = old.recv("error").error
+            assert (error.status, error.fatal) == (pb.STATUS_VERSION_MISMATCH, True)
+            assert f"protocol version {version}" in error.message
     uri = unique_uri("columns")
     with WireClient(proxy.address) as client:
         client.hello()
