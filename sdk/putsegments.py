@@ -28,7 +28,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from itertools import accumulate, islice
-from operator import lt
+from operator import attrgetter, lt
 from typing import Any
 
 from holdfast.sdk.types import Ack
@@ -134,8 +134,7 @@ class Segment:
         return lo
 
 
-def _last_of(segment: Segment) -> bytes:
-    return segment.last
+_last_of = attrgetter("last")
 
 
 class Segments:
@@ -286,14 +285,15 @@ class Segments:
         if segment is None:
             return None
         i = seq & _MASK
-        if i >= len(segment.ends) or not segment.live[i]:
-            return None
-        return segment, i
+        return None if i >= len(segment.ends) or not segment.live[i] else (segment, i)
 
     def find(self, guid: bytes) -> int:
         """The ``seq`` of the pending PUT with this GUID, or -1."""
         if self._keyed:
-            return self._strays.get(guid, -1)
+            seq = self._strays.get(guid, -1)
+            if seq >= 0:  # a proxy's ACK runs match from here again (``match_run``)
+                self._cursor = seq + 1
+            return seq
         if self._strays and (stray := self._strays.get(guid)) is not None:
             return stray
         seq = self._cursor

@@ -242,3 +242,20 @@ def test_an_ack_run_over_a_reported_put_is_not_reported_twice() -> None:
         assert [ack.guid for ack in h.acks] == [guids[1], guids[2], guids[3]]
         assert h.engine.stale_acks == 1
         assert h.engine.pending_count == 3
+
+
+def test_a_keyed_buffer_matches_ack_runs_again_after_an_ack_found_alone() -> None:
+    """A proxy's buffer (keyed: its clients' GUIDs interleave) finds an ACK that is not
+    at the head of the pending PUTs by its dict; the ACKs that follow it in post order
+    then match as one run again, from there. (The search once left the run's start
+    behind, so from the first such ACK on a proxy reported every ACK alone.)"""
+    segments = putsegments.Segments(keyed=True)
+    guids = [bytes([n]) * 16 for n in range(8)]
+    segments.extend(guids, 1, [b"x"] * 8, [0.0] * 8)
+    found = segments.at(segments.find(guids[2]))  # another frame's ACK came first
+    assert found is not None
+    segments.release(*found)
+    segment, i, n = segments.match_run(b"".join(guids[3:]), 0, 5)
+    assert (i, n) == (3, 5)
+    segments.release_run(segment, i, n)
+    assert segments.count == 2  # guids[0] and guids[1], still pending
