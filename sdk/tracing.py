@@ -240,12 +240,18 @@ def context_of(span: Span | None) -> Context | None:
     return context
 
 
-@contextlib.contextmanager
-def current(span: Span | None) -> Iterator[None]:
+_NO_SPAN: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+"""``current(None)``: one shared do-nothing block, not a generator made for each call
+(request/reply enters ``current`` per call and per served request, mostly untraced)."""
+
+
+def current(span: Span | None) -> contextlib.AbstractContextManager[None]:
     """Make ``span`` the current span in this block (nothing for None); it is not ended."""
-    if span is None:
-        yield
-        return
+    return _NO_SPAN if span is None else _attached(span)
+
+
+@contextlib.contextmanager
+def _attached(span: Span) -> Iterator[None]:
     token = otel_context.attach(otel_trace.set_span_in_context(span))
     try:
         yield

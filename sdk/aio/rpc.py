@@ -160,10 +160,10 @@ class AsyncCaller:
 
     def _on_reply_message(self, message: Message) -> None:
         properties = message.properties
-        guid = wire.parse_request_guid(properties)
+        key = wire.request_key(properties)
         kind = properties.get(wire.KIND)
-        call = self._calls.get(guid.bytes) if guid is not None else None
-        abandoned = self._abandoned.get(guid.bytes) if guid is not None else None
+        call = self._calls.get(key) if key is not None else None
+        abandoned = self._abandoned.get(key) if key is not None else None
         if abandoned is not None and kind == wire.BEAT:
             # A worker runs a call that is over: tell it to stop.
             abandoned.worker = properties.get(wire.WORKER, "")

@@ -240,7 +240,8 @@ class Worker:
             return answer
         finally:
             self._tasks.pop(guid.bytes, None)
-            await streaming.close_all(job.request.streams)
+            if job.request.streams:
+                await streaming.close_all(job.request.streams)
         rpc_spans.end_serve(span, answer[1])
         return answer
 

@@ -224,11 +224,11 @@ class Caller:
 
     def _on_reply_message(self, message: Message) -> None:
         properties = message.properties
-        guid = wire.parse_request_guid(properties)
+        key = wire.request_key(properties)
         kind = properties.get(wire.KIND)
         with self._lock:
-            call = self._calls.get(guid.bytes) if guid is not None else None
-            abandoned = self._abandoned.get(guid.bytes) if guid is not None else None
+            call = self._calls.get(key) if key is not None else None
+            abandoned = self._abandoned.get(key) if key is not None else None
         if abandoned is not None and kind == wire.BEAT:
             # A worker runs a call that is over (cancelled, timed out, or redelivered
             # after its worker was lost): tell it to stop.

@@ -33,6 +33,8 @@ def start_call(
 ) -> Span | None:
     """Start the ``call`` span of a request to ``uri``, ended with ``future``'s outcome;
     its request carries it."""
+    if not tracing.configured():  # no provider: skip building the attributes too
+        return None
     attrs = tracing.attributes(tracing.SEND, "call", uri, guid)
     attrs["rpc.system"] = tracing.SYSTEM
     span = tracing.start(f"call {uri}", "CLIENT", attrs)
@@ -56,6 +58,8 @@ def end_call(
 
 def start_serve(uri: str, message: Message) -> Span | None:
     """Start the ``serve`` span of a request a worker runs, under the caller's call."""
+    if not tracing.configured():  # no provider: skip building the attributes too
+        return None
     attrs = tracing.attributes(tracing.PROCESS, "serve", uri, message.guid)
     attrs["rpc.system"] = tracing.SYSTEM
     attrs["messaging.holdfast.delivery_count"] = message.delivery_count

@@ -152,6 +152,22 @@ def parse_request_guid(properties: Mapping[str, str]) -> uuid.UUID | None:
         return None
 
 
+def request_key(properties: Mapping[str, str]) -> bytes | None:
+    """The 16 bytes of the request GUID ``parse_request_guid`` reads (None if
+    unreadable), without making a ``UUID``: callers and workers look calls up by these
+    bytes, once per reply-queue or control message."""
+    text = properties.get(REQUEST) or properties.get(DEAD_GUID, "")
+    if len(text) == 32:  # the plain hex the SDK and the broker write
+        try:
+            key = bytes.fromhex(text)
+        except ValueError:
+            key = b""
+        if len(key) == 16:  # 32 hex digits, nothing else: what UUID(hex=) reads too
+            return key
+    guid = parse_request_guid(properties)  # any other spelling UUID(hex=) accepts
+    return None if guid is None else guid.bytes
+
+
 def dead_letter_text(properties: Mapping[str, str]) -> str:
     """What the broker's dead-letter notice says, for the caller's error."""
     return (

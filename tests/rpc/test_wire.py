@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 
+from holdfast.proto.policy import DEAD_GUID
 from holdfast.sdk import InvalidArgumentError, InvalidPropertiesError, WorkerOptions
 from holdfast.sdk.guids import Uuid7Source
 from holdfast.sdk.rpc import wire
@@ -38,6 +39,24 @@ def test_a_request_header_that_does_not_parse_is_refused_with_a_bounded_message(
         wire.parse_request({wire.REPLY_TO: "hf://a/b", wire.EXPIRES: "x" * 10_000})
     assert len(str(caught.value)) < 200
     assert wire.parse_request({wire.REPLY_TO: "hf://a/b", wire.EXPIRES: "5"}).expires_ms == 5
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        uuid.UUID(int=7).hex,
+        str(uuid.UUID(int=7)),  # hyphenated, as uuid.UUID(hex=) also reads it
+        "{" + uuid.UUID(int=7).hex + "}",
+        "",
+        "zz" * 16,  # 32 characters, not hex
+        " " + uuid.UUID(int=7).hex[1:],  # 32 characters with a blank: 15 bytes
+        "ab" * 8,
+    ],
+)
+def test_request_key_reads_what_parse_request_guid_reads(text: str) -> None:
+    for name in (wire.REQUEST, DEAD_GUID):  # a reply or heartbeat; the broker's notice
+        guid = wire.parse_request_guid({name: text})
+        assert wire.request_key({name: text}) == (None if guid is None else guid.bytes)
 
 
 def test_worker_options_are_checked() -> None:
