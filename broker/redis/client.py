@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -43,6 +43,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 from redis.sentinel import Sentinel as SyncSentinel
 
+from holdfast.broker.redis.held import HeldConnections
 from holdfast.broker.redis.lease_scripts import FENCED
 from holdfast.broker.redis.packing import use_hiredis
 from holdfast.broker.redis.script import Script, ScriptCall
@@ -174,6 +175,11 @@ class RedisClient:
         self.replica_timeout = replica_timeout
         self.tls = tls
         self.redis: Any = _connect(spec, tls)
+        self._held = (
+            None if spec.cluster else HeldConnections(self.redis.connection_pool, SOCKET_TIMEOUT)
+        )
+        """Script calls' connections (``held``); a cluster's go through its client, which
+        routes each call to its slot's node."""
         self._scripts: dict[str, Any] = {}
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self.round_trips = 0
@@ -230,18 +236,30 @@ class RedisClient:
 
     async def run(self, call: ScriptCall) -> Any:
         """Run a script call (its module's layout function made it) with retries. A
-        Redis that restarted has forgotten the scripts (NOSCRIPT): they are loaded
-        again and the call repeated."""
+        Redis that restarted has forgotten the scripts (NOSCRIPT): the call is sent
+        again with the script's text."""
         script = self._registered(call.script)
 
         async def run() -> Any:
             try:
-                return await script(keys=call.keys, args=call.args)
+                return await self.send_script("EVALSHA", script.sha, call.keys, call.args)
             except NoScriptError:
-                await self.redis.script_load(script.script)
-                return await script(keys=call.keys, args=call.args)
+                # This Redis does not know it (restarted, or a replica promoted since):
+                # EVAL sends it whole, on the same connection, and Redis keeps it.
+                return await self.send_script("EVAL", script.script, call.keys, call.args)
 
         return await self.call(call.script.name, run)
+
+    async def send_script(
+        self, command: str, script: str, keys: Sequence[Any], args: Sequence[Any]
+    ) -> Any:
+        """One ``EVALSHA`` (``script`` is the SHA) or ``EVAL`` (the Lua), sent once: on a
+        held connection (``held``), or on a cluster through redis-py's client, which
+        sends it to the node of its keys' slot. ``run`` adds the retries."""
+        held = self._held
+        if held is None:
+            return await self.redis.execute_command(command, script, len(keys), *keys, *args)
+        return await held.execute(command, script, len(keys), *keys, *args)
 
     async def run_replicated(self, call: ScriptCall) -> tuple[Any, bool]:
         """Run a script call that stores (a PUT, a stage or a commit); with
@@ -288,6 +306,8 @@ class RedisClient:
 
     async def close(self) -> None:
         """Close the connections."""
+        if self._held is not None:
+            await self._held.close()
         await self.redis.aclose()
 
 

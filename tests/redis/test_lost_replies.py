@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,32 +53,35 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 class Faulty:
-    """Wraps the node client's ``evalsha``: the next ``times`` calls of ``script`` fail.
+    """Wraps the node client's ``send_script`` (every script call's one way to Redis):
+    the next ``times`` calls of ``script`` fail.
     ``LoseReplies``: they run in Redis, then raise the timeout redis-py raises when a
     reply does not come back. ``Refuse``: Redis refuses them at once (they do not run)."""
 
     ran_first = True
 
     def __init__(self, world: RedisWorld, script: Script, times: int = 1) -> None:
-        self._redis = world.client.redis
-        self._real = self._redis.evalsha
-        self._sha = world.client._registered(script).sha
+        client = world.client
+        self._real = client.send_script
+        self._script = {client._registered(script).sha, script.lua}  # EVALSHA or EVAL
         self.left = times
         self.calls = 0
-        self._redis.evalsha = self._evalsha
+        client.send_script = self._send_script  # type: ignore[method-assign]
 
     @property
     def lost(self) -> int:
         """How many calls failed."""
         return self.calls
 
-    async def _evalsha(self, sha: str, numkeys: int, *args: Any) -> Any:
-        if sha != self._sha or self.left <= 0:
-            return await self._real(sha, numkeys, *args)
+    async def _send_script(
+        self, command: str, script: str, keys: Sequence[Any], args: Sequence[Any]
+    ) -> Any:
+        if script not in self._script or self.left <= 0:
+            return await self._real(command, script, keys, args)
         if self.ran_first:
             # Run first: a NOSCRIPT (the script not loaded yet) did not run, so it
             # must not count as a call whose reply was lost.
-            await self._real(sha, numkeys, *args)
+            await self._real(command, script, keys, args)
         self.left -= 1
         self.calls += 1
         if not self.ran_first:
