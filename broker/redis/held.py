@@ -62,7 +62,7 @@ class HeldConnections:
                     # subclass's ``connect``, and a Sentinel-managed connection would
                     # reach the default host:port instead of the primary the Sentinels
                     # name (redis-py 8.1; measured: a different Redis on this host).
-                    await connection.connect()
+                    await connection.connect()  # type: ignore[no-untyped-call]
                 await connection.send_command(*args, check_health=False)
                 reply = await connection.read_response()
         except ResponseError:

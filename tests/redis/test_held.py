@@ -6,7 +6,8 @@ Sentinels name."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -37,9 +38,16 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield server.url
 
 
-def held_of(url: str, timeout: float = 5.0) -> tuple[RedisClient, HeldConnections]:
+@contextlib.asynccontextmanager
+async def held_of(url: str, timeout: float = 5.0) -> AsyncIterator[HeldConnections]:
+    """Connections held from the pool of a store client of ``url``; closed after."""
     client = RedisClient(parse_redis_spec(url))
-    return client, HeldConnections(client.redis.connection_pool, timeout)
+    held = HeldConnections(client.redis.connection_pool, timeout)
+    try:
+        yield held
+    finally:
+        await held.close()
+        await client.close()
 
 
 async def client_id(held: HeldConnections) -> int:
@@ -48,25 +56,20 @@ async def client_id(held: HeldConnections) -> int:
 
 def test_an_error_reply_leaves_the_connection_in_step(redis_url: str) -> None:
     async def body() -> None:
-        client, held = held_of(redis_url)
-        try:
+        async with held_of(redis_url) as held:
             first = await client_id(held)
             with pytest.raises(ResponseError):
                 await held.execute("EVALSHA", "0" * 40, 0)  # NOSCRIPT
             assert await held.execute("ECHO", "after") == b"after"
             assert await client_id(held) == first  # the same connection, kept
             assert held.held == 1
-        finally:
-            await held.close()
-            await client.close()
 
     asyncio.run(body())
 
 
 def test_a_reply_that_comes_too_late_is_never_read_by_the_next_call(redis_url: str) -> None:
     async def body() -> None:
-        client, held = held_of(redis_url, timeout=0.1)
-        try:
+        async with held_of(redis_url, timeout=0.1) as held:
             first = await client_id(held)
             with pytest.raises(RedisTimeoutError):
                 await held.execute("EVAL", SPIN, 0, 400)
@@ -75,40 +78,27 @@ def test_a_reply_that_comes_too_late_is_never_read_by_the_next_call(redis_url: s
             assert await held.execute("ECHO", "after") == b"after"
             assert await client_id(held) != first  # the late one was dropped
             assert held.held == 1
-        finally:
-            await held.close()
-            await client.close()
 
     asyncio.run(body())
 
 
 def test_a_cancelled_call_leaves_no_reply_behind(redis_url: str) -> None:
     async def body() -> None:
-        client, held = held_of(redis_url)
-        try:
-            call = asyncio.ensure_future(held.execute("EVAL", SPIN, 0, 300))
-            await asyncio.sleep(0.05)
-            call.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await call
+        async with held_of(redis_url) as held:
+            # wait_for cancels the call 50 ms into the script's 300.
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(held.execute("EVAL", SPIN, 0, 300), 0.05)
             assert await held.execute("ECHO", "after") == b"after"
-        finally:
-            await held.close()
-            await client.close()
 
     asyncio.run(body())
 
 
 def test_calls_at_once_each_get_their_own_reply(redis_url: str) -> None:
     async def body() -> None:
-        client, held = held_of(redis_url)
-        try:
+        async with held_of(redis_url) as held:
             replies = await asyncio.gather(*(held.execute("ECHO", str(i)) for i in range(50)))
             assert replies == [str(i).encode() for i in range(50)]
             assert 1 <= held.held <= 50
-        finally:
-            await held.close()
-            await client.close()
 
     asyncio.run(body())
 
@@ -117,15 +107,8 @@ def test_a_sentinel_managed_connection_reaches_the_primary(tmp_path: Path) -> No
     with watched_pair(tmp_path, aof=False) as (primary, _replica, sentinel_port):
 
         async def body() -> None:
-            client = RedisClient(
-                parse_redis_spec(f"redis+sentinel://127.0.0.1:{sentinel_port}/{SERVICE}")
-            )
-            held = HeldConnections(client.redis.connection_pool, 5.0)
-            try:
+            async with held_of(f"redis+sentinel://127.0.0.1:{sentinel_port}/{SERVICE}") as held:
                 reply = await held.execute("CONFIG", "GET", "port")  # a map
                 assert reply == {b"port": str(primary.port).encode()}
-            finally:
-                await held.close()
-                await client.close()
 
         asyncio.run(body())
