@@ -17,6 +17,7 @@ from tests.policies.support import Collector
 from tests.support.processes import BrokerProcess
 from tests.support.redis_server import RedisServer, redis_cluster
 from tests.support.sessions import FAST
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -77,7 +78,13 @@ def test_dead_letters_move_between_primaries(cluster: list[RedisServer]) -> None
         dead = Collector()
         session.open_queue(dlq, read=True, on_message=dead)
         dead.wait_for(len(sources))
-        stats = [admin_b.stats(uri) for uri in sources]
+
+        def settled() -> bool:
+            # The dead-letter counters are added after the move (one HINCRBY each, spawned
+            # by the node that moved them), so they may land just after the copies do.
+            stats = [admin_b.stats(uri) for uri in sources]
+            return [(s.ready, s.dead_lettered) for s in stats] == [(0, 1)] * len(sources)
+
+        wait_until(settled, 10, "every source to count its dead letter")
     assert Counter(dead.guids()) == Counter({g: 1 for g in posted})
     assert {m.properties["x-original-uri"] for m in dead.messages} == set(sources)
-    assert [(s.ready, s.dead_lettered) for s in stats] == [(0, 1)] * len(sources)
