@@ -261,6 +261,15 @@ class RedisClient:
             return await self.redis.execute_command(command, script, len(keys), *keys, *args)
         return await held.execute(command, script, len(keys), *keys, *args)
 
+    async def command(self, *args: Any) -> Any:
+        """One command whose reply needs no parsing beyond Redis's (a count, an integer),
+        sent once, like ``send_script``: the per-frame ones (a wake's ``PUBLISH``, a
+        counter's ``HINCRBY``). Use it inside ``call`` for the retries."""
+        held = self._held
+        if held is None:
+            return await self.redis.execute_command(*args)
+        return await held.execute(*args)
+
     async def run_replicated(self, call: ScriptCall) -> tuple[Any, bool]:
         """Run a script call that stores (a PUT, a stage or a commit); with
         ``min_replicas``, ``WAIT`` for them on the same connection, in one pipeline.

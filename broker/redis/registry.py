@@ -315,7 +315,9 @@ class RedisRegistry:
     def count(self, uri: str, counter: str, n: int = 1) -> None:
         """Add ``n`` to a counter of ``uri`` kept in Redis (the admin's statistics)."""
         key = QueueKeys(uri).stats
-        self.spawn(self.client.call("HINCRBY", lambda: self.client.redis.hincrby(key, counter, n)))
+        self.spawn(
+            self.client.call("HINCRBY", lambda: self.client.command("HINCRBY", key, counter, n))
+        )
 
     async def remember_queue(self, uri: str) -> None:
         """Note that this node holds deliveries of ``uri`` (for the reaper)."""
@@ -365,7 +367,7 @@ class RedisRegistry:
 
     def wake(self, uri: str) -> None:
         """Tell every node that ``uri`` has messages (pub/sub; they also poll)."""
-        self.spawn(self.client.call("PUBLISH", lambda: self.client.redis.publish(WAKE, uri)))
+        self.spawn(self.client.call("PUBLISH", lambda: self.client.command("PUBLISH", WAKE, uri)))
 
     def on_wake(self, uri: str) -> None:
         """Another node (or this one) says ``uri`` has messages."""
