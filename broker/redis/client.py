@@ -227,8 +227,8 @@ class RedisClient:
                 raise StoreError(f"redis store {self.where}: {what}: {error}") from None
 
     def _registered(self, script: Script) -> Any:
-        """redis-py's handle of ``script`` on this client (it sends EVALSHA, and the
-        script once Redis says it does not know it)."""
+        """redis-py's handle of ``script`` on this client: its SHA for ``run``, and the
+        handle itself for ``run_replicated``'s pipeline (which loads it first)."""
         registered = self._scripts.get(script.name)
         if registered is None:
             registered = self._scripts[script.name] = self.redis.register_script(script.lua)

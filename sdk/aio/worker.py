@@ -331,9 +331,9 @@ class Worker:
     # ------------------------------------------------------------------ cancels, liveness
 
     def _on_control(self, message: Message) -> None:
-        guid = wire.parse_request_guid(message.properties)
-        if message.properties.get(wire.KIND) == wire.CANCEL and guid is not None:
-            self._cancel(guid.bytes)
+        key = wire.request_key(message.properties)
+        if message.properties.get(wire.KIND) == wire.CANCEL and key is not None:
+            self._cancel(key)
         confirm(message)
 
     def _cancel(self, guid: bytes) -> None:

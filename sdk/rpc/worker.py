@@ -381,10 +381,10 @@ class Worker:
     # ------------------------------------------------------------------ cancels and heartbeats
 
     def _on_control(self, message: Message) -> None:
-        guid = wire.parse_request_guid(message.properties)
-        if message.properties.get(wire.KIND) == wire.CANCEL and guid is not None:
+        key = wire.request_key(message.properties)
+        if message.properties.get(wire.KIND) == wire.CANCEL and key is not None:
             with self._lock:
-                job = self._running.get(guid.bytes)
+                job = self._running.get(key)
             if job is not None:
                 job.request.cancelled.set()
         confirm(message)
