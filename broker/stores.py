@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from holdfast.broker.dedup import DEFAULT_GRACE, DEFAULT_WINDOW
-from holdfast.broker.redis.client import parse_redis_spec
+from holdfast.broker.redis.spec import parse_redis_spec
 from holdfast.broker.sqlite_store import SqliteStore
 from holdfast.broker.store import MemoryStore, Store
 

@@ -31,6 +31,9 @@ connector (``register(spark)``, then ``format("holdfast")``) and ``QueueSink`` f
 ``foreachPartition``/``foreachBatch``. ``marks`` serves ``Session.commit_mark``.
 """
 
+import importlib
+from typing import TYPE_CHECKING
+
 from holdfast.proto.logs import quiet_library_logger
 from holdfast.sdk.errors import (
     AuthenticationError,
@@ -94,11 +97,42 @@ from holdfast.sdk.events import (
     log_event,
 )
 from holdfast.sdk.options import QueueOptions, ReconnectOptions, SessionOptions
-from holdfast.sdk.queue import Queue
-from holdfast.sdk.rpc import Reply, Request, StreamingReply, Worker, WorkerOptions
-from holdfast.sdk.session import Session
-from holdfast.sdk.stats import SessionStats
 from holdfast.sdk.types import Ack, AckStatus, Message
+
+if TYPE_CHECKING:
+    from holdfast.sdk.queue import Queue
+    from holdfast.sdk.rpc import Reply, Request, StreamingReply, Worker, WorkerOptions
+    from holdfast.sdk.session import Session
+    from holdfast.sdk.stats import SessionStats
+
+_LAZY = {
+    "Queue": "holdfast.sdk.queue",
+    "Reply": "holdfast.sdk.rpc",
+    "Request": "holdfast.sdk.rpc",
+    "StreamingReply": "holdfast.sdk.rpc",
+    "Worker": "holdfast.sdk.rpc",
+    "WorkerOptions": "holdfast.sdk.rpc",
+    "Session": "holdfast.sdk.session",
+    "SessionStats": "holdfast.sdk.stats",
+}
+"""The front-ends, imported on first use (PEP 562): the broker and the proxy import
+``holdfast.sdk``'s engine, errors and tracing, and the session, the queue and
+request/reply (gRPC's client, asyncio, the rpc layer) would add a third to their
+start-up, which every restart, the admin command and each test's servers pay."""
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 quiet_library_logger()
 

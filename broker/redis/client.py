@@ -25,9 +25,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio as aioredis
@@ -47,6 +45,7 @@ from holdfast.broker.redis.held import HeldConnections
 from holdfast.broker.redis.lease_scripts import FENCED
 from holdfast.broker.redis.packing import use_hiredis
 from holdfast.broker.redis.script import Script, ScriptCall
+from holdfast.broker.redis.spec import RedisSpec, parse_redis_spec
 from holdfast.broker.redis.tls import RedisTls
 from holdfast.broker.store import StoreError
 
@@ -72,55 +71,6 @@ script per frame, two broker nodes on one Redis) calls failed with "Too many
 connections" and backed off for 50 ms or more each, and two nodes carried 0.62x
 of one node's rate (``bench/redisscale.py``). Below the pool's bound, with room for
 the subscriber's connection and the pipelines."""
-
-SCHEMES = ("redis", "rediss", "redis+cluster", "redis+sentinel")
-
-
-@dataclass(frozen=True, slots=True)
-class RedisSpec:
-    """A parsed ``--store redis...`` value."""
-
-    scheme: str
-    nodes: tuple[tuple[str, int], ...]
-    db: int = 0
-    service: str = ""
-    """With ``redis+sentinel://``: the name the Sentinels monitor the primary under."""
-
-    @property
-    def cluster(self) -> bool:
-        """Whether this is a Redis Cluster."""
-        return self.scheme == "redis+cluster"
-
-
-def parse_redis_spec(spec: str) -> RedisSpec:
-    """Parse ``redis://HOST:PORT[/DB]``, ``rediss://...``,
-    ``redis+cluster://HOST:PORT[,HOST:PORT...]`` or
-    ``redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB]`` (Sentinels' addresses);
-    ``ValueError`` saying what is wrong."""
-    scheme, sep, rest = spec.partition("://")
-    if not sep or scheme not in SCHEMES:
-        raise ValueError(f"a Redis store is one of {', '.join(s + '://' for s in SCHEMES)}")
-    hosts, _, db_text = rest.partition("/")
-    service = ""
-    if scheme == "redis+sentinel":
-        service, _, db_text = db_text.partition("/")
-        if not service:
-            raise ValueError(f"{spec!r}: name the monitored primary: .../SERVICE[/DB]")
-    nodes = []
-    for part in hosts.split(","):
-        parsed = urlsplit("//" + part)
-        try:
-            port = parsed.port
-        except ValueError:
-            port = None
-        if not parsed.hostname or port is None:
-            raise ValueError(f"{spec!r}: expected HOST:PORT, got {part!r}")
-        nodes.append((parsed.hostname, port))
-    if scheme in ("redis", "rediss") and len(nodes) != 1:
-        raise ValueError(f"{spec!r}: one HOST:PORT (several with redis+cluster or +sentinel)")
-    if db_text and (not db_text.isdigit() or scheme == "redis+cluster"):
-        raise ValueError(f"{spec!r}: the database is a number, and a cluster has only 0")
-    return RedisSpec(scheme, tuple(nodes), int(db_text or 0), service)
 
 
 class FencedError(StoreError):
