@@ -37,7 +37,12 @@ def drain_messages(address: str, uri: str, expected: int, timeout: float = 60.0)
             on_message=received,
             options=QueueOptions(max_unconfirmed_messages=5000),
         )
-        wait_until(lambda: len(received) >= expected, timeout, f"{expected} messages")
+        try:
+            wait_until(lambda: len(received) >= expected, timeout, f"{expected} messages")
+        except AssertionError as error:
+            # Say how far it got: a few missing is a loss, none arriving a stall.
+            distinct = len(received.guids())
+            raise AssertionError(f"{error}: {len(received)} arrived, {distinct} distinct") from None
         settle = time.monotonic() + 0.5
         last = len(received)
         while time.monotonic() < settle:
