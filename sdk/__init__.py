@@ -122,6 +122,7 @@ start-up, which every restart, the admin command and each test's servers pay."""
 
 
 def __getattr__(name: str) -> object:
+    """Import a front-end (``_LAZY``) the first time it is asked for, then keep it here."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -131,6 +132,7 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
+    """The module's names, the front-ends not yet imported included."""
     return sorted(set(globals()) | set(_LAZY))
 
 
