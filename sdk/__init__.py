@@ -121,19 +121,22 @@ request/reply (gRPC's client, asyncio, the rpc layer) would add a third to their
 start-up, which every restart, the admin command and each test's servers pay."""
 
 
-def __getattr__(name: str) -> object:
-    """Import a front-end (``_LAZY``) the first time it is asked for, then keep it here."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:
+    # Runtime only: a module __getattr__ seen by a type checker would type every
+    # unknown name (a typo in an import) as ``object`` instead of refusing it.
 
+    def __getattr__(name: str) -> object:
+        """Import a front-end (``_LAZY``) the first time it is asked for, then keep it here."""
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
 
-def __dir__() -> list[str]:
-    """The module's names, the front-ends not yet imported included."""
-    return sorted(set(globals()) | set(_LAZY))
+    def __dir__() -> list[str]:
+        """The module's names, the front-ends not yet imported included."""
+        return sorted(set(globals()) | set(_LAZY))
 
 
 quiet_library_logger()
