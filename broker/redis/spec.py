@@ -1,7 +1,7 @@
 """A ``--store redis...`` value parsed, without importing redis-py: the broker checks
 its ``--store`` before it knows which store it runs, and a memory or sqlite broker
-never needs the Redis client (redis-py and what it loads are a third of a broker's
-start-up)."""
+never needs the Redis client (redis-py and the OpenTelemetry metrics SDK it loads
+were about 100 ms of the 300 a broker took to import)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,15 @@ import time
 import uuid
 from collections import Counter
 
-from holdfast.sdk import Message, QueueOptions, ReconnectOptions, Session, SessionOptions
+from holdfast.sdk import (
+    HoldfastError,
+    Message,
+    QueueOptions,
+    ReconnectOptions,
+    Session,
+    SessionOptions,
+)
+from holdfast.sdk.admin import AdminClient
 from tests.support.recorder import MessageRecorder
 from tests.support.waiting import wait_until
 
@@ -40,9 +48,8 @@ def drain_messages(address: str, uri: str, expected: int, timeout: float = 60.0)
         try:
             wait_until(lambda: len(received) >= expected, timeout, f"{expected} messages")
         except AssertionError as error:
-            # Say how far it got: a few missing is a loss, none arriving a stall.
-            distinct = len(received.guids())
-            raise AssertionError(f"{error}: {len(received)} arrived, {distinct} distinct") from None
+            arrived = f"{len(received)} arrived ({len(received.guids())} distinct)"
+            raise AssertionError(f"{error}: {arrived}; {_queue_figures(address, uri)}") from None
         settle = time.monotonic() + 0.5
         last = len(received)
         while time.monotonic() < settle:
@@ -51,6 +58,21 @@ def drain_messages(address: str, uri: str, expected: int, timeout: float = 60.0)
                 last, settle = len(received), time.monotonic() + 0.5
     with received.lock:
         return list(received.messages)
+
+
+def _queue_figures(address: str, uri: str) -> str:
+    """What the broker holds of ``uri`` now, for a drain that timed out: messages
+    still ready or unconfirmed there mean delivery stalled; none, with fewer arrived
+    than were ACKed, mean they were lost."""
+    try:
+        with AdminClient(address, timeout=5.0) as admin:
+            info = admin.stats(uri)
+    except HoldfastError as error:  # a proxy's address, or the broker is gone
+        return f"the broker's figures are not to be had: {error}"
+    return (
+        f"the broker holds {info.ready} ready and {info.unconfirmed} unconfirmed, "
+        f"accepted {info.accepted}, redelivered {info.redelivered}"
+    )
 
 
 def drain(address: str, uri: str, expected: int, timeout: float = 60.0) -> Counter[uuid.UUID]:
