@@ -5,6 +5,7 @@ interpreter, so no other test's imports count."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 
@@ -53,5 +54,9 @@ def test_the_front_ends_are_imported_on_first_use_and_are_the_same_objects() -> 
     assert holdfast.sdk.Queue is Queue
     assert holdfast.sdk.Worker is Worker
     assert {"Session", "Queue", "Worker", "HoldfastError"} <= set(dir(holdfast.sdk))
+    lazy: dict[str, str] = vars(holdfast.sdk)["_LAZY"]
+    for name, module in lazy.items():
+        assert name in holdfast.sdk.__all__
+        assert getattr(holdfast.sdk, name) is getattr(importlib.import_module(module), name)
     with pytest.raises(AttributeError, match="no attribute 'Sesion'"):
         _ = holdfast.sdk.Sesion  # type: ignore[attr-defined]
