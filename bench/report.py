@@ -452,6 +452,12 @@ def print_scale(scale: dict[str, Any]) -> None:
             )
         for run in row["paced"]:
             table.add(run["nodes"], rate(run["offered"]), rate(run["rate"]), _hops(run["cpu_us"]))
+        paced_control = control.get("paced") if control else None  # absent before 2026-11-28
+        if paced_control:
+            run = paced_control
+            table.add(
+                "1, 2 producers", rate(run["offered"]), rate(run["rate"]), _hops(run["cpu_us"])
+            )
         table.notes = [
             f"Two nodes / one: {row['ratio']:.2f}x (medians of alternating rounds; "
             "target >= 1.0x)."
@@ -459,6 +465,17 @@ def print_scale(scale: dict[str, Any]) -> None:
                 f" Two nodes / one node with two producers: {control['two_nodes_ratio']:.2f}x."
                 if control
                 else ""
+            ),
+            *(
+                [
+                    f"Paced (medians of {paced_control.get('rounds', 1)} alternating rounds):"
+                    f" two nodes / one node {row['paced_ratio']:.2f}x, / one node with the"
+                    f" same two producers {control['paced_two_nodes_ratio']:.2f}x. A paced"
+                    " producer sends a frame a millisecond whatever its share, so two"
+                    " producers send twice the frames of one.",
+                ]
+                if paced_control
+                else []
             ),
             f"Redis commands per message (inside the scripts): {row['commands_per_message']:.3f};",
             "a PUT frame is one script call (one round trip) for all its messages.",
@@ -573,4 +590,24 @@ def issue_20_targets(
                 redis["ratio"] >= 1.0,
             )
         )
+        control = redis.get("control") or {}
+        if "paced_two_nodes_ratio" in control:
+            # The second node alone: the same producers, one node against two.
+            worst = min(control["two_nodes_ratio"], control["paced_two_nodes_ratio"])
+            rows.append(
+                (
+                    "Redis: two nodes >= 1.0x one node with the same two producers,"
+                    " saturating and paced (#33)",
+                    f"{control['two_nodes_ratio']:.2f}x, paced"
+                    f" {control['paced_two_nodes_ratio']:.2f}x",
+                    worst >= 1.0,
+                )
+            )
+            rows.append(
+                (
+                    "Redis: paced, two nodes (two producers) >= 1.0x one node (one producer)",
+                    f"{redis['paced_ratio']:.2f}x",
+                    redis["paced_ratio"] >= 1.0,
+                )
+            )
     return rows
