@@ -11,7 +11,8 @@ from typing import Any
 import grpc
 import pytest
 
-from holdfast.broker import Broker, BrokerConfig, MemoryStore, RecoveredState, StoreBatch
+from holdfast.broker import Broker, BrokerConfig, MemoryStore, RecoveredState, StoreBatch, puts
+from holdfast.broker.accept import accept
 from holdfast.broker.dedup import content_digest
 from holdfast.broker.store import COMPLETED, HistoryEntry, StoredMessage
 from holdfast.proto import PROTOCOL_VERSION, SESSION_METHOD, pb
@@ -266,6 +267,40 @@ def test_a_store_that_raises_in_write_is_a_failed_write() -> None:
         await client.close()
 
     run_with_broker(scenario, RaisingStore())
+
+
+def test_a_failure_as_a_completed_write_is_accepted_fails_its_puts_and_frees_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A store that finishes a write at once (the memory store) has its frame settled
+    where it stands, not in a task: a failure there still ACKs STORE_ERROR, leaves
+    nothing in flight, gives the history's reservation back, and the session goes on."""
+    uri = unique_uri("accept-fails")
+    guid = new_guid()
+    failures = [OSError("accept failed")]
+
+    def accept_once(*args: Any) -> None:
+        if failures:
+            raise failures.pop()
+        accept(*args)
+
+    monkeypatch.setattr(puts, "accept", accept_once)
+
+    async def scenario(broker: Broker, store: GatedStore) -> None:
+        client = await AioClient.connect(broker.address)
+        await client.open(1, uri, write=True)
+        await client.put(1, [guid])
+        assert [a.status for a in await client.acks(1)] == [pb.STATUS_STORE_ERROR]
+        assert broker.queues.budget.reserved == 0
+        queue = broker.queues.get(uri)
+        assert queue is not None and not queue.in_flight and queue.in_flight_bytes == 0
+        await client.put(1, [guid])  # the retransmission is a new attempt
+        assert [a.status for a in await client.acks(1)] == [pb.STATUS_OK]
+        assert ready_guids(broker, uri) == [guid]
+        assert broker.puts.in_progress == 0  # settled where it stood: no task
+        await client.close()
+
+    run_with_broker(scenario)
 
 
 def test_acks_keep_their_place_before_a_close_response() -> None:
