@@ -18,10 +18,10 @@ two brokers on it (``--store redis://...``), then:
   and paced. Two nodes are two producers *and* two brokers on the host's cores: against
   this run the second node alone is measured, against the one-producer run both at
   once. Paced, a producer wakes once a millisecond whatever its share, so two
-  producers send twice the frames of one, each half as full: measured on a 2-core host
-  (13k msg/s offered), one producer to one node carried 13.0k, two producers to one
-  node 11.9k and two producers to two nodes 12.0k, so the second producer's frames,
-  not the second node, are what the one-producer comparison loses.
+  producers send twice the frames of one, each half as full: on a 2-core host (13.8k
+  msg/s offered, medians of three rounds, 2026-11-28) one producer to one node carried
+  13.8k, two producers to one node 12.4k and two producers to two nodes 12.2k: most of
+  what the one-producer comparison loses is the second producer's frames.
 
 The bench never consumes: each run finds the previous runs' messages in Redis, each
 two-node round 100k more than the one-node round before it. Purging between runs is
