@@ -454,9 +454,11 @@ def print_scale(scale: dict[str, Any]) -> None:
             table.add(run["nodes"], rate(run["offered"]), rate(run["rate"]), _hops(run["cpu_us"]))
         paced_control = control.get("paced") if control else None  # absent before 2026-11-28
         if paced_control:
-            run = paced_control
             table.add(
-                "1, 2 producers", rate(run["offered"]), rate(run["rate"]), _hops(run["cpu_us"])
+                "1, 2 producers",
+                rate(paced_control["offered"]),
+                rate(paced_control["rate"]),
+                _hops(paced_control["cpu_us"]),
             )
         table.notes = [
             f"Two nodes / one: {row['ratio']:.2f}x (medians of alternating rounds; "

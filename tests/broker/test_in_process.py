@@ -269,12 +269,15 @@ def test_a_store_that_raises_in_write_is_a_failed_write() -> None:
     run_with_broker(scenario, RaisingStore())
 
 
-def test_a_failure_as_a_completed_write_is_accepted_fails_its_puts_and_frees_them(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("write", ["completed at once", "completed later"])
+def test_a_failure_enqueueing_a_durable_frame_fails_its_puts_and_frees_them(
+    write: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A store that finishes a write at once (the memory store) has its frame settled
-    where it stands, not in a task: a failure there still ACKs STORE_ERROR, leaves
-    nothing in flight, gives the history's reservation back, and the session goes on."""
+    """Once a frame's write is durable its messages join their queues, where the store
+    finished it at once (the memory store: no task) or later (a store writing on a
+    thread or a socket: in the frame's task). A failure there ACKs its PUTs
+    STORE_ERROR, leaves nothing in flight, gives the history's reservation back once,
+    and the session goes on: the retransmission is stored."""
     uri = unique_uri("accept-fails")
     guid = new_guid()
     failures = [OSError("accept failed")]
@@ -287,17 +290,23 @@ def test_a_failure_as_a_completed_write_is_accepted_fails_its_puts_and_frees_the
     monkeypatch.setattr(puts, "accept", accept_once)
 
     async def scenario(broker: Broker, store: GatedStore) -> None:
+        if write == "completed later":
+            store.held.add(uri)
         client = await AioClient.connect(broker.address)
         await client.open(1, uri, write=True)
         await client.put(1, [guid])
+        if write == "completed later":
+            await wait_for(lambda: len(store.pending) == 1)
+            store.release()
         assert [a.status for a in await client.acks(1)] == [pb.STATUS_STORE_ERROR]
+        await wait_for(lambda: broker.puts.in_progress == 0)
         assert broker.queues.budget.reserved == 0
         queue = broker.queues.get(uri)
         assert queue is not None and not queue.in_flight and queue.in_flight_bytes == 0
         await client.put(1, [guid])  # the retransmission is a new attempt
         assert [a.status for a in await client.acks(1)] == [pb.STATUS_OK]
         assert ready_guids(broker, uri) == [guid]
-        assert broker.puts.in_progress == 0  # settled where it stood: no task
+        assert broker.queues.budget.reserved == 0
         await client.close()
 
     run_with_broker(scenario)
