@@ -1,0 +1,111 @@
+"""A coroutine that awaits ``post()`` in a loop lets the writer run: every
+``YIELD_EVERY`` posts queued for it, a post first gives the loop one turn
+(``holdfast.sdk.driver.aio``). Without it the loop never suspends while nothing
+pushes back, and every PUT waits for the loop's end."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from holdfast.proto import pb
+from holdfast.proto.columns import ack_batch, read_puts
+from holdfast.sdk import aio
+from holdfast.sdk.driver.aio import YIELD_EVERY
+from tests.support.fake_broker import HELLO_REPLY
+
+pytestmark = pytest.mark.timeout(30)
+
+POSTS = 16 * YIELD_EVERY
+
+
+class RecordingConnection:
+    """A broker that answers Hello and OpenQueue, ACKs every PUT, and records how many
+    ``post()`` calls had returned when each PUT was sent."""
+
+    def __init__(self) -> None:
+        self.inbound: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.posted = 0
+        """Set by the test as its posts return."""
+        self.puts_sent_at: list[int] = []
+
+    async def send(self, data: bytes) -> None:
+        message = pb.ClientFrame.FromString(data)
+        frames = list(message.batch.frames) if message.WhichOneof("frame") == "batch" else [message]
+        for frame in frames:
+            kind = frame.WhichOneof("frame")
+            if kind == "hello":
+                reply = pb.ServerFrame.FromString(HELLO_REPLY)
+                reply.hello_reply.accepts_batches = True
+                self.inbound.put_nowait(reply.SerializeToString())
+            elif kind == "open_queue":
+                ok = pb.Response(request_id=frame.open_queue.request_id, status=pb.STATUS_OK)
+                self.inbound.put_nowait(pb.ServerFrame(response=ok).SerializeToString())
+            elif kind == "puts":
+                puts = read_puts(frame.puts)
+                self.puts_sent_at += [self.posted] * len(puts.guids)
+                acks = ack_batch(
+                    [
+                        (queue_id, guid, pb.STATUS_OK)
+                        for queue_id, guid in zip(puts.queue_ids, puts.guids, strict=True)
+                    ]
+                )
+                self.inbound.put_nowait(pb.ServerFrame(acks=acks).SerializeToString())
+
+    async def receive(self) -> bytes | None:
+        return await self.inbound.get()
+
+    async def finish(self) -> None:
+        self.inbound.put_nowait(None)
+
+    async def close(self) -> None:
+        self.inbound.put_nowait(None)
+
+
+class RecordingTransport:
+    def __init__(self) -> None:
+        self.connection = RecordingConnection()
+
+    async def connect(self, address: str) -> RecordingConnection:
+        return self.connection
+
+
+async def tight_loop() -> list[int]:
+    transport = RecordingTransport()
+    async with aio.Session("scripted:1", transport=transport) as session:
+        queue = await session.open_queue("hf://test/turns", write=True)
+        for _ in range(POSTS):
+            await queue.post(b"x")  # nothing else in the loop awaits
+            transport.connection.posted += 1
+        return transport.connection.puts_sent_at
+
+
+def test_a_loop_of_awaited_posts_lets_its_puts_leave_while_it_runs() -> None:
+    sent_at = asyncio.run(tight_loop())
+    during = [posted for posted in sent_at if posted < POSTS]
+    # Most PUTs left while the loop ran. The writer, woken by the first post, needs a
+    # few turns of its own before it takes (here four: 2,048 PUTs a frame), so the
+    # bound leaves it eight; before the turns every PUT left after the loop's end.
+    assert len(during) >= POSTS // 2, (len(during), sent_at[:3], sent_at[-3:])
+    assert sent_at[0] <= POSTS // 2
+
+
+async def cancelled_at_the_turn() -> tuple[int, int]:
+    transport = RecordingTransport()
+    async with aio.Session("scripted:1", transport=transport) as session:
+        queue = await session.open_queue("hf://test/turns", write=True)
+        driver = session._core.driver
+        driver._next_turn = driver._queued  # the next post takes its turn first
+        task = asyncio.get_running_loop().create_task(queue.post(b"x"))
+        await asyncio.sleep(0)  # the post runs up to its turn and waits there
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        pending = session.pending_count
+        await queue.post(b"y")  # the next post goes ahead
+        return pending, session.pending_count
+
+
+def test_a_post_cancelled_at_its_turn_has_queued_nothing() -> None:
+    assert asyncio.run(cancelled_at_the_turn()) == (0, 1)
