@@ -323,11 +323,12 @@ def report(base: dict[str, Any], now: dict[str, Any], nats: dict[str, Any]) -> l
             now["callgrind"].get(hop, float("nan")),
             "",
         )
-    lines += [
-        "  bytes: RSS growth of the process over 200k messages, so the ~10 MB a broker",
-        "  keeps from the fill's frames in flight adds ~50 B a message; the main table",
-        "  measures the broker over 1M (bench/PROFILE.md, 'A faster host').",
-    ]
+    if now["memory"]:
+        lines += [
+            "  bytes: RSS growth of the process over 200k messages, so the ~10 MB a broker",
+            "  keeps from the fill's frames in flight adds ~50 B a message; the main table",
+            "  measures the broker over 1M (bench/PROFILE.md, 'A faster host').",
+        ]
     for name, result in (("before", base), ("after", now)):
         for part, value in result.items():
             if isinstance(value, dict) and "error" in value:
