@@ -29,6 +29,7 @@ class RecordingConnection:
         self.posted = 0
         """Set by the test as its posts return."""
         self.puts_sent_at: list[int] = []
+        self.put_frames = 0
 
     async def send(self, data: bytes) -> None:
         message = pb.ClientFrame.FromString(data)
@@ -44,6 +45,7 @@ class RecordingConnection:
                 self.inbound.put_nowait(pb.ServerFrame(response=ok).SerializeToString())
             elif kind == "puts":
                 puts = read_puts(frame.puts)
+                self.put_frames += 1
                 self.puts_sent_at += [self.posted] * len(puts.guids)
                 acks = ack_batch(
                     [
@@ -71,24 +73,26 @@ class RecordingTransport:
         return self.connection
 
 
-async def tight_loop() -> list[int]:
+async def tight_loop() -> tuple[list[int], int]:
     transport = RecordingTransport()
     async with aio.Session("scripted:1", transport=transport) as session:
         queue = await session.open_queue("hf://test/turns", write=True)
         for _ in range(POSTS):
             await queue.post(b"x")  # nothing else in the loop awaits
             transport.connection.posted += 1
-        return transport.connection.puts_sent_at
+        return transport.connection.puts_sent_at, transport.connection.put_frames
 
 
 def test_a_loop_of_awaited_posts_lets_its_puts_leave_while_it_runs() -> None:
-    sent_at = asyncio.run(tight_loop())
+    sent_at, frames = asyncio.run(tight_loop())
     during = [posted for posted in sent_at if posted < POSTS]
     # Most PUTs left while the loop ran. The writer, woken by the first post, needs a
     # few turns of its own before it takes (here four: 2,048 PUTs a frame), so the
     # bound leaves it eight; before the turns every PUT left after the loop's end.
     assert len(during) >= POSTS // 2, (len(during), sent_at[:3], sent_at[-3:])
     assert sent_at[0] <= POSTS // 2
+    # A turn once every YIELD_EVERY posts, not at every post: frames stay large.
+    assert frames <= POSTS // YIELD_EVERY, frames
 
 
 async def cancelled_at_the_turn() -> int:
