@@ -58,10 +58,11 @@ class Queue(QueueHandle):
 
         Never fails because the link is down. When the transport pushes back, awaits
         up to 5 s (the loop keeps running), then raises ``BandwidthLimitError``
-        without taking the message. Once every ``driver.aio.YIELD_EVERY`` PUTs waiting
-        for the writer it first lets the loop run one turn, so that a loop of posts
-        has them sent as it goes (cancelled there, it has taken nothing). ``guid`` is
-        for idempotent producers only.
+        without taking the message. Once a task has queued ``driver.aio.YIELD_EVERY``
+        PUTs in a row that the writer has not taken, its next post first lets the
+        loop run one turn, so that a loop of posts has them sent as it goes
+        (cancelled there, it has taken nothing). ``guid`` is for idempotent
+        producers only.
         """
         self._check_open()
         return await self._session._post(self._record.queue_id, payload, properties, on_ack, guid)

@@ -308,13 +308,13 @@ class Session:
         if self._telemetry and tracing.configured():  # a span per message, as post() makes
             return [await self._post(queue_id, p, properties, on_ack, None) for p in payloads]
         engine = self._core.engine
-        if self._core.driver.turn_due():
+        if self._core.driver.turn_due(len(payloads)):
             await asyncio.sleep(0)  # the writer's turn: ``driver.aio.YIELD_EVERY``
         now = time.monotonic()
         if engine.admit_post(now, now, queue_id) > 0:
             now = await self._admission_wait(queue_id, now)
         guids = engine.post_many(queue_id, payloads, properties, on_ack, now)
-        self._core.driver.outbound_queued(len(guids))
+        self._core.driver.outbound_queued()
         return guids
 
     async def _admission_wait(self, queue_id: int, since: float) -> float:

@@ -30,13 +30,15 @@ from holdfast.sdk.turns import before_taking
 log = logging.getLogger("holdfast.sdk.driver")
 
 YIELD_EVERY = 512
-"""Items queued for the wire (PUTs, CONFIRMs) between two takes of the writer after
-which the front-end lets the loop run once (``outbound_queued``). A coroutine that
-awaits ``post()`` in a loop never suspends while nothing pushes back, so without it
-the writer, the reader and every ACK callback wait until that loop ends: a burst of
-200k posts left in 3 frames at its end (PUT->ACK p50 0.9 s). With a turn every 512
-the same burst runs at 1.4x the rate, p50 12-16 ms (``bench/PROFILE.md``, "A tight
-loop of awaited posts"); every 128 made smaller frames and cost more a message."""
+"""PUTs one task may queue in a row, while the writer has not taken them, before its
+next post lets the loop run once (``turn_due``). A coroutine that awaits ``post()`` in
+a loop never suspends while nothing pushes back, so without it the writer, the reader
+and every ACK callback wait until that loop ends: a burst of 200k posts left in 3
+frames at its end (PUT->ACK p50 0.9 s). With a turn every 512 the same burst runs at
+1.4x the rate, p50 12-16 ms (``bench/PROFILE.md``, "A tight loop of awaited posts");
+every 128 made smaller frames and cost more a message. Posts of many tasks in turn (a
+request/reply caller's calls) never take one: there the turns split frames and cost
+5-10 % of a call."""
 
 
 class AsyncDriver:
@@ -57,9 +59,9 @@ class AsyncDriver:
         self._requests: dict[int, asyncio.Future[None]] = {}
         self._outbound_ready = asyncio.Event()
         self._changed = asyncio.Event()
-        self._queued = 0
-        """Items queued since the writer last took them (``YIELD_EVERY``)."""
-        self._next_turn = YIELD_EVERY
+        self._poster: asyncio.Task[Any] | None = None
+        self._in_a_row = 0
+        """PUTs ``_poster`` queued in a row since the writer last took (``YIELD_EVERY``)."""
         self._task: asyncio.Task[None] | None = None
         self._connection: AsyncConnection | None = None
 
@@ -123,19 +125,22 @@ class AsyncDriver:
             self._outbound_ready.set()  # the writer takes new items or a new timer
         self._changed.set()
 
-    def outbound_queued(self, count: int = 1) -> None:
-        """The front-end queued ``count`` items for the wire (PUTs, CONFIRMs)."""
+    def outbound_queued(self) -> None:
+        """The front-end queued something for the wire (a PUT, a CONFIRM)."""
         self._outbound_ready.set()
-        self._queued += count
 
-    def turn_due(self) -> bool:
-        """Whether a coroutine about to queue more should first let the loop run
-        (``await asyncio.sleep(0)``): once each time ``YIELD_EVERY`` more items wait
-        for the writer. Asked before queueing, so that a cancel at that turn leaves
-        nothing queued."""
-        if self._queued < self._next_turn:
+    def turn_due(self, puts: int = 1) -> bool:
+        """Whether the running task, about to queue ``puts`` PUTs, should first let the
+        loop run (``await asyncio.sleep(0)``): once each time it has queued
+        ``YIELD_EVERY`` in a row that the writer has not taken. Asked before queueing,
+        so that a cancel at that turn leaves nothing queued."""
+        task = asyncio.current_task()
+        if task is not self._poster:
+            self._poster, self._in_a_row = task, 0
+        self._in_a_row += puts
+        if self._in_a_row <= YIELD_EVERY:
             return False
-        self._next_turn = self._queued + YIELD_EVERY
+        self._in_a_row = puts
         return True
 
     async def wait_request(self, request_id: int, timeout: float, what: str) -> None:
@@ -241,7 +246,7 @@ class AsyncDriver:
                         await asyncio.wait_for(self._outbound_ready.wait(), timer)
                     await before_taking(last_bytes)  # small frames leave together
                     continue
-                self._queued, self._next_turn = 0, YIELD_EVERY
+                self._in_a_row = 0
                 for frame, nbytes in self.core.frames(engine.take_outbound(), time.monotonic()):
                     last_bytes = len(frame)
                     await connection.send(frame)

@@ -13,6 +13,7 @@ from holdfast.proto import pb
 from holdfast.proto.columns import ack_batch, read_puts
 from holdfast.sdk import aio
 from holdfast.sdk.driver.aio import YIELD_EVERY
+from holdfast.sdk.frames import MAX_PUTS_PER_FRAME
 from tests.support.fake_broker import HELLO_REPLY
 
 pytestmark = pytest.mark.timeout(30)
@@ -30,6 +31,7 @@ class RecordingConnection:
         """Set by the test as its posts return."""
         self.puts_sent_at: list[int] = []
         self.put_frames = 0
+        self.payloads: list[bytes] = []
 
     async def send(self, data: bytes) -> None:
         message = pb.ClientFrame.FromString(data)
@@ -46,6 +48,7 @@ class RecordingConnection:
             elif kind == "puts":
                 puts = read_puts(frame.puts)
                 self.put_frames += 1
+                self.payloads += puts.payloads
                 self.puts_sent_at += [self.posted] * len(puts.guids)
                 acks = ack_batch(
                     [
@@ -99,11 +102,13 @@ async def cancelled_at_the_turn() -> int:
     transport = RecordingTransport()
     async with aio.Session("scripted:1", transport=transport) as session:
         queue = await session.open_queue("hf://test/turns", write=True)
-        for _ in range(YIELD_EVERY):  # none of these suspends
-            await queue.post(b"x")
-        # The next post finds YIELD_EVERY PUTs waiting: it takes its turn first.
-        task = asyncio.get_running_loop().create_task(queue.post(b"x"))
-        await asyncio.sleep(0)  # the post runs up to its turn and waits there
+
+        async def burst() -> None:
+            for _ in range(YIELD_EVERY + 1):  # the last post takes its turn first
+                await queue.post(b"x")
+
+        task = asyncio.get_running_loop().create_task(burst())
+        await asyncio.sleep(0)  # the burst runs up to that turn and waits there
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -114,3 +119,23 @@ async def cancelled_at_the_turn() -> int:
 
 def test_a_post_cancelled_at_its_turn_has_queued_nothing() -> None:
     assert asyncio.run(cancelled_at_the_turn()) == YIELD_EVERY + 1
+
+
+async def many_tasks() -> list[bytes]:
+    transport = RecordingTransport()
+    async with aio.Session("scripted:1", transport=transport) as session:
+        queue = await session.open_queue("hf://test/turns", write=True)
+
+        async def one_post(index: int) -> None:
+            await queue.post(b"%d" % index)
+
+        # Woken together (as a request/reply caller's calls by a frame of replies),
+        # more than YIELD_EVERY tasks post once each, in turn: none takes a turn (it
+        # would put its PUT behind the others', and split their frames).
+        await asyncio.gather(*(one_post(index) for index in range(MAX_PUTS_PER_FRAME)))
+        assert await session.flush(10)
+    return transport.connection.payloads
+
+
+def test_posts_of_many_tasks_in_turn_take_no_turn() -> None:
+    assert asyncio.run(many_tasks()) == [b"%d" % index for index in range(MAX_PUTS_PER_FRAME)]
