@@ -14,7 +14,7 @@ from holdfast.proto.columns import ack_batch, read_puts
 from holdfast.sdk import aio
 from holdfast.sdk.driver.aio import YIELD_EVERY
 from holdfast.sdk.frames import MAX_PUTS_PER_FRAME
-from tests.support.fake_broker import HELLO_REPLY
+from tests.support.fake_broker import client_frames, handshake_answer
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -34,18 +34,11 @@ class RecordingConnection:
         self.payloads: list[bytes] = []
 
     async def send(self, data: bytes) -> None:
-        message = pb.ClientFrame.FromString(data)
-        frames = list(message.batch.frames) if message.WhichOneof("frame") == "batch" else [message]
-        for frame in frames:
-            kind = frame.WhichOneof("frame")
-            if kind == "hello":
-                reply = pb.ServerFrame.FromString(HELLO_REPLY)
-                reply.hello_reply.accepts_batches = True
-                self.inbound.put_nowait(reply.SerializeToString())
-            elif kind == "open_queue":
-                ok = pb.Response(request_id=frame.open_queue.request_id, status=pb.STATUS_OK)
-                self.inbound.put_nowait(pb.ServerFrame(response=ok).SerializeToString())
-            elif kind == "puts":
+        for frame in client_frames(data):
+            answer = handshake_answer(frame)
+            if answer is not None:
+                self.inbound.put_nowait(answer)
+            elif frame.WhichOneof("frame") == "puts":
                 puts = read_puts(frame.puts)
                 self.put_frames += 1
                 self.payloads += puts.payloads

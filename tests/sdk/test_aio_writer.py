@@ -13,7 +13,7 @@ from holdfast.proto import pb
 from holdfast.proto.columns import push_batch, read_confirms
 from holdfast.sdk import aio
 from holdfast.sdk.types import Message
-from tests.support.fake_broker import HELLO_REPLY
+from tests.support.fake_broker import client_frames, handshake_answer
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -30,19 +30,14 @@ class ScriptedConnection:
         self.sent: list[list[pb.ClientFrame]] = []
 
     async def send(self, data: bytes) -> None:
-        message = pb.ClientFrame.FromString(data)
-        frames = list(message.batch.frames) if message.WhichOneof("frame") == "batch" else [message]
+        frames = client_frames(data)
         self.sent.append(frames)
         for frame in frames:
-            kind = frame.WhichOneof("frame")
-            if kind == "hello":
-                reply = pb.ServerFrame.FromString(HELLO_REPLY)
-                reply.hello_reply.accepts_batches = True
-                self.inbound.put_nowait(reply.SerializeToString())
-            elif kind == "open_queue":
+            answer = handshake_answer(frame)
+            if answer is not None:
+                self.inbound.put_nowait(answer)
+            if frame.WhichOneof("frame") == "open_queue":
                 request = frame.open_queue
-                ok = pb.Response(request_id=request.request_id, status=pb.STATUS_OK)
-                self.inbound.put_nowait(pb.ServerFrame(response=ok).SerializeToString())
                 for _ in range(PUSHES):
                     batch = push_batch([request.queue_id], [uuid.uuid4().bytes], [b"x"], [1], [0])
                     self.inbound.put_nowait(pb.ServerFrame(pushes=batch).SerializeToString())

@@ -61,6 +61,26 @@ HELLO_REPLY = pb.ServerFrame(
 ).SerializeToString()
 
 
+def client_frames(data: bytes) -> list[pb.ClientFrame]:
+    """The frames of one gRPC message from a client (a ``ClientFrames`` batch or one)."""
+    message = pb.ClientFrame.FromString(data)
+    return list(message.batch.frames) if message.WhichOneof("frame") == "batch" else [message]
+
+
+def handshake_answer(frame: pb.ClientFrame) -> bytes | None:
+    """The answer to a Hello (``HELLO_REPLY``, batches accepted) or an OpenQueue (OK);
+    None for any other frame."""
+    kind = frame.WhichOneof("frame")
+    if kind == "hello":
+        reply = pb.ServerFrame.FromString(HELLO_REPLY)
+        reply.hello_reply.accepts_batches = True
+        return reply.SerializeToString()
+    if kind == "open_queue":
+        ok = pb.Response(request_id=frame.open_queue.request_id, status=pb.STATUS_OK)
+        return pb.ServerFrame(response=ok).SerializeToString()
+    return None
+
+
 class Script:
     """The fake broker's answers; one per server, shared by its connections."""
 
