@@ -59,7 +59,9 @@ class AsyncDriver:
         self._requests: dict[int, asyncio.Future[None]] = {}
         self._outbound_ready = asyncio.Event()
         self._changed = asyncio.Event()
-        self._poster: asyncio.Task[Any] | None = None
+        self._poster = 0
+        """``id()`` of the task that posted last: an id, not the task, so that a finished
+        task is not kept alive (an id reused by a later task only counts on)."""
         self._in_a_row = 0
         """PUTs ``_poster`` queued in a row since the writer last took (``YIELD_EVERY``)."""
         self._task: asyncio.Task[None] | None = None
@@ -134,8 +136,8 @@ class AsyncDriver:
         loop run (``await asyncio.sleep(0)``): once each time it has queued
         ``YIELD_EVERY`` in a row that the writer has not taken. Asked before queueing,
         so that a cancel at that turn leaves nothing queued."""
-        task = asyncio.current_task()
-        if task is not self._poster:
+        task = id(asyncio.current_task())
+        if task != self._poster:
             self._poster, self._in_a_row = task, 0
         self._in_a_row += puts
         if self._in_a_row <= YIELD_EVERY:

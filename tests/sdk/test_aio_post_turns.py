@@ -6,6 +6,8 @@ pushes back, and every PUT waits for the loop's end."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 
 import pytest
 
@@ -132,3 +134,26 @@ async def many_tasks() -> list[bytes]:
 
 def test_posts_of_many_tasks_in_turn_take_no_turn() -> None:
     assert asyncio.run(many_tasks()) == [b"%d" % index for index in range(MAX_PUTS_PER_FRAME)]
+
+
+async def finished_poster_alive() -> bool:
+    transport = RecordingTransport()
+    async with aio.Session("scripted:1", transport=transport) as session:
+        queue = await session.open_queue("hf://test/turns", write=True)
+
+        async def one_post() -> None:
+            await queue.post(b"x")
+
+        task = asyncio.get_running_loop().create_task(one_post())
+        await task
+        finished = weakref.ref(task)
+        del task
+        await asyncio.sleep(0)  # the wake-up that resumed this coroutine let go of it
+        gc.collect()
+        alive = finished() is not None
+        assert await session.flush(10)
+    return alive
+
+
+def test_the_turn_count_keeps_no_finished_task_alive() -> None:
+    assert not asyncio.run(finished_poster_alive())
