@@ -134,6 +134,7 @@ class LeaseKeeper:
         self._incarnation: str | None = None
         self._valid_until = 0.0
         self._mark = 0
+        self._tried = 0
         self._mark_sent: dict[int, float] = {}
         self._generation: bytes | None = None
         self._failing = False
@@ -231,7 +232,7 @@ class LeaseKeeper:
         redis.hset(NODES, incarnation, self._now_ms())
         self._token, self._incarnation = token, incarnation
         self._valid_until = sent + self.timing.lease
-        self._mark, self._mark_sent = 0, {0: sent}
+        self._mark, self._tried, self._mark_sent = 0, 0, {0: sent}
         log.info("redis lease taken: incarnation %s (fencing token %d)", incarnation, token)
         self._report(LeaseGained(incarnation, token))
 
@@ -241,6 +242,10 @@ class LeaseKeeper:
         redis = self._client()
         mark = self._mark + 1
         sent = self.clock()
+        # A renewal whose answer is lost (Redis restarted after running it) leaves
+        # Redis one mark ahead of the node: that mark is this node's own, not a loss.
+        self._tried = mark
+        self._mark_sent.setdefault(mark, sent)
         call = renew(incarnation, token=self._token, lease_ms=self.timing.ttl_ms, mark=mark)
         if self._cluster:  # the two keys are in other slots: two calls
             ok, stored = self._script(call)
@@ -287,6 +292,9 @@ class LeaseKeeper:
         if stored == str(self._mark):
             return
         kept = int(stored) if stored.isdigit() else None
+        if kept is not None and self._mark < kept <= self._tried:
+            self._mark = kept  # a renewal Redis ran whose answer never came back
+            return
         since = self._mark_sent.get(kept, 0.0) if kept is not None else 0.0
         held = "none of its marks" if kept is None else f"its mark {kept} of {self._mark}"
         self._report(

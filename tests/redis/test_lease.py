@@ -124,6 +124,55 @@ def test_a_mark_that_went_back_is_reported_with_when(server: RedisServer, plain:
     assert keeper.valid()  # the lease itself held
 
 
+def test_a_renewal_whose_answer_was_lost_is_not_a_loss(server: RedisServer, plain: Any) -> None:
+    """Redis ran a renewal and restarted before answering (the CI failure of stop 54):
+    it then holds a mark one above the node's last confirmed one, which is the node's
+    own write, not a step back in time."""
+    clock = Clock()
+    lose_answer = [False]
+
+    class AnswerLost(redis.Redis):  # type: ignore[type-arg]
+        def pipeline(self, *args: Any, **kwargs: Any) -> Any:
+            pipe = super().pipeline(*args, **kwargs)
+            run = pipe.execute
+
+            def execute(*a: Any, **k: Any) -> Any:
+                answer = run(*a, **k)
+                if lose_answer[0]:
+                    lose_answer[0] = False
+                    raise redis.ConnectionError("connection closed by server")
+                return answer
+
+            pipe.execute = execute  # type: ignore[method-assign]
+            return pipe
+
+    events: list[LeaseEvent] = []
+
+    def connect(timeout: float) -> Any:
+        return AnswerLost(port=server.port, socket_timeout=timeout, retry=Retry(NoBackoff(), 0))
+
+    keeper = LeaseKeeper(connect, "node", LeaseTiming(1.5), events.append, lambda: 0, clock)
+    keeper.step()
+    clock.now += 0.5
+    keeper.step()
+    assert plain.get(mark_key("node.1")) == b"1"
+    lose_answer[0] = True
+    clock.now += 0.5
+    keeper.step()
+    assert plain.get(mark_key("node.1")) == b"2"  # Redis ran it; the node never heard
+    assert keeper.renewals == 1
+    clock.now += 0.3
+    keeper.step()  # finds mark 2, which it sent, and writes it again
+    assert keeper.renewals == 2 and keeper.valid()
+    assert [type(e) for e in events] == [LeaseGained]
+    # A mark that then goes back is still reported, counted from the adopted one.
+    plain.set(mark_key("node.1"), 1)
+    clock.now += 0.5
+    keeper.step()
+    assert [type(e) for e in events] == [LeaseGained, StoreWentBack]
+    assert "mark 1 of 2" in events[1].why  # type: ignore[union-attr]
+
+
 def test_a_flush_is_reported(server: RedisServer, plain: Any) -> None:
     clock = Clock()
     keeper, events = keeper_on(server, clock)
