@@ -131,7 +131,7 @@ def test_a_renewal_whose_answer_was_lost_is_not_a_loss(server: RedisServer, plai
     clock = Clock()
     lose_answer = [False]
 
-    class AnswerLost(redis.Redis):  # type: ignore[type-arg]
+    class AnswerLost(redis.Redis):
         def pipeline(self, *args: Any, **kwargs: Any) -> Any:
             pipe = super().pipeline(*args, **kwargs)
             run = pipe.execute
