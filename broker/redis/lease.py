@@ -18,8 +18,9 @@ lapsed node rejoins under a new token: a new incarnation, whose deliveries are
 reclaimable when it dies in turn.
 
 Each renewal also moves the node's write mark (``hf:mark:{<incarnation>}``) on by one,
-atomically with the lease, after reading it back. A mark that is not the one the
-node wrote last means Redis went back in time (restarted from an older snapshot,
+atomically with the lease, after reading it back. A mark below the one the node
+wrote last (one above is a renewal Redis ran whose answer was lost) means Redis went
+back in time (restarted from an older snapshot,
 failed over to a replica that had not received everything); a missing
 ``hf:generation`` means it was flushed or restarted empty. Either way the keeper
 reports ``StoreWentBack`` with the time of the last write Redis still had, within one
