@@ -245,6 +245,7 @@ class LeaseKeeper:
         sent = self.clock()
         # A renewal whose answer is lost (Redis restarted after running it) leaves
         # Redis one mark ahead of the node: that mark is this node's own, not a loss.
+        # A mark sent again keeps its first send time: Redis may hold the first write.
         self._tried = mark
         self._mark_sent.setdefault(mark, sent)
         call = renew(incarnation, token=self._token, lease_ms=self.timing.ttl_ms, mark=mark)
@@ -273,7 +274,6 @@ class LeaseKeeper:
             self.renewals += 1
             self._valid_until = sent + self.timing.lease
             self._mark = mark
-            self._mark_sent[mark] = sent
             self._mark_sent.pop(mark - 10_000, None)  # hours of beats are plenty
 
     def _check_generation(self, generation: bytes | None) -> bool:
