@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import itertools
 from collections import Counter
 from collections.abc import Callable, Iterable
-from itertools import repeat
+from itertools import count, islice, repeat
 from operator import attrgetter
 from typing import Protocol
 
@@ -56,7 +55,7 @@ class Graveyard(Protocol):
 _guid = attrgetter("guid")
 _payload = attrgetter("payload")
 
-_sequence = itertools.count()
+_sequence = count()
 """Tie-breaker of the delay heap: equal due times keep their reject order."""
 
 
@@ -78,7 +77,8 @@ class Queue:
         self.ready = ReadyMessages(objects)
         self.delayed: list[tuple[float, int, StoredMessage]] = []
         """Messages rejected with a delay: a heap of (due time, order, message)."""
-        self.pickups: list[tuple[float, int, StoredMessage]] = []
+        self.pickups: list[tuple[float, int, bytes]] = []
+        # GUIDs, not messages: one confirmed long before its deadline frees its payload.
         """Messages with a pickup TTL (``x-ttl-ms``): a heap of (deadline, order,
         message); one delivered before its deadline is skipped when it comes due."""
         self.history = history
@@ -143,7 +143,7 @@ class Queue:
         self.ready.append(message)
         # Most messages have no properties, so no pickup TTL: no call for them.
         if message.properties and (deadline := message.pickup_deadline()) is not None:
-            heapq.heappush(self.pickups, (deadline, next(_sequence), message))
+            heapq.heappush(self.pickups, (deadline, next(_sequence), message.guid))
             if self._timed is not None:
                 self._timed.add(self)
 
@@ -284,11 +284,12 @@ class Queue:
         pickups = self.pickups
         dead: list[tuple[StoredMessage, str]] = []
         while pickups and pickups[0][0] <= now:
-            deadline, _, message = heapq.heappop(pickups)
-            if not pickup_missed(message.delivery_count, deadline, now):
-                continue  # picked up in time
-            if self.live.get(message.guid) is not message:
+            message = self.live.get(heapq.heappop(pickups)[2])
+            if message is None:
                 continue  # gone
+            # The message's own deadline: the GUID may be a newer message's by now.
+            if not pickup_missed(message.delivery_count, message.pickup_deadline(), now):
+                continue  # picked up in time
             try:
                 self.ready.remove(message)
             except ValueError:
@@ -324,10 +325,10 @@ class Queue:
 
     def oldest_accepted_at(self) -> float | None:
         """When the oldest message still in the queue was accepted (broker clock)."""
-        times = [message.accepted_at for message in itertools.islice(self.ready, 1)]
+        times = [message.accepted_at for message in islice(self.ready, 1)]
         times.extend(entry[2].accepted_at for entry in self.delayed)
         for consumer in self._consumers:
-            times.extend(m.accepted_at for m in itertools.islice(consumer.unconfirmed.values(), 1))
+            times.extend(m.accepted_at for m in islice(consumer.unconfirmed.values(), 1))
         return min(times, default=None)
 
     def deliver(self) -> None:

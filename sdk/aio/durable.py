@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from holdfast.sdk import tracing
-from holdfast.sdk.errors import HoldfastError, RpcError
+from holdfast.sdk.errors import HoldfastError, RequestTimeoutError, RpcError
 from holdfast.sdk.instrument import Untraced
 from holdfast.sdk.rpc import calls, durable, wire
 from holdfast.sdk.rpc.values import Reply
@@ -36,7 +36,11 @@ async def post_durable(
     timeout: float,
 ) -> str:
     """Post a durable request and await the broker's ACK; its request id."""
-    target, domain = await caller.target(uri, key)
+    deadline = calls.deadlines(timeout, None)[0]
+    try:  # within the call's timeout, also while the broker is unreachable
+        target, domain = await caller.target(uri, key, calls.left(deadline))
+    except RequestTimeoutError as error:
+        raise calls.open_timed_out(uri, timeout, error) from None
     put = durable.prepare(domain, caller.next_guid(), properties, key, keep, timeout, token)
     acked: asyncio.Future[Ack] = asyncio.get_running_loop().create_future()
 
@@ -46,7 +50,7 @@ async def post_durable(
 
     await target.post(payload, put.properties, on_ack, guid=put.rid.guid)
     try:
-        ack: Ack | None = await asyncio.wait_for(acked, timeout)
+        ack: Ack | None = await asyncio.wait_for(acked, calls.left(deadline))
     except TimeoutError:
         ack = None
     return durable.check_ack(put, ack, timeout)
@@ -55,16 +59,20 @@ async def post_durable(
 async def fetch(session: Session, token: str | None, request_id: str, timeout: float) -> Reply:
     """The reply of a durable request (``holdfast.sdk.rpc.durable``)."""
     rid = durable.start_fetch(request_id, token, timeout)
+    deadline = durable.fetch_deadline(timeout)
     inbox: asyncio.Queue[Message] = asyncio.Queue()
-    queue = await session.open_queue(
-        rid.reply_uri,
-        read=True,
-        write=True,
-        on_message=Untraced(inbox.put_nowait),  # request/reply's own message: untraced
-        options=durable.ONE_AT_A_TIME,
-    )
+    try:  # within the fetch's timeout, also while the broker is unreachable
+        queue = await session.open_queue(
+            rid.reply_uri,
+            read=True,
+            write=True,
+            on_message=Untraced(inbox.put_nowait),  # request/reply's own message: untraced
+            options=durable.ONE_AT_A_TIME,
+            timeout=calls.left(deadline),
+        )
+    except RequestTimeoutError as error:
+        raise durable.not_fetched(rid, timeout, error) from None
     try:
-        deadline = time.monotonic() + timeout
         while True:
             left = durable.wait_left(rid, deadline)
             try:

@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 from holdfast.sdk import tracing
 from holdfast.sdk.aio import streams as streaming
-from holdfast.sdk.errors import CallLostError, HoldfastError, RpcCancelledError, RpcError
+from holdfast.sdk.errors import (
+    CallLostError,
+    HoldfastError,
+    RequestTimeoutError,
+    RpcCancelledError,
+    RpcError,
+)
 from holdfast.sdk.guids import Uuid7Source
 from holdfast.sdk.instrument import Untraced
 from holdfast.sdk.poolnames import key_queue_uri
@@ -88,8 +94,12 @@ class AsyncCaller:
         names = chunks.check_names(streams)
         route = self._routes.get((uri, key))
         if route is None or not (route[0].is_open and route[1].is_open):
-            target, domain = await self.target(uri, key)
-            route = self._routes[(uri, key)] = (target, await self._reply_queue(domain))
+            try:  # within the call's timeout, also while the broker is unreachable
+                target, domain = await self.target(uri, key, calls.left(deadline))
+                reply_queue = await self._reply_queue(domain, calls.left(deadline))
+            except RequestTimeoutError as error:
+                raise calls.open_timed_out(uri, timeout, error) from None
+            route = self._routes[(uri, key)] = (target, reply_queue)
         target, reply_to = route
         if self._closed:
             raise RpcCancelledError("the session is closing")
@@ -115,6 +125,7 @@ class AsyncCaller:
                     streams,
                     lambda error: self._finish(call, error),
                     resend=True,
+                    deadline=call.deadline,
                 )
             return await future
         except asyncio.CancelledError:
@@ -129,11 +140,13 @@ class AsyncCaller:
                 self._tasks.add(task)  # close() waits for their queues to close
                 task.add_done_callback(self._tasks.discard)
 
-    async def target(self, uri: str, key: str | None) -> tuple[Queue, str]:
+    async def target(self, uri: str, key: str | None, timeout: float) -> tuple[Queue, str]:
         """The open write handle of the service queue ``uri`` (the key's own queue of a
-        keyed worker pool with ``key``), and the domain of ``uri``."""
+        keyed worker pool with ``key``), and the domain of ``uri``; an open takes at
+        most ``timeout`` seconds (``RequestTimeoutError``)."""
         domain = calls.domain_of(uri)
-        return await self._open(uri if key is None else key_queue_uri(uri, key), write=True), domain
+        uri = uri if key is None else key_queue_uri(uri, key)
+        return await self._open(uri, timeout, write=True), domain
 
     def next_guid(self) -> uuid.UUID:
         """A fresh request GUID (uuid7)."""
@@ -254,14 +267,16 @@ class AsyncCaller:
 
     # ------------------------------------------------------------------ queues
 
-    async def _reply_queue(self, domain: str) -> Queue:
+    async def _reply_queue(self, domain: str, timeout: float) -> Queue:
         uri = f"hf://{domain}/rpc-reply-{self._tag}"
         options = calls.REPLY_QUEUE_OPTIONS
-        return await self._open(uri, read=True, on_message=self._on_replies, options=options)
+        return await self._open(
+            uri, timeout, read=True, on_message=self._on_replies, options=options
+        )
 
-    async def _open(self, uri: str, **how: Any) -> Queue:
-        """The open handle of ``uri``, opened now if needed; concurrent calls share one
-        open."""
+    async def _open(self, uri: str, timeout: float, **how: Any) -> Queue:
+        """The open handle of ``uri``, opened now if needed, within ``timeout`` seconds
+        (``RequestTimeoutError``); concurrent calls share one open."""
         queue = self._queues.get(uri)
         if queue is not None and queue.is_open:
             return queue
@@ -269,7 +284,7 @@ class AsyncCaller:
         if pending is None:
             pending = self._opening[uri] = self._loop.create_future()
             try:
-                queue = await self._session.open_queue(uri, **how)
+                queue = await self._session.open_queue(uri, timeout=timeout, **how)
             except BaseException as error:
                 if isinstance(error, asyncio.CancelledError):
                     pending.cancel()
@@ -282,7 +297,11 @@ class AsyncCaller:
             self._queues[uri] = queue
             pending.set_result(queue)
             return queue
-        return await asyncio.shield(pending)
+        try:
+            return await asyncio.wait_for(asyncio.shield(pending), timeout)
+        except TimeoutError:  # another call's open, still waiting
+            late = RequestTimeoutError(f"opening {uri} did not complete within {timeout} s")
+            raise late from None
 
 
 __all__ = ["AsyncCaller"]

@@ -45,6 +45,7 @@ from holdfast.sdk.rpc.chunks import (
     CHUNK_SIZE,
     CREDIT_CLOSE_WAIT,
     STALL_TIMEOUT,
+    STOP_DELIVERIES,
     WINDOW,
     Chunk,
     Readable,
@@ -52,6 +53,7 @@ from holdfast.sdk.rpc.chunks import (
     credit_uri,
     parse_names,
     round_of,
+    settle_unread,
     stream_uri,
 )
 from holdfast.sdk.rpc.incoming import Incoming
@@ -96,6 +98,7 @@ async def send(
     source: AsyncSource,
     credit_timeout: float | None = None,
     resend: bool = False,
+    deadline: float | None = None,
 ) -> None:
     """Post ``source`` as stream ``name`` of ``request_guid``, in chunks, as far as the
     reader's credit allows, keeping at most ``WINDOW`` unacknowledged. Raises
@@ -104,9 +107,12 @@ async def send(
     early if the reader stopped. ``resend`` (a request's stream): send the stream
     again in each round a new reader asks for (its request went to another worker;
     ``holdfast.sdk.rpc.chunks``, "Rounds"), until the task is cancelled, even after the
-    whole stream or a reader's stop. Cancel the task to stop it."""
+    whole stream or a reader's stop. Cancel the task to stop it. ``deadline``: its
+    call's (monotonic), which the pickup TTL of its chunks follows (``chunks``,
+    "Leftovers")."""
     start = rewind_point(source) if resend else None
-    out = Outgoing(request_guid, name, credit_timeout, keep=resend and start is None)
+    keep = resend and start is None
+    out = Outgoing(request_guid, name, credit_timeout, keep=keep, deadline=deadline)
     acks = asyncio.Semaphore(WINDOW)
     credited = asyncio.Event()
 
@@ -248,9 +254,13 @@ class AsyncStreamReader:
     async def aclose(self) -> None:
         """Stop reading; close the stream's queue (its unread chunks are dropped). A
         reader that stops before the end tells the sender to stop."""
+        early = not self._in.done
         self._in.close()
         if self._queue is not None and self._queue.is_open:
-            with contextlib.suppress(HoldfastError):
+            with contextlib.suppress(HoldfastError, TimeoutError):
+                if early:  # settle what was delivered: returned, it would stay for good
+                    await self._queue.configure(STOP_DELIVERIES, CREDIT_CLOSE_WAIT)
+                    settle_unread(self._queue.take_delivered(), self._in.epoch)
                 await self._queue.close(timeout=5)
         last = self._in.last_credit()
         # Best effort: without it the sender waits for credit until its call ends.
@@ -322,14 +332,17 @@ def start_senders(
     fail: Callable[[StreamError], None],
     credit_timeout: float | None = None,
     resend: bool = False,
+    deadline: float | None = None,
 ) -> list[asyncio.Task[None]]:
     """A task sending each of ``streams``; a stream that cannot complete calls ``fail``
-    with its ``StreamError`` (``credit_timeout`` and ``resend``: see ``send``). Cancel
-    the tasks when the call is over."""
+    with its ``StreamError`` (``credit_timeout``, ``resend`` and ``deadline``: see
+    ``send``). Cancel the tasks when the call is over."""
 
     async def run(name: str, source: AsyncSource) -> None:
         try:
-            await send(session, domain, request_guid, name, source, credit_timeout, resend)
+            await send(
+                session, domain, request_guid, name, source, credit_timeout, resend, deadline
+            )
         except StreamError as error:
             fail(error)
         except Exception as error:  # the link or the queue failed under us

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from holdfast.sdk import tracing
 from holdfast.sdk.errors import CallLostError, HoldfastError, RpcCancelledError, RpcError
+from holdfast.sdk.errors import RequestTimeoutError as OpenTimedOut
 from holdfast.sdk.guids import Uuid7Source
 from holdfast.sdk.instrument import Untraced
 from holdfast.sdk.poolnames import key_queue_uri
@@ -104,8 +105,12 @@ class Caller:
         names = chunks.check_names(streams)
         route = self._routes.get((uri, key))
         if route is None or not (route[0].is_open and route[1].is_open):
-            target, domain = self.target(uri, key)
-            route = self._routes[(uri, key)] = (target, self._reply_queue(domain))
+            try:  # within the call's timeout, also while the broker is unreachable
+                target, domain = self.target(uri, key, calls.left(deadline))
+                reply_queue = self._reply_queue(domain, calls.left(deadline))
+            except OpenTimedOut as error:
+                raise calls.open_timed_out(uri, timeout, error) from None
+            route = self._routes[(uri, key)] = (target, reply_queue)
         target, reply_to = route[0], route[1].uri
         with self._lock:
             if self._closed:
@@ -138,6 +143,7 @@ class Caller:
                 future.done,
                 lambda error: self._finish(call, error=error),
                 resend=True,
+                deadline=call.deadline,
             )
         return future
 
@@ -180,13 +186,14 @@ class Caller:
                 "(replies arrive on that thread): use request_async"
             )
 
-    def target(self, uri: str, key: str | None) -> tuple[Queue, str]:
+    def target(self, uri: str, key: str | None, timeout: float) -> tuple[Queue, str]:
         """The open write handle of the service queue ``uri`` (the key's own queue of a
-        keyed worker pool with ``key``), and the domain of ``uri``."""
+        keyed worker pool with ``key``), and the domain of ``uri``; an open takes at
+        most ``timeout`` seconds (``RequestTimeoutError``)."""
         domain = calls.domain_of(uri)
         if key is not None:
             uri = key_queue_uri(uri, key)
-        return self._open(self._targets, uri, {"write": True}), domain
+        return self._open(self._targets, uri, {"write": True}, timeout), domain
 
     def next_guid(self) -> uuid.UUID:
         """A fresh request GUID (uuid7)."""
@@ -241,15 +248,10 @@ class Caller:
             else:
                 outcome = calls.outcome(call.guid, message)
                 if isinstance(outcome, Reply) and chunks.NAMES in properties:
-                    outcome = dataclasses.replace(
-                        outcome,
-                        streams=streaming.readers(
-                            self._session,
-                            calls.domain_of(message.queue_uri),
-                            wire.reply_guid(call.guid),
-                            properties,
-                        ),
-                    )
+                    domain = calls.domain_of(message.queue_uri)
+                    reply_guid = wire.reply_guid(call.guid)
+                    readers = streaming.readers(self._session, domain, reply_guid, properties)
+                    outcome = dataclasses.replace(outcome, streams=readers)
                 if isinstance(outcome, Reply):
                     self._finish(call, reply=outcome)
                 elif outcome is not None:
@@ -313,7 +315,7 @@ class Caller:
         """On the cancel thread: post to the worker's control queue. Workers come and
         go (each has its own control queue), so only the most recent handles stay open."""
         try:
-            queue = self._open(self._workers, worker, {"write": True})
+            queue = self._open(self._workers, worker, {"write": True}, 30.0)
             self._workers.move_to_end(worker)
             queue.post(b"", wire.cancel_properties(guid))
             while len(self._workers) > MAX_WORKER_HANDLES:
@@ -324,28 +326,28 @@ class Caller:
 
     # ------------------------------------------------------------------ queues
 
-    def _reply_queue(self, domain: str) -> Queue:
+    def _reply_queue(self, domain: str, timeout: float) -> Queue:
         uri = f"hf://{domain}/rpc-reply-{self._tag}"
-        return self._open(
-            self._reply_queues,
-            uri,
-            {
-                "read": True,
-                "on_message": self._on_replies,
-                "options": calls.REPLY_QUEUE_OPTIONS,
-            },
-        )
+        how = {"read": True, "on_message": self._on_replies, "options": calls.REPLY_QUEUE_OPTIONS}
+        return self._open(self._reply_queues, uri, how, timeout)
 
-    def _open(self, cache: dict[str, Queue], uri: str, how: dict[str, Any]) -> Queue:
-        """The open handle of ``uri`` in ``cache``, opened now if needed (blocks)."""
+    def _open(
+        self, cache: dict[str, Queue], uri: str, how: dict[str, Any], timeout: float
+    ) -> Queue:
+        """The open handle of ``uri`` in ``cache``, opened now if needed (blocks, at most
+        ``timeout`` seconds: ``RequestTimeoutError``)."""
         queue = cache.get(uri)
         if queue is not None and queue.is_open:
             return queue
-        with self._open_lock:
+        if not self._open_lock.acquire(timeout=timeout):  # another call's open is slow
+            raise OpenTimedOut(f"opening {uri} did not complete within {timeout} s")
+        try:
             queue = cache.get(uri)
             if queue is None or not queue.is_open:
-                queue = self._session.open_queue(uri, **how)
+                queue = self._session.open_queue(uri, timeout=timeout, **how)
                 cache[uri] = queue
+        finally:
+            self._open_lock.release()
         return queue
 
     # ------------------------------------------------------------------ the timer thread

@@ -4,6 +4,7 @@ reply queue means for it, and the error it ends with when no reply comes."""
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Mapping
@@ -101,13 +102,44 @@ class CallState:
         return worker
 
 
+def check_seconds(name: str, value: object, *, zero: bool = False) -> float:
+    """``value`` as a number of seconds: finite and > 0 (>= 0 with ``zero``);
+    ``InvalidArgumentError`` for anything else (``None``, a ``str``, NaN, infinity)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (value == 0 and not zero)
+    ):
+        bound = ">= 0" if zero else "> 0"
+        raise InvalidArgumentError(
+            f"{name} must be a finite number of seconds {bound}, not {value!r:.80}"
+        )
+    return float(value)
+
+
+def left(deadline: float) -> float:
+    """Seconds until ``deadline`` (monotonic), at least a millisecond: how long an open
+    on a call's way may still take."""
+    return max(0.001, deadline - time.monotonic())
+
+
+def open_timed_out(uri: str, timeout: float, error: Exception) -> RpcTimeoutError:
+    """The error of a call whose queues could not be opened within its ``timeout`` (the
+    broker unreachable): the call's own timeout error, not the open's."""
+    return RpcTimeoutError(
+        f"the call to {uri[:200]} could not open its queues within its timeout of "
+        f"{timeout} s: {error}"
+    )
+
+
 def deadlines(timeout: float, pickup_timeout: float | None) -> tuple[float, float]:
     """The deadline and the pickup deadline of a call starting now (monotonic);
     ``InvalidArgumentError`` for bad timeouts."""
-    if not timeout > 0:
-        raise InvalidArgumentError("timeout must be > 0")
-    pickup = timeout if pickup_timeout is None else pickup_timeout
-    if not 0 < pickup <= timeout:
+    timeout = check_seconds("timeout", timeout)
+    pickup = timeout if pickup_timeout is None else check_seconds("pickup_timeout", pickup_timeout)
+    if not pickup <= timeout:
         raise InvalidArgumentError("pickup_timeout must be in (0, timeout]")
     now = time.monotonic()
     return now + timeout, now + pickup

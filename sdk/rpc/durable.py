@@ -52,6 +52,7 @@ from holdfast.sdk.errors import (
     InvalidArgumentError,
     ReplyExpiredError,
     RequestRefusedError,
+    RequestTimeoutError,
     RpcError,
     RpcTimeoutError,
     UnknownRequestError,
@@ -143,10 +144,9 @@ def prepare(
     token: str | None,
 ) -> DurablePut:
     """Check the arguments of ``request_durable``; the request to post."""
-    if not 0 < keep <= MAX_REPLY_KEEP:
+    if calls.check_seconds("keep", keep) > MAX_REPLY_KEEP:
         raise InvalidArgumentError(f"keep must be in (0, {MAX_REPLY_KEEP:.0f}] seconds")
-    if timeout <= 0:
-        raise InvalidArgumentError("timeout must be > 0")
+    calls.check_seconds("timeout", timeout)
     user = wire.check_user_properties(properties)
     keep_ms = max(1, round(keep * 1000))
     rid = RequestId(domain, guid, wire.wall_ms() + keep_ms)
@@ -182,11 +182,29 @@ def wait_left(rid: RequestId, deadline: float) -> float:
     raise RpcTimeoutError(f"no reply to durable request {rid.body} yet; fetch it again later")
 
 
+FETCH_LOOK = 0.5
+"""Seconds a fetch with ``timeout=0`` still waits for the broker to deliver a reply it
+holds (the delivery follows the open's answer, it does not come with it)."""
+
+
+def fetch_deadline(timeout: float) -> float:
+    """When a fetch of ``timeout`` seconds gives up (monotonic): ``timeout=0`` looks at
+    what the broker holds, for at most ``FETCH_LOOK``."""
+    return time.monotonic() + max(timeout, FETCH_LOOK)
+
+
+def not_fetched(rid: RequestId, timeout: float, error: Exception) -> RpcTimeoutError:
+    """The error of a fetch that could not open the reply's queue within ``timeout``."""
+    return RpcTimeoutError(
+        f"could not look for the reply to durable request {rid.body} within {timeout} s "
+        f"({error}); fetch it again later"
+    )
+
+
 def start_fetch(request_id: str, token: str | None, timeout: float) -> RequestId:
     """Check the arguments of ``fetch_reply``; ``ReplyExpiredError`` at once if past."""
     rid = parse_request_id(request_id, token)
-    if timeout < 0:
-        raise InvalidArgumentError("timeout must be >= 0")
+    calls.check_seconds("timeout", timeout, zero=True)
     if wire.wall_ms() >= rid.keep_until_ms:
         raise expired(rid)
     return rid
@@ -204,12 +222,16 @@ def post_durable(
 ) -> str:
     """Post a durable request and wait for the broker's ACK; its request id."""
     caller.refuse_on_dispatcher("request_durable")
-    target, domain = caller.target(uri, key)
+    deadline = calls.deadlines(timeout, None)[0]
+    try:  # within the call's timeout, also while the broker is unreachable
+        target, domain = caller.target(uri, key, calls.left(deadline))
+    except RequestTimeoutError as error:
+        raise calls.open_timed_out(uri, timeout, error) from None
     put = prepare(domain, caller.next_guid(), properties, key, keep, timeout, caller.token)
     acked: concurrent.futures.Future[Ack] = concurrent.futures.Future()
     target.post(payload, put.properties, acked.set_result, guid=put.rid.guid)
     try:
-        ack: Ack | None = acked.result(timeout)
+        ack: Ack | None = acked.result(calls.left(deadline))
     except concurrent.futures.TimeoutError:
         ack = None
     return check_ack(put, ack, timeout)
@@ -218,16 +240,20 @@ def post_durable(
 def fetch(session: Session, token: str | None, request_id: str, timeout: float) -> Reply:
     """The reply of a durable request (see the module docstring)."""
     rid = start_fetch(request_id, token, timeout)
+    deadline = fetch_deadline(timeout)
     inbox: stdqueue.SimpleQueue[Message] = stdqueue.SimpleQueue()
-    queue = session.open_queue(
-        rid.reply_uri,
-        read=True,
-        write=True,
-        on_message=Untraced(inbox.put),  # request/reply's own message: no process span
-        options=ONE_AT_A_TIME,
-    )
+    try:  # within the fetch's timeout, also while the broker is unreachable
+        queue = session.open_queue(
+            rid.reply_uri,
+            read=True,
+            write=True,
+            on_message=Untraced(inbox.put),  # request/reply's own message: no process span
+            options=ONE_AT_A_TIME,
+            timeout=calls.left(deadline),
+        )
+    except RequestTimeoutError as error:
+        raise not_fetched(rid, timeout, error) from None
     try:
-        deadline = time.monotonic() + timeout
         while True:
             try:
                 message = inbox.get(timeout=wait_left(rid, deadline))

@@ -9,6 +9,7 @@ import contextlib
 import enum
 import uuid
 
+from holdfast.proto.validate import PICKUP_TTL
 from holdfast.sdk.errors import StreamError
 from holdfast.sdk.rpc.chunks import (
     ABORT,
@@ -24,6 +25,7 @@ from holdfast.sdk.rpc.chunks import (
     confirm_chunk,
     credit_guid,
     epoch_of,
+    pickup_ttl_ms,
     restart_guid,
 )
 from holdfast.sdk.types import Message
@@ -94,6 +96,7 @@ class Incoming:
             return None
         self._asked = True
         properties = {STREAM: self.name, CREDIT: "-1", EPOCH: str(self.epoch), RESTART: "1"}
+        properties[PICKUP_TTL] = pickup_ttl_ms(None)  # a leftover expires
         return Chunk(b"", properties, restart_guid(self._guid, self.name, self.epoch))
 
     def offer(self, message: Message) -> Verdict:
@@ -164,7 +167,7 @@ class Incoming:
         return self._credit(self._read_through, stop=True)
 
     def _credit(self, seq: int, stop: bool) -> Chunk:
-        properties = {STREAM: self.name, CREDIT: str(seq)}
+        properties = {STREAM: self.name, CREDIT: str(seq), PICKUP_TTL: pickup_ttl_ms(None)}
         if stop:
             properties[CREDIT_STOP] = "1"
         if self.epoch:
@@ -178,8 +181,11 @@ class Incoming:
         return StreamError(f"stream {self.name}: no chunk for {waited:.1f} s")
 
     def close(self) -> None:
-        """Stop: whatever is held or buffered is dropped."""
+        """Stop: whatever is held or buffered is dropped (a held chunk is confirmed, so
+        the broker does not keep it for a reader that will not come)."""
         self.done = True
+        for message in self._early.values():
+            confirm_chunk(message)
         self._early.clear()
         self._buffer = memoryview(b"")
 

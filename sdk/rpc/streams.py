@@ -45,6 +45,7 @@ from holdfast.sdk.errors import HoldfastError, StreamError
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.rpc.chunks import (
     ABORT,
+    CANCEL_POLL,
     CHUNK_SIZE,
     CREDIT_CLOSE_WAIT,
     CREDIT_EVERY,
@@ -53,6 +54,7 @@ from holdfast.sdk.rpc.chunks import (
     NAMES,
     SEQ,
     STALL_TIMEOUT,
+    STOP_DELIVERIES,
     STREAM,
     WINDOW,
     Chunk,
@@ -63,6 +65,7 @@ from holdfast.sdk.rpc.chunks import (
     credit_uri,
     parse_names,
     round_of,
+    settle_unread,
     stream_uri,
 )
 from holdfast.sdk.rpc.incoming import Incoming
@@ -83,6 +86,7 @@ def send(
     stop: Callable[[], bool],
     credit_timeout: float | None = None,
     resend: bool = False,
+    deadline: float | None = None,
 ) -> None:
     """Post ``readable`` as stream ``name`` of ``request_guid``, in chunks, as far as
     the reader's credit allows, keeping at most ``WINDOW`` unacknowledged. Raises
@@ -92,9 +96,11 @@ def send(
     ``stop()``, send the stream again in each round a new reader asks for (its request
     went to another worker; ``holdfast.sdk.rpc.chunks``, "Rounds"); it then ends only
     at ``stop()``, with the call-ended ``StreamError``, even after the whole stream or a
-    reader's stop."""
+    reader's stop. ``deadline``: its call's (monotonic), which the pickup TTL of its
+    chunks follows (``chunks``, "Leftovers")."""
     start = rewind_point(readable) if resend else None
-    out = Outgoing(request_guid, name, credit_timeout, keep=resend and start is None)
+    keep = resend and start is None
+    out = Outgoing(request_guid, name, credit_timeout, keep=keep, deadline=deadline)
     acks = threading.Semaphore(WINDOW)
     credited = threading.Condition()
 
@@ -160,7 +166,9 @@ def send(
                 data = out.replayed()
                 if data is None:
                     try:
-                        data = readable.read(CHUNK_SIZE)
+                        # TypeError for a source that gives str or None: the reader is
+                        # told at once, as on the asyncio side.
+                        data = bytes(memoryview(readable.read(CHUNK_SIZE)))
                     except Exception as error:
                         chunk, failure = out.failed(error)
                         post(chunk)
@@ -194,9 +202,11 @@ class StreamReader:
         name: str,
         stall_timeout: float = STALL_TIMEOUT,
         epoch: int = 0,
+        cancelled: Callable[[], bool] | None = None,
     ) -> None:
         self.name = name
         """The stream's name."""
+        self._cancelled = cancelled  # a request's: its call was cancelled or timed out
         self._session = session
         self._uri = stream_uri(domain, request_guid, name)
         self._credit_uri = credit_uri(domain, request_guid, name)
@@ -205,12 +215,12 @@ class StreamReader:
         self._credits: Queue | None = None
         self._unacked = threading.Semaphore(0)  # released by each credit's ACK
         self._posted = 0
-        self._messages: Iterator[Message] | None = None
         self._in = Incoming(request_guid, name, epoch)
 
     def read(self, size: int = -1) -> bytes:
         """Up to ``size`` bytes (all the rest with -1); ``b""`` at the end. Raises
-        ``StreamError`` if the sender failed or the stream stalled."""
+        ``StreamError`` if the sender failed, the stream stalled, its call was cancelled
+        (within ``CANCEL_POLL`` s) or the session closed."""
         if size is None or size < 0:
             return b"".join(iter(lambda: self.read(CHUNK_SIZE), b""))
         while not self._in.buffered and not self._in.done:
@@ -223,9 +233,14 @@ class StreamReader:
     def close(self) -> None:
         """Stop reading; close the stream's queue (its unread chunks are dropped). A
         reader that stops before the end tells the sender to stop."""
+        early = not self._in.done
         self._in.close()
         if self._queue is not None and self._queue.is_open:
-            self._queue.close()
+            with contextlib.suppress(HoldfastError):
+                if early:  # settle what was delivered: returned, it would stay for good
+                    self._queue.configure(STOP_DELIVERIES, CREDIT_CLOSE_WAIT)
+                    settle_unread(self._queue.messages(timeout=0), self._in.epoch)
+                self._queue.close()
         last = self._in.last_credit()
         # Best effort: without it the sender waits for credit until its call ends.
         with contextlib.suppress(HoldfastError):
@@ -234,6 +249,29 @@ class StreamReader:
                     self._give(last)
             finally:
                 self._close_credits()
+
+    def _next(self, started: float) -> Message:
+        """The next chunk delivered; ``StreamError`` (the reader closed) once none came
+        for the stall timeout since ``started``, the call was cancelled or the session
+        closed. Waits ``CANCEL_POLL`` at a time, to see a cancel."""
+        assert self._queue is not None
+        while True:
+            if self._cancelled is not None and self._cancelled():
+                error = StreamError(f"stream {self.name}: the call was cancelled")
+            elif not self._queue.is_open:
+                error = StreamError(f"stream {self.name}: the session closed")
+            else:
+                waited = time.monotonic() - started
+                if waited >= self._stall:
+                    error = self._in.stalled(waited)
+                else:
+                    poll = min(CANCEL_POLL, self._stall - waited)
+                    got = next(iter(self._queue.messages(timeout=poll)), None)
+                    if got is not None:
+                        return got
+                    continue
+            self.close()
+            raise error
 
     def _give(self, credit: Chunk) -> None:
         if self._credits is None:
@@ -254,21 +292,17 @@ class StreamReader:
         self._credits.close()
 
     def _take(self) -> None:
-        if self._messages is None:
+        if self._queue is None:
             if (restart := self._in.restart()) is not None:
                 self._give(restart)  # before reading: the sender starts our round now
             options = QueueOptions(max_unconfirmed_messages=WINDOW)
             self._queue = self._session.open_queue(self._uri, read=True, options=options)
-            self._messages = iter(self._queue.messages(timeout=self._stall))
         message = self._in.ready()
+        started = time.monotonic()
         while message is None:
-            started = time.monotonic()
-            got = next(self._messages, None)
-            if got is None:
-                error = self._in.stalled(time.monotonic() - started)
-                self.close()
-                raise error
+            got = self._next(started)
             message = self._in.take(got)
+            started = time.monotonic()
         confirm_chunk(message)
         try:
             self._in.accept(message)
@@ -289,14 +323,16 @@ def start_senders(
     fail: Callable[[StreamError], None],
     credit_timeout: float | None = None,
     resend: bool = False,
+    deadline: float | None = None,
 ) -> None:
     """Send each of ``streams`` on its own daemon thread until ``done()``; a stream
-    that cannot complete calls ``fail`` with its ``StreamError`` (``credit_timeout``
-    and ``resend``: see ``send``)."""
+    that cannot complete calls ``fail`` with its ``StreamError`` (``credit_timeout``,
+    ``resend`` and ``deadline``: see ``send``)."""
 
     def run(name: str, readable: Readable) -> None:
         try:
-            send(session, domain, request_guid, name, readable, done, credit_timeout, resend)
+            how = (credit_timeout, resend, deadline)
+            send(session, domain, request_guid, name, readable, done, *how)
         except StreamError as error:
             if not done():
                 fail(error)
@@ -317,12 +353,14 @@ def readers(
     request_guid: uuid.UUID,
     properties: Mapping[str, str],
     delivery_count: int = 1,
+    cancelled: Callable[[], bool] | None = None,
 ) -> dict[str, StreamReader]:
     """The readers of the streams a request announces (each opens its queue lazily);
-    a redelivered request's (``delivery_count`` > 1) ask for them from the start."""
+    a redelivered request's (``delivery_count`` > 1) ask for them from the start. A
+    request's readers fail once ``cancelled()`` (``Request.cancelled.is_set``)."""
     epoch = round_of(delivery_count)
     return {
-        name: StreamReader(session, domain, request_guid, name, epoch=epoch)
+        name: StreamReader(session, domain, request_guid, name, epoch=epoch, cancelled=cancelled)
         for name in parse_names(properties)
     }
 

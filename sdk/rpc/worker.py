@@ -203,8 +203,9 @@ class Worker:
                 )
                 if chunks.NAMES in props:
                     domain = parse_queue_uri(self.uri).domain
+                    count, cancelled = message.delivery_count, request.cancelled.is_set
                     request.streams = streaming.readers(
-                        self._session, domain, message.guid, props, message.delivery_count
+                        self._session, domain, message.guid, props, count, cancelled
                     )
                 job = Job(request, message, header.reply_to, time.monotonic(), header.keep_until_ms)
                 job.next_beat = job.started + self.options.first_beat_after

@@ -1,0 +1,83 @@
+"""The edges of request/reply's arguments and timeouts: a call's ``timeout`` holds also
+while the broker is unreachable (its queue opens within it), ``fetch_reply`` with
+``timeout=0`` takes a reply the broker holds, and arguments of the wrong type get
+``InvalidArgumentError``, not a ``TypeError``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+
+from holdfast.sdk import InvalidArgumentError, Request, RpcTimeoutError, Session, Worker, aio
+from holdfast.sdk.rpc import durable, wire
+from tests.support.processes import BrokerProcess
+from tests.support.sessions import FAST, unique_uri
+from tests.support.toxics import free_port
+
+
+def some_id(session_token: str | None = None) -> str:
+    """A well-formed request id of the default token, kept for an hour."""
+    rid = durable.RequestId("test", uuid.uuid4(), wire.wall_ms() + 3_600_000)
+    return rid.text(session_token)
+
+
+def test_calls_keep_their_timeout_while_the_broker_is_unreachable() -> None:
+    nobody = f"127.0.0.1:{free_port()}"
+    with Session(nobody, options=FAST) as session:
+        for name, call in (
+            ("fetch_reply", lambda: session.fetch_reply(some_id(), timeout=1.0)),
+            ("request_durable", lambda: session.request_durable(unique_uri("x"), b"", timeout=1.0)),
+            ("request", lambda: session.request(unique_uri("x"), b"", timeout=1.0)),
+        ):
+            started = time.monotonic()
+            with pytest.raises(RpcTimeoutError):
+                call()
+            assert time.monotonic() - started < 5, name
+
+
+def test_asyncio_calls_keep_their_timeout_while_the_broker_is_unreachable() -> None:
+    nobody = f"127.0.0.1:{free_port()}"
+
+    async def run() -> None:
+        async with aio.Session(nobody, options=FAST) as session:
+            for call in (
+                lambda: session.fetch_reply(some_id(), timeout=1.0),
+                lambda: session.request_durable(unique_uri("x"), b"", timeout=1.0),
+                lambda: session.request(unique_uri("x"), b"", timeout=1.0),
+            ):
+                started = time.monotonic()
+                with pytest.raises(RpcTimeoutError):
+                    await call()
+                assert time.monotonic() - started < 5
+
+    asyncio.run(run())
+
+
+def test_fetch_with_timeout_zero_takes_a_reply_the_broker_holds(broker: BrokerProcess) -> None:
+    uri = unique_uri("durable-zero")
+
+    def echo(request: Request) -> bytes:
+        return request.payload
+
+    with Session(broker.address, options=FAST) as session:
+        with Worker(session, uri, echo):
+            request_id = session.request_durable(uri, b"kept")
+            assert session.fetch_reply(request_id, timeout=10).payload == b"kept"
+        assert session.fetch_reply(request_id, timeout=0).payload == b"kept"
+
+
+def test_arguments_of_the_wrong_type_are_invalid_arguments(broker: BrokerProcess) -> None:
+    with Session(broker.address, options=FAST) as session:
+        for bad in (
+            lambda: session.fetch_reply(some_id(), timeout=None),  # type: ignore[arg-type]
+            lambda: session.fetch_reply(some_id(), timeout=float("nan")),
+            lambda: session.request_durable(unique_uri("x"), b"", keep="10"),  # type: ignore[arg-type]
+            lambda: session.request_durable(unique_uri("x"), b"", timeout=float("nan")),
+            lambda: session.request(unique_uri("x"), b"", timeout=float("inf")),
+            lambda: session.request(unique_uri("x"), b"", timeout=None),  # type: ignore[arg-type]
+        ):
+            with pytest.raises(InvalidArgumentError):
+                bad()
