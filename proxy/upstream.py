@@ -49,6 +49,10 @@ class Upstream(AsyncEngineSession):
             transport=transport,
             on_wire_acks=on_acks,
             wire_pushes=True,
+            # A broker that refuses the proxy (another protocol version, its token) is
+            # tried again, and the next address after it: the proxy serves as long as it
+            # runs, and its clients are told why no broker is reachable meanwhile.
+            retry_refusals=True,
         )
 
     def unreachable(self) -> str | None:

@@ -1,17 +1,16 @@
 """The HA session engine: every client-HA rule of the Holdfast contract, in one place.
 
-The engine has no sockets, no threads and no clock of its own (like ``h11``): it
-takes inputs and produces outputs, and a shell (the connection driver of the SDK's
-``Session`` and of the proxy's upstream link) moves them. Tests drive it with
-scripted frames. It is split by job: ``state`` (the link and queue state
-machines, as tables), ``connection`` (one connection's life: Hello, HelloReply, the
-restore's sequence, the loss), ``restore`` (rule 4's steps), ``putbuffer`` (pending
-PUTs, packed by ``putsegments``; their age, push-back), ``producer`` (rules 1, 2 and 7
-on the post path), ``consumer`` (rule 5 on the CONFIRM path), ``outbound`` (what waits
-for the wire), ``queue_table`` (queue handles and their requests), ``outcomes`` (ACKs,
-PUSHes and events for the application), ``discovery`` (``count_consumers``, re-asked after a
-reconnect); this module is the facade that routes inputs to them and ends the
-session.
+No sockets, no threads, no clock of its own (like ``h11``): it takes inputs and
+produces outputs, and a shell (the driver of the SDK's ``Session`` and of the proxy's
+upstream link) moves them; tests drive it with scripted frames. It is split by job:
+``state`` (the link and queue state machines, as tables), ``connection`` (one
+connection's life: Hello, HelloReply, the restore's sequence, the loss), ``restore``
+(rule 4's steps), ``putbuffer`` (pending PUTs, packed by ``putsegments``; their age,
+push-back), ``producer`` (rules 1, 2 and 7 on the post path), ``consumer`` (rule 5 on
+the CONFIRM path), ``outbound`` (what waits for the wire), ``queue_table`` (queue
+handles and their requests), ``outcomes`` (ACKs, PUSHes and events for the
+application), ``discovery`` (``count_consumers``, re-asked after a reconnect); this
+module is the facade that routes inputs to them and ends the session.
 
 Inputs are application calls, link events (``connection_made``, ``frame_received``,
 ``connection_lost``, ``transport_drained``) and time (each input that depends on it
@@ -68,7 +67,9 @@ class SessionEngine:
     ``on_ack`` is called. Same rules, without a ``UUID`` and an ``Ack`` per message.
     With ``wire_pushes`` a queue's ``on_message`` gets a frame's PUSHes by runs of one
     queue as ``WirePushes`` (the PUSHes as read and their connection generation),
-    settled by ``confirm_wire`` or ``confirm_run``.
+    settled by ``confirm_wire`` or ``confirm_run``. A broker's refusal (another protocol
+    version, a refused token) fails the session; with ``retry_refusals`` (the proxy's:
+    its broker may be upgraded, its next address take it) it ends the connection only.
     """
 
     def __init__(
@@ -82,8 +83,10 @@ class SessionEngine:
         max_disconnected_buffer_bytes: int | None = None,
         wire_acks: bool = False,
         wire_pushes: bool = False,
+        retry_refusals: bool = False,
     ) -> None:
         self.client_id = client_id
+        self.retry_refusals = retry_refusals
         self._confirmer = confirmer
         self._link = LinkMachine()
         self.failure: HoldfastError | None = None
@@ -100,15 +103,8 @@ class SessionEngine:
             wire_pushes=wire_pushes,
             counters=self._counters,
         )
-        self._producer = Producer(
-            self._link,
-            self._puts,
-            self._queues,
-            self._outbound,
-            self._counters,
-            self._check_usable,
-            max_disconnected_buffer_bytes,
-        )
+        parts = (self._link, self._puts, self._queues, self._outbound, self._counters)
+        self._producer = Producer(*parts, self._check_usable, max_disconnected_buffer_bytes)
         # The post path is bound straight to the producer (and relayer): a call less.
         self.admit_post = self._producer.admit_post
         """Rule 7: 0.0 if a post may go ahead, else seconds to wait (see ``Producer``)."""
@@ -270,7 +266,7 @@ class SessionEngine:
             try:
                 self._connection.hello_reply(frame.hello_reply, now)
             except TerminalTransportError as error:
-                self._fail(error)  # a broker this SDK cannot use: retrying would not help
+                self._refused(error)
             return
         if state is LinkState.HANDSHAKING and kind != "error":
             what = kind or "an empty frame"
@@ -283,7 +279,7 @@ class SessionEngine:
             self._connection.response(frame.response, now)
         elif kind == "error":
             if (failure := self._out.error_frame(frame.error)) is not None:
-                self._fail(failure)
+                self._refused(failure)
         elif kind == "consumer_count":
             self.queries.answered(frame.consumer_count)
         else:
@@ -366,8 +362,6 @@ class SessionEngine:
         self._link.apply(LinkEvent.CLOSE)
         self._out.emit(ev.SessionClosed(unknown))
 
-    # ------------------------------------------------------------------ helpers
-
     def _check_usable(self) -> None:
         state = self._link.state
         if state is LinkState.CLOSED:
@@ -387,6 +381,12 @@ class SessionEngine:
         self._queues.end(error)
         self.queries.end(error)
         self._outbound.clear()
+
+    def _refused(self, error: HoldfastError) -> None:
+        """A broker this session cannot use: fail, or end the connection (``retry_refusals``)."""
+        if self.retry_refusals:
+            raise error
+        self._fail(error)
 
     def _fail(self, error: HoldfastError) -> None:
         self.failure = error

@@ -39,6 +39,7 @@ class AsyncEngineSession:
         on_wire_acks: Callable[[list[WireAck]], Any] | None = None,
         wire_pushes: bool = False,
         telemetry: bool = False,
+        retry_refusals: bool = False,
     ) -> None:
         self.options = options
         self.telemetry = telemetry
@@ -52,6 +53,7 @@ class AsyncEngineSession:
             max_disconnected_buffer_bytes=options.max_disconnected_buffer_bytes,
             wire_acks=on_wire_acks is not None,
             wire_pushes=wire_pushes,
+            retry_refusals=retry_refusals,
         )
         self.driver = AsyncDriver(
             self.engine,

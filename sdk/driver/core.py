@@ -190,10 +190,13 @@ class DriverCore:
         if self.stopping:
             return None
         if isinstance(error, TerminalTransportError):
-            self._log.error("the connection to %s failed terminally: %s", self.address, error)
-            self.engine.connection_lost(self.generation, str(error))
-            self.engine.fail(error)
-            return None
+            if self.engine.retry_refusals:  # the proxy's: tried again, as a failed attempt
+                self._log.error("%s refused the session (trying again): %s", self.address, error)
+            else:
+                self._log.error("the connection to %s failed terminally: %s", self.address, error)
+                self.engine.connection_lost(self.generation, str(error))
+                self.engine.fail(error)
+                return None
         reason, bad = self._reason(error)
         self.engine.connection_lost(self.generation, reason)
         if isinstance(error, UpstreamUnavailableError):
