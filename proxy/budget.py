@@ -5,9 +5,11 @@ answers it otherwise), and during a broker outage it stays there for the whole
 outage. ``BufferBudget`` charges each such PUT to the client that posted it and
 releases it with the PUT's outcome. A client is read only while it holds less than
 its share of the bound (the bound over the clients connected) and the proxy as a
-whole holds less than the bound; otherwise its stream is not read, gRPC flow control
-stops the client's transport, and the client's own ``post()`` waits and then raises
-``BandwidthLimitError``, while the other clients, under their shares, go on.
+whole holds less than the bound, not counting the frames larger than their shares
+that other clients sent while holding nothing; otherwise its stream is not read,
+gRPC flow control stops the client's transport, and the client's own ``post()``
+waits and then raises ``BandwidthLimitError``, while the other clients, under their
+shares, go on.
 
 The check comes before a client frame is read, so a frame's PUTs are charged only
 once it is in: each client keeps room for the most it has been charged for one frame
@@ -91,7 +93,21 @@ class BufferBudget:
         if account is None or not account.held:
             return True
         reserve = account.reserve or 1  # at its share exactly, it is full
-        return account.held + reserve <= self.share and self.total + reserve <= self.max_bytes
+        share = self.share
+        if account.held + reserve > share:
+            return False
+        if self.total + reserve <= self.max_bytes:
+            return True
+        # Over the bound. A client holding nothing may send one frame larger than its
+        # share: that excess (at most one frame a client) is the sender's to wait out,
+        # and does not stop this client, under its own share. What others hold because
+        # shares shrank as clients joined does: the bound holds there.
+        beyond = sum(
+            max(0, min(other.held, other.reserve) - share)
+            for other in self._accounts.values()
+            if other.connected
+        )
+        return self.total - beyond + reserve <= self.max_bytes
 
     def read(self, key: int, frame_bytes: int) -> None:
         """Client ``key`` was charged ``frame_bytes`` for one frame: keep room for one as

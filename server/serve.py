@@ -133,6 +133,12 @@ def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
         ("grpc.http2.max_ping_strikes", 0),
         # A second server on a port in use must fail, not share the port silently.
         ("grpc.so_reuseport", 0),
+        # A stream the server does not read (a proxy client over its buffer share) must
+        # not fill gRPC's own buffers instead: with BDP probing its receive window grew
+        # to ~7 MiB a stream, so six clients flooding a proxy bounded at 8 MiB took it
+        # 43 MiB over its RSS at rest, 17 MiB without; 1-GB streams, 100-B and 16-KiB
+        # PUT->ACK ran at the same rates either way (2026-11-28, bench/PROFILE.md).
+        ("grpc.http2.bdp_probe", 0),
     ]
 
 

@@ -36,6 +36,26 @@ def test_a_client_holding_nothing_may_always_send_one_frame() -> None:
     assert not budget.may_read(1)
 
 
+def test_frames_larger_than_their_senders_shares_do_not_stop_a_client_under_its_own() -> None:
+    """Six clients of a 600-byte bound (shares of 100): each of the first five sends one
+    frame of 150 while holding nothing, so the proxy holds 750. The sixth, holding 20 of
+    its 100 with frames of 10, is read still; each of the five waits for its ACKs."""
+    budget = BufferBudget(600)
+    for key in range(6):
+        budget.connect(key)
+    for key in range(5):
+        assert budget.may_read(key)
+        budget.read(key, 150)
+        budget.charge(key, 150)
+        assert not budget.may_read(key)
+    budget.read(5, 10)
+    budget.charge(5, 20)
+    assert budget.total == 770
+    assert budget.may_read(5)
+    budget.charge(5, 75)
+    assert not budget.may_read(5)  # 95 + a 10-byte frame would pass its share
+
+
 def test_the_total_bound_holds_when_a_new_client_joins_a_full_proxy() -> None:
     budget = BufferBudget(1000)
     budget.connect(1)
