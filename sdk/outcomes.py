@@ -155,7 +155,9 @@ class Outcomes:
                 wire = statuses[k]
             guid = guids[k]
             k += 1
-            if wire in _PUSHED_BACK:
+            if wire in _PUSHED_BACK and relay is None:
+                # Kept and retried here; a proxy relays the push-back instead, so that its
+                # client keeps the PUT and its post() waits as against a broker (rule 7).
                 puts.hold(guid, now)
                 continue
             found = locate(guid)
