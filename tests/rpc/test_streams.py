@@ -211,3 +211,30 @@ def test_a_sender_stops_reading_its_source_once_its_call_has_ended(
             session, "streams", uuid.uuid4(), "data", source, ended.is_set, resend=resend
         )
     assert source.sent <= 5 * CHUNK_SIZE, f"{source.sent} bytes read after the call ended"
+
+
+def test_a_reader_is_a_binary_file_for_the_standard_library(broker: BrokerProcess) -> None:
+    """``hashlib.file_digest``, ``io.BufferedReader`` and ``with`` take a stream reader."""
+    with Session(broker.address, options=FAST) as session:
+
+        def by_file_digest(reader: streaming.StreamReader) -> str:
+            return hashlib.file_digest(reader, "sha256").hexdigest()
+
+        def buffered(reader: streaming.StreamReader) -> str:
+            return hashlib.sha256(io.BufferedReader(reader).read()).hexdigest()  # type: ignore[type-var]
+
+        for take in (by_file_digest, buffered):
+            guid = uuid.uuid4()
+            queue = session.open_queue(streaming.stream_uri("test", guid, "data"), write=True)
+            data = random.Random(7).randbytes(3 * CHUNK_SIZE + 5)
+            for seq, start in enumerate(range(0, len(data), CHUNK_SIZE)):
+                chunk = data[start : start + CHUNK_SIZE]
+                queue.post(chunk, {streaming.STREAM: "data", streaming.SEQ: str(seq)})
+            ends = {streaming.STREAM: "data", streaming.SEQ: "4", streaming.END: "1"}
+            queue.post(b"", ends)
+            with streaming.StreamReader(session, "test", guid, "data") as reader:
+                assert reader.readable() and not reader.seekable()
+                assert take(reader) == hashlib.sha256(data).hexdigest()
+                assert reader.read(10) == b""  # at its end
+            assert reader.closed
+            queue.close()
