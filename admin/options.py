@@ -16,9 +16,9 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NoReturn
 
 from holdfast.sdk.admin import DEFAULT_TIMEOUT
+from holdfast.server.cli_support import OneLineParser
 from holdfast.server.serve import split_host_port, version_text
 
 DEFAULT_ADDRESS = "127.0.0.1:7700"
@@ -43,15 +43,6 @@ exit codes:
   3 broker unreachable         130 interrupted
   4 no such queue              141 the output's reader went away (| head)"""
 """The end of ``holdfast --help`` (the codes are ``holdfast.admin.cli.EXIT_*``)."""
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are one line (``holdfast stats: error: the
-    following arguments are required: uri (see holdfast --help)``) and exit code 2."""
-
-    def error(self, message: str) -> NoReturn:
-        top = self.prog.split()[0]
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {top} --help)\n")
 
 
 def _positive(text: str) -> float:

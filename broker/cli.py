@@ -28,6 +28,7 @@ from holdfast.broker.staging import StagingLimits
 from holdfast.broker.store import Store, StoreError
 from holdfast.broker.stores import open_store, parse_store_spec
 from holdfast.server.cli_support import (
+    OneLineParser,
     add_common_flags,
     apply_environment,
     configure_logging,
@@ -101,7 +102,7 @@ def _port(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``holdfast-broker``."""
     defaults = BrokerConfig()
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="holdfast-broker",
         description="The Holdfast reference broker: queues, delivery and GUID dedup over gRPC.",
     )

@@ -29,7 +29,13 @@ from collections.abc import Sequence
 from holdfast.pool.drivers import DRIVERS, NoopDriver, SubprocessDriver, WorkerGroupDriver
 from holdfast.pool.manager import PoolManager, PoolSettings, PoolStartError
 from holdfast.sdk.errors import HoldfastError
-from holdfast.server.cli_support import add_common_flags, apply_environment, configure_logging
+from holdfast.server.cli_support import (
+    OneLineParser,
+    add_common_flags,
+    apply_environment,
+    configure_logging,
+    name_flags,
+)
 from holdfast.server.serve import split_host_port
 
 log = logging.getLogger("holdfast.pool")
@@ -37,7 +43,7 @@ log = logging.getLogger("holdfast.pool")
 
 def parser() -> argparse.ArgumentParser:
     """The ``holdfast-pool`` argument parser."""
-    args = argparse.ArgumentParser(
+    args = OneLineParser(
         prog="holdfast-pool", description="Run the manager of a keyed worker pool."
     )
     args.add_argument("--address", required=True, help="the broker or proxy, HOST:PORT")
@@ -87,10 +93,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             processing_timeout=args.processing_timeout,
         )
         driver = _driver(args.driver, args.worker_command)
+        manager = PoolManager(settings, driver)
     except (ValueError, HoldfastError) as error:
-        print(f"holdfast-pool: {str(error).splitlines()[0]}", file=sys.stderr)
+        message = name_flags(str(error).splitlines()[0], {"tls_ca": "--tls-ca"})
+        print(f"holdfast-pool: {message}", file=sys.stderr)
         return 2
-    manager = PoolManager(settings, driver)
+    except OSError as error:  # a file it reads: the CA of --tls-ca
+        print(f"holdfast-pool: --tls-ca {args.tls_ca}: {error.strerror or error}", file=sys.stderr)
+        return 2
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
@@ -111,7 +121,10 @@ def _driver(name: str, command: str | None) -> WorkerGroupDriver:
         return NoopDriver()
     if not command:
         raise ValueError("--worker-command is required with --driver subprocess")
-    return SubprocessDriver(shlex.split(command))
+    try:
+        return SubprocessDriver(shlex.split(command))
+    except ValueError as error:  # shlex: "No closing quotation"
+        raise ValueError(f"--worker-command {command!r}: {error}") from None
 
 
 __all__ = ["main", "parser"]

@@ -1,4 +1,6 @@
-"""The two control loops that converge a pool's actual state on the tracker's.
+"""The control loops that converge a pool's actual state on the tracker's, and the
+activity consumer that runs beside them (``ActivityLoop``: only the active manager
+takes the workers' activity reports).
 
 The *queue loop* owns the key queues' policies. ACTIVE: the key queue gets a policy
 of its own (the pool's delivery limit, dead letters to the pool's poison queue), so
@@ -29,6 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from holdfast.pool.drivers import WorkerGroup
 from holdfast.pool.reconcile import Reconciler
@@ -38,6 +41,9 @@ from holdfast.proto.policy import QueuePolicy
 from holdfast.sdk.admin import AdminClient
 from holdfast.sdk.errors import HoldfastError, QueueInUseError, QueueNotFoundError
 from holdfast.sdk.poolnames import PoolNames
+from holdfast.sdk.queue import Queue
+from holdfast.sdk.session import Session
+from holdfast.sdk.types import Message
 
 log = logging.getLogger(__name__)
 
@@ -234,4 +240,41 @@ class GroupLoop(ControlLoop):
         return stats.ready == 0 and stats.unconfirmed == 0
 
 
-__all__ = ["TICK", "GroupLoop", "QueueLoop"]
+class ActivityLoop(ControlLoop):
+    """Consumes the workers' activity reports while this manager is the active one. A
+    standby that took reports would keep them from the active one, whose ``started``
+    verdicts and idle timers need every one (with a report taken by the standby, a
+    worker that crashed on a request was judged one that never started, and a key went
+    idle early)."""
+
+    name = "activity"
+
+    def __init__(
+        self,
+        tracker: PoolTracker,
+        is_active: Callable[[], bool],
+        session: Session,
+        uri: str,
+        on_message: Callable[[Message], Any],
+    ) -> None:
+        super().__init__(tracker, is_active)
+        self._session = session
+        self._uri = uri
+        self._on_message = on_message
+        self._queue: Queue | None = None
+
+    def _pass(self) -> None:
+        # Opened on each pass until it is (the broker may be away when this one wins).
+        if self._queue is None or not self._queue.is_open:
+            self._queue = self._session.open_queue(
+                self._uri, read=True, on_message=self._on_message, timeout=5
+            )
+
+    def became_standby(self) -> None:
+        """Another manager acts now: leave the reports to it."""
+        queue, self._queue = self._queue, None
+        if queue is not None and queue.is_open:
+            queue.close(timeout=5)
+
+
+__all__ = ["TICK", "ActivityLoop", "GroupLoop", "QueueLoop"]

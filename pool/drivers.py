@@ -246,11 +246,19 @@ class SubprocessDriver:
         return child.popen.pid
 
     def close(self) -> None:
-        """Stop every worker this driver started, then its spawning thread."""
+        """Stop every worker this driver started, all at once (SIGTERM to each, then one
+        ``stop_grace`` for all of them), then its spawning thread."""
         with self._lock:
-            worker_ids = list(self._children)
-        for worker_id in worker_ids:
-            self.stop(worker_id)
+            children = list(self._children.values())
+            self._children.clear()
+        running = [child for child in children if child.popen.poll() is None]
+        for child in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.popen.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_grace
+        for child in running:
+            _terminate(child.popen, max(0.0, deadline - time.monotonic()))
+            log.info("stopped worker %s (key %r)", child.group.worker_id, child.group.key[:64])
         self._spawner.shutdown(wait=True)
 
 
@@ -274,7 +282,7 @@ def _terminate(popen: subprocess.Popen[bytes], grace: float) -> None:
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(popen.pid, signal.SIGKILL)
-            popen.wait(grace)
+            popen.wait(STOP_GRACE)  # SIGKILL cannot be ignored: this is the kernel's time
 
 
 DRIVERS = ("subprocess", "noop")

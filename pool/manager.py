@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass
 
 from holdfast.pool.activity import DEBOUNCE, ActivityReports
-from holdfast.pool.control import GroupLoop, QueueLoop
+from holdfast.pool.control import ActivityLoop, GroupLoop, QueueLoop
 from holdfast.pool.drivers import WorkerGroup, WorkerGroupDriver
 from holdfast.pool.leader import Leadership
 from holdfast.pool.orphans import Forwarder, OrphanProcessor
@@ -58,11 +59,13 @@ class PoolSettings:
 
     def __post_init__(self) -> None:
         PoolNames.of(self.pool)
-        if self.unbind_delay <= 0 or self.stop_delay <= 0:
-            raise ValueError("--unbind-delay and --stop-delay must be > 0 seconds")
+        delays = (("--unbind-delay", self.unbind_delay), ("--stop-delay", self.stop_delay))
+        for flag, delay in delays:
+            if not 0 < delay < math.inf:  # NaN too: a key that never goes idle
+                raise ValueError(f"{flag} must be a number of seconds > 0, not {delay}")
         if self.max_deliveries < 1 or self.orphan_attempts < 1:
             raise ValueError("--max-deliveries must be >= 1")
-        if self.processing_timeout is not None and not self.processing_timeout > 0:
+        if self.processing_timeout is not None and not 0 < self.processing_timeout < math.inf:
             raise ValueError("--processing-timeout must be > 0 seconds")
 
 
@@ -117,6 +120,9 @@ class PoolManager:
             GroupLoop(
                 self.tracker, active, self._admin, self.names, self.supervisor, self.group_of
             ),
+            ActivityLoop(
+                self.tracker, active, self._session, self.names.activity, self.activity.on_message
+            ),
         )
         self._consumers: list[Queue] = []
 
@@ -153,11 +159,10 @@ class PoolManager:
             raise PoolStartError("--admin-address", admin, error) from error
         try:
             self.leadership.start(self._session)
-            for uri, handler in (
-                (names.orphans, self.orphans.on_message),
-                (names.activity, self.activity.on_message),
-            ):
-                self._consumers.append(self._session.open_queue(uri, read=True, on_message=handler))
+            orphans = self.orphans.on_message
+            self._consumers.append(
+                self._session.open_queue(names.orphans, read=True, on_message=orphans)
+            )
         except HoldfastError as error:
             raise PoolStartError("--address", self.settings.address, error) from error
         for loop in self._loops:
@@ -165,15 +170,16 @@ class PoolManager:
         log.info("pool %s: manager started", names.uri)
 
     def stop(self) -> None:
-        """Stop the loops and the worker groups this manager started; give the token
-        back (the next manager adopts the keys as their workers report)."""
+        """Stop the loops and the worker groups this manager started, then give the
+        token back (the next manager starts its own workers as the keys need them):
+        the workers stop first, so no key has two at once."""
         for loop in self._loops:
             loop.stop()
         self.leadership.stop()
+        self.driver.close()
         self.orphans.close()
         self.start_failures.close()
         self._session.close(timeout=5)
-        self.driver.close()
         self._admin.close()
         log.info("pool %s: manager stopped", self.names.uri)
 

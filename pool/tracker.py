@@ -54,7 +54,7 @@ class PoolTracker:
         clock: Callable[[], float] = time.monotonic,
         activity_slack: float = 0.0,
     ) -> None:
-        if unbind_delay <= 0 or stop_delay <= 0:
+        if not (unbind_delay > 0 and stop_delay > 0):  # NaN too
             raise ValueError("unbind_delay and stop_delay must be > 0 seconds")
         self.unbind_delay = unbind_delay
         self.stop_delay = stop_delay

@@ -24,6 +24,7 @@ from holdfast.sdk.credentials import channel_credentials
 from holdfast.sdk.errors import InvalidArgumentError
 from holdfast.sdk.options import ReconnectOptions, SessionOptions
 from holdfast.server.cli_support import (
+    OneLineParser,
     add_common_flags,
     apply_environment,
     configure_logging,
@@ -40,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line of ``holdfast-proxy``."""
     defaults = ProxyConfig()
     session = defaults.upstream_options
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="holdfast-proxy",
         description="The Holdfast sidecar: the broker's contract locally, with HA upstream.",
     )

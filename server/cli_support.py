@@ -10,11 +10,22 @@ import logging
 import os
 import sys
 from collections.abc import Mapping
+from typing import NoReturn
 
 from holdfast.server.serve import version_text
 
 ENV_PREFIX = "HOLDFAST_"
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line naming the flag, and exit code 2
+    (``holdfast-pool: error: argument --unbind-delay: invalid float value: 'abc' (see
+    holdfast-pool --help)``): the usage is what ``--help`` prints, not every mistake."""
+
+    def error(self, message: str) -> NoReturn:
+        top = self.prog.split()[0]
+        self.exit(2, f"{self.prog}: error: {message} (see {top} --help)\n")
 
 
 def env_name(action: argparse.Action) -> str:

@@ -187,3 +187,26 @@ def test_bad_command_lines_are_one_line_errors() -> None:
     )  # fmt: skip
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "cannot start: --admin-address 127.0.0.1:2: UNAVAILABLE" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--unbind-delay", "abc"], "--unbind-delay"),
+        (["--unbind-delay", "nan"], "--unbind-delay"),
+        (["--stop-delay", "-1"], "--stop-delay"),
+        (["--tls-ca", "/nonexistent.pem"], "--tls-ca"),
+        (["--worker-command", "'unbalanced"], "--worker-command"),
+    ],
+)
+def test_each_bad_flag_is_one_line_naming_it(args: list[str], named: str) -> None:
+    base = ["--address", "127.0.0.1:1", "--pool", POOL, "--worker-command", "true"]
+    done = subprocess.run(
+        [sys.executable, "-m", "holdfast.pool", *base, *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("holdfast-pool:") and named in line
