@@ -53,6 +53,7 @@ from holdfast.sdk.errors import (
     QueueNotFoundError,
     TransportError,
 )
+from holdfast.server.grpc_logs import route_grpc_logs
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
@@ -80,6 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (see the module docstring)."""
     args = parser().parse_args(argv)
     name = _key(args)
+    if argv is None:  # the command line: gRPC's own lines (a TLS handshake) off stderr
+        route_grpc_logs(server=False)
     try:
         text = _run(args)
     except UsageError as error:

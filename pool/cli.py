@@ -36,6 +36,7 @@ from holdfast.server.cli_support import (
     configure_logging,
     name_flags,
 )
+from holdfast.server.grpc_logs import route_grpc_logs
 from holdfast.server.serve import split_host_port
 
 log = logging.getLogger("holdfast.pool")
@@ -73,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run a pool manager until SIGTERM/SIGINT; returns the exit code."""
     args = parser().parse_args(argv)
     configure_logging(args.log_level, args.log_format)
+    route_grpc_logs(server=False)  # gRPC's own lines (a TLS handshake) in this log
     pool = args.pool if args.pool.startswith("hf://") else f"hf://{args.pool}"
     try:
         for flag, value in (("--address", args.address), ("--admin-address", args.admin_address)):

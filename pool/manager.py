@@ -74,7 +74,9 @@ class PoolStartError(Exception):
 
     def __init__(self, flag: str, value: str, cause: BaseException, hint: str = "") -> None:
         reason = (str(cause).splitlines() or [type(cause).__name__])[0].strip("'\"")
-        super().__init__(f"{flag} {value}{hint}: {reason[:300]}")
+        if len(reason) > 300:  # gRPC's detail after the named cause: cut at a word
+            reason = reason[:300].rsplit(" ", 1)[0] + " ..."
+        super().__init__(f"{flag} {value}{hint}: {reason}")
         self.flag = flag
 
 

@@ -56,24 +56,24 @@ SERVER_FAILURES: tuple[tuple[str, str], ...] = (
     (
         "WRONG_VERSION_NUMBER",
         "TLS handshake failed: a client spoke plaintext to this TLS port "
-        "(it needs tls_ca / --tls-ca)",
+        "(it needs tls_ca; --tls-ca for the admin CLI and the pool, --upstream-ca for a proxy)",
     ),
     (
         "HTTP_REQUEST",
         "TLS handshake failed: a client spoke plaintext to this TLS port "
-        "(it needs tls_ca / --tls-ca)",
+        "(it needs tls_ca; --tls-ca for the admin CLI and the pool, --upstream-ca for a proxy)",
     ),
     (
         "PEER_DID_NOT_RETURN_A_CERTIFICATE",
         "TLS handshake failed: a client sent no certificate, and --tls-client-ca requires one",
     ),
+    (  # before CERTIFICATE_VERIFY_FAILED, which an expired certificate's failure names too
+        "certificate has expired",
+        "TLS handshake failed: a client's certificate has expired",
+    ),
     (
         "CERTIFICATE_VERIFY_FAILED",
         "TLS handshake failed: a client's certificate is not signed by --tls-client-ca",
-    ),
-    (
-        "certificate has expired",
-        "TLS handshake failed: a client's certificate has expired",
     ),
     (
         "UNKNOWN_CA",
@@ -93,8 +93,8 @@ SERVER_FAILURES: tuple[tuple[str, str], ...] = (
 """(needle in gRPC's log line, what it means for a server), first match wins."""
 
 PLAINTEXT_TO_TLS = (
-    "TLS: the server speaks TLS on this port and this session does not (set tls_ca, "
-    "or --tls-ca for the proxy's upstream and the admin CLI)"
+    "TLS: the server speaks TLS on this port and this session does not (set tls_ca: "
+    "--tls-ca for the admin CLI and the pool, --upstream-ca for a proxy)"
 )
 
 

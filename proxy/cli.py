@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -121,15 +122,24 @@ FLAGS = {
     "keepalive_time": "--keepalive",
     "ReconnectOptions.maximum": "--reconnect-max",
     "maximum": "--reconnect-max",
-    "initial": "--reconnect-max (the first delay)",
     "max_buffer_bytes": "--max-buffer-bytes",
+    "metrics_listen": "--metrics-listen",
+    "listen": "--listen",
+    "upstream": "--upstream",
+    "tls_ca": "--upstream-ca",
+    "tls_cert": "--upstream-cert",
+    "tls_key": "--upstream-key",
 }
 """Fields of the upstream SessionOptions and the proxy flags that set them."""
 
 
 def config_from_args(args: argparse.Namespace) -> ProxyConfig:
     """The ``ProxyConfig`` parsed command-line arguments describe."""
-    reconnect = ReconnectOptions(maximum=args.reconnect_max)
+    if not 0 < args.reconnect_max < math.inf:
+        raise InvalidArgumentError(f"--reconnect-max must be > 0 seconds, not {args.reconnect_max}")
+    # A cap below the default first delay starts there too.
+    first = min(ReconnectOptions().initial, args.reconnect_max)
+    reconnect = ReconnectOptions(initial=first, maximum=args.reconnect_max)
     return ProxyConfig(
         listen=args.listen,
         upstream=args.upstream,

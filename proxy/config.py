@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from holdfast.proto.limits import DEFAULT_BATCH_BYTES, MAX_BATCH_BYTES, MIB
@@ -11,6 +12,15 @@ from holdfast.sdk.failover import parse_addresses
 from holdfast.sdk.options import SessionOptions
 from holdfast.server.security import ServerSecurity
 from holdfast.server.serve import metrics_endpoint, split_host_port
+
+
+def _named(name: str, check: Callable[[str], object], value: str) -> None:
+    """``check(value)``, its error prefixed with the field's ``name`` (the CLI turns
+    that into the flag: two fields take HOST:PORT, and the message must say which)."""
+    try:
+        check(value)
+    except ValueError as error:  # InvalidArgumentError is one too
+        raise InvalidArgumentError(f"{name}: {error}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +63,8 @@ class ProxyConfig:
     """TLS, tokens and limits of the proxy's own listener (its clients)."""
 
     def __post_init__(self) -> None:
-        split_host_port(self.listen)
-        parse_addresses(self.upstream)
+        _named("listen", split_host_port, self.listen)
+        _named("upstream", parse_addresses, self.upstream)
         for name in ("hello_wait", "request_timeout", "shutdown_grace"):
             if getattr(self, name) < 0:
                 raise InvalidArgumentError(f"{name} must be >= 0")
@@ -67,7 +77,7 @@ class ProxyConfig:
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise InvalidArgumentError("metrics_port must be 0-65535")
         if self.metrics_listen is not None:
-            split_host_port(self.metrics_listen)
+            _named("metrics_listen", split_host_port, self.metrics_listen)
 
     @property
     def metrics_address(self) -> tuple[str, int, str] | None:

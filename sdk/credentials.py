@@ -2,7 +2,8 @@
 
 Used by every gRPC client of the SDK (the session transports, commit marks, the
 admin client) so that TLS and tokens work the same everywhere. A file that cannot be
-read is an ``InvalidArgumentError`` naming the option, raised before any connection.
+read, or is not PEM, is an ``InvalidArgumentError`` naming the option, raised before
+any connection.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from holdfast.sdk.errors import InvalidArgumentError
 
 def _read(path: str, option: str) -> bytes:
     try:
-        return Path(path).read_bytes()
+        data = Path(path).read_bytes()
     except OSError as error:
         raise InvalidArgumentError(f"{option} {path}: {error.strerror}") from None
+    if b"-----BEGIN" not in data:  # else gRPC fails each handshake, naming no file
+        raise InvalidArgumentError(f"{option} {path}: not a PEM file (no -----BEGIN line)")
+    return data
 
 
 def channel_credentials(

@@ -109,7 +109,8 @@ def session_error(status: int, message: str) -> HoldfastError | None:
     if status == pb.STATUS_UNAUTHENTICATED:
         return AuthenticationError(
             f"the server refused this session's token: {message[:200]} "
-            "(set SessionOptions(token=...) or $HOLDFAST_TOKEN)"
+            "(set SessionOptions(token=...) or $HOLDFAST_TOKEN; a proxy's own token: "
+            "--upstream-token-file or $HOLDFAST_UPSTREAM_TOKEN)"
         )
     return None
 

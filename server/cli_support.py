@@ -8,6 +8,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Mapping
 from typing import NoReturn
@@ -94,7 +95,8 @@ def configure_logging(level: str, log_format: str) -> None:
 
 
 def name_flags(message: str, flags: Mapping[str, str]) -> str:
-    """Replace the field names a value object's check used by the flags that set them."""
+    """Replace the field names a value object's check used by the flags that set them
+    (whole names only: ``listen`` is not replaced inside ``metrics_listen``)."""
     for field, flag in flags.items():
-        message = message.replace(field, flag)
+        message = re.sub(rf"(?<![\w.-]){re.escape(field)}(?![\w])", flag, message)
     return message

@@ -8,8 +8,8 @@ points descriptor 2 at a pipe, moves Python's own ``sys.stderr`` to a copy of th
 real one (so the log handler still writes there), and re-logs every line from the
 pipe through the ``grpc`` logger: glog's level letter becomes the record's level, and
 a TLS handshake failure is named (``holdfast.proto.tls_failures``) with the raw line
-after it. Only the servers' command lines call it: a library must not take a
-process's stderr.
+after it. Only the command lines call it (the servers', the pool's, the admin
+command's): a library must not take a process's stderr.
 """
 
 from __future__ import annotations
@@ -29,9 +29,12 @@ _GLOG = re.compile(r"^([IWEF])\d{4} [\d:.]+\s+\d+ (\S+:\d+)\] (.*)$")
 _LEVELS = {"I": logging.INFO, "W": logging.WARNING, "E": logging.ERROR, "F": logging.CRITICAL}
 
 
-def route_grpc_logs() -> threading.Thread:
+def route_grpc_logs(server: bool = True) -> threading.Thread:
     """Capture descriptor 2 and re-log what arrives there (see the module docstring).
-    Call it before the first log line and before gRPC starts; returns the reader."""
+    Call it before the first log line and before gRPC starts; returns the reader.
+    ``server=False`` (a client's command line: the pool, the admin command): a TLS
+    failure is the error the call raises, which names it, so gRPC's line about it is
+    kept at DEBUG rather than logged a second time, as a server's would be."""
     sys.stderr.flush()
     real_stderr = os.dup(2)
     read_end, write_end = os.pipe()
@@ -46,14 +49,15 @@ def route_grpc_logs() -> threading.Thread:
         if isinstance(handler, logging.StreamHandler) and handler.stream is not stream:
             handler.setStream(stream)
     reader = threading.Thread(
-        target=_relay, args=(read_end,), name="holdfast-grpc-logs", daemon=True
+        target=_relay, args=(read_end, server), name="holdfast-grpc-logs", daemon=True
     )
     reader.start()
     return reader
 
 
-def relog(line: str) -> None:
-    """Log one line gRPC (or anything else) wrote to descriptor 2."""
+def relog(line: str, server: bool = True) -> None:
+    """Log one line gRPC (or anything else) wrote to descriptor 2 (``server``: see
+    ``route_grpc_logs``)."""
     line = line.rstrip("\n")
     if not line.strip():
         return
@@ -64,17 +68,19 @@ def relog(line: str) -> None:
     letter, source, text = matched.groups()
     named = name_failure(text, SERVER_FAILURES)
     level = _LEVELS[letter]
-    if named is not None:
+    if named is not None and not server:
+        log.debug("%s [%s]", text, source)
+    elif named is not None:
         log.log(max(level, logging.WARNING), "%s [%s: %s]", named, source, text)
     else:
         log.log(level, "%s [%s]", text, source)
 
 
-def _relay(read_end: int) -> None:
+def _relay(read_end: int, server: bool) -> None:
     with io.TextIOWrapper(io.FileIO(read_end, "r"), encoding="utf-8", errors="replace") as pipe:
         for line in pipe:
             try:
-                relog(line)
+                relog(line, server)
             except Exception:
                 continue
 
