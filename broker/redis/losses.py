@@ -121,7 +121,10 @@ class SeqBook:
         book = self._queues.get(uri)
         if book is None or stored >= seen:
             return None
-        lost_from = next(e.second for e in book.entries if e.value > stored)
+        # None once another check (the lease keeper's, beside the beat's) adopted it.
+        lost_from = next((e.second for e in book.entries if e.value > stored), None)
+        if lost_from is None:
+            return None
         book.entries.clear()
         book.entries.append(_Second(math.floor(self._clock()), stored))
         return float(lost_from)

@@ -140,7 +140,7 @@ class RedisQueue:
         """Take ``guid`` off ``consumer``; the Redis confirm follows in a batch."""
         if consumer.take(guid) is None:
             return False
-        self._registry.confirmed(self, guid)
+        self._registry.confirmed(self, guid, consumer)
         return True
 
     def confirm_run(self, consumer: Consumer, guids: list[bytes]) -> list[bytes]:

@@ -12,8 +12,10 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+from holdfast.broker.consumers import Consumer
 from holdfast.broker.redis import policy_scripts, scripts
-from holdfast.broker.redis.client import RedisClient
+from holdfast.broker.redis.client import FencedError, RedisClient
+from holdfast.broker.redis.confirming import UnrecordedConfirms
 from holdfast.broker.redis.graveyard import RedisGraveyard
 from holdfast.broker.redis.keys import QUEUES, WAKE, QueueKeys, lease_key, node_queues
 from holdfast.broker.redis.losses import RecentWork, SeqBook
@@ -50,6 +52,8 @@ class RedisRegistry:
         """The tokens of this node's CLAIMs, EXPIREs and SETTLEs (``takes``)."""
         self.owed = OwedWrites()
         """Give-backs and confirms Redis did not take, written by the sweep (``owed``)."""
+        self.unrecorded = UnrecordedConfirms()
+        """Confirms not recorded in Redis yet, voided if the lease lapses (``confirming``)."""
         self.may_deliver: Callable[[], bool] = lambda: True
         """Whether the node's lease is valid now (its own timer: ``LeaseKeeper.valid``);
         nothing is claimed while it is not."""
@@ -102,7 +106,7 @@ class RedisRegistry:
                 if guids:
                     consumer.sink.revoke(consumer.queue_id, guids)
                     revoked += len(guids)
-        return revoked
+        return revoked + self.unrecorded.void()
 
     def rejoined(self, incarnation: str) -> None:
         """The node holds a lease again, under ``incarnation``: what it delivers from now
@@ -210,8 +214,9 @@ class RedisRegistry:
         while self._tasks:
             await asyncio.wait(list(self._tasks))
 
-    def confirmed(self, queue: RedisQueue, guid: bytes) -> None:
-        """Queue a confirm for the next batch."""
+    def confirmed(self, queue: RedisQueue, guid: bytes, consumer: Consumer) -> None:
+        """Queue ``consumer``'s confirm for the next batch."""
+        self.unrecorded.add(queue.uri, guid, consumer)
         self.recent.confirmed(queue.uri, guid)
         self._confirms.setdefault(queue.uri, []).append(guid)
         if not self._flush_scheduled:
@@ -227,6 +232,9 @@ class RedisRegistry:
     async def _confirm(self, uri: str, guids: list[bytes]) -> None:
         try:
             await self.remove(uri, guids)
+        except FencedError as error:  # the lease lapsed: a peer may give them out again
+            log.error("%s: %d confirms refused (%s): revoked", uri, len(guids), error)
+            self.unrecorded.void(uri, guids)
         except StoreError as error:
             # Owed, written by the sweep (else they would be delivered again when the
             # node ends).
@@ -242,6 +250,7 @@ class RedisRegistry:
         _, seq = await self.client.run(
             scripts.confirm(keys, node=self.node_id, lease=self.lease(keys), guids=guids)
         )
+        self.unrecorded.recorded(uri, guids)
         self.seqs.saw(uri, int(seq))
 
     async def requeue(self, uri: str, guids: list[bytes]) -> None:

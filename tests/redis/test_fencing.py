@@ -103,6 +103,40 @@ def test_a_stalled_node_revokes_before_its_peer_reclaims_then_rejoins_fenced(
         assert set(first) <= set(survivor.guids())
 
 
+def test_confirms_not_recorded_before_the_lease_lapsed_are_revoked_too(
+    tmp_path: Path, toxic_link: Callable[[str, str], Any]
+) -> None:
+    """A's consumer confirms 20 of its 50 as the link stalls: the CONFIRMs reach A but
+    their write to Redis does not, so B will deliver those 20 again. A's consumer hears
+    of all 50 in DeliveriesRevoked, not only of the 30 it still held."""
+    lease = ["--redis-lease", str(LEASE)]
+    with RedisServer(tmp_path / "redis") as redis:
+        link = toxic_link("redis", redis.address)
+        with (
+            BrokerProcess(["--store", redis_url_through(link), *lease]) as a,
+            BrokerProcess(["--store", redis.url, *lease]) as b,
+        ):
+            post(b.address, 50, "confirmed")
+            holder, held, events = hold(a.address, 50)
+            wait_until(lambda: held.count() >= 50, 15, "50 deliveries held on A")
+            on_a = set(held.guids())
+            survivor = Deliveries()
+            with (
+                toxic(link, "timeout", stream="downstream", timeout=0),
+                toxic(link, "timeout", stream="upstream", timeout=0),
+                Session(b.address, options=FAST) as taker,
+            ):
+                for message in held.held[:20]:
+                    message.confirm()  # taken by A; its Redis write stalls
+                taker.open_queue(URI, read=True, on_message=survivor)
+                wait_until(lambda: on_a <= set(survivor.guids()), 20, "A's deliveries on B")
+            revoked: set[uuid.UUID] = set()
+            for event, _ in events.of(DeliveriesRevoked):
+                revoked |= set(event.guids)  # type: ignore[attr-defined]
+            assert revoked == on_a
+            holder.close(timeout=1)
+
+
 def test_a_node_with_4000_open_queues_keeps_its_lease(tmp_path: Path) -> None:
     lease = ["--redis-lease", str(LEASE)]
     with (

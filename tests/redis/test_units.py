@@ -298,3 +298,18 @@ def test_the_node_metrics_show_the_messages_it_owes_redis() -> None:
     owed.add("hf://u/a", "n1", requeues=[b"g1", b"g2"])
     owed.confirm("hf://u/b", "n1", [b"c1"])
     assert owed_now() == 3
+
+
+def test_a_second_loss_check_of_a_queue_the_first_adopted_finds_nothing() -> None:
+    """Two loss checks at once (every beat's, and the lease keeper's): the first adopts
+    what Redis holds; the second, which read the same value against what the node had
+    seen before, finds nothing more (it raised StopIteration in the sweep before)."""
+    from holdfast.broker.redis.losses import SeqBook
+
+    clock = [100.0]
+    book = SeqBook(lambda: clock[0])
+    book.saw("hf://d/q", 5)
+    clock[0] = 101.0
+    book.saw("hf://d/q", 9)
+    assert book.went_back("hf://d/q", 4, 9) == 100.0
+    assert book.went_back("hf://d/q", 4, 9) is None
