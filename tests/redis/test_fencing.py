@@ -7,9 +7,10 @@ through a Toxiproxy link (``tests.toxiproxy_server``) that stalls or slows it.""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,16 @@ def post(address: str, count: int, tag: str) -> list[uuid.UUID]:
     return guids
 
 
+@contextlib.contextmanager
+def stalled(link: Any) -> Iterator[None]:
+    """A's link to Redis passes nothing either way (a partition) while inside."""
+    with (
+        toxic(link, "timeout", stream="downstream", timeout=0),
+        toxic(link, "timeout", stream="upstream", timeout=0),
+    ):
+        yield
+
+
 def hold(address: str, n: int) -> tuple[Session, Deliveries, Events]:
     """A session on ``address`` whose consumer holds up to ``n`` messages unconfirmed."""
     events = Events()
@@ -68,11 +79,7 @@ def test_a_stalled_node_revokes_before_its_peer_reclaims_then_rejoins_fenced(
             wait_until(lambda: held.count() >= 50, 15, "50 deliveries held on A")
             on_a = set(held.guids())
             survivor = Deliveries()
-            with (
-                toxic(link, "timeout", stream="downstream", timeout=0),
-                toxic(link, "timeout", stream="upstream", timeout=0),
-                Session(b.address, options=FAST) as taker,
-            ):
+            with stalled(link), Session(b.address, options=FAST) as taker:
                 taker.open_queue(URI, read=True, on_message=survivor)
                 # B delivers the other 50 at once, and A's 50 once it reclaimed them.
                 wait_until(lambda: on_a <= set(survivor.guids()), 20, "A's deliveries on B")
@@ -121,11 +128,7 @@ def test_confirms_not_recorded_before_the_lease_lapsed_are_revoked_too(
             wait_until(lambda: held.count() >= 50, 15, "50 deliveries held on A")
             on_a = set(held.guids())
             survivor = Deliveries()
-            with (
-                toxic(link, "timeout", stream="downstream", timeout=0),
-                toxic(link, "timeout", stream="upstream", timeout=0),
-                Session(b.address, options=FAST) as taker,
-            ):
+            with stalled(link), Session(b.address, options=FAST) as taker:
                 for message in held.held[:20]:
                     message.confirm()  # taken by A; its Redis write stalls
                 taker.open_queue(URI, read=True, on_message=survivor)
