@@ -7,12 +7,13 @@ replay of one is deduplicated there."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
 
 from holdfast.proto.policy import QueuePolicy
-from holdfast.sdk import AckStatus, Message
+from holdfast.sdk import AckStatus, BrokerBusyError, Message
 from holdfast.sdk.types import Ack
 from tests.conformance.harness import World
 from tests.conformance.support import Inbox, peek, post_and_wait, wait_ready
@@ -110,3 +111,27 @@ def test_a_queue_with_a_policy_of_its_own_is_not_redirected_by_a_template(world:
         assert post_and_wait(session, bound, b"b").ok
     assert [m.payload for m in wait_ready(world, orphans, 1)] == [b"a"]
     assert [m.payload for m in wait_ready(world, bound, 1)] == [b"b"]
+
+
+def test_a_post_to_a_queue_pushed_back_waits_then_raises_broker_busy(world: World) -> None:
+    """Rule 7 on the broker's push-back, directly and through the proxy (which relays
+    QUEUE_FULL to its client rather than keep the PUT): ``post()`` waits 5 s, then
+    raises ``BrokerBusyError`` and takes nothing; the kept PUT goes in once."""
+    uri = world.uri("busy")
+    world.admin.set_policy(uri, QueuePolicy(max_messages=1))
+    acks: list[Ack] = []
+    with world.session() as session:
+        queue = session.open_queue(uri, write=True, on_ack=acks.append)
+        kept = [queue.post(b"a"), queue.post(b"b")]
+        wait_until(lambda: len(acks) == 1, 15, "one ACK")
+        wait_until(lambda: session.stats().buffered_puts == 1, 15, "the second kept")
+        started = time.monotonic()
+        with pytest.raises(BrokerBusyError):
+            queue.post(b"refused")
+        assert time.monotonic() - started >= 4.5
+        inbox = Inbox(lambda m: m.confirm())
+        session.open_queue(uri, read=True, on_message=inbox)
+        assert session.flush(timeout=20)
+        inbox.wait(2)
+    assert sorted(a.guid for a in acks) == sorted(kept)
+    assert sorted(m.payload for m in inbox.messages) == [b"a", b"b"]

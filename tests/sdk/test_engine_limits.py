@@ -225,6 +225,28 @@ def fail_with_error_frame(h: Harness) -> None:
 
 
 @pytest.mark.parametrize("mismatch", [fail_with_other_version, fail_with_error_frame])
+def test_with_retry_refusals_a_mismatch_ends_the_connection_only(
+    mismatch: Callable[[Harness], None],
+) -> None:
+    """A proxy's engine: the refusal is raised for the shell to end the connection
+    with; the session lives on, its PUTs kept for the next broker."""
+    h = Harness(retry_refusals=True)
+    queue_id = writer(h)
+    guid = h.post(queue_id)
+    h.lose()
+    h.connect()
+
+    with pytest.raises(ProtocolVersionError):
+        mismatch(h)
+
+    assert h.engine.failure is None
+    assert h.statuses(guid) == []  # still pending
+    h.lose()
+    h.connect()
+    assert h.state() is not LinkState.FAILED
+
+
+@pytest.mark.parametrize("mismatch", [fail_with_other_version, fail_with_error_frame])
 def test_version_mismatch_fails_the_session(mismatch: Callable[[Harness], None]) -> None:
     h = Harness()
     queue_id = writer(h)
