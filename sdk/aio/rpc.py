@@ -125,7 +125,6 @@ class AsyncCaller:
                     streams,
                     lambda error: self._finish(call, error),
                     resend=True,
-                    deadline=call.deadline,
                 )
             return await future
         except asyncio.CancelledError:

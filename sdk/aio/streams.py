@@ -44,8 +44,8 @@ from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.rpc.chunks import (
     CHUNK_SIZE,
     CREDIT_CLOSE_WAIT,
+    DRAIN_IDLE,
     STALL_TIMEOUT,
-    STOP_DELIVERIES,
     WINDOW,
     Chunk,
     Readable,
@@ -98,7 +98,6 @@ async def send(
     source: AsyncSource,
     credit_timeout: float | None = None,
     resend: bool = False,
-    deadline: float | None = None,
 ) -> None:
     """Post ``source`` as stream ``name`` of ``request_guid``, in chunks, as far as the
     reader's credit allows, keeping at most ``WINDOW`` unacknowledged. Raises
@@ -107,12 +106,9 @@ async def send(
     early if the reader stopped. ``resend`` (a request's stream): send the stream
     again in each round a new reader asks for (its request went to another worker;
     ``holdfast.sdk.rpc.chunks``, "Rounds"), until the task is cancelled, even after the
-    whole stream or a reader's stop. Cancel the task to stop it. ``deadline``: its
-    call's (monotonic), which the pickup TTL of its chunks follows (``chunks``,
-    "Leftovers")."""
+    whole stream or a reader's stop. Cancel the task to stop it."""
     start = rewind_point(source) if resend else None
-    keep = resend and start is None
-    out = Outgoing(request_guid, name, credit_timeout, keep=keep, deadline=deadline)
+    out = Outgoing(request_guid, name, credit_timeout, keep=resend and start is None)
     acks = asyncio.Semaphore(WINDOW)
     credited = asyncio.Event()
 
@@ -252,24 +248,40 @@ class AsyncStreamReader:
         return data
 
     async def aclose(self) -> None:
-        """Stop reading; close the stream's queue (its unread chunks are dropped). A
-        reader that stops before the end tells the sender to stop."""
+        """Stop reading; drop the chunks not read (``chunks``, "Leftovers"). A reader
+        that stops before the end tells the sender to stop."""
         early = not self._in.done
         self._in.close()
-        if self._queue is not None and self._queue.is_open:
-            with contextlib.suppress(HoldfastError, TimeoutError):
-                if early:  # settle what was delivered: returned, it would stay for good
-                    await self._queue.configure(STOP_DELIVERIES, CREDIT_CLOSE_WAIT)
-                    settle_unread(self._queue.take_delivered(), self._in.epoch)
-                await self._queue.close(timeout=5)
         last = self._in.last_credit()
         # Best effort: without it the sender waits for credit until its call ends.
         with contextlib.suppress(HoldfastError):
             try:
                 if last is not None:
-                    await self._give(last)
+                    await self._give(last)  # the sender stops first, then the rest is drained
+                if early:
+                    await self._drain()
             finally:
+                if self._queue is not None and self._queue.is_open:
+                    with contextlib.suppress(HoldfastError):
+                        await self._queue.close(timeout=5)
                 await self._close_credits()
+
+    async def _drain(self) -> None:
+        """As the threaded reader's: confirm what was delivered and not read, and what
+        the sender posted before it stopped (``DRAIN_IDLE`` after the last)."""
+        if self._queue is None:
+            options = QueueOptions(max_unconfirmed_messages=WINDOW)
+            self._queue = await self._session.open_queue(
+                self._uri, read=True, options=options, timeout=CREDIT_CLOSE_WAIT
+            )
+        while True:
+            settle_unread(self._queue.take_delivered(), self._in.epoch)
+            try:
+                async with asyncio.timeout(DRAIN_IDLE):
+                    message = await anext(self._queue)
+            except (TimeoutError, StopAsyncIteration):
+                return
+            settle_unread([message], self._in.epoch)
 
     async def _give(self, credit: Chunk) -> None:
         if self._credits is None:
@@ -332,17 +344,14 @@ def start_senders(
     fail: Callable[[StreamError], None],
     credit_timeout: float | None = None,
     resend: bool = False,
-    deadline: float | None = None,
 ) -> list[asyncio.Task[None]]:
     """A task sending each of ``streams``; a stream that cannot complete calls ``fail``
-    with its ``StreamError`` (``credit_timeout``, ``resend`` and ``deadline``: see
-    ``send``). Cancel the tasks when the call is over."""
+    with its ``StreamError`` (``credit_timeout`` and ``resend``: see ``send``). Cancel
+    the tasks when the call is over."""
 
     async def run(name: str, source: AsyncSource) -> None:
         try:
-            await send(
-                session, domain, request_guid, name, source, credit_timeout, resend, deadline
-            )
+            await send(session, domain, request_guid, name, source, credit_timeout, resend)
         except StreamError as error:
             fail(error)
         except Exception as error:  # the link or the queue failed under us

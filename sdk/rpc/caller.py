@@ -143,7 +143,6 @@ class Caller:
                 future.done,
                 lambda error: self._finish(call, error=error),
                 resend=True,
-                deadline=call.deadline,
             )
         return future
 

@@ -25,14 +25,12 @@ chunk's, so a credit retransmitted after a reconnect is dropped by the broker's
 dedup; the sender takes the highest it has seen, since credits may come twice or
 out of order after a reconnect.
 
-Leftovers: a chunk or credit that nobody reads (a handler that ignores a stream or
-stops early, a caller that drops a reply's stream) would stay in the broker for good,
-its queue with it. So each carries the broker's pickup TTL (``x-ttl-ms``,
-``pickup_ttl_ms``): a request's chunks until its call's deadline, a reply's chunks and
-every credit ``LEFTOVER_TTL``, past which their reader or sender has given up anyway;
-an undelivered one is then dropped, and the empty queue after it. A reader that stops
-early confirms what was delivered to it and not read, so nothing it held goes back to
-the queue without a deadline.
+Leftovers: chunks nobody reads (a handler that ignores a stream or stops early)
+would stay in the broker for good, their queue with it. A reader that stops before
+the end tells the sender to stop, then drains its queue (``DRAIN_IDLE``): it confirms
+what was delivered to it and not read, and what the sender posted before it stopped,
+at most ``CREDIT_WINDOW`` chunks. A chunk given back instead would count as
+delivered, which no pickup TTL expires.
 
 Rounds: a request whose worker was lost mid-stream is redelivered to another worker,
 whose reader needs the stream from its start, but the chunks the lost reader
@@ -53,14 +51,12 @@ from __future__ import annotations
 
 import contextlib
 import re
-import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from holdfast.sdk.errors import ConfirmDroppedError, InvalidArgumentError
-from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.rpc import wire
 from holdfast.sdk.types import Message
 
@@ -89,13 +85,8 @@ CANCEL_POLL = 0.2
 STALL_TIMEOUT = 30.0
 """Seconds a reader waits for the next chunk before failing with ``StreamError``."""
 
-LEFTOVER_TTL = 2 * REPLY_CREDIT_TIMEOUT + STALL_TIMEOUT
-"""Seconds a reply's chunk or a credit waits in the broker to be delivered: a reader
-gives credit at least every ``CREDIT_EVERY`` chunks read, and a sender that had none
-for ``REPLY_CREDIT_TIMEOUT`` gave up, so a chunk (at most ``CREDIT_WINDOW`` ahead of
-the last credit) that waited longer is never read."""
-REQUEST_CHUNK_SLACK = STALL_TIMEOUT
-"""Seconds a request's chunk outlives its call's deadline in the broker."""
+DRAIN_IDLE = 0.2
+"""Seconds without a chunk after which a reader that stopped early ends its drain."""
 
 NAMES = "x-rpc-streams"
 """Request (or reply) property: the comma-separated names of its streams."""
@@ -222,14 +213,6 @@ def epoch_of(properties: Mapping[str, str]) -> int:
     return epoch if epoch >= 0 else -1
 
 
-def pickup_ttl_ms(deadline: float | None) -> str:
-    """The ``x-ttl-ms`` of a chunk or credit posted now: until ``deadline`` (a request's
-    call, monotonic) and ``REQUEST_CHUNK_SLACK``, or ``LEFTOVER_TTL`` without one."""
-    if deadline is None:
-        return str(round(LEFTOVER_TTL * 1000))
-    return str(max(1, round((deadline - time.monotonic() + REQUEST_CHUNK_SLACK) * 1000)))
-
-
 @dataclass(frozen=True, slots=True)
 class Chunk:
     """One message of a stream, as it is posted."""
@@ -239,15 +222,10 @@ class Chunk:
     guid: uuid.UUID
 
 
-STOP_DELIVERIES = QueueOptions(max_unconfirmed_messages=0)
-"""A stream queue's options once its reader stops early: no more deliveries."""
-
-
 def settle_unread(messages: Iterable[Message], epoch: int) -> None:
     """Confirm the chunks delivered to a reader that stopped early (of its round
-    ``epoch`` or an earlier one): given back, they would go to the front of the queue,
-    delivered once already, which the pickup TTL no longer expires, and stay there.
-    A later round's chunk is left for the reader of that round."""
+    ``epoch`` or an earlier one; "Leftovers"). A later round's chunk is left for the
+    reader of that round."""
     for message in messages:
         if 0 <= epoch_of(message.properties) <= epoch:
             confirm_chunk(message)

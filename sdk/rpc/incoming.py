@@ -9,7 +9,6 @@ import contextlib
 import enum
 import uuid
 
-from holdfast.proto.validate import PICKUP_TTL
 from holdfast.sdk.errors import StreamError
 from holdfast.sdk.rpc.chunks import (
     ABORT,
@@ -25,7 +24,6 @@ from holdfast.sdk.rpc.chunks import (
     confirm_chunk,
     credit_guid,
     epoch_of,
-    pickup_ttl_ms,
     restart_guid,
 )
 from holdfast.sdk.types import Message
@@ -96,7 +94,6 @@ class Incoming:
             return None
         self._asked = True
         properties = {STREAM: self.name, CREDIT: "-1", EPOCH: str(self.epoch), RESTART: "1"}
-        properties[PICKUP_TTL] = pickup_ttl_ms(None)  # a leftover expires
         return Chunk(b"", properties, restart_guid(self._guid, self.name, self.epoch))
 
     def offer(self, message: Message) -> Verdict:
@@ -167,7 +164,7 @@ class Incoming:
         return self._credit(self._read_through, stop=True)
 
     def _credit(self, seq: int, stop: bool) -> Chunk:
-        properties = {STREAM: self.name, CREDIT: str(seq), PICKUP_TTL: pickup_ttl_ms(None)}
+        properties = {STREAM: self.name, CREDIT: str(seq)}
         if stop:
             properties[CREDIT_STOP] = "1"
         if self.epoch:

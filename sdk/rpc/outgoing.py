@@ -19,7 +19,6 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Protocol, runtime_checkable
 
-from holdfast.proto.validate import PICKUP_TTL
 from holdfast.sdk.errors import StreamError
 from holdfast.sdk.rpc.chunks import (
     ABORT,
@@ -34,18 +33,16 @@ from holdfast.sdk.rpc.chunks import (
     Chunk,
     chunk_guid,
     epoch_of,
-    pickup_ttl_ms,
 )
 from holdfast.sdk.types import Ack, AckStatus
 
 
 class Outgoing:
-    """The sending side of one stream (see the module docstring). ``deadline``: the
-    deadline of a request's call (monotonic), which its chunks' pickup TTL follows
-    (``chunks.pickup_ttl_ms``). ``keep``: keep a copy of the data of the stream's first
-    ``CREDIT_WINDOW`` chunks, so that a new round can be sent from it when the source
-    cannot be rewound (a request's stream read from an async iterable or a pipe); a
-    copy costs at most 4 MiB and is dropped as soon as the stream passes it."""
+    """The sending side of one stream (see the module docstring). ``keep``: keep a copy
+    of the data of the stream's first ``CREDIT_WINDOW`` chunks, so that a new round can
+    be sent from it when the source cannot be rewound (a request's stream read from an
+    async iterable or a pipe); a copy costs at most 4 MiB and is dropped as soon as
+    the stream passes it."""
 
     def __init__(
         self,
@@ -54,10 +51,8 @@ class Outgoing:
         credit_timeout: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         keep: bool = False,
-        deadline: float | None = None,
     ) -> None:
         self.name = name
-        self._deadline = deadline  # a request's call: its chunks are of no use past it
         self._guid = request_guid
         self._seq = 0
         self._refused: str | None = None
@@ -189,7 +184,6 @@ class Outgoing:
         seq = self._seq
         self._seq += 1
         properties = {STREAM: self.name, SEQ: str(seq), **extra}
-        properties[PICKUP_TTL] = pickup_ttl_ms(self._deadline)  # leftovers expire
         if self.epoch:
             properties[EPOCH] = str(self.epoch)
         return Chunk(payload, properties, chunk_guid(self._guid, self.name, seq, self.epoch))

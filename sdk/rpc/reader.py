@@ -17,8 +17,8 @@ from holdfast.sdk.rpc.chunks import (
     CANCEL_POLL,
     CHUNK_SIZE,
     CREDIT_CLOSE_WAIT,
+    DRAIN_IDLE,
     STALL_TIMEOUT,
-    STOP_DELIVERIES,
     WINDOW,
     Chunk,
     confirm_chunk,
@@ -110,28 +110,36 @@ class StreamReader:
         return iter(lambda: self.read(CHUNK_SIZE), b"")
 
     def close(self) -> None:
-        """Stop reading; close the stream's queue (its unread chunks are dropped). A
-        reader that stops before the end tells the sender to stop."""
+        """Stop reading; drop the chunks not read (``chunks``, "Leftovers"). A reader
+        that stops before the end tells the sender to stop."""
         self._closed = True
         self._stop()
 
     def _stop(self) -> None:
         early = not self._in.done
         self._in.close()
-        if self._queue is not None and self._queue.is_open:
-            with contextlib.suppress(HoldfastError):
-                if early:  # settle what was delivered: returned, it would stay for good
-                    self._queue.configure(STOP_DELIVERIES, CREDIT_CLOSE_WAIT)
-                    settle_unread(self._queue.messages(timeout=0), self._in.epoch)
-                self._queue.close()
         last = self._in.last_credit()
         # Best effort: without it the sender waits for credit until its call ends.
         with contextlib.suppress(HoldfastError):
             try:
                 if last is not None:
-                    self._give(last)
+                    self._give(last)  # the sender stops first, then the rest is drained
+                if early:
+                    self._drain()
             finally:
+                if self._queue is not None and self._queue.is_open:
+                    self._queue.close()
                 self._close_credits()
+
+    def _drain(self) -> None:
+        """Confirm what was delivered and not read, and what the sender posted before it
+        stopped (``DRAIN_IDLE`` after the last)."""
+        if self._queue is None:
+            options = QueueOptions(max_unconfirmed_messages=WINDOW)
+            self._queue = self._session.open_queue(
+                self._uri, read=True, options=options, timeout=CREDIT_CLOSE_WAIT
+            )
+        settle_unread(self._queue.messages(timeout=DRAIN_IDLE), self._in.epoch)
 
     def _next(self, started: float) -> Message:
         """The next chunk delivered; ``StreamError`` (the reader closed) once none came

@@ -79,7 +79,6 @@ def send(
     stop: Callable[[], bool],
     credit_timeout: float | None = None,
     resend: bool = False,
-    deadline: float | None = None,
 ) -> None:
     """Post ``readable`` as stream ``name`` of ``request_guid``, in chunks, as far as
     the reader's credit allows, keeping at most ``WINDOW`` unacknowledged. Raises
@@ -89,11 +88,9 @@ def send(
     ``stop()``, send the stream again in each round a new reader asks for (its request
     went to another worker; ``holdfast.sdk.rpc.chunks``, "Rounds"); it then ends only
     at ``stop()``, with the call-ended ``StreamError``, even after the whole stream or a
-    reader's stop. ``deadline``: its call's (monotonic), which the pickup TTL of its
-    chunks follows (``chunks``, "Leftovers")."""
+    reader's stop."""
     start = rewind_point(readable) if resend else None
-    keep = resend and start is None
-    out = Outgoing(request_guid, name, credit_timeout, keep=keep, deadline=deadline)
+    out = Outgoing(request_guid, name, credit_timeout, keep=resend and start is None)
     acks = threading.Semaphore(WINDOW)
     credited = threading.Condition()
 
@@ -192,16 +189,14 @@ def start_senders(
     fail: Callable[[StreamError], None],
     credit_timeout: float | None = None,
     resend: bool = False,
-    deadline: float | None = None,
 ) -> None:
     """Send each of ``streams`` on its own daemon thread until ``done()``; a stream
-    that cannot complete calls ``fail`` with its ``StreamError`` (``credit_timeout``,
-    ``resend`` and ``deadline``: see ``send``)."""
+    that cannot complete calls ``fail`` with its ``StreamError`` (``credit_timeout``
+    and ``resend``: see ``send``)."""
 
     def run(name: str, readable: Readable) -> None:
         try:
-            how = (credit_timeout, resend, deadline)
-            send(session, domain, request_guid, name, readable, done, *how)
+            send(session, domain, request_guid, name, readable, done, credit_timeout, resend)
         except StreamError as error:
             if not done():
                 fail(error)

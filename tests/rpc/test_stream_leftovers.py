@@ -1,10 +1,11 @@
 """What a data stream leaves behind when nobody reads it to the end, and how fast a
-threaded reader learns that its call is over: chunks carry a pickup TTL, a reader
-that stops early settles what was delivered to it, a cancelled call fails the
-handler's ``read`` at once, and a source that gives ``str`` fails both sides at once."""
+threaded reader learns that its call is over: a reader that stops early drains what
+was delivered to it and what the sender posted, a cancelled call fails the handler's
+``read`` at once, and a source that gives ``str`` fails both sides at once."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import threading
 import time
@@ -12,30 +13,12 @@ import uuid
 
 import pytest
 
-from holdfast.proto.validate import PICKUP_TTL
-from holdfast.sdk import Request, Session, StreamError, Worker
-from holdfast.sdk.rpc import chunks
+from holdfast.sdk import QueueNotFoundError, Request, Session, StreamError, Worker, aio
+from holdfast.sdk.admin import AdminClient
 from holdfast.sdk.rpc import streams as streaming
-from holdfast.sdk.rpc.incoming import Incoming
-from holdfast.sdk.rpc.outgoing import Outgoing
 from tests.support.processes import BrokerProcess
 from tests.support.sessions import FAST, unique_uri
 from tests.support.waiting import wait_until
-
-
-def test_a_requests_chunks_expire_after_its_call_and_a_replys_after_the_leftover_ttl() -> None:
-    now = time.monotonic()
-    request = Outgoing(uuid.uuid4(), "data", deadline=now + 10).data(b"x")
-    ttl = int(request.properties[PICKUP_TTL]) / 1000
-    assert 10 + chunks.REQUEST_CHUNK_SLACK - 1 < ttl <= 10 + chunks.REQUEST_CHUNK_SLACK
-    reply = Outgoing(uuid.uuid4(), "data").data(b"")
-    assert int(reply.properties[PICKUP_TTL]) == round(chunks.LEFTOVER_TTL * 1000)
-    assert chunks.LEFTOVER_TTL > 2 * chunks.REPLY_CREDIT_TIMEOUT  # a live stream never expires
-    incoming = Incoming(uuid.uuid4(), "data", epoch=1)
-    restart = incoming.restart()
-    assert restart is not None and PICKUP_TTL in restart.properties
-    last = incoming.last_credit()
-    assert last is not None and PICKUP_TTL in last.properties
 
 
 def post_chunks(session: Session, guid: uuid.UUID, count: int) -> None:
@@ -50,8 +33,8 @@ def test_a_reader_that_stops_early_settles_what_was_delivered_to_it(
     broker: BrokerProcess,
 ) -> None:
     """Ten chunks; the reader (a window of eight unconfirmed) reads one and stops. The
-    eight delivered and unread are confirmed, not given back as delivered ones (which
-    the pickup TTL no longer expires); only the one never delivered is left."""
+    eight delivered and unread are confirmed, not given back (as delivered ones, which
+    no pickup TTL expires), and the one never delivered is drained: none is left."""
     guid = uuid.uuid4()
     with Session(broker.address, options=FAST) as session:
         post_chunks(session, guid, 10)
@@ -61,8 +44,43 @@ def test_a_reader_that_stops_early_settles_what_was_delivered_to_it(
         reader.close()
         left = session.open_queue(streaming.stream_uri("test", guid, "data"), read=True)
         found = list(left.messages(timeout=1.0))
-    assert sorted(int(m.properties[streaming.SEQ]) for m in found) == [9]
-    assert all(m.delivery_count == 1 for m in found)
+    assert found == []
+
+
+def left_in(address: str, uri: str) -> int:
+    """Messages ``uri`` holds, ready or unconfirmed (0 once the broker dropped it)."""
+    with AdminClient(address) as admin:
+        try:
+            stats = admin.stats(uri)
+        except QueueNotFoundError:
+            return 0
+    return stats.ready + stats.unconfirmed
+
+
+@pytest.mark.parametrize("reads", [0, 300_000])
+def test_a_handler_that_leaves_its_stream_unread_leaves_nothing_in_the_broker(
+    broker: BrokerProcess, reads: int
+) -> None:
+    """A 10 MiB stream whose handler ignores it, or reads 300 KB of it: once the call is
+    answered, the stream's queue is empty (it held up to 4 MiB for good before)."""
+    uri = unique_uri("stream-unread")
+    guids: list[uuid.UUID] = []
+
+    def handle(request: Request) -> bytes:
+        guids.append(request.guid)
+        if reads:
+            request.streams["data"].read(reads)
+        return b"done"
+
+    with (
+        Session(broker.address, options=FAST) as worker_session,
+        Worker(worker_session, uri, handle),
+        Session(broker.address, options=FAST) as caller,
+    ):
+        data = io.BytesIO(bytes(10 * 1024 * 1024))
+        assert caller.request(uri, b"", streams={"data": data}, timeout=60).payload == b"done"
+        stream = streaming.stream_uri(uri.split("/")[2], guids[0], "data")
+        wait_until(lambda: left_in(broker.address, stream) == 0, 15, "the stream drained")
 
 
 def test_a_cancelled_call_fails_a_threaded_handlers_read_at_once(broker: BrokerProcess) -> None:
@@ -136,3 +154,29 @@ def test_a_source_that_gives_str_fails_the_handlers_read_at_once(broker: BrokerP
     # The sender's failure, or the cancel of the call it failed, whichever came first.
     error, waited = seen[0]
     assert ("sender failed" in str(error) or "cancelled" in str(error)) and waited < 10
+
+
+def test_an_asyncio_handler_that_leaves_its_stream_unread_leaves_nothing(
+    broker: BrokerProcess,
+) -> None:
+    uri = unique_uri("aio-stream-unread")
+    guids: list[uuid.UUID] = []
+
+    async def handle(request: Request) -> bytes:
+        guids.append(request.guid)
+        await request.streams["data"].read(300_000)  # then returns: the rest is unread
+        return b"done"
+
+    async def run() -> None:
+        async with (
+            aio.Session(broker.address, options=FAST) as worker_session,
+            aio.Worker(worker_session, uri, handle),
+            aio.Session(broker.address, options=FAST) as caller,
+        ):
+            data = io.BytesIO(bytes(10 * 1024 * 1024))
+            reply = await caller.request(uri, b"", streams={"data": data}, timeout=60)
+            assert reply.payload == b"done"
+
+    asyncio.run(run())
+    stream = streaming.stream_uri(uri.split("/")[2], guids[0], "data")
+    wait_until(lambda: left_in(broker.address, stream) == 0, 15, "the stream drained")
