@@ -102,18 +102,6 @@ class Queue(QueueHandle):
         if ended:
             self._inbox.put_nowait(_END)
 
-    def take_delivered(self) -> list[Message]:
-        """Take the messages delivered and not iterated yet, without waiting (settle each:
-        a data stream's reader that stops early confirms what it will not read)."""
-        taken: list[Message] = []
-        while self._inbox is not None and not self._inbox.empty():
-            message = self._inbox.get_nowait()
-            if message is _END:
-                self._inbox.put_nowait(_END)
-                break
-            taken.append(message)
-        return taken
-
     def end_iteration(self) -> None:
         """Let ``async for`` over this queue finish (no further message can come)."""
         if self._spans is not None:

@@ -275,7 +275,6 @@ class AsyncStreamReader:
                 self._uri, read=True, options=options, timeout=CREDIT_CLOSE_WAIT
             )
         while True:
-            settle_unread(self._queue.take_delivered(), self._in.epoch)
             try:
                 async with asyncio.timeout(DRAIN_IDLE):
                     message = await anext(self._queue)
