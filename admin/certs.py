@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -93,13 +94,38 @@ class CertificatesExistError(FileExistsError):
     """Some of the files are already there and ``force`` was not given."""
 
 
+class InvalidHostError(ValueError):
+    """A ``--host`` is neither an IP address nor a DNS name: a certificate holding it
+    would match no server name, so TLS would fail later with a less clear error."""
+
+
+_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+
+
+def check_host(host: str) -> None:
+    """Raise ``InvalidHostError`` unless ``host`` is an IP address or a DNS name
+    (labels of letters, digits and inner hyphens; ``*.`` first for a wildcard)."""
+    try:
+        ipaddress.ip_address(host)
+        return
+    except ValueError:
+        pass
+    name = host[2:] if host.startswith("*.") else host
+    labels = name.rstrip(".").split(".")
+    if not name or len(name) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
+        raise InvalidHostError(f"--host {host!r}: not an IP address or a DNS name")
+
+
 def make_dev_certificates(
     folder: Path, *, hosts: Sequence[str] = (), force: bool = False
 ) -> DevCertificates:
     """Write a CA, a server and a client certificate with their keys in ``folder``
     (made if missing); ``hosts`` are extra names or IP addresses of the server
     certificate. Raises ``CertificatesExistError`` (nothing written) if a file is
-    there and not ``force``, ``OSError`` if the folder cannot be used."""
+    there and not ``force``, ``InvalidHostError`` (nothing written) for a host that
+    is not an IP address or a DNS name, ``OSError`` if the folder cannot be used."""
+    for host in hosts:
+        check_host(host)
     made = DevCertificates(folder)
     existing = [path.name for path in made.paths() if path.exists()]
     if existing and not force:

@@ -132,10 +132,17 @@ def _run(args: argparse.Namespace) -> str:
 
 def _certs(args: argparse.Namespace) -> str:
     # Imported here: only this command needs the cryptography library.
-    from holdfast.admin.certs import CertificatesExistError, make_dev_certificates, usage_text
+    from holdfast.admin.certs import (
+        CertificatesExistError,
+        InvalidHostError,
+        make_dev_certificates,
+        usage_text,
+    )
 
     try:
         made = make_dev_certificates(Path(args.dir), hosts=args.host, force=args.force)
+    except InvalidHostError as error:
+        raise UsageError(str(error)) from None
     except CertificatesExistError as error:
         say(f"holdfast certs dev: {error}")
         raise _Failed(EXIT_REFUSED) from None

@@ -181,8 +181,8 @@ async def serve(config: ProxyConfig) -> int:
     try:
         await proxy.start()
     except OSError as error:
+        # Nothing started (see Proxy.start): one line, no shutdown noise after it.
         log.error("%s", error)
-        await proxy.stop(0)
         return 1
     await serve_until_signalled(proxy.stop)
     return 0

@@ -80,8 +80,9 @@ class Proxy:
 
     async def start(self) -> str:
         """Start the upstream session, bind, serve; log and return ``HOST:PORT``.
-        Raises ``OSError`` if the address cannot be bound."""
-        self.upstream.start()
+        Raises ``OSError`` if the address cannot be bound; then nothing was started
+        and there is nothing to stop. The upstream session starts last, so a proxy
+        that cannot listen never dials its brokers."""
         host, _ = split_host_port(self.config.listen)
         # Bound before the broker's limits are known: accept what any broker's may need.
         self._server, port = await start_server(
@@ -115,6 +116,8 @@ class Proxy:
                 await self._server.stop(0)
                 self._server = None
                 raise
+        # No await between the bind and here: no client session runs before it.
+        self.upstream.start()
         log.info("listening on %s (upstream %s)", self.address, self.config.upstream)
         return self.address
 

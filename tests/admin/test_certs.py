@@ -122,6 +122,26 @@ def test_a_folder_that_cannot_be_used_is_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("host", ["", "a b", "-lead.example", "x..y", "a" * 64 + ".example"])
+def test_a_host_that_is_no_name_is_refused_before_anything_is_written(
+    tmp_path: Path, host: str
+) -> None:
+    done = certs_dev(tmp_path / "certs", "--host", "db.example", f"--host={host}")
+    assert (done.returncode, done.stderr.count("\n"), done.stdout) == (2, 1, ""), done.stderr
+    assert f"--host {host!r}" in done.stderr
+    assert not (tmp_path / "certs").exists()
+
+
+def test_wildcards_and_addresses_are_names(tmp_path: Path) -> None:
+    done = certs_dev(tmp_path, "--host", "*.svc.example", "--host", "10.0.0.7", "--host", "h-1.")
+    assert done.returncode == 0, done.stderr
+    names = load(DevCertificates(tmp_path).server_cert).extensions.get_extension_for_class(
+        x509.SubjectAlternativeName
+    ).value
+    assert "*.svc.example" in names.get_values_for_type(x509.DNSName)
+    assert ipaddress.ip_address("10.0.0.7") in names.get_values_for_type(x509.IPAddress)
+
+
 def test_its_output_runs_mtls_between_sdk_proxy_and_broker(tmp_path: Path) -> None:
     assert certs_dev(tmp_path).returncode == 0
     d = DevCertificates(tmp_path)

@@ -70,6 +70,8 @@ def test_a_listen_port_in_use_is_one_line_naming_it(program: str, taken_port: in
     assert done.returncode != 0
     errors = [line for line in done.stderr.splitlines() if "ERROR" in line or "add_port" in line]
     assert len(errors) == 1, done.stderr
+    # Nothing was started, so nothing is stopped: the error is the only line.
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert f"cannot listen on 127.0.0.1:{taken_port} (--listen): the port is in use" in errors[0]
 
 
