@@ -135,9 +135,11 @@ def test_a_host_that_is_no_name_is_refused_before_anything_is_written(
 def test_wildcards_and_addresses_are_names(tmp_path: Path) -> None:
     done = certs_dev(tmp_path, "--host", "*.svc.example", "--host", "10.0.0.7", "--host", "h-1.")
     assert done.returncode == 0, done.stderr
-    names = load(DevCertificates(tmp_path).server_cert).extensions.get_extension_for_class(
-        x509.SubjectAlternativeName
-    ).value
+    names = (
+        load(DevCertificates(tmp_path).server_cert)
+        .extensions.get_extension_for_class(x509.SubjectAlternativeName)
+        .value
+    )
     assert "*.svc.example" in names.get_values_for_type(x509.DNSName)
     assert ipaddress.ip_address("10.0.0.7") in names.get_values_for_type(x509.IPAddress)
 
