@@ -81,6 +81,8 @@ def test_the_wheel_holds_every_package_each_with_its_typed_marker(dist: Path) ->
         metadata = email.parser.Parser().parsestr(archive.read(metadata_name).decode())
         entry_points = archive.read(metadata_name.replace("METADATA", "entry_points.txt"))
     assert metadata["Name"] == DIST_NAME
+    assert metadata["License-Expression"] == "Apache-2.0"
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), "no LICENSE"
     assert "spark" in metadata.get_all("Provides-Extra", [])
     packages = source_packages()
     for package, folder in packages.items():
@@ -102,7 +104,7 @@ def test_the_sdist_is_named_for_the_distribution(dist: Path) -> None:
     sdist = only(dist, "holdfast_mq-*.tar.gz")
     listing = run("tar", "tzf", sdist).splitlines()
     top = listing[0].split("/")[0]
-    for name in ("pyproject.toml", "README.md", "sdk/py.typed", "proto/holdfast.proto"):
+    for name in ("pyproject.toml", "README.md", "LICENSE", "sdk/py.typed", "proto/holdfast.proto"):
         assert f"{top}/{name}" in listing, f"{name} is not in {sdist.name}"
 
 
