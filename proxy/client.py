@@ -32,6 +32,7 @@ from holdfast.proto.columns import PutColumns, RejectRow
 from holdfast.proto.limits import hello_reply
 from holdfast.proto.validate import Invalid, check_open, parse_queue_uri
 from holdfast.proxy.config import ProxyConfig
+from holdfast.proxy.opening import OpenWaits
 from holdfast.proxy.relay import PutRelay
 from holdfast.proxy.routes import ClientHandle, ProxyCounters, Routes, record_deliveries
 from holdfast.proxy.settle import ConfirmRelay
@@ -84,6 +85,7 @@ class ClientSession(ContractStream):
         """``relay`` spans of this client's traced PUTs, until their ACK."""
         self._acks: AckGroup | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._opens = OpenWaits()
 
     def handles_on(self, uri: str) -> list[ClientHandle]:
         """This client's handles on ``uri``."""
@@ -150,9 +152,18 @@ class ClientSession(ContractStream):
             return
         handle = ClientHandle(request.queue_id, request.uri, request.read, request.write)
         self._handles[handle.queue_id] = handle
-        self._spawn(self._open_upstream(request, handle))
+        opened = self._opens.started(handle.queue_id)
+        self._spawn(self._open_upstream(request, handle, opened))
 
-    async def _open_upstream(self, request: pb.OpenQueue, handle: ClientHandle) -> None:
+    async def _open_upstream(
+        self, request: pb.OpenQueue, handle: ClientHandle, opened: asyncio.Future[None]
+    ) -> None:
+        try:
+            await self._open_upstream_now(request, handle)
+        finally:
+            self._opens.ended(handle.queue_id, opened)
+
+    async def _open_upstream_now(self, request: pb.OpenQueue, handle: ClientHandle) -> None:
         options = (
             QueueOptions(
                 max_unconfirmed_messages=request.options.max_unconfirmed_messages,
@@ -314,9 +325,17 @@ class ClientSession(ContractStream):
 
     # -- the end ------------------------------------------------------------------------
 
+    def dispatch(self, kind: str, message: Any) -> None:
+        """Handle a frame now, or hold it behind an open in flight (``proxy.opening``)."""
+        if not self._opens.holds(kind, message):
+            super().dispatch(kind, message)
+
     async def wait_before_read(self) -> None:
-        """Stop reading this client while the upstream pushes back, and while it holds
-        its share of the proxy's buffer bound (``holdfast.proxy.budget``)."""
+        """Stop reading this client while frames wait for an open, while the upstream
+        pushes back, and while it holds its share of the proxy's buffer bound
+        (``holdfast.proxy.budget``)."""
+        if self._opens:
+            await self._opens.release(super().dispatch, lambda: self.ending)
         await super().wait_before_read()
         await self._upstream.wait_below_high_watermark()
         budget = self._routes.budget

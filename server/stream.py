@@ -315,7 +315,11 @@ class ContractStream(Answers, ABC):
         if not self._greeted and kind != "hello":
             self.fatal(pb.STATUS_PROTOCOL_ERROR, f"expected hello as the first frame, got {kind}")
             return
-        self._dispatch[kind](getattr(frame, kind))
+        self.dispatch(kind, getattr(frame, kind))
+
+    def dispatch(self, kind: str, message: Any) -> None:
+        """Hand a frame's message to its handler (a subclass may hold it back first)."""
+        self._dispatch[kind](message)
 
     def _on_hello(self, hello: pb.Hello) -> None:
         if self._greeted:
