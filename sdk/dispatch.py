@@ -35,6 +35,8 @@ class Dispatcher:
 
     def __init__(self, name: str) -> None:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._stopping = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -52,12 +54,23 @@ class Dispatcher:
         if self.in_dispatcher():
             return True
         done = threading.Event()
-        self._queue.put(done)
+        with self._lock:
+            stopping = self._stopping
+            if not stopping:
+                self._queue.put(done)
+        if stopping:
+            # Nothing runs after the stop (a closed session's flush()): what was
+            # submitted has run once the thread has ended; a barrier queued behind the
+            # stop would never be reached.
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
         return done.wait(timeout)
 
     def stop(self, timeout: float | None) -> None:
         """Run what is queued, then stop the thread."""
-        self._queue.put(_STOP)
+        with self._lock:
+            self._stopping = True
+            self._queue.put(_STOP)
         if not self.in_dispatcher():
             self._thread.join(timeout)
 

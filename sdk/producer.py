@@ -47,6 +47,13 @@ def _as_bytes(payload: object) -> bytes:
     return bytes(payload)
 
 
+def check_callback(name: str, callback: object) -> None:
+    """InvalidArgumentError unless ``callback`` is None or callable: caught where it is
+    given, not as a TypeError logged when the first ACK or message arrives."""
+    if callback is not None and not callable(callback):
+        raise InvalidArgumentError(f"{name} must be callable, not {type(callback).__name__}")
+
+
 HIGH_WATERMARK_WAIT = 5.0
 """Seconds a post waits for the outbound buffer to drain below its high watermark."""
 

@@ -10,6 +10,7 @@ from holdfast.sdk.engine import QueueRecord, QueueState
 from holdfast.sdk.errors import QueueNotOpenError, QueueStateError
 from holdfast.sdk.inbox import Inbox, check_timeout, iterate
 from holdfast.sdk.options import QueueOptions
+from holdfast.sdk.producer import check_callback
 from holdfast.sdk.types import Ack, Message
 
 if TYPE_CHECKING:
@@ -108,6 +109,8 @@ class Queue(QueueHandle):
         a fresh uuid7. A GUID still pending on this session is refused.
         """
         self._check_open()
+        if on_ack is not None:
+            check_callback("on_ack", on_ack)
         return self._session._post(self._record.queue_id, payload, properties, on_ack, guid)
 
     def post_many(
@@ -126,6 +129,7 @@ class Queue(QueueHandle):
         and the wake-up of its writer are paid once for the batch, not per message.
         """
         self._check_open()
+        check_callback("on_ack", on_ack)
         return self._session._post_many(self._record.queue_id, payloads, properties, on_ack)
 
     def configure(self, options: QueueOptions, timeout: float = 30.0) -> None:

@@ -27,6 +27,7 @@ from holdfast.sdk.inbox import Inbox, Inboxes
 from holdfast.sdk.interrupts import interrupts_deferred
 from holdfast.sdk.marks import CommitMark, call_commit_mark
 from holdfast.sdk.options import QueueOptions, SessionOptions, default_address
+from holdfast.sdk.producer import check_callback
 from holdfast.sdk.queue import Queue
 from holdfast.sdk.rpc.api import RequestReply
 from holdfast.sdk.stats import SessionStats
@@ -58,6 +59,7 @@ class Session(RequestReply):
         options: SessionOptions | None = None,
         transport: SyncTransport | None = None,
     ) -> None:
+        check_callback("on_event", on_event)
         self._addresses = parse_addresses(address or default_address())
         self._options = options or SessionOptions()
         self._dispatcher = Dispatcher("holdfast-dispatch")
@@ -187,6 +189,8 @@ class Session(RequestReply):
         link is down the open is sent when it comes back; ``RequestTimeoutError``
         after ``timeout`` seconds.
         """
+        check_callback("on_message", on_message)
+        check_callback("on_ack", on_ack)
         driver = self._driver
         options = options or QueueOptions()
         inbox: Inbox | None = None

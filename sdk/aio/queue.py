@@ -11,6 +11,7 @@ from holdfast.sdk.engine import QueueRecord
 from holdfast.sdk.errors import QueueStateError
 from holdfast.sdk.instrument import ItemSpans
 from holdfast.sdk.options import QueueOptions
+from holdfast.sdk.producer import check_callback
 from holdfast.sdk.queue import QueueHandle
 from holdfast.sdk.types import Ack, Message
 
@@ -65,6 +66,8 @@ class Queue(QueueHandle):
         producers only.
         """
         self._check_open()
+        if on_ack is not None:
+            check_callback("on_ack", on_ack)
         return await self._session._post(self._record.queue_id, payload, properties, on_ack, guid)
 
     async def post_many(
@@ -76,6 +79,7 @@ class Queue(QueueHandle):
         """``post`` each of ``payloads`` in order, all or none (as the threaded
         ``Queue.post_many``); returns their GUIDs once they are buffered."""
         self._check_open()
+        check_callback("on_ack", on_ack)
         return await self._session._post_many(self._record.queue_id, payloads, properties, on_ack)
 
     async def configure(self, options: QueueOptions, timeout: float = 30.0) -> None:

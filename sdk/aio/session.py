@@ -25,7 +25,9 @@ from holdfast.sdk.driver.aio_session import AsyncEngineSession
 from holdfast.sdk.errors import SessionClosedError
 from holdfast.sdk.events import ConnectionLost, DataLost, SessionEvent, log_event
 from holdfast.sdk.failover import parse_addresses
+from holdfast.sdk.handlers import reject_on_failure
 from holdfast.sdk.options import QueueOptions, SessionOptions, default_address
+from holdfast.sdk.producer import check_callback
 from holdfast.sdk.rpc import durable
 from holdfast.sdk.rpc.values import Reply
 from holdfast.sdk.stats import SessionStats
@@ -59,6 +61,7 @@ class Session:
         self._addresses = parse_addresses(address or default_address())
         self._options = options or SessionOptions()
         self._telemetry = self._options.telemetry and tracing.AVAILABLE
+        check_callback("on_event", on_event)
         application_on_event = on_event or log_event
 
         def route_event(event: SessionEvent) -> None:
@@ -151,13 +154,18 @@ class Session:
         loop. ``on_ack`` is the default ACK callback for PUTs posted without one.
         ``RequestTimeoutError`` after ``timeout`` seconds.
         """
+        check_callback("on_message", on_message)
+        check_callback("on_ack", on_ack)
         self._start()
         inbox: asyncio.Queue[Message] | None = None
         if read and on_message is None:
             inbox = asyncio.Queue()
             on_message = inbox.put_nowait
-        elif on_message is not None and self._telemetry:
-            on_message = instrument.traced_handler(on_message)
+        elif on_message is not None:
+            if self._telemetry:
+                on_message = instrument.traced_handler(on_message)
+            # As in the threaded session: a handler that raises never keeps its message.
+            on_message = reject_on_failure(on_message, options or QueueOptions())
         record = await self._core.open_queue(
             uri,
             read=read,

@@ -4,10 +4,12 @@ message."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from holdfast.proto.policy import QueuePolicy
-from holdfast.sdk import Message, Session
+from holdfast.sdk import Message, Session, aio
 from holdfast.sdk.admin import AdminClient
 from tests.policies.support import FAST, QUICK_RETRY, Collector, always_raises, post_all, ready
 from tests.support.processes import BrokerProcess
@@ -42,6 +44,28 @@ def test_a_handler_that_always_raises_ends_in_the_dead_letter_queue_after_n_deli
     assert letter.properties["x-delivery-count"] == "3"
     stats = admin.stats(URI)
     assert (stats.ready, stats.unconfirmed, stats.rejected, stats.dead_lettered) == (0, 0, 3, 1)
+
+
+def test_an_asyncio_handler_that_always_raises_is_rejected_like_a_threaded_one(
+    broker: BrokerProcess, admin: AdminClient
+) -> None:
+    admin.set_policy(URI, QueuePolicy(max_deliveries=3, dead_letter=DLQ))
+    seen: list[Message] = []
+
+    async def run() -> Message:
+        async with aio.Session(broker.address, options=FAST) as session:
+            queue = await session.open_queue(URI, write=True)
+            await queue.post(b"poison")
+            await session.open_queue(
+                URI, read=True, on_message=always_raises(seen), options=QUICK_RETRY
+            )
+            dead = await session.open_queue(DLQ, read=True)
+            return await asyncio.wait_for(anext(aiter(dead)), 30)
+
+    letter = asyncio.run(run())
+    assert [m.delivery_count for m in seen] == [1, 2, 3]
+    assert letter.payload == b"poison"
+    assert letter.properties["x-death-reason"] == "delivery-limit"
 
 
 def test_a_ready_message_past_its_ttl_is_dead_lettered_as_expired(

@@ -198,3 +198,19 @@ def test_asyncio_confirms_right_before_close_are_not_redelivered(broker: BrokerP
 
     asyncio.run(run())
     assert drain(broker.address, uri, 0) == {}
+
+
+@pytest.mark.timeout(20)
+def test_flush_after_close_answers_at_once() -> None:
+    """A closed session has nothing pending: ``flush()`` says so at once, with or
+    without a timeout (it waited on the stopped dispatcher for good)."""
+    with Broker() as broker:
+        session = Session(broker.address, options=FAST, transport=broker.transport())
+        session.open_queue(unique_uri("flush"), write=True).post(b"x")
+        session.close()
+        assert session.flush(timeout=5) is True
+        answers: list[bool] = []
+        flush = threading.Thread(target=lambda: answers.append(session.flush()), daemon=True)
+        flush.start()
+        flush.join(5)
+        assert answers == [True], "flush() without a timeout did not return after close()"

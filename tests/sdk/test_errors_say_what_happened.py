@@ -83,6 +83,37 @@ def test_post_with_a_guid_that_is_not_a_uuid_is_a_typed_error() -> None:
         assert session.pending_count == 0  # nothing was taken
 
 
+def test_a_callback_that_is_not_callable_is_refused_where_it_is_given() -> None:
+    with pytest.raises(InvalidArgumentError, match="on_event must be callable, not int"):
+        Session("127.0.0.1:1", on_event=5)  # type: ignore[arg-type]
+    with Broker() as broker, Session(broker.address, transport=broker.transport()) as session:
+        with pytest.raises(InvalidArgumentError, match="on_message must be callable, not str"):
+            session.open_queue("hf://d/q", read=True, on_message="print")  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError, match="on_ack must be callable, not int"):
+            session.open_queue("hf://d/q", write=True, on_ack=5)  # type: ignore[arg-type]
+        queue = session.open_queue("hf://d/q", write=True)
+        with pytest.raises(InvalidArgumentError, match="on_ack must be callable, not int"):
+            queue.post(b"x", on_ack=5)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError, match="on_ack must be callable, not int"):
+            queue.post_many([b"x"], on_ack=5)  # type: ignore[arg-type]
+        assert session.pending_count == 0  # nothing was taken
+
+    async def main() -> None:
+        with pytest.raises(InvalidArgumentError, match="on_event must be callable"):
+            hf_aio.Session("127.0.0.1:1", on_event=5)  # type: ignore[arg-type]
+        with Broker() as broker:
+            async with hf_aio.Session(broker.address, transport=broker.async_transport()) as s:
+                with pytest.raises(InvalidArgumentError, match="on_message must be callable"):
+                    await s.open_queue("hf://d/q", read=True, on_message=1)  # type: ignore[arg-type]
+                queue = await s.open_queue("hf://d/q", write=True)
+                with pytest.raises(InvalidArgumentError, match="on_ack must be callable"):
+                    await queue.post(b"x", on_ack=5)  # type: ignore[arg-type]
+                with pytest.raises(InvalidArgumentError, match="on_ack must be callable"):
+                    await queue.post_many([b"x"], on_ack=5)  # type: ignore[arg-type]
+
+    asyncio.run(main())
+
+
 def test_a_closed_queue_is_named_by_its_uri() -> None:
     with Broker() as broker, Session(broker.address, transport=broker.transport()) as session:
         queue = session.open_queue("hf://d/closed-one", write=True)
