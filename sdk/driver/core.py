@@ -12,7 +12,10 @@ Error containment: a frame that does not parse, or that the engine refuses with
 connection, never the thread or task. The driver logs one line and reconnects
 with back-off; after ``MAX_BAD_CONNECTIONS`` connections in a row end that way
 with no ACK or message accepted in between, or on a terminal transport error,
-the session fails (``SessionFailed``; pending PUTs UNKNOWN, waiters failed).
+the session fails (``SessionFailed``; pending PUTs UNKNOWN, waiters failed). The
+proxy's upstream session (``retry_refusals``) never fails that way: it logs the
+error once and keeps trying with back-off, since it serves every client on its host
+and a broker fixed or replaced behind the same address must find it working.
 """
 
 from __future__ import annotations
@@ -204,15 +207,21 @@ class DriverCore:
         counts_as_failure = not self.established
         if bad:
             self._bad_connections += 1
-            self._log.warning("dropped the connection to %s: %s", self.address, reason)
+            if self._bad_connections <= MAX_BAD_CONNECTIONS:
+                self._log.warning("dropped the connection to %s: %s", self.address, reason)
             if self._bad_connections >= MAX_BAD_CONNECTIONS:
-                self.engine.fail(
-                    RemoteProtocolError(
-                        f"{self._bad_connections} connections in a row ended by errors "
-                        f"with no ACK or message accepted in between; the last: {reason}"
-                    )
+                failure = RemoteProtocolError(
+                    f"{self._bad_connections} connections in a row ended by errors "
+                    f"with no ACK or message accepted in between; the last: {reason}"
                 )
-                return None
+                if not self.engine.retry_refusals:
+                    self.engine.fail(failure)
+                    return None
+                # The proxy's session serves every client on the host and must outlive
+                # a bad broker (or a stray server on its address): it keeps trying,
+                # backing off to its cap, and says so once until a connection works.
+                if self._bad_connections == MAX_BAD_CONNECTIONS:
+                    self._log.error("%s; still trying, with back-off", failure)
             counts_as_failure = True  # back off, and try the next address first
         delay = self._policy.connection_ended(not counts_as_failure)
         if not self.established:
