@@ -260,6 +260,7 @@ class Caller:
             message.confirm()
 
     def _on_request_ack(self, call: _Call, ack: Ack) -> None:
+        call.accepted = ack.status.ok
         error = calls.refused(ack)
         if error is not None:
             self._finish(call, error=error)

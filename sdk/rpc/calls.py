@@ -48,6 +48,8 @@ class CallState:
     deadline: float
     pickup_deadline: float
     picked_up: bool = False
+    accepted: bool = False
+    """Whether the broker ACKed the request PUT: until then no worker can have it."""
     worker: str = ""
     """The control queue of the worker that runs it (from its heartbeats)."""
     last_beat: float = 0.0
@@ -78,9 +80,19 @@ class CallState:
     def due(self, now: float) -> RpcError | None:
         """The error it ends with at ``now``, if a deadline passed: not picked up in
         time (``DeadLetteredError``, reason ``expired``: the broker's own notice, with
-        its reason, normally came first) or no reply in time (``WorkerLostError`` if
+        its reason, normally came first; ``RpcTimeoutError`` if the broker never took
+        the request) or no reply in time (``WorkerLostError`` if
         its worker stopped heartbeating, else ``RpcTimeoutError``)."""
         if not self.picked_up and now >= self.pickup_deadline:
+            if not self.accepted:
+                # Never enqueued, so never dead-lettered: the service queue pushed back
+                # (full) or no broker took it. The SDK may still post it later; a worker
+                # skips it then, its x-rpc-expires being past.
+                return RpcTimeoutError(
+                    f"request {self.guid} was not taken by the broker within its pickup "
+                    "timeout (the service queue pushed back, or no broker answered): "
+                    "no worker could pick it up"
+                )
             return DeadLetteredError(
                 "expired", f"no worker picked request {self.guid} up within its pickup timeout"
             )

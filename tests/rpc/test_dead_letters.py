@@ -66,6 +66,30 @@ def test_a_request_nobody_picks_up_expires_at_the_broker(broker: BrokerProcess) 
     assert letter.properties["x-original-uri"] == uri
 
 
+def test_a_request_the_full_service_queue_never_took_is_a_timeout_not_a_dead_letter(
+    broker: BrokerProcess,
+) -> None:
+    """The broker pushed the request back (QUEUE_FULL) until its pickup deadline: it
+    was never enqueued, so nothing was dead-lettered, and the caller says so (it said
+    ``DeadLetteredError('expired')``), on the threaded and the asyncio caller."""
+    uri = unique_uri("full")
+    with AdminClient(broker.address) as admin:
+        admin.set_policy(uri, QueuePolicy(max_messages=1))
+        with Session(broker.address, options=FAST) as caller:
+            caller.open_queue(uri, write=True).post(b"filler")
+            assert caller.flush(10)
+            with pytest.raises(RpcTimeoutError, match="not taken by the broker"):
+                caller.request(uri, b"late", timeout=5, pickup_timeout=1.0)
+
+        async def aio_call() -> None:
+            async with aio.Session(broker.address, options=FAST) as session:
+                with pytest.raises(RpcTimeoutError, match="not taken by the broker"):
+                    await session.request(uri, b"late", timeout=5, pickup_timeout=1.0)
+
+        asyncio.run(aio_call())
+        assert admin.stats(uri).dead_lettered == 0
+
+
 def test_await_request_on_the_asyncio_session(broker: BrokerProcess) -> None:
     uri = unique_uri("aio-echo")
 
