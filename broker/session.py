@@ -21,14 +21,11 @@ from holdfast.broker.interfaces import PutPath, Q, SessionQueues
 from holdfast.broker.writer import Writer
 from holdfast.proto import pb
 from holdfast.proto.columns import PutColumns, RejectRow
-from holdfast.proto.limits import hello_reply
+from holdfast.proto.limits import MAX_REJECT_DELAY_MS, hello_reply
 from holdfast.proto.validate import Invalid, check_open, parse_queue_uri
 from holdfast.server.guard import SessionGuard
 from holdfast.server.spans import accept_spans
 from holdfast.server.stream import ContractStream
-
-MAX_DELAY_MS = 3_600_000
-"""The longest reject delay honoured (an hour): a longer one is cut to it."""
 
 
 class Session(ContractStream, Generic[Q]):
@@ -178,7 +175,7 @@ class Session(ContractStream, Generic[Q]):
                 handle.consumer,
                 guid,
                 requeue,
-                min(delay_ms, MAX_DELAY_MS) / 1000,
+                min(delay_ms, MAX_REJECT_DELAY_MS) / 1000,
             ):
                 touched[queue_id] = handle.queue
                 continue

@@ -23,6 +23,15 @@ from holdfast.proto import PROTOCOL_VERSION, pb
 
 MIB = 1024 * 1024
 
+MAX_REJECT_DELAY_MS = 3_600_000
+"""The longest reject delay (an hour): the SDK refuses a longer one, a broker cuts a
+longer one it is sent to this, and a proxy relays at most this."""
+
+MAX_AGE_MS = 2**53
+"""The largest PUT age a hop relays (285,000 years, still exact as a float): any age
+past a dedup window is TOO_OLD, and one near 2**64 would overflow the uint64 of the
+next hop's frame once added to."""
+
 DEFAULT_DEDUP_WINDOW = 300.0
 """Seconds a broker remembers an accepted GUID (BlazingMQ's ``deduplicationTimeMs``)."""
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from holdfast.proto import NO_BROKER, pb
 from holdfast.proto.columns import PutColumns, RejectRow
-from holdfast.proto.limits import hello_reply
+from holdfast.proto.limits import MAX_REJECT_DELAY_MS, hello_reply
 from holdfast.proto.validate import Invalid, check_open, parse_queue_uri
 from holdfast.proxy.config import ProxyConfig
 from holdfast.proxy.opening import OpenWaits
@@ -315,10 +315,12 @@ class ClientSession(ContractStream):
         self.reject_confirms(self._confirms.confirm(batch))
 
     def on_rejects(self, batch: list[RejectRow]) -> None:
-        """REJECT upstream, like CONFIRMs: only deliveries of the current upstream link."""
+        """REJECT upstream, like CONFIRMs: only deliveries of the current upstream link
+        (a delay cut to the broker's longest, as the broker would: a client's 2**64-1
+        would not fit the upstream frame once made a float and back)."""
         self.reject_confirms(
             self._confirms.settle(
-                (queue_id, guid, Rejection(requeue, delay_ms / 1000))
+                (queue_id, guid, Rejection(requeue, min(delay_ms, MAX_REJECT_DELAY_MS) / 1000))
                 for queue_id, guid, requeue, delay_ms in batch
             )
         )

@@ -14,6 +14,7 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import repeat
 
+from holdfast.proto.limits import MAX_AGE_MS
 from holdfast.proto.validate import properties_problem, properties_size
 from holdfast.sdk.errors import InvalidArgumentError
 from holdfast.sdk.outbound import Outbound
@@ -80,6 +81,7 @@ class Relayer:
             return Relayed.JOINED
         if len(guid) != 16:
             raise InvalidArgumentError(f"a GUID is 16 bytes, not {len(guid)}")
+        age_ms = min(age_ms, MAX_AGE_MS)
         self._producer.buffer(queue_id, payload, properties, None, now - age_ms / 1000.0, guid)
         return Relayed.SENT
 
@@ -137,7 +139,7 @@ class Relayer:
         for age_ms in ages_ms:
             if age_ms != last_age:
                 last_age = age_ms
-                posted_at = now - age_ms / 1000.0
+                posted_at = now - min(age_ms, MAX_AGE_MS) / 1000.0
                 if 0.0 <= posted_at - shared < 0.001:
                     posted_at = shared
                 else:

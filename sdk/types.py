@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
+from holdfast.proto.limits import MAX_REJECT_DELAY_MS
 from holdfast.sdk.errors import InvalidArgumentError
 
 
@@ -119,9 +120,12 @@ class Message:
         Without, it is dead-lettered at once with ``x-death-reason: rejected`` (or
         dropped and counted if its queue has no dead-letter queue). Raises like
         ``confirm()`` when the REJECT cannot leave; the broker then redelivers it.
+        ``delay`` is at most an hour (``InvalidArgumentError`` beyond, or if negative).
         """
-        if not delay >= 0:
-            raise InvalidArgumentError(f"delay must be >= 0 seconds, got {delay!r}")
+        if not 0 <= delay <= MAX_REJECT_DELAY_MS / 1000:
+            raise InvalidArgumentError(
+                f"delay must be in [0, {MAX_REJECT_DELAY_MS // 1000}] seconds, got {delay!r}"
+            )
         self._confirmer(self, Rejection(requeue, delay))
         self._settled = True
 

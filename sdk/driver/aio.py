@@ -22,7 +22,7 @@ from typing import Any
 
 from holdfast.sdk.driver.core import CLOSE_DRAIN_TIMEOUT, DriverCore
 from holdfast.sdk.engine import SessionEngine, WireAck
-from holdfast.sdk.errors import HoldfastError, TransportError
+from holdfast.sdk.errors import HoldfastError, RemoteProtocolError, TransportError
 from holdfast.sdk.options import SessionOptions
 from holdfast.sdk.transports.base import AsyncConnection, AsyncTransport
 from holdfast.sdk.turns import before_taking
@@ -213,7 +213,13 @@ class AsyncDriver:
                 self.core.receive(generation, data, time.monotonic())
                 self.after_input()
         except asyncio.CancelledError:
-            raise
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # this task is being cancelled (the session stops)
+            # grpc.aio raises CancelledError from a read whose call was cancelled under
+            # it: the writer closed the connection on an error, reported below. Raised
+            # on, it would end this task silently and leave the session dead.
+            error = RemoteProtocolError("the connection was closed under its reader")
         except Exception as exc:
             error = exc
         finally:

@@ -13,6 +13,7 @@ import pytest
 from holdfast.proto import PROTOCOL_VERSION
 from holdfast.sdk import (
     InvalidArgumentError,
+    Message,
     QueueNotOpenError,
     RequestTimeoutError,
     Session,
@@ -21,6 +22,7 @@ from holdfast.sdk import aio as hf_aio
 from holdfast.sdk.options import ReconnectOptions, SessionOptions
 from holdfast.sdk.testing import Broker
 from holdfast.sdk.transports import AsyncMemoryTransport, MemoryNetwork, MemoryTransport
+from tests.support.waiting import wait_until
 
 FAST = SessionOptions(reconnect=ReconnectOptions(initial=0.01, maximum=0.05))
 
@@ -112,6 +114,23 @@ def test_a_callback_that_is_not_callable_is_refused_where_it_is_given() -> None:
                     await queue.post_many([b"x"], on_ack=5)  # type: ignore[arg-type]
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("delay", [-1.0, float("nan"), float("inf"), 1e17, 3600.5])
+def test_a_reject_delay_outside_an_hour_is_refused_and_the_message_kept(delay: float) -> None:
+    """``reject(delay=1e17)`` passed and killed the asyncio session's writer (and
+    looped the threaded one's connection): the delay must fit the broker's hour."""
+    with Broker() as broker, Session(broker.address, transport=broker.transport()) as session:
+        uri = f"hf://d/reject-{uuid.uuid4().hex[:6]}"
+        session.open_queue(uri, write=True).post(b"x")
+        received: list[Message] = []
+        session.open_queue(uri, read=True, on_message=received.append)
+        wait_until(lambda: len(received) == 1, 10, "the delivery")
+        with pytest.raises(InvalidArgumentError, match=r"delay must be in \[0, 3600\] seconds"):
+            received[0].reject(delay=delay)
+        assert not received[0].settled
+        received[0].reject(delay=3600)  # the longest is fine
+        assert received[0].settled
 
 
 def test_a_closed_queue_is_named_by_its_uri() -> None:
