@@ -12,6 +12,17 @@ from holdfast.proto.policy import QueuePolicy
 from holdfast.proto.validate import Invalid
 from holdfast.sdk.admin import AdminClient
 from holdfast.sdk.errors import InvalidArgumentError, QueueNotFoundError
+from holdfast.server.cli_support import name_flags
+
+POLICY_FLAGS = {
+    "max_deliveries": "--max-deliveries",
+    "ttl": "--ttl",
+    "dead_letter": "--dead-letter",
+    "max_messages": "--max-messages",
+    "max_bytes": "--max-bytes",
+    "redirect": "--redirect",
+}
+"""Fields of ``QueuePolicy`` and the ``policy set`` flags that set them."""
 
 
 def _queues(admin: AdminClient, args: argparse.Namespace) -> str:
@@ -77,7 +88,7 @@ def _policy_set(admin: AdminClient, args: argparse.Namespace) -> str:
     try:
         policy = QueuePolicy(**fields)  # type: ignore[arg-type]
     except Invalid as error:
-        raise InvalidArgumentError(error.message) from None
+        raise InvalidArgumentError(name_flags(error.message, POLICY_FLAGS)) from None
     updated = admin.set_policy(args.uri, policy)
     if args.json:
         return render.as_json(render.policy_dict(updated))

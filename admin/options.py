@@ -17,6 +17,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from holdfast.proto.policy import MAX_TTL
 from holdfast.sdk.admin import DEFAULT_TIMEOUT
 from holdfast.server.cli_support import OneLineParser
 from holdfast.server.serve import split_host_port, version_text
@@ -52,6 +53,31 @@ def _positive(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    return value
+
+
+def _count(text: str) -> int:
+    """A policy's count (``--max-deliveries``, ``--max-messages``, ``--max-bytes``):
+    checked here so the error names the flag, before anything connects."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (0 clears it), got {text}")
+    return value
+
+
+def _ttl(text: str) -> float:
+    """``--ttl``: seconds in (0, MAX_TTL], or 0 to clear it."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 <= value <= MAX_TTL:
+        raise argparse.ArgumentTypeError(
+            f"must be in (0, {MAX_TTL:.0f}] seconds (0 clears it), got {text}"
+        )
     return value
 
 
@@ -113,11 +139,11 @@ def parser() -> argparse.ArgumentParser:
         "set", parents=listing, help="change the given fields (0 clears one)"
     )
     set_.add_argument("uri")
-    set_.add_argument("--max-deliveries", type=int, help="deliveries before dead-lettering")
-    set_.add_argument("--ttl", type=float, help="seconds a ready message may wait")
+    set_.add_argument("--max-deliveries", type=_count, help="deliveries before dead-lettering")
+    set_.add_argument("--ttl", type=_ttl, help="seconds a ready message may wait")
     set_.add_argument("--dead-letter", help="the dead-letter queue's URI ('' clears it)")
-    set_.add_argument("--max-messages", type=int, help="depth limit in messages")
-    set_.add_argument("--max-bytes", type=int, help="depth limit in payload bytes")
+    set_.add_argument("--max-messages", type=_count, help="depth limit in messages")
+    set_.add_argument("--max-bytes", type=_count, help="depth limit in payload bytes")
     set_.add_argument("--redirect", help="send PUTs to this queue instead ('' clears it)")
     dlq = commands.add_parser("dlq", help="dead-letter queues")
     dlq_commands = dlq.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -32,9 +32,15 @@ from holdfast.server.cli_support import (
     add_common_flags,
     apply_environment,
     configure_logging,
+    name_flags,
 )
 from holdfast.server.grpc_logs import route_grpc_logs
-from holdfast.server.security import SecurityError, add_security_flags, security_from_args
+from holdfast.server.security import (
+    LIMIT_FLAGS,
+    SecurityError,
+    add_security_flags,
+    security_from_args,
+)
 from holdfast.server.serve import serve_until_signalled, split_host_port, tune_collector
 
 log = logging.getLogger("holdfast.broker")
@@ -296,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("%s", error)
         return 2
     except ValueError as error:
-        log.error("invalid configuration: %s", error)
+        log.error("invalid configuration: %s", name_flags(str(error), LIMIT_FLAGS))
         return 2
     try:
         # Opened here rather than by Broker, so the store gets the broker's dedup window

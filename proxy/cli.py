@@ -32,7 +32,12 @@ from holdfast.server.cli_support import (
     name_flags,
 )
 from holdfast.server.grpc_logs import route_grpc_logs
-from holdfast.server.security import SecurityError, add_security_flags, security_from_args
+from holdfast.server.security import (
+    LIMIT_FLAGS,
+    SecurityError,
+    add_security_flags,
+    security_from_args,
+)
 from holdfast.server.serve import serve_until_signalled, tune_collector
 
 log = logging.getLogger("holdfast.proxy")
@@ -129,6 +134,7 @@ FLAGS = {
     "tls_ca": "--upstream-ca",
     "tls_cert": "--upstream-cert",
     "tls_key": "--upstream-key",
+    **LIMIT_FLAGS,
 }
 """Fields of the upstream SessionOptions and the proxy flags that set them."""
 

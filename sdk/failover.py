@@ -32,12 +32,18 @@ def parse_addresses(address: str) -> list[str]:
     return addresses
 
 
-def _check_address(entry: str) -> None:
-    """Refuse what is not ``HOST:PORT``, saying what is wrong with it."""
+def refuse_url_scheme(entry: str) -> None:
+    """Refuse ``http://HOST:PORT`` and the like (``InvalidArgumentError``): every
+    address the SDK, the servers and the command lines take is a bare ``HOST:PORT``."""
     if "://" in entry:
         raise InvalidArgumentError(
             f"address {quote(entry)} has a URL scheme: give HOST:PORT, e.g. 127.0.0.1:7701"
         )
+
+
+def _check_address(entry: str) -> None:
+    """Refuse what is not ``HOST:PORT``, saying what is wrong with it."""
+    refuse_url_scheme(entry)
     host, sep, port = entry.rpartition(":")
     if not sep or not host or not port:
         raise InvalidArgumentError(f"address {quote(entry)} is not HOST:PORT (no port)")

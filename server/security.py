@@ -80,6 +80,15 @@ def _read(path: str | None, flag: str) -> bytes:
     return data
 
 
+LIMIT_FLAGS = {
+    "max_open_queues": "--max-open-queues",
+    "new_queues_per_minute": "--new-queues-per-minute",
+    "frames_per_second": "--frames-per-second",
+    "confirm_errors_per_second": "--confirm-errors-per-second",
+}
+"""Fields of ``SessionLimits`` and the flags that set them (for ``name_flags``)."""
+
+
 def add_security_flags(parser: argparse.ArgumentParser) -> None:
     """TLS, token and limit flags of a server."""
     limits = SessionLimits()
@@ -99,8 +108,24 @@ def add_security_flags(parser: argparse.ArgumentParser) -> None:
     ):
         default = getattr(limits, name.replace("-", "_"))
         parser.add_argument(
-            f"--{name}", type=int, default=default, metavar="N", help=f"{text} (default: {default})"
+            f"--{name}",
+            type=_at_least_one,
+            default=default,
+            metavar="N",
+            help=f"{text} (default: {default})",
         )
+
+
+def _at_least_one(text: str) -> int:
+    """A limit flag's value; refused by argparse, so the error names the flag (and the
+    ``HOLDFAST_*`` variable's value is checked the same way)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
 
 
 def security_from_args(args: argparse.Namespace) -> ServerSecurity:
@@ -119,4 +144,10 @@ def security_from_args(args: argparse.Namespace) -> ServerSecurity:
     )
 
 
-__all__ = ["SecurityError", "ServerSecurity", "add_security_flags", "security_from_args"]
+__all__ = [
+    "LIMIT_FLAGS",
+    "SecurityError",
+    "ServerSecurity",
+    "add_security_flags",
+    "security_from_args",
+]

@@ -15,6 +15,7 @@ from typing import Any
 import grpc
 
 from holdfast.proto import COMMIT_MARK, SERVICE_NAME, STAGING, pb
+from holdfast.sdk.failover import refuse_url_scheme
 
 COLLECTOR_THRESHOLDS = (20_000, 10, 10)
 """The cyclic garbage collector's thresholds in the broker and proxy processes (the
@@ -68,6 +69,7 @@ def version_text(program: str) -> str:
 
 def split_host_port(address: str) -> tuple[str, int]:
     """Split ``HOST:PORT`` (``[v6]:PORT`` too); raise ``ValueError`` if it is not one."""
+    refuse_url_scheme(address)
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"expected HOST:PORT, got {address!r}")

@@ -16,6 +16,13 @@ from holdfast.proxy import cli as proxy_cli
 
 pytestmark = pytest.mark.timeout(60)
 
+LIMIT_FIELDS = (
+    "max_open_queues",
+    "new_queues_per_minute",
+    "frames_per_second",
+    "confirm_errors_per_second",
+)
+
 
 def run(
     program: str, *args: str, env: dict[str, str] | None = None
@@ -87,6 +94,29 @@ def test_proxy_option_errors_name_the_flags() -> None:
     assert done.returncode == 2
     assert "--keepalive must be > 0" in done.stderr
     assert "keepalive_time" not in done.stderr
+
+
+@pytest.mark.parametrize("program", ["broker", "proxy"])
+@pytest.mark.parametrize(
+    ("args", "env", "text"),
+    [
+        (("--max-open-queues", "0"), {}, "argument --max-open-queues: must be >= 1, got 0"),
+        (("--new-queues-per-minute", "0"), {}, "argument --new-queues-per-minute: must be >= 1"),
+        (("--frames-per-second", "0"), {}, "argument --frames-per-second: must be >= 1"),
+        (("--confirm-errors-per-second", "-1"), {}, "--confirm-errors-per-second: must be >= 1"),
+        ((), {"HOLDFAST_MAX_OPEN_QUEUES": "0"}, "argument --max-open-queues: must be >= 1"),
+        (("--listen", "http://127.0.0.1:0"), {}, "'http://127.0.0.1:0' has a URL scheme: give"),
+    ],
+)
+def test_a_bad_value_is_one_line_naming_the_flag_and_exit_code_2(
+    program: str, args: tuple[str, ...], env: dict[str, str], text: str
+) -> None:
+    upstream = ("--upstream", "127.0.0.1:1") if program == "proxy" else ()
+    done = run(program, *args, *upstream, env={"PATH": "", **env})
+    assert (done.returncode, len(done.stderr.strip().splitlines())) == (2, 1), done.stderr
+    assert text in done.stderr
+    # The flag, never the field behind it (max_open_queues).
+    assert not any(field in done.stderr for field in LIMIT_FIELDS), done.stderr
 
 
 def test_json_logs_are_one_object_a_line(taken_port: int) -> None:

@@ -109,7 +109,7 @@ def test_purge_delete_and_dlq_replay(shared: BrokerProcess) -> None:
         (("stats", "orders"), 2, "invalid queue URI 'orders'"),
         (("purge", "hf://bad//uri"), 2, "invalid queue URI"),
         (("peek", URI, "-n", "0"), 2, "-n must be in [1, 1000]"),
-        (("policy", "set", URI, "--ttl", "-5"), 2, "ttl must be in"),
+        (("policy", "set", URI, "--ttl", "-5"), 2, "argument --ttl: must be in"),
         (("policy", "set", URI, "--dead-letter", "nope"), 2, "invalid queue URI 'nope'"),
         (("dlq", "replay", "hf://no/such"), 4, "no queue"),
     ],
