@@ -281,9 +281,10 @@ async def serve(config: BrokerConfig, store: Store | None = None) -> int:
         broker.store.close()
         return 2
     except OSError as error:
+        # A port in use or an address it cannot bind: a start-up mistake, like a bad flag.
         log.error("%s", error)
         broker.store.close()
-        return 1
+        return 2
     await serve_until_signalled(broker.stop)
     return 0
 

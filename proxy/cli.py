@@ -187,9 +187,10 @@ async def serve(config: ProxyConfig) -> int:
     try:
         await proxy.start()
     except OSError as error:
-        # Nothing started (see Proxy.start): one line, no shutdown noise after it.
+        # Nothing started (see Proxy.start): one line, no shutdown noise after it. A port
+        # in use is a start-up mistake, like a bad flag: exit code 2.
         log.error("%s", error)
-        return 1
+        return 2
     await serve_until_signalled(proxy.stop)
     return 0
 

@@ -134,7 +134,7 @@ def test_restart_on_the_same_port_after_a_kill(broker: BrokerProcess) -> None:
 
 def test_a_port_in_use_is_an_error(broker: BrokerProcess) -> None:
     second = BrokerProcess(port=broker.port)
-    with pytest.raises(RuntimeError, match="exited with 1"):
+    with pytest.raises(RuntimeError, match="exited with 2"):
         second.start()
     assert "cannot listen on" in second.output
 
