@@ -75,7 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     configure_logging(args.log_level, args.log_format)
     route_grpc_logs(server=False)  # gRPC's own lines (a TLS handshake) in this log
-    pool = args.pool if args.pool.startswith("hf://") else f"hf://{args.pool}"
+    # Only a bare <domain>/<pool> gets the scheme: anything with one (hf:/x, http://x)
+    # is checked, and quoted in its error, as the user typed it.
+    pool = args.pool if ":" in args.pool else f"hf://{args.pool}"
     try:
         for flag, value in (("--address", args.address), ("--admin-address", args.admin_address)):
             if value is not None:
@@ -109,8 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         manager.start()
     except PoolStartError as error:
+        # start() closed what it had opened: nothing ran, so nothing is stopped.
         print(f"holdfast-pool: cannot start: {error}", file=sys.stderr)
-        manager.stop()
         return 2
     log.info("managing pool %s (driver %s)", settings.pool, args.driver)
     stop.wait()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import threading
 from dataclasses import dataclass
 
 from holdfast.pool.activity import DEBOUNCE, ActivityReports
@@ -127,6 +128,9 @@ class PoolManager:
             ),
         )
         self._consumers: list[Queue] = []
+        self._events_lock = threading.Lock()
+        self._held_events: list[ev.SessionEvent] | None = []
+        self._quiet = False
 
     def group_of(self, key: str) -> WorkerGroup:
         """The worker group of ``key``."""
@@ -145,7 +149,17 @@ class PoolManager:
     def start(self) -> None:
         """Set the pool's policies, compete for leadership, consume orphans and
         activity, run the control loops. ``PoolStartError`` names the flag whose
-        broker refused or could not be reached."""
+        broker refused or could not be reached; the manager is closed then (no
+        ``stop()`` to call), quietly: its error is the one thing to report."""
+        try:
+            self._start()
+        except PoolStartError:
+            self._abandon()
+            raise
+        self._release_events()
+        log.info("pool %s: manager started", self.names.uri)
+
+    def _start(self) -> None:
         names = self.names
         try:
             self._admin.set_policy(names.key_template, QueuePolicy(redirect=names.orphans))
@@ -169,7 +183,6 @@ class PoolManager:
             raise PoolStartError("--address", self.settings.address, error) from error
         for loop in self._loops:
             loop.start()
-        log.info("pool %s: manager started", names.uri)
 
     def stop(self) -> None:
         """Stop the loops and the worker groups this manager started, then give the
@@ -185,9 +198,36 @@ class PoolManager:
         self._admin.close()
         log.info("pool %s: manager stopped", self.names.uri)
 
+    def _abandon(self) -> None:
+        """Close what ``__init__`` made after a failed start. No loop ran and no worker
+        started, so there is nothing to report stopping (no SessionClosed, no
+        "manager stopped" after the start-up error)."""
+        with self._events_lock:
+            self._held_events = None
+            self._quiet = True
+        self.leadership.stop()
+        self.driver.close()
+        self.orphans.close()
+        self.start_failures.close()
+        self._session.close(timeout=5)
+        self._admin.close()
+
+    def _release_events(self) -> None:
+        """Log the session events held while starting, then log them as they come."""
+        with self._events_lock:
+            for event in self._held_events or ():
+                log_event(event)
+            self._held_events = None
+
     def _on_event(self, event: ev.SessionEvent) -> None:
         self.leadership.on_event(event)
-        log_event(event)
+        # Held until the start is decided: a start that fails reports one line (its
+        # cause), not the session's Connected or SessionFailed before it.
+        with self._events_lock:
+            if self._held_events is not None:
+                self._held_events.append(event)
+            elif not self._quiet:
+                log_event(event)
 
 
 __all__ = ["PoolManager", "PoolSettings", "PoolStartError"]

@@ -18,7 +18,7 @@ from holdfast.sdk import DeadLetteredError, Session
 from holdfast.sdk.admin import AdminClient
 from holdfast.sdk.poolnames import PoolNames
 from tests.pools.support import WORKER, alive, running_manager, start_manager, stop, who
-from tests.support.processes import BrokerProcess
+from tests.support.processes import BrokerProcess, ProxyProcess
 from tests.support.sessions import FAST
 from tests.support.waiting import wait_until
 
@@ -174,13 +174,18 @@ def test_bad_command_lines_are_one_line_errors() -> None:
     assert done.returncode == 2 and "--address" in done.stderr
     done = run("--address", "127.0.0.1:1", "--pool", "hf://bad pool", "--driver", "noop")
     assert done.returncode == 2 and "invalid queue URI" in done.stderr
+    # A URI with a scheme is quoted as typed: only a bare <domain>/<pool> gets hf://.
+    done = run("--address", "127.0.0.1:1", "--pool", "hf:/infra/sim", "--driver", "noop")
+    assert done.returncode == 2 and "invalid queue URI 'hf:/infra/sim'" in done.stderr
     done = run("--address", "127.0.0.1:1", "--pool", POOL, "--processing-timeout", "0")
     assert done.returncode == 2 and "--processing-timeout" in done.stderr
     # Start-up failures name the flag to look at, in one line, exit code 2.
     done = run("--address", "127.0.0.1:1", "--pool", POOL, "--worker-command", "true")
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    (line,) = [line for line in done.stderr.splitlines() if line.startswith("holdfast-pool:")]
-    assert "--address 127.0.0.1:1" in line and "--admin-address" in line
+    # Nothing started, so nothing is reported stopping: the error is the only line.
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("holdfast-pool: cannot start: --address 127.0.0.1:1")
+    assert "--admin-address" in line
     done = run(
         "--address", "127.0.0.1:1", "--admin-address", "127.0.0.1:2", "--pool", POOL,
         "--driver", "noop",
@@ -210,3 +215,23 @@ def test_each_bad_flag_is_one_line_naming_it(args: list[str], named: str) -> Non
     assert done.returncode == 2
     (line,) = done.stderr.splitlines()
     assert line.startswith("holdfast-pool:") and named in line
+
+
+def test_a_start_against_a_proxy_is_one_line_without_the_session_s_events(
+    broker: BrokerProcess,
+) -> None:
+    # The session connects to the proxy before the admin call finds no admin service
+    # there: its Connected event is not logged ahead of the failure.
+    with ProxyProcess(["--upstream", broker.address]) as proxy:
+        done = subprocess.run(
+            [
+                *(sys.executable, "-m", "holdfast.pool", "--address", proxy.address),
+                *("--pool", POOL, "--driver", "noop"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert "does not serve the admin service (is it a proxy?)" in line
