@@ -21,6 +21,10 @@ CLIENT_FAILURES: tuple[tuple[str, str], ...] = (
         "certificate has expired",
         "TLS: the server's certificate has expired (or is not valid yet)",
     ),
+    (  # before CERTIFICATE_VERIFY_FAILED, which a not-yet-valid certificate's failure names too
+        "certificate is not yet valid",
+        "TLS: the server's certificate has expired (or is not valid yet)",
+    ),
     (
         "CERTIFICATE_VERIFY_FAILED",
         "TLS: the server's certificate is not signed by a CA in tls_ca (unknown CA)",
@@ -63,13 +67,19 @@ SERVER_FAILURES: tuple[tuple[str, str], ...] = (
         "TLS handshake failed: a client spoke plaintext to this TLS port "
         "(it needs tls_ca; --tls-ca for the admin CLI and the pool, --upstream-ca for a proxy)",
     ),
-    (
+    (  # a client that rejects the server's certificate may stop before sending its own,
+        # and the server sees only that: the two causes cannot be told apart from this side
         "PEER_DID_NOT_RETURN_A_CERTIFICATE",
-        "TLS handshake failed: a client sent no certificate, and --tls-client-ca requires one",
+        "TLS handshake failed: a client sent no certificate, and --tls-client-ca requires "
+        "one (or it does not trust this server's certificate: its tls_ca is another CA)",
     ),
     (  # before CERTIFICATE_VERIFY_FAILED, which an expired certificate's failure names too
         "certificate has expired",
         "TLS handshake failed: a client's certificate has expired",
+    ),
+    (
+        "certificate is not yet valid",
+        "TLS handshake failed: a client's certificate is not valid yet",
     ),
     (
         "CERTIFICATE_VERIFY_FAILED",

@@ -79,14 +79,17 @@ def test_a_certificate_for_another_host_is_named(tmp_path: Path) -> None:
     assert "not valid for the host name in the address" in error
 
 
-def test_an_expired_certificate_is_named(tmp_path: Path) -> None:
-    ca_pem, cert_pem, key_pem = _expired_chain()
+@pytest.mark.parametrize(("starts", "ends"), [(-10, -1), (1, 10)], ids=["expired", "not-yet"])
+def test_an_expired_or_not_yet_valid_certificate_is_named(
+    tmp_path: Path, starts: int, ends: int
+) -> None:
+    ca_pem, cert_pem, key_pem = _dated_chain(starts, ends)
     paths = [tmp_path / name for name in ("ca.pem", "cert.pem", "key.pem")]
     for path, data in zip(paths, (ca_pem, cert_pem, key_pem), strict=True):
         path.write_bytes(data)
     with tls_broker(paths[1], paths[2]) as broker:
         error = open_error(broker.address, SessionOptions(tls_ca=str(paths[0])))
-    assert "the server's certificate has expired" in error
+    assert "TLS: the server's certificate has expired (or is not valid yet)" in error
 
 
 def test_tls_to_a_plaintext_port_is_named(pki: Pki) -> None:
@@ -110,6 +113,9 @@ def test_grpc_log_lines_keep_their_level_and_name_handshake_failures(
     records = [(r.levelno, r.getMessage()) for r in caplog.records]
     assert records[0][0] == logging.WARNING
     assert records[0][1].startswith("TLS handshake failed: a client sent no certificate")
+    # A client that rejects the server's certificate stops before sending its own: the
+    # server's line cannot blame a missing certificate alone.
+    assert "or it does not trust this server's certificate" in records[0][1]
     assert records[1] == (logging.ERROR, "something broke [chttp2_transport.cc:1]")
     assert records[2] == (logging.WARNING, "not a glog line")
     assert len(records) == 3
@@ -122,8 +128,9 @@ def test_client_and_server_read_the_same_reason_each_their_way() -> None:
     assert name_failure("UNAVAILABLE: Connection refused") is None
 
 
-def _expired_chain() -> tuple[bytes, bytes, bytes]:
-    """A CA and a server certificate for 127.0.0.1 that expired yesterday (PEM)."""
+def _dated_chain(starts: int, ends: int) -> tuple[bytes, bytes, bytes]:
+    """A CA and a server certificate for 127.0.0.1 valid from ``starts`` to ``ends``
+    days from now (PEM)."""
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "expired-test CA")])
@@ -145,8 +152,8 @@ def _expired_chain() -> tuple[bytes, bytes, bytes]:
         .issuer_name(ca_name)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=10))
-        .not_valid_after(now - datetime.timedelta(days=1))
+        .not_valid_before(now + datetime.timedelta(days=starts))
+        .not_valid_after(now + datetime.timedelta(days=ends))
         .add_extension(
             x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
             critical=False,
