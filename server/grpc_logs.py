@@ -8,7 +8,10 @@ points descriptor 2 at a pipe, moves Python's own ``sys.stderr`` to a copy of th
 real one (so the log handler still writes there), and re-logs every line from the
 pipe through the ``grpc`` logger: glog's level letter becomes the record's level, and
 a TLS handshake failure is named (``holdfast.proto.tls_failures``) with the raw line
-after it. Only the command lines call it (the servers', the pool's, the admin
+after it. A client that keeps retrying a handshake that cannot succeed fails several
+times a second: each kind of failure is logged once per ``HANDSHAKE_LOG_INTERVAL``,
+with the count of those not logged (gRPC's line does not name the peer, so the kind is
+the key). Only the command lines call it (the servers', the pool's, the admin
 command's): a library must not take a process's stderr.
 """
 
@@ -16,14 +19,20 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 import os
 import re
 import sys
 import threading
+import time
+from collections.abc import Callable
 
 from holdfast.proto.tls_failures import SERVER_FAILURES, name_failure
 
 log = logging.getLogger("holdfast.grpc")
+
+HANDSHAKE_LOG_INTERVAL = 10.0
+"""Seconds between two logged TLS handshake failures of the same kind."""
 
 _GLOG = re.compile(r"^([IWEF])\d{4} [\d:.]+\s+\d+ (\S+:\d+)\] (.*)$")
 _LEVELS = {"I": logging.INFO, "W": logging.WARNING, "E": logging.ERROR, "F": logging.CRITICAL}
@@ -71,9 +80,42 @@ def relog(line: str, server: bool = True) -> None:
     if named is not None and not server:
         log.debug("%s [%s]", text, source)
     elif named is not None:
-        log.log(max(level, logging.WARNING), "%s [%s: %s]", named, source, text)
+        quiet = _handshakes.admit(named)
+        if quiet is None:
+            return
+        more = (
+            f" ({quiet} more like it not logged in {HANDSHAKE_LOG_INTERVAL:g} s)" if quiet else ""
+        )
+        log.log(max(level, logging.WARNING), "%s%s [%s: %s]", named, more, source, text)
     else:
         log.log(level, "%s [%s]", text, source)
+
+
+class Throttle:
+    """Admits one event of a kind per ``interval`` seconds and counts the others."""
+
+    def __init__(
+        self, interval: float = HANDSHAKE_LOG_INTERVAL, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.interval = interval
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._kinds: dict[str, tuple[float, int]] = {}
+
+    def admit(self, kind: str) -> int | None:
+        """None if an event of ``kind`` was admitted less than ``interval`` ago (this one
+        is counted); else how many were counted since the last admitted one."""
+        now = self._clock()
+        with self._lock:
+            last, quiet = self._kinds.get(kind, (-math.inf, 0))
+            if now - last < self.interval:
+                self._kinds[kind] = (last, quiet + 1)
+                return None
+            self._kinds[kind] = (now, 0)
+            return quiet
+
+
+_handshakes = Throttle()
 
 
 def _relay(read_end: int, server: bool) -> None:
@@ -85,4 +127,4 @@ def _relay(read_end: int, server: bool) -> None:
                 continue
 
 
-__all__ = ["relog", "route_grpc_logs"]
+__all__ = ["HANDSHAKE_LOG_INTERVAL", "Throttle", "relog", "route_grpc_logs"]

@@ -21,6 +21,7 @@ from cryptography.x509.oid import NameOID
 from holdfast.proto.tls_failures import SERVER_FAILURES, name_failure
 from holdfast.sdk import Session, SessionOptions
 from holdfast.sdk.errors import RequestTimeoutError
+from holdfast.server import grpc_logs
 from holdfast.server.grpc_logs import relog
 from tests.security.conftest import Pki
 from tests.support.processes import BrokerProcess
@@ -98,8 +99,52 @@ def test_tls_to_a_plaintext_port_is_named(pki: Pki) -> None:
     assert "the server does not speak TLS on this port" in error
 
 
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """A fresh handshake-failure throttle on a clock the test moves."""
+    fake = FakeClock()
+    monkeypatch.setattr(grpc_logs, "_handshakes", grpc_logs.Throttle(clock=fake))
+    return fake
+
+
+HANDSHAKE_LINE = (
+    "I1125 07:11:38.528389    4189 ssl_transport_security.cc:2563] Handshake failed with "
+    "error SSL_ERROR_SSL: error:1000007d:SSL routines:OPENSSL_internal:"
+    "PEER_DID_NOT_RETURN_A_CERTIFICATE\n"
+)
+
+
+def test_a_client_retrying_a_failing_handshake_is_logged_once_per_interval(
+    caplog: pytest.LogCaptureFixture, clock: FakeClock
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="holdfast.grpc")
+    plaintext = HANDSHAKE_LINE.replace("PEER_DID_NOT_RETURN_A_CERTIFICATE", "WRONG_VERSION_NUMBER")
+    for _ in range(130):  # a misconfigured proxy retrying for a few seconds
+        relog(HANDSHAKE_LINE)
+        clock.now += 0.05
+    relog(plaintext)  # another kind of failure is not held back by the first
+    clock.now += grpc_logs.HANDSHAKE_LOG_INTERVAL
+    relog(HANDSHAKE_LINE)
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 3, messages
+    assert "a client sent no certificate" in messages[0] and "not logged" not in messages[0]
+    assert "spoke plaintext" in messages[1]
+    assert "a client sent no certificate" in messages[2]
+    assert (
+        f"(129 more like it not logged in {grpc_logs.HANDSHAKE_LOG_INTERVAL:g} s)" in (messages[2])
+    )
+
+
 def test_grpc_log_lines_keep_their_level_and_name_handshake_failures(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, clock: FakeClock
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="holdfast.grpc")
     relog(
