@@ -44,6 +44,7 @@ from holdfast.broker.redis.reaper import Reaper
 from holdfast.broker.redis.refresh import refresh_queues
 from holdfast.broker.redis.registry import RedisRegistry
 from holdfast.broker.redis.sweep import FAST, Sweeper
+from holdfast.broker.redis.tls import tls_failure
 from holdfast.broker.store import StoreError
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,9 @@ open queues: the pause after a pass is at least ``REFRESH_SHARE`` of it."""
 
 HALT_WAIT = 2.0
 """Seconds ``halt`` waits for its loops after each cancel."""
+
+PROBE_TIMEOUT = 5.0
+"""Seconds the start-up TLS check waits for Redis (``NodeLife._check_tls``)."""
 
 REFRESH_SHARE = 4.0
 """A refresh pass takes at most a fifth of the event loop (with 100,000 open queues a
@@ -111,6 +115,8 @@ class NodeLife:
         """Take a lease and start the loops. Raises ``StoreError`` if Redis cannot be
         reached within the retry window."""
         self._loop = asyncio.get_running_loop()
+        if self.client.spec.scheme == "rediss":
+            await asyncio.to_thread(self._check_tls)
         self.registry.may_deliver = self.keeper.valid
         self.registry.on_went_back = self.losses.check
         self.keeper.start()
@@ -140,6 +146,21 @@ class NodeLife:
         ]
         if not self.client.spec.cluster:  # cluster pub/sub is not in redis-py's asyncio API
             self._tasks.append(loop.create_task(self._listen(pubsub), name="redis wake-ups"))
+
+    def _check_tls(self) -> None:
+        """Fail at once on a TLS failure no retry mends (a CA or client certificate
+        problem): it is not an outage, and retrying it for ``--redis-retry`` seconds
+        only to ask "is Redis reachable?" sends the operator the wrong way. Anything
+        else (Redis down) is left to the lease keeper's retries."""
+        probe = self.client.connect_sync(min(self.client.retry_window, PROBE_TIMEOUT))
+        try:
+            probe.ping()
+        except Exception as error:
+            failure = tls_failure(error)
+            if failure is not None:
+                raise StoreError(f"redis store {self.client.where}: {failure}") from None
+        finally:
+            probe.close()
 
     async def halt(self) -> None:
         """Stop the loops (polls, sweeps, refresh, reaper), so that nothing new is

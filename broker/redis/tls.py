@@ -43,4 +43,42 @@ class RedisTls:
         return self.ca is not None or self.cert is not None
 
 
-__all__ = ["RedisTls"]
+_FAILURES: tuple[tuple[str, str], ...] = (
+    (
+        "CERTIFICATE_REQUIRED",
+        "Redis requires a client certificate: give --redis-cert and --redis-key",
+    ),
+    (
+        "CERTIFICATE_VERIFY_FAILED",
+        "Redis's certificate does not verify against --redis-ca",
+    ),
+    (
+        "UNKNOWN_CA",
+        "Redis refused --redis-cert (not signed by a CA in its tls-ca-cert-file)",
+    ),
+    (
+        "BAD_CERTIFICATE",
+        "Redis refused --redis-cert (not signed by a CA in its tls-ca-cert-file)",
+    ),
+    (
+        "WRONG_VERSION_NUMBER",
+        "Redis does not speak TLS on this port (give its tls-port, or use redis://)",
+    ),
+)
+"""(needle in the SSL error, what it means for a broker), first match wins."""
+
+
+def tls_failure(error: BaseException) -> str | None:
+    """What ``error`` (redis-py's, wrapping an ``ssl.SSLError``) means if it is a TLS
+    failure that no retry can mend (a certificate or configuration problem), else None."""
+    text = str(error)
+    for needle, meaning in _FAILURES:
+        if needle in text:
+            # OpenSSL's reason ("self-signed certificate in certificate chain") follows.
+            _, _, detail = text.partition("certificate verify failed:")
+            detail = detail.split("(_ssl.c", 1)[0].strip(" .")
+            return f"TLS: {meaning} ({detail})" if detail else f"TLS: {meaning}"
+    return None
+
+
+__all__ = ["RedisTls", "tls_failure"]
