@@ -28,6 +28,7 @@ import os
 import sys
 import time
 
+from holdfast.sdk import Session
 from holdfast.sdk.spark import QueueSink, register
 
 
@@ -73,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
         )
         started = time.monotonic()
+        replay = False
         # Both raise (after Spark's retries) unless every row was ACKed by the broker.
         if args.foreach_partition:
             sink = QueueSink(
@@ -84,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
             )
             orders.foreachPartition(sink)
         else:
+            # A batch write commits under its run id (version 0): a mark already there
+            # means this run was written before, and the write below adds nothing.
+            with Session(args.address) as session:
+                replay = session.commit_mark(args.queue, args.run_id) is not None
             register(spark)
             writer = (
                 orders.write.format("holdfast")
@@ -97,7 +103,18 @@ def main(argv: list[str] | None = None) -> int:
         elapsed = time.monotonic() - started
     finally:
         spark.stop()
-    print(f"wrote {args.rows} rows to {args.queue} (run {args.run_id}) in {elapsed:.1f} s")
+    where = f"{args.queue} (run {args.run_id}) in {elapsed:.1f} s"
+    if replay:
+        print(f"wrote nothing new to {where}: this run id was committed before")
+    elif args.foreach_partition:
+        # No commit mark on this path: the broker ACKs a row it already holds as a
+        # success, so "new" cannot be told from "already there" here.
+        print(
+            f"sent {args.rows} rows to {where}; those this run id wrote within the "
+            "dedup window were not added again"
+        )
+    else:
+        print(f"wrote {args.rows} rows to {where}")
     return 0
 
 

@@ -231,7 +231,7 @@ def test_a_duplicate_key_in_a_partition_fails_the_job_with_a_clear_error(
         df.foreachPartition(sink)
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(330)
 def test_example_writes_a_dataframe_through_the_proxy(
     broker: BrokerProcess, proxy: ProxyProcess
 ) -> None:
@@ -259,6 +259,11 @@ def test_example_writes_a_dataframe_through_the_proxy(
     done = subprocess.run(command, capture_output=True, text=True, timeout=150, env=env)
     assert done.returncode == 0, f"spark_sink.py exited {done.returncode}:\n{done.stderr}"
     assert f"wrote 5000 rows to {uri} (run example-1)" in done.stdout
+    # The same run id again: nothing is added, and the summary says so.
+    again = subprocess.run(command, capture_output=True, text=True, timeout=150, env=env)
+    assert again.returncode == 0, f"spark_sink.py exited {again.returncode}:\n{again.stderr}"
+    assert f"wrote nothing new to {uri} (run example-1)" in again.stdout
+    assert "wrote 5000 rows" not in again.stdout
     messages = drain_messages(broker.address, uri, 5000)
     assert len(messages) == 5000
     assert len({json.loads(m.payload)["order_id"] for m in messages}) == 5000
