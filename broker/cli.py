@@ -195,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.redis_retry,
         metavar="SECONDS",
         help="Redis store: how long an outage is retried before PUTs fail with STORE_ERROR "
+        "(a PUT sent to Redis unanswered is retried until Redis answers) "
         "(default: %(default)s)",
     )
     parser.add_argument(

@@ -71,7 +71,8 @@ class BrokerConfig:
     redis_min_replicas: int = 0
     """Redis store: each PUT waits for ``WAIT N`` replicas; fewer in time: ACK UNKNOWN."""
     redis_retry: float = 30.0
-    """Redis store: seconds an outage is retried before PUTs fail with STORE_ERROR."""
+    """Redis store: seconds an outage is retried before PUTs fail with STORE_ERROR
+    (a PUT sent to Redis and not answered is retried until Redis answers: ``puts``)."""
     redis_lease: float = 3.0
     """Redis store: seconds a node may deliver after its last lease renewal; its peers
     reclaim its deliveries no sooner than a third of that later (``lease``)."""

@@ -17,7 +17,8 @@ the same queues: a consumer on node B gets what a producer posted on node A. The
 - ``spec``: a ``--store redis...`` value parsed (without importing redis-py, which a
   memory or sqlite broker never loads); ``client``: redis-py (with hiredis), TLS and
   Sentinel, the retry of Redis outages (up to ``--redis-retry`` seconds, then
-  STORE_ERROR) and ``WAIT`` for replicas;
+  STORE_ERROR, unless a PUT reached Redis unanswered: ``puts``) and ``WAIT`` for
+  replicas;
 - ``registry`` and ``queues``: the queues as the broker's sessions see them (the same
   calls as the in-memory ones: ``holdfast.broker.interfaces``); ``puts``: the PUT path;
 - ``policies``: every node's copy of the queue policies kept in Redis;

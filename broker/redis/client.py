@@ -1,8 +1,11 @@
 """redis-py for the store: connecting, the scripts, Redis outages and replicas.
 
 A Redis outage is retried with back-off for up to ``retry_window`` seconds (30 by
-default, ``--redis-retry``); past it the call raises ``StoreError`` and the PUTs it
-carried are ACKed STORE_ERROR. A script whose reply was lost with its connection may
+default, ``--redis-retry``); past it the call raises ``StoreError``, or
+``UnansweredError`` when some attempt was sent and never answered: that one may have
+run, or may still run (a Redis stopped with SIGSTOP runs what waits in its sockets
+when it resumes), so its outcome is unknown, never a failure (``puts`` re-sends such
+a PUT until Redis answers). A script whose reply was lost with its connection may
 have run, and is retried: PUT is deduplicated by GUID, moves are guarded by their
 markers, confirms, requeues and delays act only on what is still where they expect
 it, and a claim, expiry or settle repeated under its token answers what it took
@@ -41,7 +44,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 from redis.sentinel import Sentinel as SyncSentinel
 
-from holdfast.broker.redis.held import HeldConnections
+from holdfast.broker.redis.held import HeldConnections, NoReplyError, NotSentError
 from holdfast.broker.redis.lease_scripts import FENCED
 from holdfast.broker.redis.packing import use_hiredis
 from holdfast.broker.redis.script import Script, ScriptCall
@@ -75,6 +78,23 @@ the subscriber's connection and the pipelines."""
 
 class FencedError(StoreError):
     """A delivery script refused to act: this node's lease had lapsed (``lease``)."""
+
+
+class UnansweredError(StoreError):
+    """A call failed for its whole retry window after at least one attempt reached
+    Redis unanswered: that attempt may have run (or run later), so what the call did is
+    unknown."""
+
+
+def _may_have_run(error: Exception) -> bool:
+    """Whether a failed attempt may have reached Redis. The held connections know
+    (``held``); redis-py's own paths (a cluster, the ``WAIT`` pipeline) say so only in
+    their messages, and anything but a failure to connect counts as sent."""
+    if isinstance(error, NoReplyError):
+        return True
+    if isinstance(error, NotSentError):
+        return False
+    return "connecting" not in str(error)
 
 
 def _tls_options(spec: RedisSpec, tls: RedisTls | None) -> dict[str, Any]:
@@ -141,23 +161,38 @@ class RedisClient:
         host, port = self.spec.nodes[0]
         return f"{host}:{port}"
 
-    async def call(self, what: str, make: Callable[[], Awaitable[T]]) -> T:
-        """Run ``make()`` against Redis, retrying an outage for ``retry_window`` seconds
-        with back-off; then ``StoreError``."""
-        deadline = time.monotonic() + self.retry_window
+    async def call(
+        self,
+        what: str,
+        make: Callable[[], Awaitable[T]],
+        *,
+        deadline: float | None = None,
+        unanswered: bool = False,
+    ) -> T:
+        """Run ``make()`` against Redis, retrying an outage with back-off until
+        ``deadline`` (monotonic; by default ``retry_window`` from now); then
+        ``StoreError``, or ``UnansweredError`` if an attempt (or, with ``unanswered``,
+        an earlier call) reached Redis without a reply."""
+        started = time.monotonic()
+        if deadline is None:
+            deadline = started + self.retry_window
         delay = RETRY_INITIAL
         warned = False
+
+        def failed(message: str) -> StoreError:
+            kind = UnansweredError if unanswered else StoreError
+            return kind(f"redis store {self.where}: {what}{message}")
+
         while True:
             self.round_trips += 1
             try:
                 async with self._in_flight:
                     return await make()
             except (RedisConnectionError, RedisTimeoutError, OSError) as error:
+                unanswered = unanswered or _may_have_run(error)
                 if time.monotonic() + delay > deadline:
-                    raise StoreError(
-                        f"redis store {self.where}: {what} failed for {self.retry_window:g} s: "
-                        f"{error}"
-                    ) from None
+                    elapsed = time.monotonic() - started
+                    raise failed(f" failed for {elapsed:.3g} s: {error}") from None
                 if not warned:
                     log.warning("redis store %s unreachable (%s); retrying", self.where, error)
                     warned = True
@@ -172,9 +207,9 @@ class RedisClient:
                     continue
                 if str(error).startswith(FENCED):
                     raise FencedError(f"redis store {self.where}: {what}: {error}") from None
-                raise StoreError(f"redis store {self.where}: {what}: {error}") from None
+                raise failed(f": {error}") from None
             except RedisError as error:
-                raise StoreError(f"redis store {self.where}: {what}: {error}") from None
+                raise failed(f": {error}") from None
 
     def _registered(self, script: Script) -> Any:
         """redis-py's handle of ``script`` on this client: its SHA for ``run``, and the
@@ -184,10 +219,12 @@ class RedisClient:
             registered = self._scripts[script.name] = self.redis.register_script(script.lua)
         return registered
 
-    async def run(self, call: ScriptCall) -> Any:
-        """Run a script call (its module's layout function made it) with retries. A
-        Redis that restarted has forgotten the scripts (NOSCRIPT): the call is sent
-        again with the script's text."""
+    async def run(
+        self, call: ScriptCall, *, deadline: float | None = None, unanswered: bool = False
+    ) -> Any:
+        """Run a script call (its module's layout function made it) with retries (as
+        ``call``). A Redis that restarted has forgotten the scripts (NOSCRIPT): the
+        call is sent again with the script's text."""
         script = self._registered(call.script)
 
         async def run() -> Any:
@@ -198,7 +235,7 @@ class RedisClient:
                 # EVAL sends it whole, on the same connection, and Redis keeps it.
                 return await self.send_script("EVAL", script.script, call.keys, call.args)
 
-        return await self.call(call.script.name, run)
+        return await self.call(call.script.name, run, deadline=deadline, unanswered=unanswered)
 
     async def send_script(
         self, command: str, script: str, keys: Sequence[Any], args: Sequence[Any]
@@ -220,12 +257,15 @@ class RedisClient:
             return await self.redis.execute_command(*args)
         return await held.execute(*args)
 
-    async def run_replicated(self, call: ScriptCall) -> tuple[Any, bool]:
-        """Run a script call that stores (a PUT, a stage or a commit); with
-        ``min_replicas``, ``WAIT`` for them on the same connection, in one pipeline.
-        Returns the script's reply, and whether enough replicas confirmed it."""
+    async def run_replicated(
+        self, call: ScriptCall, *, deadline: float | None = None, unanswered: bool = False
+    ) -> tuple[Any, bool]:
+        """Run a script call that stores (a PUT, a stage or a commit), with retries (as
+        ``call``); with ``min_replicas``, ``WAIT`` for them on the same connection, in
+        one pipeline. Returns the script's reply, and whether enough replicas confirmed
+        it."""
         if not self.min_replicas:
-            return await self.run(call), True
+            return await self.run(call, deadline=deadline, unanswered=unanswered), True
         script = self._registered(call.script)
         timeout_ms = round(self.replica_timeout * 1000)
 
@@ -238,7 +278,9 @@ class RedisClient:
             result: list[Any] = await pipe.execute()
             return result
 
-        reply, acked = await self.call(call.script.name, run_and_wait)
+        reply, acked = await self.call(
+            call.script.name, run_and_wait, deadline=deadline, unanswered=unanswered
+        )
         return reply, int(acked) >= self.min_replicas
 
     def connect_sync(self, timeout: float) -> Any:
@@ -270,4 +312,11 @@ class RedisClient:
         await self.redis.aclose()
 
 
-__all__ = ["DEFAULT_RETRY_WINDOW", "FencedError", "RedisClient", "RedisSpec", "parse_redis_spec"]
+__all__ = [
+    "DEFAULT_RETRY_WINDOW",
+    "FencedError",
+    "RedisClient",
+    "RedisSpec",
+    "UnansweredError",
+    "parse_redis_spec",
+]

@@ -19,8 +19,13 @@ argument 147 -> 83 us of CPU. Their ``socket_timeout`` is off and one
 Task. A connection whose exchange did not finish (a timeout, a lost link, a
 cancelled call) is disconnected before it is used again, so no reply is ever read by
 the wrong call; an error reply (``ResponseError``: NOSCRIPT, BUSY, a fenced node)
-leaves it in step. ``RedisClient.call`` still judges outages and retries, and bounds
-how many calls are in flight, which bounds how many connections are held.
+leaves it in step. A failure says whether the command may have reached Redis
+(``NoReplyError``: it may have run, and may yet run, as a Redis stopped with
+SIGSTOP runs what waits in its sockets once it resumes) or surely did not
+(``NotSentError``: connecting failed, or Redis had closed the idle connection before
+the send); the PUT path answers the two differently (``puts``). ``RedisClient.call``
+still judges outages and retries, and bounds how many calls are in flight, which
+bounds how many connections are held.
 """
 
 from __future__ import annotations
@@ -29,8 +34,17 @@ import asyncio
 from typing import Any
 
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+
+class NoReplyError(RedisConnectionError, RedisTimeoutError):
+    """A command was sent (wholly or in part) and no reply came: it may have run."""
+
+
+class NotSentError(RedisConnectionError):
+    """A command failed before any of it was sent: it did not run."""
 
 
 class HeldConnections:
@@ -51,25 +65,40 @@ class HeldConnections:
 
     async def execute(self, *args: Any) -> Any:
         """Send one command and return its reply, as redis-py parses it; an error reply
-        raises its ``ResponseError``, a lost link ``ConnectionError``, no reply within
-        ``timeout`` redis-py's ``TimeoutError``."""
+        raises its ``ResponseError``; a failure once the command was sent (no reply
+        within ``timeout``, a lost link) ``NoReplyError``, one before ``NotSentError``."""
         idle = self._idle
         connection = idle.pop() if idle else self._make()
+        sent = False
         try:
             async with asyncio.timeout(self.timeout):
+                if connection.is_connected and await connection.can_read():
+                    # Unread bytes or an end of stream on an idle connection: Redis
+                    # closed it (a restart, a kill) or it is out of step. Sent on it,
+                    # a command could not run, yet its failure would look like a lost
+                    # reply; a new connection tells the two apart.
+                    await connection.disconnect(nowait=True)
                 if not connection.is_connected:
                     # ``connect`` itself: ``send_command`` would connect without the
                     # subclass's ``connect``, and a Sentinel-managed connection would
                     # reach the default host:port instead of the primary the Sentinels
                     # name (redis-py 8.1; measured: a different Redis on this host).
                     await connection.connect()  # type: ignore[no-untyped-call]
+                sent = True
                 await connection.send_command(*args, check_health=False)
                 reply = await connection.read_response()
         except ResponseError:
             raise  # the error reply was read whole: the connection is in step
         except TimeoutError:
             await connection.disconnect(nowait=True)
-            raise RedisTimeoutError(f"no reply from Redis within {self.timeout:g} s") from None
+            if sent:
+                raise NoReplyError(f"no reply from Redis within {self.timeout:g} s") from None
+            raise NotSentError(f"could not connect to Redis within {self.timeout:g} s") from None
+        except (RedisConnectionError, OSError) as error:
+            await connection.disconnect(nowait=True)
+            if sent:
+                raise NoReplyError(f"the connection to Redis was lost: {error}") from None
+            raise NotSentError(str(error)) from None
         except BaseException:
             await connection.disconnect(nowait=True)
             raise
@@ -92,4 +121,4 @@ class HeldConnections:
         self._idle.clear()
 
 
-__all__ = ["HeldConnections"]
+__all__ = ["HeldConnections", "NoReplyError", "NotSentError"]

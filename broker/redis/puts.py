@@ -4,7 +4,14 @@ order. A queue whose policy redirects has its PUTs stored in the target instead.
 
 A PUT is ACKed SUCCESS only once its script returned (and, with
 ``--redis-min-replicas``, once ``WAIT`` confirmed it; else UNKNOWN); until then it
-counts as STORE_ERROR, so nothing that goes wrong can ACK it SUCCESS.
+counts as STORE_ERROR, so nothing that goes wrong can ACK it SUCCESS. STORE_ERROR
+promises the PUT was not enqueued (the client may post it again), so it is only given
+when no attempt reached Redis. Once one was sent and not answered (a timeout: Redis
+stalled, or the link), the script may have run, or may run later: the PUTs are held
+and the same call (same arguments) is sent again until Redis answers. The script
+deduplicates by GUID, so the answer is the PUTs' true outcome (SUCCESS if the lost
+attempt stored them). A PUT still unanswered when it reaches the dedup window's age
+(where a client stops vouching for it too) is ACKed UNKNOWN.
 """
 
 from __future__ import annotations
@@ -12,18 +19,22 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from holdfast.broker.consumers import QueueHandle
 from holdfast.broker.dedup import content_digest
 from holdfast.broker.redis import put_scripts
+from holdfast.broker.redis.client import UnansweredError
 from holdfast.broker.redis.durable import promote
 from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.redis.losses import AckJournal
 from holdfast.broker.redis.put_scripts import PUT_REPLAYED, PUT_STORED, PutArgs
 from holdfast.broker.redis.queues import RedisQueue
 from holdfast.broker.redis.registry import RedisRegistry
+from holdfast.broker.redis.script import ScriptCall
 from holdfast.broker.store import StoreError
 from holdfast.broker.writer import Writer
 from holdfast.proto import pb
@@ -117,7 +128,14 @@ class RedisPutPipeline:
         try:
             for uri, items in by_queue.items():
                 redirect = registry.policies.effective(uri).redirect
-                statuses = await self._put(redirect or uri, [put for _, put in items])
+
+                def unanswered(items: list[tuple[int, PutRow]] = items) -> None:
+                    # If this task ends before Redis answers, the ACK must not say
+                    # STORE_ERROR: the PUTs may be in the queue.
+                    for index, put in items:
+                        acks[index] = (put.queue_id, put.guid, pb.STATUS_UNKNOWN)
+
+                statuses = await self._put(redirect or uri, [put for _, put in items], unanswered)
                 queue = registry.get(uri)
                 stored = 0
                 for (index, put), status in zip(items, statuses, strict=True):
@@ -133,10 +151,15 @@ class RedisPutPipeline:
                 spans.finished(acks)
             outbox.acks_ready(group)
 
-    async def _put(self, uri: str, puts: list[PutRow]) -> list[pb.Status]:
+    async def _put(
+        self, uri: str, puts: list[PutRow], unanswered: Callable[[], None] = lambda: None
+    ) -> list[pb.Status]:
         registry = self._registry
         policy = registry.policies.effective(uri)
         now = registry.now_ms()
+        # Past this the PUTs are older than the dedup window: a client no longer
+        # vouches for them either (contract, rule 4).
+        hold_until = time.monotonic() + (self._max_age_ms - max(p.age_ms for p in puts)) / 1000
         latest_pickup = 0
         rows: list[PutArgs] = []
         for row in puts:
@@ -167,7 +190,10 @@ class RedisPutPipeline:
         )
         try:
             await registry.list_queue(uri)
-            raw, replicated = await registry.client.run_replicated(call)
+            ran = await self._run(uri, call, hold_until, unanswered)
+            if ran is None:
+                return [pb.STATUS_UNKNOWN] * len(puts)
+            raw, replicated = ran
             reply = put_scripts.put_reply(raw)
             registry.seqs.saw(uri, reply.seq)
         except StoreError as error:
@@ -192,6 +218,28 @@ class RedisPutPipeline:
             # (``consumers_changed``) waits for the node's poll (``nodes.POLL``).
             registry.wake(uri)
         return statuses
+
+    async def _run(
+        self, uri: str, call: ScriptCall, hold_until: float, unanswered: Callable[[], None]
+    ) -> tuple[Any, bool] | None:
+        """``run_replicated``; if an attempt reached Redis unanswered, the same call
+        again until Redis answers (``None`` if it has not by ``hold_until``). A
+        ``StoreError`` means no attempt reached Redis."""
+        client = self._registry.client
+        try:
+            return await client.run_replicated(call)
+        except UnansweredError as error:
+            unanswered()
+            log.warning(
+                "%s: a PUT script sent to Redis got no reply (%s); sending it again until"
+                " Redis answers, for up to %.0f s",
+                *(uri, error, max(0.0, hold_until - time.monotonic())),
+            )
+        try:
+            return await client.run_replicated(call, deadline=hold_until, unanswered=True)
+        except StoreError as error:  # UnansweredError: the first attempt may have run
+            log.error("%s: PUTs ACKed UNKNOWN, Redis never answered: %s", uri, error)
+            return None
 
     async def _after_wait(
         self, uri: str, puts: list[PutRow], raw: list[int], replicated: bool
