@@ -79,6 +79,7 @@ class Session(ContractStream, Generic[Q]):
             request.write,
             self._queues.get(request.uri) is None,
             self.session_id,
+            request.for_client,
         )
         if refusal is not None:
             self.respond(request.request_id, *refusal)

@@ -266,16 +266,18 @@ class ServerFrames(_message.Message):
     def __init__(self, frames: _Optional[_Iterable[_Union[ServerFrame, _Mapping]]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("protocol_version", "client_id", "client_name", "accepts_batches")
+    __slots__ = ("protocol_version", "client_id", "client_name", "accepts_batches", "relays_clients")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_NAME_FIELD_NUMBER: _ClassVar[int]
     ACCEPTS_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    RELAYS_CLIENTS_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     client_id: str
     client_name: str
     accepts_batches: bool
-    def __init__(self, protocol_version: _Optional[int] = ..., client_id: _Optional[str] = ..., client_name: _Optional[str] = ..., accepts_batches: _Optional[bool] = ...) -> None: ...
+    relays_clients: bool
+    def __init__(self, protocol_version: _Optional[int] = ..., client_id: _Optional[str] = ..., client_name: _Optional[str] = ..., accepts_batches: _Optional[bool] = ..., relays_clients: _Optional[bool] = ...) -> None: ...
 
 class HelloReply(_message.Message):
     __slots__ = ("protocol_version", "session_id", "dedup_window_ms", "max_payload_bytes", "max_properties", "max_properties_bytes", "broker_id", "accepts_batches")
@@ -306,20 +308,22 @@ class QueueOptions(_message.Message):
     def __init__(self, max_unconfirmed_messages: _Optional[int] = ..., max_unconfirmed_bytes: _Optional[int] = ...) -> None: ...
 
 class OpenQueue(_message.Message):
-    __slots__ = ("request_id", "queue_id", "uri", "read", "write", "options")
+    __slots__ = ("request_id", "queue_id", "uri", "read", "write", "options", "for_client")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     URI_FIELD_NUMBER: _ClassVar[int]
     READ_FIELD_NUMBER: _ClassVar[int]
     WRITE_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    FOR_CLIENT_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     queue_id: int
     uri: str
     read: bool
     write: bool
     options: QueueOptions
-    def __init__(self, request_id: _Optional[int] = ..., queue_id: _Optional[int] = ..., uri: _Optional[str] = ..., read: _Optional[bool] = ..., write: _Optional[bool] = ..., options: _Optional[_Union[QueueOptions, _Mapping]] = ...) -> None: ...
+    for_client: str
+    def __init__(self, request_id: _Optional[int] = ..., queue_id: _Optional[int] = ..., uri: _Optional[str] = ..., read: _Optional[bool] = ..., write: _Optional[bool] = ..., options: _Optional[_Union[QueueOptions, _Mapping]] = ..., for_client: _Optional[str] = ...) -> None: ...
 
 class ConfigureQueue(_message.Message):
     __slots__ = ("request_id", "queue_id", "options")

@@ -135,8 +135,8 @@ class ClientSession(ContractStream):
             self.respond(request.request_id, error.status, error.message)
             return
         self.guard.open_queues = len(self._handles)
-        # The broker sees the proxy's own token: the proxy checks its clients' (creating
-        # a queue is limited per token at the broker, for all of the proxy's clients).
+        # The broker sees the proxy's own token: the proxy checks its clients' (the
+        # broker counts the queues an open creates against the client it names).
         refusal = self.guard.check_open(
             parse_queue_uri(request.uri).domain, request.read, request.write, False, self.session_id
         )
@@ -180,6 +180,9 @@ class ClientSession(ContractStream):
                 options=options,
                 on_message=functools.partial(self._on_push, handle) if request.read else None,
                 timeout=self._config.request_timeout,
+                # The broker counts the queues this open creates against the client,
+                # not against all of the proxy's clients together.
+                for_client=self.guard.owner(self.session_id),
             )
         except HoldfastError as error:
             if self._handles.get(handle.queue_id) is handle:

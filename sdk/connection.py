@@ -41,6 +41,7 @@ class Connection:
         counters: StatsCounters,
         client_id: str,
         client_name: str,
+        relays_clients: bool = False,
     ) -> None:
         self._link = link
         self._puts = puts
@@ -52,6 +53,9 @@ class Connection:
         self._counters = counters
         self._client_id = client_id
         self._client_name = client_name
+        # A proxy says so: the broker then limits its session as a proxy's, not a
+        # client's (if its token may be a proxy's).
+        self._relays_clients = relays_clients
         self.generation = 0
         """Counts connections; frames and deliveries of older connections are stale."""
         self.address = ""
@@ -88,6 +92,7 @@ class Connection:
             client_id=self._client_id,
             client_name=self._client_name,
             accepts_batches=True,
+            relays_clients=self._relays_clients,
         )
         self._outbound.add_frame(pb.ClientFrame(hello=hello))
         return self.generation

@@ -24,8 +24,7 @@ The rules (``docs/contract.md``, whose last table says where each lives): 1
 ``Outcomes.acks`` reports each once (``HISTORY_FULL`` is retried by ``tick``); 4
 ``restore``: reopen in open order, then retransmit in post order, PUTs past the
 window reported UNKNOWN; 5 ``Consumer.confirm_wire`` refuses a stale or disconnected
-CONFIRM; 6 ``QueueTable.close_locally``; 7 ``admit_post``; a PUT's age travels with
-it (``relay`` back-dates, ``frames.encode`` stamps ``Put.age_ms``).
+CONFIRM; 6 ``QueueTable.close_locally``; 7 ``admit_post``; a PUT's age travels (``relay``).
 """
 
 from __future__ import annotations
@@ -61,10 +60,9 @@ from holdfast.sdk.types import Ack, AckStatus, Message, Settler
 class SessionEngine:
     """The client session state machine. Not thread-safe: the shell serialises calls.
 
-    With ``wire_acks`` (the proxy, which relays outcomes to its own clients) PUT
-    outcomes are not ``Ack`` callbacks: ``take_wire_acks()`` hands them over as
-    ``(GUID bytes, wire status)`` pairs, in the order they were decided, and no
-    ``on_ack`` is called. Same rules, without a ``UUID`` and an ``Ack`` per message.
+    With ``wire_acks`` (the proxy, which relays outcomes to its own clients, and says
+    so in Hello) PUT outcomes are not ``Ack`` callbacks: ``take_wire_acks()`` hands
+    them over as ``(GUID bytes, wire status)`` pairs, in the order they were decided.
     With ``wire_pushes`` a queue's ``on_message`` gets a frame's PUSHes by runs of one
     queue as ``WirePushes`` (the PUSHes as read and their connection generation),
     settled by ``confirm_wire`` or ``confirm_run``. A broker's refusal (another protocol
@@ -148,6 +146,7 @@ class SessionEngine:
             self._counters,
             client_id,
             client_name,
+            wire_acks,
         )
         self._consumer = Consumer(
             self._link,
@@ -296,10 +295,11 @@ class SessionEngine:
         options: QueueOptions,
         on_message: Callable[[Message], Any] | Callable[[WirePushes], Any] | None,
         on_ack: Callable[[Ack], Any] | None,
+        for_client: str = "",
     ) -> tuple[QueueRecord, int]:
         """Start opening a queue; return its record and the request id to wait on."""
         self._check_usable()
-        record = {"read": read, "write": write, "options": options}
+        record = {"read": read, "write": write, "options": options, "for_client": for_client}
         callbacks = {"on_message": on_message, "on_ack": on_ack}
         return self._queues.open(uri, record | callbacks, connected=self.connected)
 

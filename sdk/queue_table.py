@@ -37,6 +37,8 @@ class QueueRecord:
     """Takes each PUSH as a ``Message``, or runs of them as ``WirePushes`` in
     ``wire_pushes`` mode."""
     on_ack: Callable[[Ack], Any] | None
+    for_client: str = ""
+    """A proxy's: which of its clients the handle is for (``OpenQueue.for_client``)."""
     state: QueueState = QueueState.OPENING
     ever_opened: bool = False
     waiters: list[int] = field(default_factory=list)
@@ -184,6 +186,7 @@ class QueueTable:
                     read=queue.read,
                     write=queue.write,
                     options=wire_options(queue.options),
+                    for_client=queue.for_client,
                 )
             )
         )

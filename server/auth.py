@@ -7,8 +7,10 @@ The file is JSON::
 
 ``read`` and ``write`` list the domains (``hf://<domain>/...``) the token may consume
 from and post to; ``"*"`` means every domain. ``admin`` allows the admin service
-(``holdfast`` command). Without ``--auth-file`` nothing is checked (local
-development).
+(``holdfast`` command). The optional ``"proxy": true`` marks the token of a proxy: a
+session with it whose Hello says it relays clients is limited as one proxy
+(``holdfast.server.guard``), not as one client. Without ``--auth-file`` nothing is
+checked (local development).
 
 Clients send their token as gRPC metadata, ``authorization: Bearer <token>``, on the
 session stream and on unary calls alike. A missing or unknown token ends the session
@@ -43,6 +45,8 @@ class Grant:
     read: frozenset[str]
     write: frozenset[str]
     admin: bool = False
+    proxy: bool = False
+    """The token may carry a proxy's clients (the proxy limits each of them itself)."""
 
     def can_read(self, domain: str) -> bool:
         """Whether the token may consume from queues of ``domain``."""
@@ -106,15 +110,14 @@ def _entry(entry: Any, where: str) -> tuple[str, Grant]:
         raise AuthFileError(f"{where}: token must be a string of 8-{MAX_TOKEN_BYTES} characters")
     if not isinstance(name, str) or not name:
         raise AuthFileError(f"{where}: name must be a non-empty string")
-    admin = entry.get("admin", False)
-    if not isinstance(admin, bool):
-        raise AuthFileError(f"{where}: admin must be true or false")
-    unknown = set(entry) - {"token", "name", "read", "write", "admin"}
+    admin, proxy = entry.get("admin", False), entry.get("proxy", False)
+    if not isinstance(admin, bool) or not isinstance(proxy, bool):
+        raise AuthFileError(f"{where}: admin and proxy must be true or false")
+    unknown = set(entry) - {"token", "name", "read", "write", "admin", "proxy"}
     if unknown:
         raise AuthFileError(f"{where}: unknown fields {', '.join(sorted(unknown))}")
-    return token, Grant(
-        name, _domains(entry.get("read", []), where), _domains(entry.get("write", []), where), admin
-    )
+    read, write = _domains(entry.get("read", []), where), _domains(entry.get("write", []), where)
+    return token, Grant(name, read, write, admin, proxy)
 
 
 def _domains(value: Any, where: str) -> frozenset[str]:

@@ -9,7 +9,14 @@ counts what the session does:
   Hello arrives; opening a queue for read needs ``read`` on its domain, for write
   ``write`` (``PERMISSION_DENIED`` for that request only);
 - open queues per session and new queues per minute per token (per session without
-  an auth file): ``LIMIT_EXCEEDED`` for that open;
+  an auth file): ``LIMIT_EXCEEDED`` for that open. A proxy's session carries all its
+  clients' opens, so a session whose Hello says it relays clients
+  (``relays_clients``) and whose token may (``"proxy": true``; any session without an
+  auth file) is limited per client instead: the proxy limits each client's open
+  queues itself, and names the client of each open (``OpenQueue.for_client``), whose
+  new queues the broker counts apart, at the client rate. On top, the proxy bounds
+  (open queues per proxy session, new queues a minute per proxy token) keep one proxy
+  from exhausting the broker;
 - frames per second per session: past the rate the session's frames are not read
   until its budget refills (gRPC flow control pushes back on the client), and the
   client is told once per second with a non-fatal ``LIMIT_EXCEEDED`` error;
@@ -33,7 +40,10 @@ from holdfast.proto.credentials import bearer_token
 from holdfast.proto.validate import Invalid, parse_queue_uri
 from holdfast.server.auth import Authorizer, Grant
 
-ANONYMOUS = Grant("anonymous", frozenset({"*"}), frozenset({"*"}), admin=True)
+MAX_BUCKETS = 10_000
+"""New-queue buckets kept before the full ones (as good as new) are dropped."""
+
+ANONYMOUS = Grant("anonymous", frozenset({"*"}), frozenset({"*"}), admin=True, proxy=True)
 """Everyone's grant on a server without ``--auth-file``."""
 
 
@@ -49,6 +59,11 @@ class SessionLimits:
     """Client frames one session may send per second (a frame carries many PUTs)."""
     confirm_errors_per_second: int = 100
     """Refused CONFIRMs (and REJECTs) per second before a session is ended."""
+    proxy_max_open_queues: int = 100_000
+    """Queue handles one proxy's session (all its clients together) may hold open."""
+    proxy_new_queues_per_minute: int = 60_000
+    """Queues one proxy token (one proxy session, without an auth file) may create per
+    minute for all its clients together."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -56,6 +71,8 @@ class SessionLimits:
             "new_queues_per_minute",
             "frames_per_second",
             "confirm_errors_per_second",
+            "proxy_max_open_queues",
+            "proxy_new_queues_per_minute",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
@@ -72,6 +89,11 @@ class Bucket:
         self._clock = clock
         self._level = burst
         self._stamp = clock()
+
+    def full(self) -> bool:
+        """Whether the bucket holds its whole burst (as a new one would)."""
+        self._refill()
+        return self._level >= self.burst
 
     def take(self, amount: float = 1.0) -> bool:
         """Take ``amount`` if the bucket holds it."""
@@ -104,20 +126,33 @@ class ServerGuard:
         self.authorizer = authorizer
         self.limits = limits or SessionLimits()
         self._clock = clock
-        self._new_queues: dict[str, Bucket] = {}
+        self._new_queues: dict[tuple[str, ...], Bucket] = {}
 
     def session(self, token: str | None) -> SessionGuard:
         """The guard of a session that presented ``token`` (None: none)."""
         grant = ANONYMOUS if self.authorizer is None else self.authorizer.authenticate(token)
         return SessionGuard(self, grant, token is not None)
 
-    def new_queue_bucket(self, owner: str) -> Bucket:
-        """The new-queues-per-minute bucket of a token (or a session)."""
-        bucket = self._new_queues.get(owner)
+    def new_queue_bucket(self, *owner: str, proxy: bool = False) -> Bucket:
+        """The new-queues-per-minute bucket of a token (or a session), or of a proxy's
+        client (``proxy token, client``); ``proxy``: the proxy's own, at the proxy rate."""
+        key = ("proxy" if proxy else "client" if len(owner) > 1 else "token", *owner)
+        bucket = self._new_queues.get(key)
         if bucket is None:
-            per_minute = self.limits.new_queues_per_minute
-            bucket = self._new_queues[owner] = Bucket(per_minute / 60, per_minute, self._clock)
+            limits = self.limits
+            per_minute = (
+                limits.proxy_new_queues_per_minute if proxy else limits.new_queues_per_minute
+            )
+            if len(self._new_queues) >= MAX_BUCKETS:
+                self._forget_full_buckets()
+            bucket = self._new_queues[key] = Bucket(per_minute / 60, per_minute, self._clock)
         return bucket
+
+    def _forget_full_buckets(self) -> None:
+        # A full bucket is a new one: dropping it changes no decision, and keeps one
+        # bucket per session ever seen (without an auth file) from growing for good.
+        for key in [key for key, bucket in self._new_queues.items() if bucket.full()]:
+            del self._new_queues[key]
 
     def clock(self) -> float:
         """The guard's clock."""
@@ -140,6 +175,15 @@ class SessionGuard:
         self._told_at = -1.0
         self.open_queues = 0
         """Queue handles this session holds open (kept by the stream)."""
+        self.relays = False
+        """The session is a proxy's, limited by the proxy bounds (``relaying``)."""
+
+    def relaying(self, claimed: bool) -> bool:
+        """The client's Hello says whether it relays other clients (``claimed``): a
+        proxy's session is limited by the proxy bounds if its token may be a proxy's.
+        False when the claim is not granted (the session keeps a client's limits)."""
+        self.relays = claimed and self.grant is not None and self.grant.proxy
+        return self.relays or not claimed
 
     def refusal(self) -> str | None:
         """Why the session may not start (no or an unknown token), or None."""
@@ -148,11 +192,18 @@ class SessionGuard:
         return "a token is required" if not self._presented else "the token is not valid"
 
     def check_open(
-        self, domain: str, read: bool, write: bool, creates: bool, session_id: str
+        self,
+        domain: str,
+        read: bool,
+        write: bool,
+        creates: bool,
+        session_id: str,
+        for_client: str = "",
     ) -> tuple[pb.Status, str] | None:
         """Why an open of a queue of ``domain`` is refused, or None. ``creates``: the
-        queue does not exist yet. Checks permissions before looking at anything else,
-        so a refusal says nothing about which queues exist."""
+        queue does not exist yet; ``for_client``: the proxy's client it is for (a
+        relaying session's). Checks permissions before looking at anything else, so a
+        refusal says nothing about which queues exist."""
         grant = self.grant
         assert grant is not None  # a session without a grant never gets this far
         if read and not grant.can_read(domain):
@@ -165,19 +216,42 @@ class SessionGuard:
                 pb.STATUS_PERMISSION_DENIED,
                 f"token {grant.name!r} may not write domain {domain!r}",
             )
-        limits = self._server.limits
-        if self.open_queues >= limits.max_open_queues:
+        limits, relays = self._server.limits, self.relays
+        if self.open_queues >= (limits.proxy_max_open_queues if relays else limits.max_open_queues):
+            whose = "this proxy's session" if relays else "this session"
             return (
                 pb.STATUS_LIMIT_EXCEEDED,
-                f"this session holds {self.open_queues} open queues, the limit",
+                f"{whose} holds {self.open_queues} open queues, the limit",
             )
-        owner = grant.name if self._server.authorizer is not None else session_id
-        if creates and not self._server.new_queue_bucket(owner).take():
+        if not creates:
+            return None
+        if relays and for_client:
+            client = self._server.new_queue_bucket(self.owner(session_id), for_client)
+            if not client.take():
+                return (
+                    pb.STATUS_LIMIT_EXCEEDED,
+                    f"more than {limits.new_queues_per_minute} new queues a minute",
+                )
+        if not self._new_queue(session_id):
             return (
                 pb.STATUS_LIMIT_EXCEEDED,
-                f"more than {limits.new_queues_per_minute} new queues a minute",
+                f"more than {self._new_queues_per_minute()} new queues a minute",
             )
         return None
+
+    def owner(self, session_id: str) -> str:
+        """Whom this session's new queues count against: its token (by name), or the
+        session itself without an auth file."""
+        grant = self.grant
+        return grant.name if grant is not None and self._server.authorizer else session_id
+
+    def _new_queue(self, session_id: str) -> bool:
+        """Take one new queue from the budget of this session's token (or session)."""
+        return self._server.new_queue_bucket(self.owner(session_id), proxy=self.relays).take()
+
+    def _new_queues_per_minute(self) -> int:
+        limits = self.limits
+        return limits.proxy_new_queues_per_minute if self.relays else limits.new_queues_per_minute
 
     def check_write(self, domain: str, what: str) -> tuple[pb.Status, str] | None:
         """Why a write into ``domain`` made for this session (``what``: a dead-letter
@@ -208,13 +282,10 @@ class SessionGuard:
         refusal = self.check_write(domain, f"the dead-letter notice to {notify}")
         if refusal is not None or exists is not False:
             return refusal
-        owner = (
-            self.grant.name if self.grant is not None and self._server.authorizer else session_id
-        )
-        if not self._server.new_queue_bucket(owner).take():
+        if not self._new_queue(session_id):
             return (
                 pb.STATUS_LIMIT_EXCEEDED,
-                f"more than {self._server.limits.new_queues_per_minute} new queues a minute "
+                f"more than {self._new_queues_per_minute()} new queues a minute "
                 f"(the dead-letter notice to {notify} would create one)",
             )
         return None

@@ -105,6 +105,8 @@ def add_security_flags(parser: argparse.ArgumentParser) -> None:
         ("new-queues-per-minute", "new queues per token (per session without tokens)"),
         ("frames-per-second", "client frames per session; past it reading pauses"),
         ("confirm-errors-per-second", "refused CONFIRMs per session before it is ended"),
+        ("proxy-max-open-queues", "queue handles per proxy session, its clients together"),
+        ("proxy-new-queues-per-minute", "new queues per proxy token, its clients together"),
     ):
         default = getattr(limits, name.replace("-", "_"))
         parser.add_argument(
@@ -140,6 +142,8 @@ def security_from_args(args: argparse.Namespace) -> ServerSecurity:
             new_queues_per_minute=int(args.new_queues_per_minute),
             frames_per_second=int(args.frames_per_second),
             confirm_errors_per_second=int(args.confirm_errors_per_second),
+            proxy_max_open_queues=int(args.proxy_max_open_queues),
+            proxy_new_queues_per_minute=int(args.proxy_new_queues_per_minute),
         ),
     )
 

@@ -340,6 +340,12 @@ class ContractStream(Answers, ABC):
         self._peer_batches = hello.accepts_batches
         self.client_id = hello.client_id
         self.client_name = hello.client_name
+        if not self.guard.relaying(hello.relays_clients):
+            log.warning(
+                'session %s relays clients, but its token may not (no "proxy": true): '
+                "it is limited as one client",
+                self.session_id,
+            )
         self.greet(hello)
         log.info(
             "session %s started: client %r %s at %s",

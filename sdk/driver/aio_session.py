@@ -91,11 +91,19 @@ class AsyncEngineSession:
         on_message: Callable[[Message], Any] | Callable[[WirePushes], Any] | None,
         timeout: float,
         on_ack: Callable[[Ack], Any] | None = None,
+        for_client: str = "",
     ) -> QueueRecord:
         """Open a queue; buffered until the broker is reachable. ``RequestTimeoutError``
-        after ``timeout`` seconds (the open is then given up)."""
+        after ``timeout`` seconds (the open is then given up). ``for_client``: a proxy's
+        client the handle is for."""
         record, request_id = self.engine.open_queue(
-            uri, read=read, write=write, options=options, on_message=on_message, on_ack=on_ack
+            uri,
+            read=read,
+            write=write,
+            options=options,
+            on_message=on_message,
+            on_ack=on_ack,
+            for_client=for_client,
         )
         try:
             await self.driver.wait_request(request_id, timeout, f"opening {uri}")

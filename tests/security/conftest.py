@@ -14,13 +14,16 @@ import trustme
 from tests.support.processes import BrokerProcess
 
 
-def _grant(name: str, read: list[str], write: list[str], admin: bool = False) -> dict[str, Any]:
+def _grant(
+    name: str, read: list[str], write: list[str], admin: bool = False, proxy: bool = False
+) -> dict[str, Any]:
     return {
         "token": f"{name}-token-0001",
         "name": name,
         "read": read,
         "write": write,
         "admin": admin,
+        "proxy": proxy,
     }
 
 
@@ -29,7 +32,7 @@ TOKENS = {
     "reader": _grant("reader", ["orders"], []),
     "writer": _grant("writer", ["orders"], ["orders"]),
     "billing": _grant("billing", ["billing"], ["billing"]),
-    "proxy": _grant("proxy", ["*"], ["*"]),
+    "proxy": _grant("proxy", ["*"], ["*"], proxy=True),
 }
 
 

@@ -58,9 +58,10 @@ class WireClient:
 
     With ``receive=False`` nothing reads the stream: a client that stops reading, so
     that gRPC flow control pushes back on the server (``recv`` then times out).
+    ``token`` goes as ``authorization: Bearer`` metadata, like the SDK's.
     """
 
-    def __init__(self, address: str, receive: bool = True) -> None:
+    def __init__(self, address: str, receive: bool = True, token: str | None = None) -> None:
         self.address = address
         self._channel = grpc.insecure_channel(
             address,
@@ -81,7 +82,8 @@ class WireClient:
         self._next_request_id = 1
         self.hello_reply: pb.HelloReply | None = None
         """What the server answered to ``hello()``."""
-        self._call = method(self._requests())
+        metadata = None if token is None else (("authorization", f"Bearer {token}"),)
+        self._call = method(self._requests(), metadata=metadata)
         self._receiver = threading.Thread(target=self._receive, daemon=True)
         if receive:
             self._receiver.start()
@@ -224,10 +226,12 @@ class WireClient:
         client_name: str = "tests.support.wire_client",
         timeout: float = DEFAULT_TIMEOUT,
         accepts_batches: bool = False,
+        relays_clients: bool = False,
     ) -> pb.HelloReply:
         """Send Hello and return the HelloReply (``accepts_batches``: the server may
-        then send ``ServerFrames``, which ``recv`` hands back as they are)."""
-        self.send_hello(protocol_version, client_id, client_name, accepts_batches)
+        then send ``ServerFrames``, which ``recv`` hands back as they are;
+        ``relays_clients``: this client says it is a proxy)."""
+        self.send_hello(protocol_version, client_id, client_name, accepts_batches, relays_clients)
         reply: pb.HelloReply = self.recv("hello_reply", timeout).hello_reply
         self.hello_reply = reply
         return reply
@@ -238,6 +242,7 @@ class WireClient:
         client_id: str = "wire-client",
         client_name: str = "tests.support.wire_client",
         accepts_batches: bool = False,
+        relays_clients: bool = False,
     ) -> None:
         """Send Hello without waiting for the answer."""
         hello = pb.Hello(
@@ -245,6 +250,7 @@ class WireClient:
             client_id=client_id,
             client_name=client_name,
             accepts_batches=accepts_batches,
+            relays_clients=relays_clients,
         )
         self.send(pb.ClientFrame(hello=hello))
 
