@@ -37,11 +37,15 @@ from typing import Any
 
 from holdfast.proto import pb
 from holdfast.proto.credentials import bearer_token
+from holdfast.proto.policy import is_template
 from holdfast.proto.validate import Invalid, parse_queue_uri
 from holdfast.server.auth import Authorizer, Grant
 
 MAX_BUCKETS = 10_000
 """New-queue buckets kept before the full ones (as good as new) are dropped."""
+
+Refusal = tuple[pb.Status, str]
+"""A typed status and its one line of explanation."""
 
 ANONYMOUS = Grant("anonymous", frozenset({"*"}), frozenset({"*"}), admin=True, proxy=True)
 """Everyone's grant on a server without ``--auth-file``."""
@@ -323,8 +327,18 @@ def unary_refusal(
     """Why a unary call (commit marks, admin) is refused for the token in its metadata,
     or None: UNAUTHENTICATED without a valid token, PERMISSION_DENIED without ``admin``
     (for an admin call) or without read/write on ``uri``'s domain."""
+    grant = unary_grant(guard, context, admin)
+    if not isinstance(grant, Grant):
+        return grant
+    return None if uri is None else domain_refusal(grant, uri, write)
+
+
+def unary_grant(guard: ServerGuard, context: Any, admin: bool = False) -> Grant | Refusal:
+    """The grant of the token in a unary call's metadata (``ANONYMOUS`` without an auth
+    file), or why the call is refused: UNAUTHENTICATED without a valid token,
+    PERMISSION_DENIED without ``admin`` for an admin call."""
     if guard.authorizer is None:
-        return None
+        return ANONYMOUS
     metadata = getattr(context, "invocation_metadata", None)
     session = guard.session(bearer_token(metadata() if metadata is not None else None))
     refusal = session.refusal()
@@ -334,16 +348,22 @@ def unary_refusal(
     assert grant is not None
     if admin and not grant.admin:
         return pb.STATUS_PERMISSION_DENIED, f"token {grant.name!r} is not an admin token"
-    if uri is not None:
-        try:
-            domain = parse_queue_uri(uri).domain
-        except Invalid:
-            return None  # the call itself answers INVALID_ARGUMENT
-        allowed = grant.can_write(domain) if write else grant.can_read(domain)
-        if not allowed:
-            verb = "write" if write else "read"
-            return pb.STATUS_PERMISSION_DENIED, f"token {grant.name!r} may not {verb} {domain!r}"
-    return None
+    return grant
+
+
+def domain_refusal(grant: Grant, uri: str, write: bool) -> Refusal | None:
+    """Why ``grant`` may not read (``write``: write) the queue ``uri`` or the queues of
+    the template ``uri`` (``hf://d/prefix*``), or None; None for an invalid URI too,
+    which the call itself answers with INVALID_ARGUMENT."""
+    try:
+        domain = parse_queue_uri(uri[:-1] if is_template(uri) else uri).domain
+    except Invalid:
+        return None
+    allowed = grant.can_write(domain) if write else grant.can_read(domain)
+    if allowed:
+        return None
+    verb = "write" if write else "read"
+    return pb.STATUS_PERMISSION_DENIED, f"token {grant.name!r} may not {verb} {domain!r}"
 
 
 async def pause(seconds: float) -> None:
@@ -354,9 +374,12 @@ async def pause(seconds: float) -> None:
 __all__ = [
     "ANONYMOUS",
     "Bucket",
+    "Refusal",
     "ServerGuard",
     "SessionGuard",
     "SessionLimits",
+    "domain_refusal",
     "pause",
+    "unary_grant",
     "unary_refusal",
 ]

@@ -1,13 +1,14 @@
 """No write outside a token's domains by any path, on every store, directly and through
 the proxy: a dead-letter notice (``x-dead-letter-notify``) and a redirect are writes the
 broker makes for the client, checked against the client's token when it PUTs; a notice
-that would create a queue counts against the token's new-queues-a-minute limit."""
+that would create a queue counts against the token's new-queues-a-minute limit. An
+admin token acts only on the domains it may read or write."""
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
@@ -31,6 +32,7 @@ TOKENS = {
     "evil-token": {"name": "evil", "read": ["evil"], "write": ["evil"], "admin": False},
     "victim-token": {"name": "victim", "read": ["victim"], "write": ["victim"], "admin": False},
     "admin-token": {"name": "ops", "read": ["*"], "write": ["*"], "admin": True},
+    "evil-admin-token": {"name": "evil-ops", "read": ["evil"], "write": ["evil"], "admin": True},
 }
 NEW_QUEUES_PER_MINUTE = 20
 """Enough for the tests before the limit test (which runs last and spends it)."""
@@ -174,3 +176,37 @@ def test_a_staged_row_with_a_notice_into_a_domain_the_token_may_not_write_is_ref
     assert peek(world, uri) == []
     world.time.advance(5)
     assert peek(world, victim) == []
+
+
+def test_an_admin_token_acts_only_on_its_own_domains(secured_direct: World) -> None:
+    world = secured_direct
+    own = "hf://evil/" + world.uri("own").rsplit("/", 1)[1]
+    victim = "hf://victim/" + world.uri("target").rsplit("/", 1)[1]
+    with world.session(options=as_token("victim-token")) as session:
+        assert post_and_wait(session, victim, b"victim's") is AckStatus.SUCCESS
+    with world.session(options=as_token("evil-token")) as session:
+        assert post_and_wait(session, own, b"evil's") is AckStatus.SUCCESS
+    with AdminClient(world.broker.address, token="evil-admin-token") as admin:
+        refused: list[Callable[[], object]] = [
+            lambda: admin.peek(victim),
+            lambda: admin.stats(victim),
+            lambda: admin.policy(victim),
+            lambda: admin.purge(victim),
+            lambda: admin.delete(victim),
+            lambda: admin.replay_dead_letters(victim),
+            lambda: admin.set_policy(victim, QueuePolicy(max_deliveries=2)),
+            lambda: admin.set_policy("hf://victim/any*", QueuePolicy(max_deliveries=2)),
+            # A policy of its own queue that would send messages into another domain.
+            lambda: admin.set_policy(own, QueuePolicy(dead_letter=victim)),
+            lambda: admin.set_policy(own, QueuePolicy(redirect=victim)),
+        ]
+        for call in refused:
+            with pytest.raises(PermissionDeniedError, match="'victim'"):
+                call()
+        listed = {queue.uri for queue in admin.queues()}
+        assert own in listed
+        assert all(uri.startswith("hf://evil/") for uri in listed)
+        assert [m.payload for m in admin.peek(own)] == [b"evil's"]
+        admin.set_policy(own, QueuePolicy(max_deliveries=2))
+    assert [m.payload for m in peek(world, victim)] == [b"victim's"]
+    assert victim in {queue.uri for queue in world.admin.queues()}  # "*": every domain
