@@ -72,9 +72,9 @@ class AdminBackend(Protocol):
         """The policy in force at a queue or template."""
         ...
 
-    async def replay(self, uri: str) -> tuple[int, list[str]]:
-        """Move a dead-letter queue's messages back; returns how many and the problems
-        of those left in place."""
+    async def replay(self, uri: str, may_write: Callable[[str], bool]) -> tuple[int, list[str]]:
+        """Move a dead-letter queue's messages back into the domains ``may_write``
+        allows; returns how many and the problems of those left in place."""
         ...
 
 
@@ -162,7 +162,8 @@ class AdminService:
         """Move every ready message of a dead-letter queue back to its original queue,
         once each."""
         parse_queue_uri(request.uri)
-        count, problems = await self._backend.replay(request.uri)
+        # A dead letter goes back only into a domain the replaying token may write.
+        count, problems = await self._backend.replay(request.uri, grant.can_write)
         text = ""
         if problems:
             text = f"{len(problems)} messages left in place: " + "; ".join(list(problems)[:5])

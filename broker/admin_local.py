@@ -65,11 +65,11 @@ class LocalAdmin:
             raise Invalid(pb.STATUS_NOT_FOUND, f"no queue or template {uri} on this broker")
         return policy
 
-    async def replay(self, uri: str) -> tuple[int, list[str]]:
+    async def replay(self, uri: str, may_write: Callable[[str], bool]) -> tuple[int, list[str]]:
         """Move every ready message of a dead-letter queue back to its original queue
-        (the removal and the copy commit together)."""
+        (the removal and the copy commit together), if ``may_write`` its domain."""
         queue = self._find(uri)
-        moving, problems = self._queues.graveyard.replay(queue)
+        moving, problems = self._queues.graveyard.replay(queue, may_write)
         await self._queues.graveyard.wait()
         # A move the store refused put its messages back (logged): not counted.
         moved = [message for message in moving if message.guid not in queue.live]

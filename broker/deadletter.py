@@ -50,6 +50,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _SPENT = frozenset((PICKUP_TTL, DEAD_LETTER_NOTIFY))
+
+
+def _anywhere(domain: str) -> bool:
+    return True
+
+
 DEATH_PROPERTIES = (DEATH_REASON, ORIGINAL_URI, DELIVERY_COUNT)
 """The properties a move to a dead-letter queue adds (and a replay removes)."""
 
@@ -97,21 +103,25 @@ class Graveyard:
         batch.messages = copies
         self._move(queue, [m for m, _ in dead], copies, batch)
 
-    def replay(self, dead_letters: Queue) -> tuple[list[StoredMessage], list[str]]:
+    def replay(
+        self, dead_letters: Queue, may_write: Callable[[str], bool] = _anywhere
+    ) -> tuple[list[StoredMessage], list[str]]:
         """Take every ready message of a dead-letter queue and start moving each back to
         its ``x-original-uri`` (under its GUID, its delivery count reset, the death
         properties removed). Returns the messages moving and the problems of those
-        left in place (no or a bad ``x-original-uri``); ``wait`` for the move."""
+        left in place (no or a bad ``x-original-uri``, or one in a domain that
+        ``may_write`` refuses: the replaying token's); ``wait`` for the move."""
         taken = dead_letters.take_ready()
         moving: list[StoredMessage] = []
         stay: list[StoredMessage] = []
         problems: list[str] = []
         for message in taken:
-            if replayable(message):
+            problem = replay_problem(message, may_write)
+            if problem is None:
                 moving.append(message)
             else:
                 stay.append(message)
-                problems.append(f"{message.guid.hex()}: no valid {ORIGINAL_URI}")
+                problems.append(problem)
         if stay:
             dead_letters.requeue_front(stay)
         now = self._clock()
@@ -239,17 +249,23 @@ def dead_copies(
     return copies
 
 
-def replayable(message: StoredMessage) -> bool:
-    """Whether a dead letter names a valid queue to go back to."""
+def replay_problem(
+    message: StoredMessage, may_write: Callable[[str], bool] = _anywhere
+) -> str | None:
+    """Why a dead letter cannot go back to its ``x-original-uri`` (none or an invalid
+    one, or a domain ``may_write`` refuses), or None."""
+    origin = message.properties.get(ORIGINAL_URI)
     try:
-        parse_queue_uri(message.properties.get(ORIGINAL_URI))
+        domain = parse_queue_uri(origin).domain
     except Invalid:
-        return False
-    return True
+        return f"{message.guid.hex()}: no valid {ORIGINAL_URI}"
+    if not may_write(domain):
+        return f"{message.guid.hex()}: the token may not write domain {domain!r} ({origin})"
+    return None
 
 
 def replay_copy(message: StoredMessage, now: float) -> StoredMessage:
-    """A dead letter as it goes back to its ``x-original-uri`` (check ``replayable``
+    """A dead letter as it goes back to its ``x-original-uri`` (check ``replay_problem``
     first): same GUID and digest, delivery count reset, death properties removed."""
     properties = {k: v for k, v in message.properties.items() if k not in DEATH_PROPERTIES}
     return StoredMessage(
@@ -263,4 +279,4 @@ def replay_copy(message: StoredMessage, now: float) -> StoredMessage:
     )
 
 
-__all__ = ["DEATH_PROPERTIES", "Graveyard", "dead_copies", "replay_copy", "replayable"]
+__all__ = ["DEATH_PROPERTIES", "Graveyard", "dead_copies", "replay_copy", "replay_problem"]

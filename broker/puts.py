@@ -56,11 +56,10 @@ from holdfast.broker.store import (
     StoreBatch,
     StoredMessage,
 )
-from holdfast.broker.writer import Writer
+from holdfast.broker.writer import DERIVED, Writer
 from holdfast.proto import pb
 from holdfast.proto.columns import PutColumns
 from holdfast.proto.limits import Limits
-from holdfast.proto.policy import DEAD_LETTER_NOTIFY
 from holdfast.proto.validate import put_status
 from holdfast.server.outbox import AckEntry, AckGroup, Outbox
 from holdfast.server.spans import AcceptSpans
@@ -159,8 +158,8 @@ class PutPipeline:
                     all_properties.get(index, no_properties) if all_properties else no_properties
                 )
                 status = put_status(guid, payload, properties, limits)
-                if status == _OK and properties and DEAD_LETTER_NOTIFY in properties:
-                    status = writer.notify_status(properties[DEAD_LETTER_NOTIFY], self._queues)
+                if status == _OK and properties and not DERIVED.isdisjoint(properties):
+                    status = writer.derived_status(properties, self._queues)
                 if status == _OK:
                     queue = handle.queue
                     if queue is not last_queue:

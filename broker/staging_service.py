@@ -54,11 +54,10 @@ from holdfast.broker.staging import (
 from holdfast.broker.staging_file import StagingFile
 from holdfast.broker.store import CommitRecord, StoreError
 from holdfast.broker.stores import parse_store_spec
-from holdfast.broker.writer import Writer
+from holdfast.broker.writer import DERIVED, Writer
 from holdfast.proto import pb
 from holdfast.proto.columns import PutColumns
 from holdfast.proto.credentials import bearer_token
-from holdfast.proto.policy import DEAD_LETTER_NOTIFY
 from holdfast.proto.staged_rows import read_staged
 from holdfast.proto.validate import Invalid, parse_queue_uri, put_status
 from holdfast.server.guard import ServerGuard, unary_refusal
@@ -208,21 +207,23 @@ class StagingService:
     def _invalid_notices(
         self, rows: list[StagedRow], context: Any, redis: RedisStaging
     ) -> pb.StagingReply | None:
-        """A row naming a dead-letter notice queue its token may not write is refused
-        when it is staged (on a Redis store the commit's script publishes it unchecked)."""
+        """A row naming a dead-letter notice queue (or an ``x-original-uri``) its token may
+        not write is refused when it is staged (on a Redis store the commit's script
+        publishes it unchecked)."""
         metadata = getattr(context, "invocation_metadata", None)
         writer = Writer(
             self._guard.session(bearer_token(metadata() if metadata is not None else None)),
             "staging",
         )
         for put in rows:
-            if DEAD_LETTER_NOTIFY in put.properties:
-                status = writer.notify_status(put.properties[DEAD_LETTER_NOTIFY], redis.registry)
+            if not DERIVED.isdisjoint(put.properties):
+                status = writer.derived_status(put.properties, redis.registry)
                 if status != pb.STATUS_OK:
+                    named = {k: v[:100] for k, v in put.properties.items() if k in DERIVED}
                     return pb.StagingReply(
                         status=status,
-                        message=f"row {put.guid.hex()[:32]}: its dead-letter notice queue "
-                        f"{put.properties[DEAD_LETTER_NOTIFY][:100]}: {pb.Status.Name(status)}",
+                        message=f"row {put.guid.hex()[:32]}: a queue it names {named}: "
+                        f"{pb.Status.Name(status)}",
                     )
         return None
 

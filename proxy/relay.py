@@ -3,7 +3,8 @@
 Each PUT keeps its GUID and age upstream (so the broker's dedup works end to end and no
 hop restarts the age). A PUT the proxy can judge itself is answered at once with a typed
 ACK: a handle that is not open or not writable, a
-dead-letter notice into a domain the client's token may not write. A GUID pending
+dead-letter notice or an ``x-original-uri`` (where a ``dlq replay`` would write the
+message) in a domain the client's token may not write. A GUID pending
 upstream already is judged by queue and content, as the broker would judge it
 (``Relayed``): the same PUT joins it, other content is a CONFLICT, another queue waits
 in ``Routes`` until the pending PUT has its outcome.
@@ -20,7 +21,7 @@ from itertools import groupby
 
 from holdfast.proto import pb
 from holdfast.proto.columns import PutColumns
-from holdfast.proto.policy import DEAD_LETTER_NOTIFY
+from holdfast.proto.policy import DEAD_LETTER_NOTIFY, ORIGINAL_URI
 from holdfast.proxy.budget import PUT_BOOKKEEPING_BYTES
 from holdfast.proxy.routes import ClientHandle, ParkedPut, Routes
 from holdfast.proxy.upstream import Upstream
@@ -54,8 +55,9 @@ class PutRelay:
 
         A frame goes by runs of one queue (``_relay_run``: one call into the engine, one
         route insertion, one budget charge per run); a run the engine will not take
-        whole, or one naming a dead-letter notice the client's token may not write, PUT
-        by PUT (``_relay_each``), with the same outcome for every PUT."""
+        whole, or one naming a queue the client's token may not write (a dead-letter
+        notice, an ``x-original-uri``), PUT by PUT (``_relay_each``), with the same
+        outcome for every PUT."""
         now = time.monotonic()
         relayed = charged = start = 0
         for queue_id, run in groupby(puts.queue_ids):
@@ -91,7 +93,7 @@ class PutRelay:
             ages_ms = puts.ages_ms[start:end]
             if properties:  # by index in the run
                 properties = {i - start: p for i, p in properties.items() if start <= i < end}
-        if properties and self._refuses_a_notice(properties):
+        if properties and self._refuses_a_named_queue(properties):
             return self._relay_each(puts, handles, range(start, end), now)
         try:
             whole = self._upstream.engine.relay_run(
@@ -109,13 +111,18 @@ class PutRelay:
         self._routes.add_run(guids, self._route_key, queue_id, charges)
         return len(guids), charge
 
-    def _refuses_a_notice(self, properties: Mapping[int, Mapping[str, str]]) -> bool:
-        """Whether the client's token refuses a dead-letter notice some PUT of a run
-        names (each queue named is checked once: a request/reply caller's requests all
-        name its reply queue); ``_relay_each`` then says which."""
+    def _refuses_a_named_queue(self, properties: Mapping[int, Mapping[str, str]]) -> bool:
+        """Whether the client's token refuses a dead-letter notice or an
+        ``x-original-uri`` some PUT of a run names (each queue named is checked once: a
+        request/reply caller's requests all name its reply queue); ``_relay_each`` then
+        says which."""
         notices = {p[DEAD_LETTER_NOTIFY] for p in properties.values() if DEAD_LETTER_NOTIFY in p}
-        check = self._guard.check_derived_put
-        return any(check(notify, None, self._session_id) is not None for notify in notices)
+        origins = {p[ORIGINAL_URI] for p in properties.values() if ORIGINAL_URI in p}
+        guard = self._guard
+        return any(
+            guard.check_derived_put(notify, None, self._session_id) is not None
+            for notify in notices
+        ) or any(guard.check_original_uri(origin) is not None for origin in origins)
 
     def _relay_each(
         self,
@@ -156,6 +163,10 @@ class PutRelay:
                 # must allow it (the broker counts the queue it may create).
                 notify = put_properties[DEAD_LETTER_NOTIFY]
                 refusal = self._guard.check_derived_put(notify, None, self._session_id)
+                status = refusal[0] if refusal is not None else None
+            if status is None and put_properties and ORIGINAL_URI in put_properties:
+                # A replay of the dead-letter queue would write it there.
+                refusal = self._guard.check_original_uri(put_properties[ORIGINAL_URI])
                 status = refusal[0] if refusal is not None else None
             if status is None:
                 assert handle is not None and handle.upstream is not None

@@ -37,7 +37,7 @@ from typing import Any
 
 from holdfast.proto import pb
 from holdfast.proto.credentials import bearer_token
-from holdfast.proto.policy import is_template
+from holdfast.proto.policy import ORIGINAL_URI, is_template
 from holdfast.proto.validate import Invalid, parse_queue_uri
 from holdfast.server.auth import Authorizer, Grant
 
@@ -293,6 +293,17 @@ class SessionGuard:
                 f"(the dead-letter notice to {notify} would create one)",
             )
         return None
+
+    def check_original_uri(self, uri: str) -> Refusal | None:
+        """Why a PUT naming ``uri`` as its ``x-original-uri`` is refused, or None: a
+        replay of the dead-letter queue it sits in would write it there, so the writer
+        must be allowed to write that domain itself. An invalid URI is not checked (a
+        replay leaves such a message where it is)."""
+        try:
+            domain = parse_queue_uri(uri).domain
+        except Invalid:
+            return None
+        return self.check_write(domain, f"its {ORIGINAL_URI} {uri[:100]}")
 
     def check_read(self, domain: str) -> tuple[pb.Status, str] | None:
         """Why reading ``domain`` (counting its consumers) is refused, or None."""

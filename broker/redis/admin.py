@@ -12,6 +12,7 @@ a PUT from before the delete is still recognised until then).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from holdfast.broker.admin import peeked
@@ -102,11 +103,12 @@ class RedisAdmin:
         await self._require_listed(uri)
         return policies.effective(uri)
 
-    async def replay(self, uri: str) -> tuple[int, list[str]]:
-        """Move every ready message of a dead-letter queue back to its original queue."""
+    async def replay(self, uri: str, may_write: Callable[[str], bool]) -> tuple[int, list[str]]:
+        """Move every ready message of a dead-letter queue back to its original queue,
+        if ``may_write`` its domain."""
         await self._require_listed(uri)
         try:
-            return await self._registry.graveyard.replay(uri)
+            return await self._registry.graveyard.replay(uri, may_write)
         except StoreError as error:
             raise Invalid(
                 pb.STATUS_STORE_ERROR,

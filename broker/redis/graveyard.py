@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
-from holdfast.broker.deadletter import dead_copies, replay_copy, replayable
+from holdfast.broker.deadletter import dead_copies, replay_copy, replay_problem
 from holdfast.broker.redis import move_scripts
 from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.redis.queues import message_meta, parse_message
 from holdfast.broker.redis.script import rows, text
 from holdfast.broker.store import StoredMessage, StoreError
-from holdfast.proto.policy import ORIGINAL_URI
 
 if TYPE_CHECKING:
     from holdfast.broker.redis.registry import RedisRegistry
@@ -99,24 +99,26 @@ class RedisGraveyard:
             await self._finish(uri, items)
         return len(items)
 
-    async def replay(self, uri: str) -> tuple[int, list[str]]:
+    async def replay(self, uri: str, may_write: Callable[[str], bool]) -> tuple[int, list[str]]:
         """Move every ready (and delayed) message of the dead-letter queue ``uri`` back
-        to its ``x-original-uri``. Returns how many moved and the problems of those
-        left in place; raises ``StoreError`` if Redis failed (moves begun are finished
-        by a later sweep, the rest stays in the dead-letter queue)."""
+        to its ``x-original-uri`` (if ``may_write`` its domain). Returns how many moved
+        and the problems of those left in place; raises ``StoreError`` if Redis failed
+        (moves begun are finished by a later sweep, the rest stays in the dead-letter
+        queue)."""
         registry = self._registry
         keys = QueueKeys(uri)
         raw = await registry.client.run(move_scripts.take(keys, now_ms=registry.now_ms()))
         taken = [parse_message(uri, *row) for row in rows(raw, 4)]
-        moving = [message for message in taken if replayable(message)]
-        stay = [message for message in taken if not replayable(message)]
+        problems = [(message, replay_problem(message, may_write)) for message in taken]
+        moving = [message for message, problem in problems if problem is None]
+        stay = [message for message, problem in problems if problem is not None]
         if stay:
             await registry.client.run(
                 move_scripts.stay(keys, guids=[message.guid for message in stay])
             )
         if moving and not await self._finish(uri, [Leaving(m, REPLAY, None) for m in moving]):
             raise StoreError(f"{len(moving)} replays of {uri} were begun and not finished")
-        return len(moving), [f"{m.guid.hex()}: no valid {ORIGINAL_URI}" for m in stay]
+        return len(moving), [problem for _, problem in problems if problem is not None]
 
     async def _finish(self, uri: str, items: list[Leaving]) -> bool:
         """ADD the copies of messages leaving ``uri``, then remove them from it. Says

@@ -36,11 +36,11 @@ from holdfast.broker.redis.queues import RedisQueue
 from holdfast.broker.redis.registry import RedisRegistry
 from holdfast.broker.redis.script import ScriptCall
 from holdfast.broker.store import StoreError
-from holdfast.broker.writer import Writer
+from holdfast.broker.writer import DERIVED, Writer
 from holdfast.proto import pb
 from holdfast.proto.columns import PutColumns, PutRow
 from holdfast.proto.limits import Limits
-from holdfast.proto.policy import DEAD_LETTER_NOTIFY, PICKUP_TTL
+from holdfast.proto.policy import PICKUP_TTL
 from holdfast.proto.validate import put_status
 from holdfast.server.outbox import AckGroup, Outbox
 from holdfast.server.spans import AcceptSpans
@@ -91,8 +91,8 @@ class RedisPutPipeline:
             else:
                 status = put_status(put.guid, put.payload, put.properties, self.limits)
                 properties = put.properties
-                if status == _OK and properties and DEAD_LETTER_NOTIFY in properties:
-                    status = writer.notify_status(properties[DEAD_LETTER_NOTIFY], self._registry)
+                if status == _OK and properties and not DERIVED.isdisjoint(properties):
+                    status = writer.derived_status(properties, self._registry)
                 if status == _OK:
                     redirect = self._registry.policies.effective(handle.queue.uri).redirect
                     if redirect is not None:

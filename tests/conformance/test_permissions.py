@@ -2,7 +2,10 @@
 the proxy: a dead-letter notice (``x-dead-letter-notify``) and a redirect are writes the
 broker makes for the client, checked against the client's token when it PUTs; a notice
 that would create a queue counts against the token's new-queues-a-minute limit. An
-admin token acts only on the domains it may read or write."""
+admin token acts only on the domains it may read or write. A dead letter's
+``x-original-uri`` is where ``dlq replay`` writes it: a PUT naming a domain its token
+may not write is refused, and a replay moves nothing into a domain the replaying token
+may not write."""
 
 from __future__ import annotations
 
@@ -35,7 +38,8 @@ TOKENS = {
     "evil-admin-token": {"name": "evil-ops", "read": ["evil"], "write": ["evil"], "admin": True},
 }
 NEW_QUEUES_PER_MINUTE = 20
-"""Enough for the tests before the limit test (which runs last and spends it)."""
+"""Enough for the tests before the limit test (which spends it: tests after it create
+no queues with the evil token)."""
 
 
 @contextmanager
@@ -134,50 +138,6 @@ def test_a_redirect_into_a_domain_the_token_may_not_write_is_refused(
     assert peek(world, victim) == []
 
 
-def test_notices_that_would_create_queues_count_against_the_token_s_limit(
-    secured: World,
-) -> None:
-    """A PUT whose notice would create a queue past the limit is pushed back, as a full
-    queue is: the SDK keeps it and retries (nothing is lost), and the queues it would
-    create are not created meanwhile."""
-    uri = "hf://evil/" + secured.uri().rsplit("/", 1)[1]
-    acks: list[Ack] = []
-    over = NEW_QUEUES_PER_MINUTE + 5
-    with secured.session(options=as_token("evil-token")) as session:
-        queue = session.open_queue(uri, write=True)
-        for i in range(over):
-            notify = f"hf://evil/{secured.uri('spam').rsplit('/', 1)[1]}-{i}"
-            props = {"x-ttl-ms": "60000", "x-dead-letter-notify": notify}
-            try:
-                queue.post(b"x", properties=props, on_ack=acks.append)
-            except BrokerBusyError:
-                break  # rule 7: the push-back came before the loop ended; this one not taken
-        # At most the limit (and what refills meanwhile: one every 3 s) is taken.
-        assert not session.flush(timeout=1.0)
-        assert 0 < len(acks) <= NEW_QUEUES_PER_MINUTE + 1
-        assert {a.status for a in acks} == {AckStatus.SUCCESS}
-        # What is still pushed back is reported UNKNOWN at close: no 30 s wait here.
-        session.close(timeout=0.1)
-
-
-def test_a_staged_row_with_a_notice_into_a_domain_the_token_may_not_write_is_refused(
-    secured_direct: World,
-) -> None:
-    """Transactional writes too: Redis refuses the row when it is staged, memory and
-    sqlite when the commit publishes it; nothing lands anywhere."""
-    world = secured_direct
-    uri = "hf://evil/" + world.uri().rsplit("/", 1)[1]
-    victim = "hf://victim/" + world.uri("staged").rsplit("/", 1)[1]
-    version = Version([world.address], uri, "app", 0, timeout=15.0, options=as_token("evil-token"))
-    notice = {"x-ttl-ms": "1", "x-dead-letter-notify": victim}
-    with pytest.raises(PermissionDeniedError):
-        stage(version, 0, 0, [(uuid.uuid4().bytes, b"x", notice)])
-        commit(version, {(0, 0): 1}, b"d", 1)
-    assert peek(world, uri) == []
-    world.time.advance(5)
-    assert peek(world, victim) == []
-
-
 def test_an_admin_token_acts_only_on_its_own_domains(secured_direct: World) -> None:
     world = secured_direct
     own = "hf://evil/" + world.uri("own").rsplit("/", 1)[1]
@@ -210,3 +170,87 @@ def test_an_admin_token_acts_only_on_its_own_domains(secured_direct: World) -> N
         admin.set_policy(own, QueuePolicy(max_deliveries=2))
     assert [m.payload for m in peek(world, victim)] == [b"victim's"]
     assert victim in {queue.uri for queue in world.admin.queues()}  # "*": every domain
+
+
+def test_a_put_forging_an_original_uri_in_another_domain_is_refused(secured: World) -> None:
+    """Else an operator's ``dlq replay`` of the writer's own dead-letter queue would
+    write the forged message into the victim's queue (a confused deputy)."""
+    dlq = "hf://evil/" + secured.uri("dlq").rsplit("/", 1)[1]
+    victim = "hf://victim/" + secured.uri("target").rsplit("/", 1)[1]
+    own = "hf://evil/" + secured.uri("origin").rsplit("/", 1)[1]
+    forged = {"x-original-uri": victim, "x-death-reason": "rejected", "x-delivery-count": "1"}
+    with secured.session(options=as_token("evil-token")) as session:
+        assert post_and_wait(session, dlq, b"forged", properties=forged) is (
+            AckStatus.PERMISSION_DENIED
+        )
+        honest = {**forged, "x-original-uri": own}
+        assert post_and_wait(session, dlq, b"own", properties=honest) is AckStatus.SUCCESS
+    assert secured.admin.replay_dead_letters(dlq)[0] == 1
+    assert [m.payload for m in wait_ready(secured, own, 1)] == [b"own"]
+    assert peek(secured, victim) == []
+
+
+def test_a_replay_moves_nothing_into_a_domain_the_replaying_token_may_not_write(
+    secured_direct: World,
+) -> None:
+    world = secured_direct
+    dlq = "hf://evil/" + world.uri("dlq").rsplit("/", 1)[1]
+    victim = "hf://victim/" + world.uri("target").rsplit("/", 1)[1]
+    own = "hf://evil/" + world.uri("origin").rsplit("/", 1)[1]
+    # Written by a token that may write both domains (so the PUT itself is fine).
+    with world.session(options=as_token("admin-token")) as session:
+        for payload, origin in ((b"to victim", victim), (b"to evil", own)):
+            dead = {"x-original-uri": origin, "x-death-reason": "rejected"}
+            assert post_and_wait(session, dlq, payload, properties=dead) is AckStatus.SUCCESS
+    with AdminClient(world.broker.address, token="evil-admin-token") as admin:
+        count, problems = admin.replay_dead_letters(dlq)
+    assert count == 1
+    assert "may not write domain 'victim'" in problems
+    assert [m.payload for m in wait_ready(world, own, 1)] == [b"to evil"]
+    assert [m.payload for m in peek(world, dlq)] == [b"to victim"]
+    assert peek(world, victim) == []
+
+
+def test_notices_that_would_create_queues_count_against_the_token_s_limit(
+    secured: World,
+) -> None:
+    """A PUT whose notice would create a queue past the limit is pushed back, as a full
+    queue is: the SDK keeps it and retries (nothing is lost), and the queues it would
+    create are not created meanwhile."""
+    uri = "hf://evil/" + secured.uri().rsplit("/", 1)[1]
+    acks: list[Ack] = []
+    over = NEW_QUEUES_PER_MINUTE + 5
+    with secured.session(options=as_token("evil-token")) as session:
+        queue = session.open_queue(uri, write=True)
+        for i in range(over):
+            notify = f"hf://evil/{secured.uri('spam').rsplit('/', 1)[1]}-{i}"
+            props = {"x-ttl-ms": "60000", "x-dead-letter-notify": notify}
+            try:
+                queue.post(b"x", properties=props, on_ack=acks.append)
+            except BrokerBusyError:
+                break  # rule 7: the push-back came before the loop ended; this one not taken
+        # At most the limit (and what refills meanwhile: one every 3 s) is taken.
+        assert not session.flush(timeout=1.0)
+        assert 0 < len(acks) <= NEW_QUEUES_PER_MINUTE + 1
+        assert {a.status for a in acks} == {AckStatus.SUCCESS}
+        # What is still pushed back is reported UNKNOWN at close: no 30 s wait here.
+        session.close(timeout=0.1)
+
+
+@pytest.mark.parametrize("named_by", ["x-dead-letter-notify", "x-original-uri"])
+def test_a_staged_row_naming_a_domain_the_token_may_not_write_is_refused(
+    secured_direct: World, named_by: str
+) -> None:
+    """Transactional writes too: Redis refuses the row when it is staged, memory and
+    sqlite when the commit publishes it; nothing lands anywhere."""
+    world = secured_direct
+    uri = "hf://evil/" + world.uri().rsplit("/", 1)[1]
+    victim = "hf://victim/" + world.uri("staged").rsplit("/", 1)[1]
+    version = Version([world.address], uri, "app", 0, timeout=15.0, options=as_token("evil-token"))
+    notice = {"x-ttl-ms": "1", named_by: victim}
+    with pytest.raises(PermissionDeniedError):
+        stage(version, 0, 0, [(uuid.uuid4().bytes, b"x", notice)])
+        commit(version, {(0, 0): 1}, b"d", 1)
+    assert peek(world, uri) == []
+    world.time.advance(5)
+    assert peek(world, victim) == []
