@@ -269,3 +269,34 @@ class GuidHistory:
         self._count -= dropped
         self.budget.held -= dropped
         return dropped
+
+
+class HistoryCover:
+    """The oldest PUT age the history vouches for: the window, except after a restart
+    on a store pruned under a shorter window (the operator raised ``--dedup-window``).
+    Such a store holds only the GUIDs accepted after its last pruned row
+    (``RecoveredState.history_complete_since``); an unknown GUID older than that may
+    have been forgotten, so it is TOO_OLD until the broker's own time has filled the
+    window again. A replay of age ``a`` sent at ``now`` was first accepted no earlier
+    than ``now - a - grace`` (the grace covers its time in flight), so the history
+    holds it when that is after the complete-since time."""
+
+    def __init__(self, window: float, grace: float) -> None:
+        self.window_ms = round(window * 1000)
+        self._grace = grace
+        self._since: float | None = None
+
+    def recovered(self, complete_since: float | None) -> None:
+        """The store's history is complete after ``complete_since`` (None: wholly)."""
+        self._since = complete_since
+
+    def max_age_ms(self, now: float) -> int:
+        """PUTs of unknown GUIDs older than this (ms) at ``now`` are TOO_OLD."""
+        since = self._since
+        if since is None:
+            return self.window_ms
+        covered = int((now - self._grace - since) * 1000)
+        if covered >= self.window_ms:
+            self._since = None  # filled: the window holds from now on
+            return self.window_ms
+        return max(covered, 0)

@@ -44,7 +44,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from operator import itemgetter
 
 from holdfast.broker.accept import accept
-from holdfast.broker.dedup import content_digest
+from holdfast.broker.dedup import DEFAULT_GRACE, HistoryCover, content_digest
 from holdfast.broker.lifecycle import Admission, admit
 from holdfast.broker.queues import Queue, QueueHandle
 from holdfast.broker.registry import QueueRegistry
@@ -93,14 +93,16 @@ class PutPipeline:
         queues: QueueRegistry,
         limits: Limits,
         clock: Callable[[], float] = time.monotonic,
+        grace: float = DEFAULT_GRACE,
     ) -> None:
         self._store = store
         self._queues = queues
         self.limits = limits
         """What every PUT is checked against (``holdfast.proto.validate.put_status``)."""
         self._clock = clock
-        self.max_age_ms = round(limits.dedup_window * 1000)
-        """PUTs of unknown GUIDs older than this (the announced window) are TOO_OLD."""
+        self.cover = HistoryCover(limits.dedup_window, grace)
+        """The age past which a PUT of an unknown GUID is TOO_OLD: the window, or less
+        after a restart on a history pruned under a shorter one."""
         self._budget = queues.budget
         self._tasks: set[asyncio.Task[None]] = set()
         self.acks: Counter[int] = Counter()
@@ -137,7 +139,7 @@ class PutPipeline:
         target: Queue = None  # type: ignore[assignment]  # set with last_queue
         depth_limited = False
         redirect_status = _OK
-        max_age = self.max_age_ms
+        max_age = self.cover.max_age_ms(now)
         budget = self._budget
         # The batch's columns, read once (``holdfast.proto.columns``); properties are
         # looked up only for the PUTs that have them.

@@ -81,7 +81,9 @@ class Broker:
             self.clock,
             config.dedup_grace,
         )
-        self.puts = PutPipeline(self.store, self.queues, config.limits, self.clock)
+        self.puts = PutPipeline(
+            self.store, self.queues, config.limits, self.clock, config.dedup_grace
+        )
         self.redis: RedisBackend | None = None
         """With ``--store redis...``: the queues live in Redis, shared by broker nodes."""
         if parse_store_spec(config.store).kind == "redis":
@@ -194,6 +196,7 @@ class Broker:
         on its event loop."""
         state = self.store.recover()
         self.clock.resume(state.resume_at)
+        self.puts.cover.recovered(state.history_complete_since)
         mark_file = mark_file_for(self.config.store)  # OSError if it cannot be opened
         if mark_file is not None:
             self.marks = MarkBook(mark_file)

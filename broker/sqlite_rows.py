@@ -11,11 +11,13 @@ from typing import Any
 
 from holdfast.broker.sqlite_schema import (
     CLEAR_POLICY,
+    COMPLETE_SINCE,
     DELETE_QUEUE,
     DELIVERY_ROWS,
     FORGET_COMMIT,
     HISTORY_ROWS,
     MESSAGE_ROWS,
+    PRUNED_AT,
     RECORD_COMMIT,
     REMOVED_ROWS,
     SET_POLICY,
@@ -189,24 +191,35 @@ def run_rows(connection: sqlite3.Connection, statement: RowsStatement, values: l
         at += rows
 
 
-def prune_history(connection: sqlite3.Connection, cutoff: float, chunk: int) -> tuple[int, bool]:
+def prune_history(
+    connection: sqlite3.Connection, cutoff: float, chunk: int, now: float | None = None
+) -> tuple[int, bool]:
     """Delete the oldest history rows accepted at or before ``cutoff``, at most
-    ``chunk``. Returns how many, and whether a whole chunk went (more may be waiting)."""
+    ``chunk``. Returns how many, and whether a whole chunk went (more may be waiting).
+    Records what the history still covers (``COMPLETE_SINCE``) and, with ``now``, when
+    (``PRUNED_AT``: the broker's clock resumes no earlier at the next start)."""
     cursor = connection.execute(
         "SELECT rowid, accepted_at FROM history ORDER BY rowid LIMIT ?", (chunk,)
     )
     # Rowid order is acceptance order, so the expired rows are a prefix and the scan
     # stops at the first live one (the broker clock never steps back).
     last = None
+    last_accepted = 0.0
     count = 0
     try:
         for rowid, accepted_at in cursor:
             if accepted_at > cutoff:
                 break
-            last = rowid
+            last, last_accepted = rowid, accepted_at
             count += 1
     finally:
         cursor.close()
     if last is not None:
         connection.execute("DELETE FROM history WHERE rowid <= ?", (last,))
+        # What the history still vouches for: a broker restarted with a longer window
+        # must not take this file for a longer history than it holds.
+        entries = [(COMPLETE_SINCE, last_accepted)]
+        if now is not None:
+            entries.append((PRUNED_AT, now))
+        connection.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", entries)
     return count, count == chunk

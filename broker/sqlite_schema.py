@@ -5,7 +5,9 @@ Schema (version 4, in ``meta``)
 
 ::
 
-    meta(key TEXT PRIMARY KEY, value)                  -- 'schema_version', 'application'
+    meta(key TEXT PRIMARY KEY, value)                  -- 'schema_version', 'application',
+                                                       -- 'history_complete_since',
+                                                       -- 'history_pruned_at'
     queues(id INTEGER PRIMARY KEY, uri TEXT UNIQUE)    -- URI stored once, rows carry the id
     messages(seq INTEGER PRIMARY KEY,                  -- store-wide acceptance order
              queue_id INTEGER, guid BLOB, accepted_at REAL, delivery_count INTEGER,
@@ -73,6 +75,13 @@ SCHEMA_VERSION = 3
 
 APPLICATION = "holdfast-broker"
 """``meta.application``: tells a Holdfast store from any other SQLite file."""
+COMPLETE_SINCE = "history_complete_since"
+"""``meta`` key: the acceptance time (broker clock) of the newest history row pruned,
+so every GUID accepted later is still in the history. Absent: nothing was pruned yet
+(or the store was last written by a version that did not record it)."""
+PRUNED_AT = "history_pruned_at"
+"""``meta`` key: the broker-clock time of that prune. The clock resumes no earlier than
+it, as it resumes no earlier than the newest acceptance time stored."""
 
 BUSY_TIMEOUT = 1.0
 """Seconds to wait for a lock at open (a broker on the same file that is exiting)."""
@@ -299,6 +308,13 @@ def read_state(connection: sqlite3.Connection, path: str, retention: float) -> R
             latest = max(latest, accepted_at)
         (last_history,) = connection.execute("SELECT max(accepted_at) FROM history").fetchone()
         latest = max(latest, last_history or 0.0)
+        meta = dict(
+            connection.execute(
+                "SELECT key, value FROM meta WHERE key IN (?, ?)", (COMPLETE_SINCE, PRUNED_AT)
+            )
+        )
+        complete_since = float(meta[COMPLETE_SINCE]) if COMPLETE_SINCE in meta else None
+        latest = max(latest, float(meta.get(PRUNED_AT, 0.0)))
         # The broker's clock resumes at ``latest``: what the window still covers is measured
         # from there, so downtime (and any wall-clock step during it) ages nothing.
         history = [
@@ -326,7 +342,12 @@ def read_state(connection: sqlite3.Connection, path: str, retention: float) -> R
     except ValueError as error:
         raise StoreError(f"cannot read sqlite store {path}: {error}") from None
     return RecoveredState(
-        queues=queues, history=history, resume_at=latest, policies=policies, commits=commits
+        queues=queues,
+        history=history,
+        resume_at=latest,
+        policies=policies,
+        commits=commits,
+        history_complete_since=complete_since,
     )
 
 

@@ -345,7 +345,8 @@ class SqliteStore:
     def _prune(self, connection: sqlite3.Connection) -> tuple[int, bool]:
         """Delete the oldest history rows past the retention, at most one chunk.
         Returns how many, and whether a whole chunk went (more may be waiting)."""
-        return prune_history(connection, self._clock() - self.retention, self._prune_chunk)
+        now = self._clock()
+        return prune_history(connection, now - self.retention, self._prune_chunk, now)
 
     def _pruned(self, count: int, more: bool) -> None:
         """Account for a committed prune and schedule the next one."""

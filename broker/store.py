@@ -162,6 +162,11 @@ class RecoveredState:
     resume_at: float = 0.0
     """The latest broker-clock time the store persisted: the broker's clock resumes
     from it, so downtime does not age the history."""
+    history_complete_since: float | None = None
+    """Broker-clock time after which every accepted GUID is in ``history`` (what the
+    store pruned before it, under the window it ran with then); None: no limit known.
+    A broker restarted with a longer window vouches only for what this covers, until
+    its own time fills the difference (``PutPipeline``)."""
     policies: Mapping[str, QueuePolicy] = field(default_factory=dict)
     """Queue URI -> the policy an operator set on it."""
     commits: Sequence[CommitRecord] = ()

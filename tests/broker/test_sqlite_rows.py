@@ -253,10 +253,16 @@ def test_a_backlog_of_expired_history_goes_chunk_after_chunk_without_waiting(
 def test_history_accepted_at_the_cutoff_is_pruned_and_after_it_kept() -> None:
     connection = sqlite3.connect(":memory:", isolation_level=None)
     connection.execute("CREATE TABLE history (queue_id, guid, accepted_at, digest)")
+    connection.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID")
     for at in (99.0, 100.0, 101.0):
         connection.execute("INSERT INTO history VALUES (1, ?, ?, 0)", (str(at).encode(), at))
-    assert prune_history(connection, 100.0, 10) == (2, False)
+    assert prune_history(connection, 100.0, 10, now=130.0) == (2, False)
     assert connection.execute("SELECT accepted_at FROM history").fetchall() == [(101.0,)]
+    # What the history still covers, and when it was pruned (the next run resumes there).
+    assert dict(connection.execute("SELECT key, value FROM meta").fetchall()) == {
+        "history_complete_since": 100.0,
+        "history_pruned_at": 130.0,
+    }
 
 
 def test_big_payloads_go_in_statements_of_a_bounded_size(
