@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from holdfast.proto.policy import MAX_TTL
 from holdfast.sdk.admin import DEFAULT_TIMEOUT
-from holdfast.server.cli_support import OneLineParser
+from holdfast.server.cli_support import OneLineParser, whole_number
 from holdfast.server.serve import split_host_port, version_text
 
 DEFAULT_ADDRESS = "127.0.0.1:7700"
@@ -56,16 +56,9 @@ def _positive(text: str) -> float:
     return value
 
 
-def _count(text: str) -> int:
-    """A policy's count (``--max-deliveries``, ``--max-messages``, ``--max-bytes``):
-    checked here so the error names the flag, before anything connects."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer (0 clears it), got {text}")
-    return value
+_count = whole_number(0, " (0 clears it)")
+"""A policy's count (``--max-deliveries``, ``--max-messages``, ``--max-bytes``):
+checked here so the error names the flag, before anything connects."""
 
 
 def _ttl(text: str) -> float:

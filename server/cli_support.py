@@ -10,7 +10,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import NoReturn
 
 from holdfast.server.serve import version_text
@@ -27,6 +27,23 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         top = self.prog.split()[0]
         self.exit(2, f"{self.prog}: error: {message} (see {top} --help)\n")
+
+
+def whole_number(minimum: int, note: str = "") -> Callable[[str], int]:
+    """An argparse ``type`` for a whole number of at least ``minimum``: refused by
+    argparse, the error names the flag (and a ``HOLDFAST_*`` variable's value is checked
+    the same way). ``note`` follows the bound in the error ("(0 clears it)")."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}{note}, got {text}")
+        return value
+
+    return parse
 
 
 def env_name(action: argparse.Action) -> str:

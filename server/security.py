@@ -15,6 +15,7 @@ from pathlib import Path
 import grpc
 
 from holdfast.server.auth import AuthFileError, Authorizer
+from holdfast.server.cli_support import whole_number
 from holdfast.server.guard import ServerGuard, SessionLimits
 
 
@@ -118,16 +119,8 @@ def add_security_flags(parser: argparse.ArgumentParser) -> None:
         )
 
 
-def _at_least_one(text: str) -> int:
-    """A limit flag's value; refused by argparse, so the error names the flag (and the
-    ``HOLDFAST_*`` variable's value is checked the same way)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
+_at_least_one = whole_number(1)
+"""A limit flag's value (``--max-open-queues`` and the like)."""
 
 
 def security_from_args(args: argparse.Namespace) -> ServerSecurity:

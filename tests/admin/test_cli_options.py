@@ -128,7 +128,11 @@ def not_pem(tmp_path: Path) -> str:
         (("queues", "--address", "nowhere"), {}, "--address: expected HOST:PORT"),
         (("queues", "--address", "http://h:1"), {}, "--address: address 'http://h:1' has a URL"),
         (("policy", "set", URI, "--max-deliveries", "-1"), {}, "argument --max-deliveries: must"),
-        (("policy", "set", URI, "--max-bytes", "-1"), {}, "argument --max-bytes: must be a"),
+        (
+            ("policy", "set", URI, "--max-bytes", "-1"),
+            {},
+            "argument --max-bytes: must be >= 0 (0 clears it)",
+        ),
         (("policy", "set", URI, "--ttl", "-5"), {}, "argument --ttl: must be in (0, 315360000]"),
         (("queues",), {"HOLDFAST_ADDRESS": "a:b"}, "$HOLDFAST_ADDRESS: expected HOST:PORT"),
         (("queues",), {"HOLDFAST_BROKER_ADDRESS": "a:b"}, "$HOLDFAST_BROKER_ADDRESS: expected"),
