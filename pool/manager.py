@@ -190,12 +190,7 @@ class PoolManager:
         the workers stop first, so no key has two at once."""
         for loop in self._loops:
             loop.stop()
-        self.leadership.stop()
-        self.driver.close()
-        self.orphans.close()
-        self.start_failures.close()
-        self._session.close(timeout=5)
-        self._admin.close()
+        self._close_parts()
         log.info("pool %s: manager stopped", self.names.uri)
 
     def _abandon(self) -> None:
@@ -205,6 +200,11 @@ class PoolManager:
         with self._events_lock:
             self._held_events = None
             self._quiet = True
+        self._close_parts()
+
+    def _close_parts(self) -> None:
+        """Give the token back, stop the workers, close the sessions: workers first
+        (``driver``), so no key has two at once when the next manager takes over."""
         self.leadership.stop()
         self.driver.close()
         self.orphans.close()
