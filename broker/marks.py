@@ -39,12 +39,10 @@ from typing import Any
 
 from holdfast.broker.stores import parse_store_spec
 from holdfast.proto import pb
+from holdfast.proto.limits import MAX_APP_ID_BYTES
 from holdfast.proto.validate import parse_queue_uri
 
 log = logging.getLogger(__name__)
-
-MAX_APP_ID_BYTES = 1024
-"""Longest application id accepted (a Spark query id plus a batch id fits many times)."""
 
 MAX_DIGEST_BYTES = 64
 """Longest digest accepted (a SHA-512)."""

@@ -23,6 +23,10 @@ from holdfast.proto import PROTOCOL_VERSION, pb
 
 MIB = 1024 * 1024
 
+MAX_APP_ID_BYTES = 1024
+"""Longest application id of a commit mark (a Spark ``runId``; a query id plus a batch
+id fits many times)."""
+
 MAX_REJECT_DELAY_MS = 3_600_000
 """The longest reject delay (an hour): the SDK refuses a longer one, a broker cuts a
 longer one it is sent to this, and a proxy relays at most this."""

@@ -7,9 +7,11 @@ a typo fails the query at once with an ``InvalidArgumentError`` naming the optio
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from holdfast.proto.limits import MAX_APP_ID_BYTES
 from holdfast.proto.validate import parse_queue_uri
 from holdfast.sdk.errors import InvalidArgumentError
 from holdfast.sdk.failover import parse_addresses
@@ -122,7 +124,12 @@ def _common(found: Mapping[str, str]) -> tuple[str, str | None]:
         parse_queue_uri(uri)
     except ValueError as error:
         raise InvalidArgumentError(f"option uri: {error}") from None
-    address = found.get("address") or None
+    address = found.get("address")
+    if address is not None and not address.strip():
+        # Left empty it would mean the local default, which surprises more than it helps.
+        raise InvalidArgumentError(
+            "option address must not be empty (leave it out for the default)"
+        )
     if address is not None:
         address = with_default_port(address)
         parse_addresses(address)
@@ -161,7 +168,7 @@ def _positive(found: Mapping[str, str], name: str, default: float) -> float:
         value = float(text)
     except ValueError:
         raise InvalidArgumentError(f"option {name}: {text[:100]!r} is not a number") from None
-    if value <= 0:
+    if not value > 0:  # NaN too: a timeout of NaN never ran out, and a write hung
         raise InvalidArgumentError(f"option {name} must be > 0, not {text[:100]!r}")
     return value
 
@@ -187,6 +194,11 @@ def parse_write_options(options: Mapping[str, str], columns: Iterable[str]) -> W
     run_id = found.get("runId")
     if run_id is not None and not run_id.strip():
         raise InvalidArgumentError("option runId must not be empty")
+    if run_id is not None and len(run_id.encode()) > MAX_APP_ID_BYTES:
+        # The run id names the commit mark, which the broker keeps to this length.
+        raise InvalidArgumentError(
+            f"option runId is {len(run_id.encode())} bytes; at most {MAX_APP_ID_BYTES}"
+        )
     return WriteOptions(
         uri,
         address,
@@ -202,10 +214,13 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     """Check the read options."""
     found = _lookup(options, READ_OPTIONS)
     uri, address = _common(found)
+    wal_path = found.get("walPath") or None
+    if wal_path is not None and os.path.exists(wal_path) and not os.path.isdir(wal_path):
+        raise InvalidArgumentError(f"option walPath: {wal_path[:200]!r} is a file, not a folder")
     return ReadOptions(
         uri,
         address,
-        found.get("walPath") or None,
+        wal_path,
         _count(found, "maxRowsPerBatch", DEFAULT_MAX_ROWS_PER_BATCH),
         _positive(found, "openTimeout", 30.0),
         _count(found, "walRetention", DEFAULT_WAL_RETENTION),

@@ -89,7 +89,7 @@ class QueueSink:
             object.__setattr__(self, "properties_from", tuple(self.properties_from))
         if str(self.run_id) == "":
             raise InvalidArgumentError("run_id must not be empty: it scopes the GUIDs")
-        if self.flush_timeout <= 0 or self.open_timeout <= 0:
+        if not (self.flush_timeout > 0 and self.open_timeout > 0):  # NaN too
             raise InvalidArgumentError("flush_timeout and open_timeout must be > 0")
 
     def __call__(self, rows: Iterable[Row]) -> None:

@@ -42,6 +42,16 @@ def test_write_options_are_checked_with_clear_errors() -> None:
         parse_write_options({"uri": URI, "flushTimeout": "0"}, ["id"])
     with pytest.raises(InvalidArgumentError, match="runId must not be empty"):
         parse_write_options({"uri": URI, "runId": " "}, ["id"])
+    # NaN is no timeout (a write with it hung for good), and a runId names a commit
+    # mark, which the broker keeps to 1024 bytes (a longer one failed every task).
+    for name in ("flushTimeout", "openTimeout", "commitTimeout"):
+        with pytest.raises(InvalidArgumentError, match=f"{name} must be > 0"):
+            parse_write_options({"uri": URI, name: "nan"}, ["id"])
+    with pytest.raises(InvalidArgumentError, match="runId is 1025 bytes; at most 1024"):
+        parse_write_options({"uri": URI, "runId": "r" * 1025}, ["id"])
+    assert parse_write_options({"uri": URI, "runId": "r" * 1024}, ["id"]).run_id == "r" * 1024
+    with pytest.raises(InvalidArgumentError, match="address must not be empty"):
+        parse_write_options({"uri": URI, "address": " "}, ["id"])
 
 
 def test_an_address_without_a_port_gets_the_sdk_default_port() -> None:
@@ -76,6 +86,16 @@ def test_read_options_are_checked_with_clear_errors() -> None:
         parse_read_options({"uri": URI, "maxRowsPerBatch": "1.5"})
     with pytest.raises(InvalidArgumentError, match="not a number"):
         parse_read_options({"uri": URI, "maxRowsPerBatch": "many"})
+    with pytest.raises(InvalidArgumentError, match="openTimeout must be > 0"):
+        parse_read_options({"uri": URI, "openTimeout": "nan"})
+
+
+def test_a_wal_path_that_is_a_file_is_refused_on_the_driver(tmp_path: Path) -> None:
+    a_file = tmp_path / "wal"
+    a_file.write_text("")
+    with pytest.raises(InvalidArgumentError, match="walPath: .* is a file, not a folder"):
+        parse_read_options({"uri": URI, "walPath": str(a_file)})
+    assert parse_read_options({"uri": URI, "walPath": str(tmp_path)}).wal_path == str(tmp_path)
 
 
 def test_the_batch_digest_ignores_row_order_and_task_split_but_sees_content() -> None:

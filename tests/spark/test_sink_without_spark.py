@@ -177,6 +177,8 @@ def test_sink_arguments_are_checked() -> None:
         QueueSink(URI, run_id="")
     with pytest.raises(InvalidArgumentError, match="flush_timeout"):
         QueueSink(URI, run_id="r", flush_timeout=0)
+    with pytest.raises(InvalidArgumentError, match="flush_timeout"):
+        QueueSink(URI, run_id="r", flush_timeout=float("nan"))  # would never run out
 
 
 def test_write_batch_writes_each_partition_under_the_batch_run_id() -> None:
