@@ -93,7 +93,7 @@ def test_read_options_are_checked_with_clear_errors() -> None:
 def test_a_wal_path_that_is_a_file_is_refused_on_the_driver(tmp_path: Path) -> None:
     a_file = tmp_path / "wal"
     a_file.write_text("")
-    with pytest.raises(InvalidArgumentError, match="walPath: .* is a file, not a folder"):
+    with pytest.raises(InvalidArgumentError, match=r"walPath: .* is a file, not a folder"):
         parse_read_options({"uri": URI, "walPath": str(a_file)})
     assert parse_read_options({"uri": URI, "walPath": str(tmp_path)}).wal_path == str(tmp_path)
 
