@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from holdfast.pool.drivers import DRIVERS, NoopDriver, SubprocessDriver, WorkerGroupDriver
 from holdfast.pool.manager import PoolManager, PoolSettings, PoolStartError
 from holdfast.sdk.errors import HoldfastError
+from holdfast.sdk.poolnames import PoolNames
 from holdfast.server.cli_support import (
     OneLineParser,
     add_common_flags,
@@ -85,6 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     split_host_port(value)
                 except ValueError as error:
                     raise ValueError(f"{flag}: {error}") from None
+        try:
+            PoolNames.of(pool)
+        except HoldfastError as error:
+            raise ValueError(f"--pool: {error}") from None
         settings = PoolSettings(
             address=args.address,
             admin_address=args.admin_address or args.address,

@@ -11,6 +11,7 @@ request/reply caller can route by key without importing the worker side.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 from holdfast.proto.uri import parse_queue_uri
@@ -40,6 +41,10 @@ PROCESSING_TIMEOUT_EXIT = 75
 """The exit status of a worker that ran a request past its processing timeout
 (``EX_TEMPFAIL``): the manager replaces it at once, and counts it."""
 
+_RESERVED = re.compile(r"\.key-|\.(orphans|poison|activity|manager)$")
+"""What a pool's name may not hold: another pool's queue names end that way
+(``hf://d/sim.key-zz`` would be matched by pool ``sim``'s key template)."""
+
 ENVIRONMENT = ("WORKER_ID", "WORKER_KEY", "WORKER_POOL", "WORKER_REQUESTS_QUEUE")
 """What a worker process of a pool finds in its environment."""
 
@@ -63,6 +68,13 @@ class PoolNames:
             raise InvalidArgumentError(
                 f"pool name {parsed.queue[:40]!r}... is over {longest} characters: "
                 "its key queues' names would not fit"
+            )
+        reserved = _RESERVED.search(parsed.queue)
+        if reserved is not None:
+            raise InvalidArgumentError(
+                f"pool name {parsed.queue[:80]!r} holds {reserved.group(0)!r}, which names "
+                "another pool's queues (its key queues, orphans, poison, activity or "
+                "manager queue): the two pools would share them"
             )
         return cls(parsed.domain, parsed.queue)
 

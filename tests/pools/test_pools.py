@@ -176,7 +176,9 @@ def test_bad_command_lines_are_one_line_errors() -> None:
     assert done.returncode == 2 and "invalid queue URI" in done.stderr
     # A URI with a scheme is quoted as typed: only a bare <domain>/<pool> gets hf://.
     done = run("--address", "127.0.0.1:1", "--pool", "hf:/infra/sim", "--driver", "noop")
-    assert done.returncode == 2 and "invalid queue URI 'hf:/infra/sim'" in done.stderr
+    assert done.returncode == 2 and "--pool: invalid queue URI 'hf:/infra/sim'" in done.stderr
+    done = run("--address", "127.0.0.1:1", "--pool", "hf://infra/sim.key-zz", "--driver", "noop")
+    assert done.returncode == 2 and "--pool: pool name 'sim.key-zz' holds '.key-'" in done.stderr
     done = run("--address", "127.0.0.1:1", "--pool", POOL, "--processing-timeout", "0")
     assert done.returncode == 2 and "--processing-timeout" in done.stderr
     # Start-up failures name the flag to look at, in one line, exit code 2.

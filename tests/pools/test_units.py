@@ -115,6 +115,22 @@ def test_keys_are_data_with_a_bound() -> None:
         PoolNames.of("hf://d/" + "p" * 100)
 
 
+@pytest.mark.parametrize(
+    "name", ["sim.key-zz", "sim.key-", "a.key-b.c", "sim.orphans", "sim.poison", "x.manager"]
+)
+def test_a_pool_named_like_another_pool_s_queues_is_refused(name: str) -> None:
+    """``hf://infra/sim.key-zz`` started without error beside pool ``sim``, whose key
+    template matched its queues: its token was redirected to ``sim``'s orphans and
+    its callers' requests expired."""
+    with pytest.raises(InvalidArgumentError, match="names another pool's queues"):
+        PoolNames.of(f"hf://infra/{name}")
+
+
+def test_dots_elsewhere_in_a_pool_name_are_fine() -> None:
+    for name in ("sim.v2", "keys", "sim.keyring", "orphans", "sim.orphans2"):
+        assert PoolNames.of(f"hf://infra/{name}").pool == name
+
+
 def test_a_debounced_activity_never_makes_an_idle_stage_shorter() -> None:
     clock = Clock()
     tracker = PoolTracker(1.0, 1.0, clock, activity_slack=DEBOUNCE)
