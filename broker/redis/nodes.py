@@ -156,7 +156,7 @@ class NodeLife:
         try:
             probe.ping()
         except Exception as error:
-            failure = tls_failure(error)
+            failure = tls_failure(error, has_cert=bool(self.client.tls and self.client.tls.cert))
             if failure is not None:
                 raise StoreError(f"redis store {self.client.where}: {failure}") from None
         finally:

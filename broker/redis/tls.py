@@ -68,10 +68,20 @@ _FAILURES: tuple[tuple[str, str], ...] = (
 """(needle in the SSL error, what it means for a broker), first match wins."""
 
 
-def tls_failure(error: BaseException) -> str | None:
+_CLOSED_IN_HANDSHAKE = ("EOF occurred in violation of protocol", "UNEXPECTED_EOF")
+"""How a TLS 1.3 client may see a server's refusal of a missing client certificate: the
+handshake completes on the client's side, and Redis's alert loses the race with the
+first write, which finds the connection closed (timing decides which the client sees)."""
+
+
+def tls_failure(error: BaseException, has_cert: bool = True) -> str | None:
     """What ``error`` (redis-py's, wrapping an ``ssl.SSLError``) means if it is a TLS
-    failure that no retry can mend (a certificate or configuration problem), else None."""
+    failure that no retry can mend (a certificate or configuration problem), else None.
+    ``has_cert``: whether a client certificate was given (without one, a connection
+    Redis closes during the handshake is its demand for one)."""
     text = str(error)
+    if not has_cert and any(needle in text for needle in _CLOSED_IN_HANDSHAKE):
+        text = "CERTIFICATE_REQUIRED"
     for needle, meaning in _FAILURES:
         if needle in text:
             # OpenSSL's reason ("self-signed certificate in certificate chain") follows.

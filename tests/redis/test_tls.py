@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import trustme
 
+from holdfast.broker.redis.tls import tls_failure
 from holdfast.sdk import Session
 from tests.policies.support import Collector, post_all
 from tests.support.processes import BrokerProcess
@@ -90,3 +91,16 @@ def test_tls_flags_need_a_rediss_store(tmp_path: Path) -> None:
         broker.start()
     broker.close()
     assert "need a rediss:// store" in broker.output
+
+
+def test_a_connection_closed_in_the_handshake_without_a_client_certificate_is_named() -> None:
+    """TLS 1.3: Redis's demand for a client certificate can lose the race with the
+    client's first write, which then finds the connection closed (seen under load:
+    the broker retried it as an outage for 30 s)."""
+    eof = ConnectionError(
+        "Error 8 while writing to socket. EOF occurred in violation of protocol (_ssl.c:2427)."
+    )
+    assert tls_failure(eof, has_cert=False) == (
+        "TLS: Redis requires a client certificate: give --redis-cert and --redis-key"
+    )
+    assert tls_failure(eof, has_cert=True) is None  # then it may be an outage: retried
