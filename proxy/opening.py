@@ -1,14 +1,15 @@
 """Frames a client sent behind an OpenQueue the broker has not answered yet.
 
 The broker takes a client's frames in order and answers an OpenQueue before it reads
-the next frame, so a client may send PUTs (or a ConfigureQueue) for a queue right
-behind its OpenQueue, without waiting for the answer. The proxy opens the queue on
-its upstream session, which takes a round trip to the broker: a PUT for a handle whose
-open is still on its way is held here, with every frame after it (the client's order
-is kept), and the client's stream is not read until the open is answered. Then the
-held frames are handled as if they had just arrived: PUTs into a queue whose open
-failed get the ACK a broker gives PUTs into a queue that is not open. At most the
-frames of one gRPC message are held, since reading stops.
+the next frame, so a client may send PUTs (or a ConfigureQueue, or a CloseQueue) for a
+queue right behind its OpenQueue, without waiting for the answer. The proxy opens the
+queue on its upstream session, which takes a round trip to the broker: a PUT (or a
+configure, or a close) for a handle whose open is still on its way is held here, with
+every frame after it (the client's order is kept), and the client's stream is not read
+until the open is answered. Then the held frames are handled as if they had just
+arrived: PUTs into a queue whose open failed get the ACK a broker gives PUTs into a
+queue that is not open. At most the frames of one gRPC message are held, since
+reading stops.
 
 A client that waits for its opens (the SDK always does) never has a frame held.
 """
@@ -73,7 +74,9 @@ class OpenWaits:
         ids: Iterable[int]
         if kind == "puts":
             ids = set(message.queue_ids)
-        elif kind == "configure_queue":
+        elif kind in ("configure_queue", "close_queue"):
+            # A close behind its open: answered after the open, as the broker answers,
+            # and the upstream handle closed rather than abandoned unanswered.
             ids = (message.queue_id,)
         else:
             return None

@@ -82,3 +82,29 @@ def test_puts_behind_an_open_that_fails_are_answered_like_puts_into_no_queue(
         client.send(pb.ClientFrame(puts=put_batch([2], [other], [b"y"])))
         assert client.response(10).status != pb.STATUS_OK
         assert [(a.guid, a.status) for a in client.acks(1)] == [(other, pb.STATUS_UNKNOWN_QUEUE)]
+
+
+def test_a_close_behind_an_unanswered_open_comes_after_its_answer(world: World) -> None:
+    """Open as handle 1, close it, open handle 1 on another queue and PUT, all without
+    waiting: each request is answered, in order, and the PUT goes to the second queue.
+    Through the proxy the first open was never answered (its close overtook it)."""
+    first, second = world.uri("closed-early"), world.uri("reopened")
+    guid = uuid.uuid4().bytes
+    with WireClient(world.address) as client:
+        client.hello()
+        for frame in (
+            pb.ClientFrame(
+                open_queue=pb.OpenQueue(request_id=1, queue_id=1, uri=first, write=True)
+            ),
+            pb.ClientFrame(close_queue=pb.CloseQueue(request_id=2, queue_id=1)),
+            pb.ClientFrame(
+                open_queue=pb.OpenQueue(request_id=3, queue_id=1, uri=second, write=True)
+            ),
+            pb.ClientFrame(puts=put_batch([1], [guid], [b"x"])),
+        ):
+            client.send(frame)
+        order = [client.recv("response").response for _ in range(3)]
+        acks = [(a.guid, a.status) for a in client.acks(1)]
+    assert [(r.request_id, r.status) for r in order] == [(i, pb.STATUS_OK) for i in (1, 2, 3)]
+    assert acks == [(guid, pb.STATUS_OK)]
+    assert [m.payload for m in wait_ready(world, second, 1)] == [b"x"]
