@@ -56,9 +56,11 @@ def _positive(text: str) -> float:
     return value
 
 
-_count = whole_number(0, " (0 clears it)")
+_count = whole_number(0, " (0 clears it)", maximum=2**64 - 1)
 """A policy's count (``--max-deliveries``, ``--max-messages``, ``--max-bytes``):
-checked here so the error names the flag, before anything connects."""
+checked here so the error names the flag, before anything connects (a uint64 on the
+wire; ``--max-deliveries`` a uint32)."""
+_deliveries = whole_number(0, " (0 clears it)", maximum=2**32 - 1)
 
 
 def _ttl(text: str) -> float:
@@ -132,7 +134,7 @@ def parser() -> argparse.ArgumentParser:
         "set", parents=listing, help="change the given fields (0 clears one)"
     )
     set_.add_argument("uri")
-    set_.add_argument("--max-deliveries", type=_count, help="deliveries before dead-lettering")
+    set_.add_argument("--max-deliveries", type=_deliveries, help="deliveries before dead-lettering")
     set_.add_argument("--ttl", type=_ttl, help="seconds a ready message may wait")
     set_.add_argument("--dead-letter", help="the dead-letter queue's URI ('' clears it)")
     set_.add_argument("--max-messages", type=_count, help="depth limit in messages")

@@ -29,8 +29,8 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {top} --help)\n")
 
 
-def whole_number(minimum: int, note: str = "") -> Callable[[str], int]:
-    """An argparse ``type`` for a whole number of at least ``minimum``: refused by
+def whole_number(minimum: int, note: str = "", maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type`` for a whole number in [``minimum``, ``maximum``]: refused by
     argparse, the error names the flag (and a ``HOLDFAST_*`` variable's value is checked
     the same way). ``note`` follows the bound in the error ("(0 clears it)")."""
 
@@ -41,6 +41,8 @@ def whole_number(minimum: int, note: str = "") -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be >= {minimum}{note}, got {text}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be <= {maximum}, got {text[:40]}")
         return value
 
     return parse

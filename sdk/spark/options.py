@@ -7,6 +7,7 @@ a typo fails the query at once with an ``InvalidArgumentError`` naming the optio
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -168,8 +169,10 @@ def _positive(found: Mapping[str, str], name: str, default: float) -> float:
         value = float(text)
     except ValueError:
         raise InvalidArgumentError(f"option {name}: {text[:100]!r} is not a number") from None
-    if not value > 0:  # NaN too: a timeout of NaN never ran out, and a write hung
-        raise InvalidArgumentError(f"option {name} must be > 0, not {text[:100]!r}")
+    # NaN and infinity too: a timeout of NaN never ran out (a write hung), and no
+    # clock or count takes infinity.
+    if not 0 < value < math.inf:
+        raise InvalidArgumentError(f"option {name} must be > 0 and finite, not {text[:100]!r}")
     return value
 
 
@@ -178,6 +181,14 @@ def _count(found: Mapping[str, str], name: str, default: int) -> int:
     if value != int(value):
         raise InvalidArgumentError(f"option {name} must be a whole number")
     return int(value)
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def parse_write_options(options: Mapping[str, str], columns: Iterable[str]) -> WriteOptions:
@@ -194,6 +205,8 @@ def parse_write_options(options: Mapping[str, str], columns: Iterable[str]) -> W
     run_id = found.get("runId")
     if run_id is not None and not run_id.strip():
         raise InvalidArgumentError("option runId must not be empty")
+    if run_id is not None and not _is_utf8(run_id):
+        raise InvalidArgumentError("option runId is not valid Unicode text (a lone surrogate)")
     if run_id is not None and len(run_id.encode()) > MAX_APP_ID_BYTES:
         # The run id names the commit mark, which the broker keeps to this length.
         raise InvalidArgumentError(

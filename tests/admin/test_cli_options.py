@@ -133,6 +133,16 @@ def not_pem(tmp_path: Path) -> str:
             {},
             "argument --max-bytes: must be >= 0 (0 clears it)",
         ),
+        (
+            ("policy", "set", URI, "--max-bytes", str(2**64)),
+            {},
+            "argument --max-bytes: must be <= 18446744073709551615",
+        ),
+        (
+            ("policy", "set", URI, "--max-deliveries", str(2**32)),
+            {},
+            "argument --max-deliveries: must be <= 4294967295",
+        ),
         (("policy", "set", URI, "--ttl", "-5"), {}, "argument --ttl: must be in (0, 315360000]"),
         (("queues",), {"HOLDFAST_ADDRESS": "a:b"}, "$HOLDFAST_ADDRESS: expected HOST:PORT"),
         (("queues",), {"HOLDFAST_BROKER_ADDRESS": "a:b"}, "$HOLDFAST_BROKER_ADDRESS: expected"),

@@ -45,8 +45,11 @@ def test_write_options_are_checked_with_clear_errors() -> None:
     # NaN is no timeout (a write with it hung for good), and a runId names a commit
     # mark, which the broker keeps to 1024 bytes (a longer one failed every task).
     for name in ("flushTimeout", "openTimeout", "commitTimeout"):
-        with pytest.raises(InvalidArgumentError, match=f"{name} must be > 0"):
-            parse_write_options({"uri": URI, name: "nan"}, ["id"])
+        for value in ("nan", "inf"):
+            with pytest.raises(InvalidArgumentError, match=f"{name} must be > 0 and finite"):
+                parse_write_options({"uri": URI, name: value}, ["id"])
+    with pytest.raises(InvalidArgumentError, match="runId is not valid Unicode"):
+        parse_write_options({"uri": URI, "runId": "\ud800"}, ["id"])
     with pytest.raises(InvalidArgumentError, match="runId is 1025 bytes; at most 1024"):
         parse_write_options({"uri": URI, "runId": "r" * 1025}, ["id"])
     assert parse_write_options({"uri": URI, "runId": "r" * 1024}, ["id"]).run_id == "r" * 1024
@@ -88,6 +91,9 @@ def test_read_options_are_checked_with_clear_errors() -> None:
         parse_read_options({"uri": URI, "maxRowsPerBatch": "many"})
     with pytest.raises(InvalidArgumentError, match="openTimeout must be > 0"):
         parse_read_options({"uri": URI, "openTimeout": "nan"})
+    for name in ("maxRowsPerBatch", "walRetention"):  # int(inf) raised OverflowError
+        with pytest.raises(InvalidArgumentError, match=f"{name} must be > 0 and finite"):
+            parse_read_options({"uri": URI, name: "inf"})
 
 
 def test_a_wal_path_that_is_a_file_is_refused_on_the_driver(tmp_path: Path) -> None:
