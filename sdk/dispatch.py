@@ -30,6 +30,16 @@ CONFIRM 76k msg/s direct and 53k through the proxy without the yield, 114-133k a
 a quarter the size)."""
 
 
+def lock_timeout(seconds: float | None) -> float | None:
+    """``seconds`` for a ``threading`` wait: None (no bound) past what a lock can time
+    (``threading.TIMEOUT_MAX``), where a longer one raises ``OverflowError``; the
+    waits loop on their own deadlines, so a caller's ``timeout=1e12`` or ``inf`` means
+    as long as it takes."""
+    if seconds is not None and seconds >= threading.TIMEOUT_MAX:
+        return None
+    return seconds
+
+
 class Dispatcher:
     """A thread that runs batches of callbacks in submission order."""
 
@@ -62,9 +72,9 @@ class Dispatcher:
             # Nothing runs after the stop (a closed session's flush()): what was
             # submitted has run once the thread has ended; a barrier queued behind the
             # stop would never be reached.
-            self._thread.join(timeout)
+            self._thread.join(lock_timeout(timeout))
             return not self._thread.is_alive()
-        return done.wait(timeout)
+        return done.wait(lock_timeout(timeout))
 
     def stop(self, timeout: float | None) -> None:
         """Run what is queued, then stop the thread."""

@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from holdfast.sdk.dispatch import lock_timeout
 from holdfast.sdk.errors import InvalidArgumentError
 from holdfast.sdk.events import (
     ConnectionLost,
@@ -91,7 +92,7 @@ class Inbox:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return None
-                self._ready.wait(remaining)
+                self._ready.wait(lock_timeout(remaining))
             return self._messages.popleft()
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from holdfast.proto import pb
 from holdfast.sdk import instrument, metrics, tracing
-from holdfast.sdk.dispatch import Dispatcher
+from holdfast.sdk.dispatch import Dispatcher, lock_timeout
 from holdfast.sdk.driver.threaded import ThreadDriver
 from holdfast.sdk.engine import SessionEngine
 from holdfast.sdk.errors import InvalidArgumentError, RequestTimeoutError
@@ -255,7 +255,7 @@ class Session(RequestReply):
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
-                self._driver.changed.wait(remaining)
+                self._driver.changed.wait(lock_timeout(remaining))
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         return self._dispatcher.barrier(remaining)
 

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from holdfast.sdk.dispatch import Dispatcher
+from holdfast.sdk.dispatch import Dispatcher, lock_timeout
 from holdfast.sdk.driver.core import CLOSE_DRAIN_TIMEOUT, DriverCore
 from holdfast.sdk.engine import SessionEngine
 from holdfast.sdk.errors import HoldfastError
@@ -120,7 +120,7 @@ class ThreadDriver:
                 if remaining <= 0:
                     self._waiting.discard(request_id)
                     raise self.core.timed_out(what, timeout)
-                self.changed.wait(remaining)
+                self.changed.wait(lock_timeout(remaining))
             error = self._results.pop(request_id)
             self._waiting.discard(request_id)
         if error is not None:

@@ -227,3 +227,25 @@ def test_ctrl_c_twice_stops_quickly_and_still_reports_every_put() -> None:
     assert "acks 100 ['UNKNOWN']" in done.stdout, done.stdout + done.stderr
     seconds = float(done.stdout.split("seconds ")[1].split()[0])
     assert seconds < 10  # not the 30 s close timeout
+
+
+@pytest.mark.parametrize("timeout", [1e12, float("inf")])
+def test_a_timeout_past_what_a_lock_can_time_means_as_long_as_it_takes(timeout: float) -> None:
+    """``open_queue(timeout=1e10)`` and ``flush(timeout=inf)`` raised OverflowError
+    (``threading.TIMEOUT_MAX``); the asyncio session took them already."""
+    with Broker() as broker, Session(broker.address, transport=broker.transport()) as session:
+        queue = session.open_queue("hf://d/long-wait", write=True, timeout=timeout)
+        queue.post(b"x")
+        assert session.flush(timeout=timeout)
+        received: list[Message] = []
+        session.open_queue("hf://d/long-wait", read=True, on_message=received.append)
+        wait_until(lambda: len(received) == 1, 10, "the delivery")
+
+    async def main() -> None:
+        with Broker() as broker:
+            async with hf_aio.Session(broker.address, transport=broker.async_transport()) as s:
+                aio_queue = await s.open_queue("hf://d/long-wait", write=True, timeout=timeout)
+                await aio_queue.post(b"y")
+                assert await s.flush(timeout=timeout)
+
+    asyncio.run(main())
