@@ -204,7 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.redis_lease,
         metavar="SECONDS",
         help="Redis store: a node stops delivering this long after its last lease renewal; "
-        "its peers reclaim its deliveries a third of it later (default: %(default)s)",
+        "its peers reclaim its deliveries a third of it later; keep it at least the "
+        "clients' keepalive + keepalive timeout (3 s), the time a frozen node's consumers "
+        "take to notice (default: %(default)s)",
     )
     parser.add_argument(
         "--redis-ca", metavar="PATH", help="Redis store over TLS (rediss://): PEM CA of Redis"
