@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from holdfast.broker.config import BrokerConfig
 from holdfast.broker.redis.client import RedisClient, parse_redis_spec
+from holdfast.broker.redis.cover import record_cover
 from holdfast.broker.redis.lease import LeaseTiming
 from holdfast.broker.redis.losses import DataLoss
 from holdfast.broker.redis.marks import RedisMarks
@@ -47,7 +48,7 @@ class RedisBackend:
             min_replicas=config.redis_min_replicas,
             tls=config.redis_tls,
         )
-        retention_ms = round((config.dedup_window + config.dedup_grace) * 1000)
+        retention_ms = self._retention_ms = round((config.dedup_window + config.dedup_grace) * 1000)
         self.queues = RedisRegistry(
             self.client, node_id, _now_ms if now_ms is None else now_ms, retention_ms
         )
@@ -79,8 +80,11 @@ class RedisBackend:
         self._staging_sweep = asyncio.get_running_loop().create_task(self.staging.sweep())
 
     async def start(self) -> None:
-        """Reach Redis (``StoreError`` after the retry window), register the node."""
+        """Reach Redis (``StoreError`` after the retry window), register the node, and
+        record its retention in the history cover (``redis.cover``)."""
         await self.life.start()
+        since = await record_cover(self.client, self._retention_ms, self.queues.now_ms())
+        self.puts.cover.recovered(since)
 
     async def stop(self) -> None:
         """Finish PUTs and confirms, give this node's deliveries back, disconnect. The

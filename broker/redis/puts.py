@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from holdfast.broker.consumers import QueueHandle
-from holdfast.broker.dedup import content_digest
+from holdfast.broker.dedup import HistoryCover, content_digest
 from holdfast.broker.redis import put_scripts
 from holdfast.broker.redis.client import UnansweredError
 from holdfast.broker.redis.durable import promote
@@ -64,7 +64,9 @@ class RedisPutPipeline:
         self._journal = journal
         self.limits = limits
         self._retention_ms = retention_ms
-        self._max_age_ms = round(limits.dedup_window * 1000)
+        grace = max(0.0, retention_ms / 1000 - limits.dedup_window)
+        self.cover = HistoryCover(limits.dedup_window, grace)
+        """The age past which an unknown GUID is TOO_OLD (``redis.cover``)."""
         self.acks: Counter[int] = Counter()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -159,7 +161,8 @@ class RedisPutPipeline:
         now = registry.now_ms()
         # Past this the PUTs are older than the dedup window: a client no longer
         # vouches for them either (contract, rule 4).
-        hold_until = time.monotonic() + (self._max_age_ms - max(p.age_ms for p in puts)) / 1000
+        max_age_ms = self.cover.max_age_ms(now / 1000)
+        hold_until = time.monotonic() + (max_age_ms - max(p.age_ms for p in puts)) / 1000
         latest_pickup = 0
         rows: list[PutArgs] = []
         for row in puts:
@@ -181,7 +184,7 @@ class RedisPutPipeline:
         call = put_scripts.put(
             QueueKeys(uri),
             retention_ms=self._retention_ms,
-            max_age_ms=self._max_age_ms,
+            max_age_ms=max_age_ms,
             now_ms=now,
             max_messages=policy.max_messages or 0,
             max_bytes=policy.max_bytes or 0,

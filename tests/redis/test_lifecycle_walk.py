@@ -299,7 +299,7 @@ def test_a_put_as_old_as_the_window_is_admitted_and_one_ms_older_is_too_old(
     TOO_OLD is an age past the window, not one equal to it."""
 
     async def walk(world: RedisWorld) -> None:
-        window = world.puts._max_age_ms
+        window = world.puts.cover.window_ms
         ages = [window, window + 1]
         rows = [PutRow(1, bytes([n]) * 16, b"w", {}, age) for n, age in enumerate(ages, 3)]
         model = [admit(None, 0, age, window, False, False) for age in ages]
