@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from holdfast.sdk import tracing
+from holdfast.sdk.aio import streams as streaming
 from holdfast.sdk.errors import HoldfastError, RequestTimeoutError, RpcError
 from holdfast.sdk.instrument import Untraced
 from holdfast.sdk.rpc import calls, durable, wire
@@ -86,7 +88,9 @@ async def fetch(session: Session, token: str | None, request_id: str, timeout: f
             await _keep_fetchable(queue, message, rid, deadline)
             if isinstance(outcome, RpcError):
                 raise outcome
-            return outcome
+            return durable.with_streams(
+                outcome, message, rid.guid, functools.partial(streaming.readers, session)
+            )
     finally:
         with contextlib.suppress(HoldfastError):
             await queue.close(timeout=5)

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
+import functools
 import hashlib
 import hmac
 import queue as stdqueue
@@ -42,9 +44,9 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from holdfast.sdk import tracing
 from holdfast.sdk.errors import (
@@ -60,7 +62,8 @@ from holdfast.sdk.errors import (
 from holdfast.sdk.instrument import Untraced
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.queue import Queue
-from holdfast.sdk.rpc import calls, wire
+from holdfast.sdk.rpc import calls, chunks, wire
+from holdfast.sdk.rpc import streams as streaming
 from holdfast.sdk.rpc.values import Reply
 from holdfast.sdk.types import Ack, AckStatus, Message
 
@@ -237,6 +240,23 @@ def post_durable(
     return check_ack(put, ack, timeout)
 
 
+def with_streams(
+    reply: Reply,
+    message: Message,
+    guid: uuid.UUID,
+    readers: Callable[[str, uuid.UUID, Mapping[str, str]], Mapping[str, Any]],
+) -> Reply:
+    """``reply`` with readers of the data streams its message announces, made by
+    ``readers(domain, reply GUID, properties)`` on the fetcher's session (threaded or
+    asyncio), as a call's reply has. They were dropped: the worker's sender then
+    waited for credit that never came, and the chunks stayed in the broker. A stream
+    can be read once: a second fetch gets readers of a stream already read."""
+    if chunks.NAMES not in message.properties:
+        return reply
+    streams = readers(calls.domain_of(message.queue_uri), wire.reply_guid(guid), message.properties)
+    return dataclasses.replace(reply, streams=streams)
+
+
 def fetch(session: Session, token: str | None, request_id: str, timeout: float) -> Reply:
     """The reply of a durable request (see the module docstring)."""
     rid = start_fetch(request_id, token, timeout)
@@ -266,7 +286,9 @@ def fetch(session: Session, token: str | None, request_id: str, timeout: float) 
             _keep_fetchable(queue, message, rid, deadline)
             if isinstance(outcome, RpcError):
                 raise outcome
-            return outcome
+            return with_streams(
+                outcome, message, rid.guid, functools.partial(streaming.readers, session)
+            )
     finally:
         # the reply, if held, returns to the queue with the connection
         with contextlib.suppress(HoldfastError):

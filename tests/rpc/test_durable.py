@@ -5,6 +5,7 @@ this token's refused with a typed error."""
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from holdfast.sdk import (
     RpcTimeoutError,
     Session,
     SessionOptions,
+    StreamingReply,
     UnknownRequestError,
     Worker,
     aio,
@@ -208,3 +210,29 @@ def test_redelivered_durable_request_is_answered_once_from_the_kept_reply(
             wait_until(lambda: worker.replies_replayed == 1, 20, "the kept reply to be replayed")
             assert worker.handler_runs == 1
             assert caller.fetch_reply(request_id, timeout=5).payload == b"once"
+
+
+def test_a_durable_reply_s_data_streams_are_read_through_fetch_reply(
+    session: Session, broker: BrokerProcess
+) -> None:
+    """A reply that carries a stream came back from ``fetch_reply`` without it: the
+    worker's sender waited for credit and the chunks stayed in the broker."""
+    uri = unique_uri("durable-streams")
+    data = os.urandom(300_000)
+
+    def handle(request: Request) -> StreamingReply:
+        return StreamingReply(b"with-stream", streams={"data": io.BytesIO(data)})
+
+    with Worker(session, uri, handle):
+        request_id = session.request_durable(uri, b"go")
+        reply = session.fetch_reply(request_id, timeout=30)
+        assert reply.payload == b"with-stream"
+        assert reply.streams["data"].read() == data
+
+        async def fetch_on_asyncio() -> bytes:
+            async with aio.Session(broker.address, options=FAST) as asession:
+                again = await asession.request_durable(uri, b"go")
+                fetched = await asession.fetch_reply(again, timeout=30)
+                return b"".join([chunk async for chunk in fetched.streams["data"]])
+
+        assert asyncio.run(fetch_on_asyncio()) == data
