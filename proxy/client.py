@@ -315,18 +315,18 @@ class ClientSession(ContractStream):
 
     def on_confirms(self, batch: list[tuple[int, bytes]]) -> None:
         """CONFIRM upstream what this client was delivered on the current upstream link."""
-        self.reject_confirms(self._confirms.confirm(batch))
+        rejected = self._confirms.confirm(batch)
+        self.reject_confirms(rejected, self._confirms.blameless)
 
     def on_rejects(self, batch: list[RejectRow]) -> None:
         """REJECT upstream, like CONFIRMs: only deliveries of the current upstream link
         (a delay cut to the broker's longest, as the broker would: a client's 2**64-1
         would not fit the upstream frame once made a float and back)."""
-        self.reject_confirms(
-            self._confirms.settle(
-                (queue_id, guid, Rejection(requeue, min(delay_ms, MAX_REJECT_DELAY_MS) / 1000))
-                for queue_id, guid, requeue, delay_ms in batch
-            )
+        rejected = self._confirms.settle(
+            (queue_id, guid, Rejection(requeue, min(delay_ms, MAX_REJECT_DELAY_MS) / 1000))
+            for queue_id, guid, requeue, delay_ms in batch
         )
+        self.reject_confirms(rejected, self._confirms.blameless)
 
     # -- the end ------------------------------------------------------------------------
 

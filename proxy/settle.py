@@ -5,7 +5,12 @@ connection; one delivered on an earlier connection is answered as stale
 (UNKNOWN_GUID), since the broker has already taken it back for redelivery. A CONFIRM
 names only a GUID, so when the client holds a stale delivery and the redelivery of
 one message, it settles the redelivery (the client processed the message either way)
-and a second CONFIRM of that GUID is refused as stale.
+and a second CONFIRM of that GUID uses up the stale delivery, refused as stale.
+
+A stale refusal is the proxy's doing, not the client's: its upstream reconnected (a
+broker outage its clients are not told of) after it had delivered the message. Such
+refusals are counted apart (``ConfirmRelay.blameless``) and do not count against the
+client's refused-CONFIRM limit; a CONFIRM of a GUID this client was never delivered does.
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ class ConfirmRelay:
     def __init__(self, upstream: Upstream, handles: Mapping[int, ClientHandle]) -> None:
         self._upstream = upstream
         self._handles = handles
+        self.blameless = 0
+        """How many of the last ``confirm``'s or ``settle``'s refusals named a delivery
+        this proxy did make to the client, refused because its upstream link (or handle)
+        changed since: not the client's fault."""
 
     def confirm(self, batch: list[tuple[int, bytes]]) -> dict[tuple[pb.Status, int], list[bytes]]:
         """``settle`` for a ConfirmBatch's (handle, GUID) rows. A delivery made on the
@@ -33,6 +42,7 @@ class ConfirmRelay:
         CONFIRMed upstream with the others of its run of one handle, as one item; the
         rest goes through ``settle`` one by one, in its place."""
         rejected: dict[tuple[pb.Status, int], list[bytes]] = {}
+        self.blameless = 0
         handles = self._handles
         generation = self._upstream.engine.generation
         run: list[bytes] = []
@@ -88,6 +98,7 @@ class ConfirmRelay:
             status = pb.STATUS_UNKNOWN_QUEUE
         else:
             return
+        self.blameless += len(guids)  # delivered by this proxy: its link changed since
         rejected.setdefault((status, queue_id), []).extend(guids)
 
     def settle(
@@ -96,6 +107,7 @@ class ConfirmRelay:
         """Settle each (handle, GUID, REJECT or None for a CONFIRM) upstream; the refused
         ones by (status, handle), for the client's Error frames."""
         rejected: dict[tuple[pb.Status, int], list[bytes]] = {}
+        self.blameless = 0
         for queue_id, guid, reject in items:
             self._settle_into(rejected, queue_id, guid, reject)
         self._upstream.queued()
@@ -132,10 +144,13 @@ class ConfirmRelay:
         message outstanding with this client, never removed nor redelivered.
         """
         deliveries = deliveries_of(handle.delivered, guid)
-        if not deliveries or handle.upstream is None:
+        if not deliveries:
+            return pb.STATUS_UNKNOWN_GUID  # never delivered to this client (or settled)
+        self.blameless += 1  # refused below only because the upstream changed
+        if handle.upstream is None:
             return pb.STATUS_UNKNOWN_GUID
         status: pb.Status | None = pb.STATUS_UNKNOWN_GUID  # all stale: taken back already
-        done = 1
+        used = 0  # the delivery this CONFIRM uses up: the oldest, unless one was settled
         confirm = self._upstream.engine.confirm_wire  # the writer is woken per frame
         queue_id = handle.upstream.queue_id
         for index, generation in enumerate(deliveries):
@@ -146,12 +161,12 @@ class ConfirmRelay:
             except HoldfastError:
                 status = pb.STATUS_UNKNOWN_QUEUE
             else:
-                # The stale deliveries before it are done with too: a later CONFIRM
-                # of this GUID is refused as stale, whichever delivery it meant.
-                status, done = None, index + 1
+                # The stale deliveries stay: the client's CONFIRM of one of them is
+                # refused as stale then, without counting against it.
+                status, used = None, index
+                self.blameless -= 1
             break
-        for _ in range(done):
-            deliveries.popleft()
+        del deliveries[used]
         if not deliveries:
             del handle.delivered[guid]
         return status

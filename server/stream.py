@@ -357,12 +357,17 @@ class ContractStream(Answers, ABC):
 
     # -- answers (and ``Answers``) -----------------------------------------------------
 
-    def reject_confirms(self, rejected: dict[tuple[pb.Status, int], list[bytes]]) -> None:
+    def reject_confirms(
+        self, rejected: dict[tuple[pb.Status, int], list[bytes]], blameless: int = 0
+    ) -> None:
         """Answer refused CONFIRMs: one Error per (status, queue handle), naming the GUIDs;
-        a session refused too many a second is ended (``SessionLimits``)."""
+        a session refused too many a second is ended (``SessionLimits``). ``blameless``
+        of them were refused for a reason the client could not know (a proxy's upstream
+        reconnected): they are answered but not counted."""
         for (status, queue_id), guids in rejected.items():
             self.error(status, CONFIRM_ERRORS[status], queue_id, guids)
-        if not self.guard.confirm_errors(sum(len(guids) for guids in rejected.values())):
+        counted = sum(len(guids) for guids in rejected.values()) - blameless
+        if not self.guard.confirm_errors(counted):
             self.fatal(
                 pb.STATUS_LIMIT_EXCEEDED,
                 "too many refused CONFIRMs a second: this client confirms what it does not hold",

@@ -97,9 +97,16 @@ def test_what_a_run_cannot_take_is_settled_alone_with_its_own_outcome(s: Setup) 
         (pb.STATUS_NOT_READABLE, 2): [G[5]],
         (pb.STATUS_UNKNOWN_QUEUE, 7): [G[6]],
     }
+    # Only G[2] was the proxy's doing (delivered, then its link changed): G[9] was
+    # never delivered, G[0] was confirmed already, handles 2 and 7 cannot take it.
+    assert s.relay.blameless == 1
     assert a.upstream is not None
     assert s.upstream_confirms() == [(a.upstream.queue_id, G[n]) for n in (0, 1, 3)]
-    assert not a.delivered
+    # G[1]'s redelivery was settled; its stale delivery is left for the client's
+    # CONFIRM of it, refused as stale and not counted against the client.
+    assert a.delivered == {G[1]: deque((old,))}
+    assert s.relay.confirm([(1, G[1])]) == {(pb.STATUS_UNKNOWN_GUID, 1): [G[1]]}
+    assert s.relay.blameless == 1 and not a.delivered
 
 
 def test_a_run_after_the_upstream_link_dropped_is_refused_as_stale(s: Setup) -> None:
@@ -110,7 +117,20 @@ def test_a_run_after_the_upstream_link_dropped_is_refused_as_stale(s: Setup) -> 
     assert s.relay.confirm([(1, G[0]), (1, G[1])]) == {
         (pb.STATUS_UNKNOWN_GUID, 1): [G[0], G[1]],
     }
+    assert s.relay.blameless == 2  # the client could not know: not counted against it
     assert not a.delivered and s.upstream_confirms() == []
+    assert s.relay.confirm([(1, G[0])]) == {(pb.STATUS_UNKNOWN_GUID, 1): [G[0]]}
+    assert s.relay.blameless == 0  # a second CONFIRM of it is the client's own
+
+
+def test_stale_rejects_are_blameless_and_unknown_ones_are_not(s: Setup) -> None:
+    a = s.handle(1, "hf://settle/a")
+    s.deliver(a, 0)
+    s.h.lose()
+    s.deliver(a, 1)  # a delivery on no link (the upstream is down)
+    rejected = s.relay.settle([(1, G[0], None), (1, G[1], None), (1, G[9], None)])
+    assert rejected == {(pb.STATUS_UNKNOWN_GUID, 1): [G[0], G[1], G[9]]}
+    assert s.relay.blameless == 2
 
 
 def test_a_run_on_an_upstream_handle_closing_is_refused_as_an_unknown_queue(s: Setup) -> None:
@@ -122,6 +142,7 @@ def test_a_run_on_an_upstream_handle_closing_is_refused_as_an_unknown_queue(s: S
     assert s.relay.confirm([(1, G[0]), (1, G[1])]) == {
         (pb.STATUS_UNKNOWN_QUEUE, 1): [G[0], G[1]],
     }
+    assert s.relay.blameless == 2
     assert not a.delivered
 
 

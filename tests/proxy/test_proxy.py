@@ -236,6 +236,50 @@ def test_confirm_of_a_delivery_from_an_earlier_upstream_connection_is_stale(
     assert drain(broker.address, uri, 0) == Counter()
 
 
+@pytest.mark.timeout(120)
+def test_stale_confirms_after_a_broker_outage_do_not_end_the_client(
+    broker: BrokerProcess, proxy: ProxyProcess
+) -> None:
+    """A client holding many deliveries when the proxy's upstream reconnects confirms
+    them all: each is refused as stale (ConfirmRejected), yet none counts against its
+    refused-CONFIRM limit (100 a second): the outage was the proxy's, which rule 10
+    hides from the client, so the client stays connected. Without that the proxy ended
+    the session ("this client confirms what it does not hold")."""
+    uri, total = unique_uri("stale-many"), 300
+    with Session(proxy.address, options=FAST) as producer:
+        queue = producer.open_queue(uri, write=True)
+        for i in range(total):
+            queue.post(b"%03d" % i)
+        assert producer.flush(timeout=10)
+    events = EventRecorder()
+    held = MessageRecorder(confirm=False)
+    with Session(proxy.address, on_event=events, options=FAST) as consumer:
+        consumer.open_queue(uri, read=True, on_message=held)
+        wait_until(lambda: len(held) == total, 10, "every first delivery")
+        os.kill(broker.pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: proxy_saw(proxy, "ConnectionLost"), 15, "the proxy to notice")
+        finally:
+            os.kill(broker.pid, signal.SIGCONT)
+        wait_until(lambda: len(held) == 2 * total, 30, "every redelivery")
+        # The CONFIRM of a stale delivery settles the redelivery the client also holds
+        # (it processed the message either way); the second CONFIRM of each GUID finds
+        # only the stale delivery left, and is refused.
+        for message in held.messages:
+            message.confirm()
+
+        def refused() -> int:
+            return sum(
+                len(e.guids) for e in events.of(ConfirmRejected) if isinstance(e, ConfirmRejected)
+            )
+
+        wait_until(lambda: refused() == total, 10, "the stale CONFIRMs to be refused")
+        assert consumer.flush(timeout=10)
+    assert events.of(ConnectionLost) == []
+    assert "confirms what it does not hold" not in proxy.output
+    assert drain(broker.address, uri, 0) == Counter()
+
+
 def test_the_proxy_forwards_the_brokers_dedup_window_and_limits(
     broker_factory: Callable[..., BrokerProcess],
 ) -> None:
