@@ -7,11 +7,14 @@ instead, after a back-off that doubles with each delivery
 (``QueueOptions.retry_delay_for``), so a transient failure is retried and a poison
 message loops slowly until the queue's delivery limit (``holdfast policy set URI
 --max-deliveries N``) moves it to the dead-letter queue. A handler that settled the
-message itself (``confirm()`` or ``reject()``) before raising is left alone.
+message itself (``confirm()`` or ``reject()``) before raising is left alone. A
+handler that returns an awaitable (a plain function handing back a coroutine, which
+nobody awaits) has not handled its message: it is treated as one that raised.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -30,7 +33,13 @@ def reject_on_failure(
 
     def handle(message: Message) -> None:
         try:
-            handler(message)
+            result = handler(message)
+            if result is not None and inspect.isawaitable(result):
+                _discard(result)
+                raise TypeError(
+                    "on_message returned an awaitable, which is never awaited: "
+                    "the message was not handled"
+                )
         except Exception as error:
             if message.settled:
                 log.exception("on_message raised after settling message %s", message.guid)
@@ -53,6 +62,13 @@ def reject_on_failure(
                 log.info("the reject of %s did not leave: %s", message.guid, dropped)
 
     return handle
+
+
+def _discard(awaitable: object) -> None:
+    """Close a coroutine nobody will await (no "never awaited" warning, no leak)."""
+    close = getattr(awaitable, "close", None)
+    if callable(close):
+        close()
 
 
 __all__ = ["reject_on_failure"]

@@ -10,6 +10,7 @@ the broker pushed back, once their back-off is over.
 
 from __future__ import annotations
 
+import inspect
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -48,10 +49,25 @@ def _as_bytes(payload: object) -> bytes:
 
 
 def check_callback(name: str, callback: object) -> None:
-    """InvalidArgumentError unless ``callback`` is None or callable: caught where it is
-    given, not as a TypeError logged when the first ACK or message arrives."""
-    if callback is not None and not callable(callback):
+    """InvalidArgumentError unless ``callback`` is None or a plain callable: caught where
+    it is given, not as a TypeError logged when the first ACK or message arrives.
+
+    An ``async def`` callback is refused too: callbacks are called in place and never
+    awaited (on either front-end), so its body would never run, and an ``on_message``
+    that never runs leaves its messages unconfirmed until the consumer stalls.
+    """
+    if callback is None:
+        return
+    if not callable(callback):
         raise InvalidArgumentError(f"{name} must be callable, not {type(callback).__name__}")
+    if inspect.iscoroutinefunction(callback) or inspect.iscoroutinefunction(
+        getattr(callback, "__call__", None)  # noqa: B004 - an object with an async __call__
+    ):
+        raise InvalidArgumentError(
+            f"{name} is an async function: callbacks are called in place, never awaited, "
+            "so its body would never run; pass a plain function (with asyncio, iterate "
+            "the queue with `async for`, or start a task from a plain function)"
+        )
 
 
 HIGH_WATERMARK_WAIT = 5.0

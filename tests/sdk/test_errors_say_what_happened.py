@@ -116,6 +116,64 @@ def test_a_callback_that_is_not_callable_is_refused_where_it_is_given() -> None:
     asyncio.run(main())
 
 
+async def _async_handler(message: object) -> None:
+    raise AssertionError("never awaited")
+
+
+class _AsyncCallable:
+    async def __call__(self, message: object) -> None:
+        raise AssertionError("never awaited")
+
+
+@pytest.mark.parametrize("handler", [_async_handler, _AsyncCallable()], ids=["def", "call"])
+def test_an_async_callback_is_refused_where_it_is_given(handler: object) -> None:
+    """An ``async def`` on_message was taken, called, its coroutine dropped (a "never
+    awaited" warning at most): the message was never confirmed and the consumer
+    stalled at its window. Callbacks are never awaited, so it is refused."""
+    with pytest.raises(InvalidArgumentError, match="on_event is an async function"):
+        Session("127.0.0.1:1", on_event=handler)  # type: ignore[arg-type]
+    with Broker() as broker, Session(broker.address, transport=broker.transport()) as session:
+        with pytest.raises(InvalidArgumentError, match="on_message is an async function"):
+            session.open_queue("hf://d/q", read=True, on_message=handler)  # type: ignore[arg-type]
+        queue = session.open_queue("hf://d/q", write=True)
+        with pytest.raises(InvalidArgumentError, match="on_ack is an async function"):
+            queue.post(b"x", on_ack=handler)  # type: ignore[arg-type]
+        assert session.pending_count == 0
+
+    async def main() -> None:
+        with pytest.raises(InvalidArgumentError, match="on_event is an async function"):
+            hf_aio.Session("127.0.0.1:1", on_event=handler)  # type: ignore[arg-type]
+        with Broker() as broker:
+            async with hf_aio.Session(broker.address, transport=broker.async_transport()) as s:
+                with pytest.raises(InvalidArgumentError, match="async for"):
+                    await s.open_queue("hf://d/q", read=True, on_message=handler)  # type: ignore[arg-type]
+                queue = await s.open_queue("hf://d/q", write=True)
+                with pytest.raises(InvalidArgumentError, match="on_ack is an async function"):
+                    await queue.post(b"x", on_ack=handler)  # type: ignore[arg-type]
+
+    asyncio.run(main())
+
+
+def test_an_on_message_that_returns_a_coroutine_has_its_message_redelivered() -> None:
+    """A plain function handing back a coroutine did not handle the message: it is
+    rejected with requeue like one that raised, and comes back, never left held."""
+    started: list[Message] = []
+
+    async def later(message: Message) -> None:
+        raise AssertionError("never awaited")
+
+    def handler(message: Message) -> object:
+        started.append(message)
+        return later(message)
+
+    with Broker() as broker, Session(broker.address, transport=broker.transport()) as session:
+        uri = f"hf://d/coro-{uuid.uuid4().hex[:6]}"
+        session.open_queue(uri, write=True).post(b"x")
+        session.open_queue(uri, read=True, on_message=handler)
+        wait_until(lambda: len(started) >= 2, 10, "the redelivery")
+    assert [m.delivery_count for m in started[:2]] == [1, 2]
+
+
 @pytest.mark.parametrize("delay", [-1.0, float("nan"), float("inf"), 1e17, 3600.5])
 def test_a_reject_delay_outside_an_hour_is_refused_and_the_message_kept(delay: float) -> None:
     """``reject(delay=1e17)`` passed and killed the asyncio session's writer (and
