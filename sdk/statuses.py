@@ -83,9 +83,21 @@ _RELAYED: tuple[tuple[type[HoldfastError], pb.Status], ...] = (
 
 
 def ack_status(status: int) -> AckStatus:
-    """What an ACK's wire status means to the application; a status with no meaning
-    for a PUT (or one this SDK does not know) is ``REFUSED``: not in the queue."""
-    return _ACK_STATUS.get(status, AckStatus.REFUSED)
+    """What an ACK's wire status means to the application. A known status with no
+    meaning for a PUT (``SHUTTING_DOWN``, ``QUEUE_FULL``) is ``REFUSED``: not in the
+    queue. A status this SDK does not know (a newer broker's) or none at all
+    (``UNSPECIFIED``) is ``UNKNOWN``: it may or may not be in the queue, the one
+    answer that cannot be wrong (REFUSED could lead an application to post again a
+    message that is in the queue)."""
+    known = _ACK_STATUS.get(status)
+    if known is not None:
+        return known
+    if status == pb.STATUS_UNSPECIFIED or status not in _KNOWN_STATUSES:
+        return AckStatus.UNKNOWN
+    return AckStatus.REFUSED
+
+
+_KNOWN_STATUSES = frozenset(pb.Status.values())
 
 
 def wire_status_of(status: AckStatus) -> pb.Status:

@@ -50,7 +50,10 @@ def test_status_name_drops_the_prefix_and_names_unknown_numbers() -> None:
         (pb.STATUS_CONFLICT, AckStatus.CONFLICT),
         (pb.STATUS_STORE_ERROR, AckStatus.STORE_ERROR),
         (pb.STATUS_SHUTTING_DOWN, AckStatus.REFUSED),
-        (999, AckStatus.REFUSED),
+        (pb.STATUS_QUEUE_FULL, AckStatus.REFUSED),
+        # A newer broker's status, or none: it may or may not be in the queue.
+        (999, AckStatus.UNKNOWN),
+        (pb.STATUS_UNSPECIFIED, AckStatus.UNKNOWN),
     ],
 )
 def test_ack_status_of_every_wire_status(wire: int, expected: AckStatus) -> None:
