@@ -135,7 +135,9 @@ def parser() -> argparse.ArgumentParser:
     )
     set_.add_argument("uri")
     set_.add_argument("--max-deliveries", type=_deliveries, help="deliveries before dead-lettering")
-    set_.add_argument("--ttl", type=_ttl, help="seconds a ready message may wait")
+    set_.add_argument(
+        "--ttl", type=_ttl, help="seconds a message may live from its acceptance (then: expired)"
+    )
     set_.add_argument("--dead-letter", help="the dead-letter queue's URI ('' clears it)")
     set_.add_argument("--max-messages", type=_count, help="depth limit in messages")
     set_.add_argument("--max-bytes", type=_count, help="depth limit in payload bytes")
