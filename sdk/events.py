@@ -98,9 +98,11 @@ class ConfirmRejected(SessionEvent):
 @dataclass(frozen=True, slots=True)
 class DeliveriesRevoked(SessionEvent):
     """The broker node lost its lease on its store (a Redis link that stalled or slowed
-    past the lease): these deliveries are void. Their CONFIRMs are refused
-    (``ConfirmRejected``) and each message is delivered again, once, by a node that
-    holds a lease. Work already done for them will be offered again."""
+    past the lease): these deliveries are void. A CONFIRM of one that reaches the node
+    after it learned of the lapse is refused (``ConfirmRejected``); one it took before
+    (its store write then fenced) is void with the delivery, reported by this event
+    alone. Either way each message is delivered again, once, by a node that holds a
+    lease, and work already done for it will be offered again."""
 
     queue_uri: str
     guids: tuple[uuid.UUID, ...]
