@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from holdfast.proto.logs import quiet_library_logger
 from holdfast.sdk.errors import (
+    AlreadySettledError,
     AuthenticationError,
     BandwidthLimitError,
     BrokerBusyError,
@@ -145,6 +146,7 @@ quiet_library_logger()
 __all__ = [
     "Ack",
     "AckStatus",
+    "AlreadySettledError",
     "AuthenticationError",
     "BandwidthLimitError",
     "BrokerBusyError",

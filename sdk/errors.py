@@ -15,7 +15,8 @@
     │   ├── BufferFullError                  optional bound on bytes buffered while disconnected
     │   └── BrokerBusyError                  the broker pushed back on the queue's PUTs for 5 s
     ├── ConfirmDroppedError                  CONFIRM not sent (link down or stale delivery);
-    │                                        the broker will redeliver the message
+    │   │                                    the broker will redeliver the message
+    │   └── AlreadySettledError              ... because this delivery was settled already
     ├── RequestFailedError                   the broker refused an open/configure/close
     │   ├── CommitMarkConflictError          a version committed again with other content
     │   ├── QueueNotFoundError               an admin call named a queue the broker does not know
@@ -120,6 +121,13 @@ class ConfirmDroppedError(HoldfastError):
     The broker redelivers the message (at-least-once), so the application will see
     it again with a higher ``delivery_count``.
     """
+
+
+class AlreadySettledError(ConfirmDroppedError):
+    """``confirm()`` or ``reject()`` of a delivery that was confirmed or rejected
+    already: nothing is sent (the first settle stands). A second settle sent anyway
+    would be refused by the broker, and a consumer doing it at scale would be ended
+    for confirming what it does not hold."""
 
 
 class RequestFailedError(HoldfastError):

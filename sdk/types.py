@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from holdfast.proto.limits import MAX_REJECT_DELAY_MS
-from holdfast.sdk.errors import InvalidArgumentError
+from holdfast.sdk.errors import AlreadySettledError, InvalidArgumentError
 
 
 class AckStatus(enum.Enum):
@@ -106,8 +106,11 @@ class Message:
 
         Raises ``ConfirmDroppedError`` when the link is down or the message was
         delivered on an earlier connection: CONFIRMs are never buffered, and the
-        broker will redeliver the message.
+        broker will redeliver the message; ``AlreadySettledError`` (one of those) when
+        this delivery was confirmed or rejected already, and nothing is sent.
         """
+        if self._settled:
+            raise _already_settled(self)
         self._confirmer(self)
         self._settled = True
 
@@ -126,6 +129,8 @@ class Message:
             raise InvalidArgumentError(
                 f"delay must be in [0, {MAX_REJECT_DELAY_MS // 1000}] seconds, got {delay!r}"
             )
+        if self._settled:
+            raise _already_settled(self)
         self._confirmer(self, Rejection(requeue, delay))
         self._settled = True
 
@@ -133,3 +138,10 @@ class Message:
     def settled(self) -> bool:
         """True once ``confirm()`` or ``reject()`` was sent for this delivery."""
         return self._settled
+
+
+def _already_settled(message: Message) -> AlreadySettledError:
+    return AlreadySettledError(
+        f"message {message.guid} (delivery {message.delivery_count}) of "
+        f"{message.queue_uri} was confirmed or rejected already: nothing sent"
+    )

@@ -191,6 +191,51 @@ def test_a_reject_delay_outside_an_hour_is_refused_and_the_message_kept(delay: f
         assert received[0].settled
 
 
+def test_a_second_settle_is_refused_locally_and_sends_nothing() -> None:
+    """reject() then confirm() (or confirm() twice) went to the broker, which refused
+    it; at 100 a second the session was ended and the rejected messages came back."""
+    from holdfast.sdk import AlreadySettledError, ConfirmRejected, SessionEvent
+
+    events: list[SessionEvent] = []
+    with (
+        Broker() as broker,
+        Session(broker.address, transport=broker.transport(), on_event=events.append) as s,
+    ):
+        uri = f"hf://d/settle-{uuid.uuid4().hex[:6]}"
+        producer = s.open_queue(uri, write=True)
+        for i in range(300):
+            producer.post(b"%d" % i)
+        received: list[Message] = []
+        s.open_queue(uri, read=True, on_message=received.append)
+        wait_until(lambda: len(received) == 300, 10, "the deliveries")
+        for n, message in enumerate(received):
+            if n % 2:
+                message.reject(requeue=False)
+            else:
+                message.confirm()
+            with pytest.raises(AlreadySettledError, match="confirmed or rejected already"):
+                message.confirm()
+            with pytest.raises(AlreadySettledError):
+                message.reject()
+        assert s.flush(timeout=10)
+    assert not [e for e in events if isinstance(e, ConfirmRejected)]
+    assert [type(e).__name__ for e in events].count("ConnectionLost") == 0
+
+    async def main() -> None:
+        with Broker() as broker:
+            async with hf_aio.Session(broker.address, transport=broker.async_transport()) as a:
+                uri = "hf://d/settle-aio"
+                await (await a.open_queue(uri, write=True)).post(b"x")
+                queue = await a.open_queue(uri, read=True)
+                async for message in queue:
+                    message.confirm()
+                    with pytest.raises(AlreadySettledError):
+                        message.reject(requeue=False)
+                    break
+
+    asyncio.run(main())
+
+
 def test_a_closed_queue_is_named_by_its_uri() -> None:
     with Broker() as broker, Session(broker.address, transport=broker.transport()) as session:
         queue = session.open_queue("hf://d/closed-one", write=True)
