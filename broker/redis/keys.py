@@ -37,6 +37,9 @@ Global::
     hf:fence              string the fencing-token counter (only grows)
     hf:lease:{<inc>}      string an incarnation's lease: its token, with a TTL (``lease``)
     hf:mark:{<inc>}       string an incarnation's write mark, moved on by every renewal
+    hf:node-mark:{<node id>}
+                          string the same mark for the node process, across its
+                                 incarnations: read back when it rejoins (expires)
     hf:node:<inc>:queues  set    queues an incarnation holds deliveries of
     hf:generation         string a random id set once: gone means Redis lost data
 
@@ -139,6 +142,12 @@ def mark_key(incarnation: str) -> str:
     return "hf:mark:{" + incarnation + "}"
 
 
+def node_mark_key(node_id: str) -> str:
+    """A node process's write mark across its incarnations (``lease``): the one Redis
+    value a lapse does not reset, so a rejoin can tell whether Redis went back."""
+    return "hf:node-mark:{" + node_id + "}"
+
+
 def node_queues(node: str) -> str:
     """The queues a node holds deliveries of."""
     return "hf:node:" + node + ":queues"
@@ -156,5 +165,6 @@ __all__ = [
     "QueueKeys",
     "lease_key",
     "mark_key",
+    "node_mark_key",
     "node_queues",
 ]

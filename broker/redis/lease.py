@@ -25,11 +25,21 @@ failed over to a replica that had not received everything); a missing
 ``hf:generation`` means it was flushed or restarted empty. Either way the keeper
 reports ``StoreWentBack`` with the time of the last write Redis still had, within one
 beat of the first renewal after the loss.
+
+The marks go on across incarnations, and each renewal also writes the node's mark
+under its process id (``hf:node-mark:{<node id>}``). An outage longer than the lease
+makes the node rejoin under a new incarnation, whose own mark starts where the last
+left off and so cannot show a loss from before it: a rejoin reads the node mark back
+first, and one below the node's last is the same finding. (Nothing but this process
+writes it: a peer's writes, or the node's own PUTs once Redis is back, cannot hide a
+loss there as they can in a queue's write sequence.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import threading
 import time
 import uuid
@@ -39,7 +49,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from holdfast.broker.redis.keys import GENERATION, NODES
+from holdfast.broker.redis.keys import GENERATION, NODES, node_mark_key
 from holdfast.broker.redis.lease_scripts import lease_start, next_token, renew
 from holdfast.broker.redis.script import ScriptCall
 
@@ -47,6 +57,10 @@ log = logging.getLogger(__name__)
 
 FENCE_COUNTER = "hf:fence"
 """The counter fencing tokens come from."""
+
+NODE_MARK_TTL = 3600.0
+"""Seconds a node mark outlives the node's last write of it: a rejoin after a longer
+outage cannot tell an expired mark from a lost one, and reports nothing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +115,8 @@ class StoreWentBack:
 
     why: str
     since: float
+    until: float = math.inf
+    """When Redis was seen to hold the older state: ACKs after it are not counted."""
 
 
 LeaseEvent = LeaseGained | LeaseLost | StoreWentBack
@@ -138,6 +154,7 @@ class LeaseKeeper:
         self._tried = 0
         self._mark_sent: dict[int, float] = {}
         self._generation: bytes | None = None
+        self._node_marked = False
         self._failing = False
         self.renewals = 0
         """Renewals that succeeded."""
@@ -162,11 +179,14 @@ class LeaseKeeper:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop renewing (the node gives its lease back itself: ``NodeLife.stop``)."""
+        """Stop renewing (the node gives its lease back itself: ``NodeLife.stop``) and
+        remove the node mark, which no rejoin will read now."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.timing.lease + 5)
         if self._redis is not None:
+            with contextlib.suppress(RedisError):  # it expires otherwise
+                self._redis.delete(node_mark_key(self._node_id))
             self._redis.close()
 
     def _run(self) -> None:
@@ -226,14 +246,22 @@ class LeaseKeeper:
         if self._generation is None:
             redis.set(GENERATION, uuid.uuid4().hex.encode(), nx=True)
             self._generation = redis.get(GENERATION)
+        elif self._node_marked:
+            # Before this node writes anything: its next marks would hide the loss.
+            self._check_rejoin(redis)
         token = int(self._script(next_token(FENCE_COUNTER, seen=self._token)))
         incarnation = f"{self._node_id}.{token}"
         sent = self.clock()
-        self._script(lease_start(incarnation, token=token, lease_ms=self.timing.ttl_ms))
+        # The new incarnation's marks go on from every mark the last one sent, so that a
+        # mark Redis holds is never two renewals' at once.
+        mark = self._mark = self._tried = max(self._mark, self._tried)
+        self._mark_sent.setdefault(mark, sent)
+        self._script(lease_start(incarnation, token=token, lease_ms=self.timing.ttl_ms, mark=mark))
+        redis.set(node_mark_key(self._node_id), mark, px=round(NODE_MARK_TTL * 1000))
+        self._node_marked = True
         redis.hset(NODES, incarnation, self._now_ms())
         self._token, self._incarnation = token, incarnation
         self._valid_until = sent + self.timing.lease
-        self._mark, self._tried, self._mark_sent = 0, 0, {0: sent}
         log.info("redis lease taken: incarnation %s (fencing token %d)", incarnation, token)
         self._report(LeaseGained(incarnation, token))
 
@@ -249,14 +277,17 @@ class LeaseKeeper:
         self._tried = mark
         self._mark_sent.setdefault(mark, sent)
         call = renew(incarnation, token=self._token, lease_ms=self.timing.ttl_ms, mark=mark)
-        if self._cluster:  # the two keys are in other slots: two calls
+        node_mark, ttl_ms = node_mark_key(self._node_id), round(NODE_MARK_TTL * 1000)
+        if self._cluster:  # the keys are in other slots: three calls
             ok, stored = self._script(call)
+            redis.set(node_mark, mark, px=ttl_ms)
             generation = redis.get(GENERATION)
         else:  # one round trip
             pipe = redis.pipeline(transaction=False)
             self._script(call, client=pipe)
+            pipe.set(node_mark, mark, px=ttl_ms)
             pipe.get(GENERATION)
-            (ok, stored), generation = pipe.execute()
+            (ok, stored), _, generation = pipe.execute()
         done = self.clock()
         self.last_renewal_seconds = done - sent
         stored_text = stored.decode() if isinstance(stored, bytes) else str(stored)
@@ -287,6 +318,41 @@ class LeaseKeeper:
         redis.set(GENERATION, uuid.uuid4().hex.encode(), nx=True)
         self._generation = redis.get(GENERATION)
         return False
+
+    def _check_rejoin(self, redis: Any) -> None:
+        """Compare the node mark Redis holds with the last one this node wrote, across
+        the lapse (after the generation: an emptied Redis is reported as that)."""
+        key = node_mark_key(self._node_id)
+        if self._cluster:
+            stored, generation = redis.get(key), redis.get(GENERATION)
+        else:
+            pipe = redis.pipeline(transaction=False)
+            pipe.get(key)
+            pipe.get(GENERATION)
+            stored, generation = pipe.execute()
+        until = self.clock()
+        if not self._check_generation(generation):
+            return
+        kept = int(stored) if stored is not None else None
+        if kept is not None and self._mark <= kept <= self._tried:
+            self._mark = kept  # all there (the last renewal's answer may have been lost)
+            return
+        if kept is None and self.clock() - self._mark_sent.get(self._mark, 0.0) > NODE_MARK_TTL:
+            return  # expired while Redis was out: nothing to tell
+        if kept is not None and kept > self._tried:
+            return  # not this node's: nothing to compare with
+        since = self._mark_sent.get(0 if kept is None else kept, 0.0)
+        held = "none of its marks" if kept is None else f"its mark {kept} of {self._mark}"
+        self._node_marked = False  # reported once, even if this join fails and is retried
+        self._report(
+            StoreWentBack(
+                f"Redis went back in time while this node's lease was lapsed: it holds "
+                f"{held} (restarted from an older snapshot, or failed over to a replica "
+                "that had not received everything)",
+                since,
+                until,
+            )
+        )
 
     def _check_mark(self, stored: str) -> None:
         """Compare the mark Redis holds with the one this node wrote last."""
@@ -321,6 +387,7 @@ class LeaseKeeper:
 
 __all__ = [
     "FENCE_COUNTER",
+    "NODE_MARK_TTL",
     "LeaseEvent",
     "LeaseGained",
     "LeaseKeeper",

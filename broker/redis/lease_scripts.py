@@ -35,17 +35,21 @@ def next_token(counter: str, *, seen: int) -> ScriptCall:
 LEASE_START = Script(
     "LEASE_START",
     """
--- KEYS: lease, mark. ARGV: token, lease ms. A new incarnation's lease and mark 0.
+-- KEYS: lease, mark. ARGV: token, lease ms, mark. A new incarnation's lease, and its
+-- mark where the node's last one left off.
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('SET', KEYS[2], 0)
+redis.call('SET', KEYS[2], ARGV[3])
 return 1
 """,
 )
 
 
-def lease_start(incarnation: str, *, token: int, lease_ms: int) -> ScriptCall:
-    """LEASE_START: ``incarnation``'s lease (``token``, for ``lease_ms``) and mark 0."""
-    return LEASE_START.call([lease_key(incarnation), mark_key(incarnation)], [token, lease_ms])
+def lease_start(incarnation: str, *, token: int, lease_ms: int, mark: int = 0) -> ScriptCall:
+    """LEASE_START: ``incarnation``'s lease (``token``, for ``lease_ms``) and its first
+    ``mark``."""
+    return LEASE_START.call(
+        [lease_key(incarnation), mark_key(incarnation)], [token, lease_ms, mark]
+    )
 
 
 RENEW = Script(

@@ -64,7 +64,7 @@ class LossCheck:
         elif seen is not None and self._clock() - self._last_report > self._quiet:
             # The node's mark or the generation went back, but no queue this node wrote:
             # report it once, with what the node ACKed anywhere since.
-            acked = self._journal.queues_since(seen.since) if seen.since > 0 else {}
+            acked = self._journal.queues_since(seen.since, seen.until) if seen.since > 0 else {}
             self._emit(seen.why, acked, covered=seen.since > 0)
 
     async def _repair(self, uri: str) -> None:

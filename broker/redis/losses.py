@@ -75,15 +75,18 @@ class AckJournal:
         """``acked`` PUTs to ``uri`` were just ACKed SUCCESS."""
         self._queues.setdefault(uri, _PerSecond()).add(math.floor(self._clock()), acked, False)
 
-    def since(self, uri: str, moment: float) -> int:
-        """ACKs to ``uri`` from ``moment`` on (the second it falls in included)."""
+    def since(self, uri: str, moment: float, until: float = math.inf) -> int:
+        """ACKs to ``uri`` from ``moment`` on, to ``until`` (the seconds they fall in
+        included)."""
         book = self._queues.get(uri)
-        first = math.floor(moment)
-        return 0 if book is None else sum(e.value for e in book.entries if e.second >= first)
+        first, last = math.floor(moment), until if until == math.inf else math.floor(until)
+        if book is None:
+            return 0
+        return sum(e.value for e in book.entries if first <= e.second <= last)
 
-    def queues_since(self, moment: float) -> dict[str, int]:
-        """ACKs per queue from ``moment`` on, for the queues that had any."""
-        counts = {uri: self.since(uri, moment) for uri in list(self._queues)}
+    def queues_since(self, moment: float, until: float = math.inf) -> dict[str, int]:
+        """ACKs per queue from ``moment`` to ``until``, for the queues that had any."""
+        counts = {uri: self.since(uri, moment, until) for uri in list(self._queues)}
         return {uri: n for uri, n in counts.items() if n}
 
 

@@ -13,9 +13,9 @@ polled every ``POLL`` seconds. Policy changes and deleted queues are announced o
 delays, TTLs) run in ``sweep``.
 
 Data loss: the lease keeper reads back its write mark and ``hf:generation`` at every
-renewal. When Redis went back in time or was emptied, the node logs LOST DATA with
-what it can count (``losses``), counts it (``data_losses``) and tells every
-connected session (``DATA_LOST``).
+renewal, and its node mark at every rejoin. When Redis went back in time or was
+emptied, the node logs LOST DATA with what it can count (``losses``), counts it
+(``data_losses``) and tells every connected session (``DATA_LOST``).
 """
 
 from __future__ import annotations

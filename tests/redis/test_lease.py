@@ -17,7 +17,7 @@ from redis.retry import Retry
 
 from holdfast.broker.redis import scripts
 from holdfast.broker.redis.client import FencedError, RedisClient, parse_redis_spec
-from holdfast.broker.redis.keys import QueueKeys, lease_key, mark_key
+from holdfast.broker.redis.keys import QueueKeys, lease_key, mark_key, node_mark_key
 from holdfast.broker.redis.lease import (
     FENCE_COUNTER,
     LeaseEvent,
@@ -122,6 +122,39 @@ def test_a_mark_that_went_back_is_reported_with_when(server: RedisServer, plain:
     assert "mark 1 of 3" in went_back[0].why
     assert went_back[0].since == 100.5  # when mark 1 was sent
     assert keeper.valid()  # the lease itself held
+
+
+def test_a_mark_that_went_back_during_a_lapse_is_reported_at_the_rejoin(
+    server: RedisServer, plain: Any
+) -> None:
+    """Redis out for longer than the lease, back from a snapshot: the node rejoins under
+    a new incarnation, whose own mark cannot show the loss; the node mark can (issue
+    #32: nothing was reported)."""
+    clock = Clock()
+    keeper, events = keeper_on(server, clock)
+    keeper.step()
+    for _ in range(3):
+        clock.now += 0.5
+        keeper.step()
+    assert plain.get(node_mark_key("node")) == b"3"
+    clock.now += 5  # no renewal for longer than the lease: a lapse
+    keeper.step()  # (its renewal, late, sent mark 4)
+    assert isinstance(events[-1], LeaseLost)
+    del events[:]
+    plain.set(node_mark_key("node"), 1)  # Redis is back from a snapshot taken at mark 1
+    clock.now += 0.5
+    keeper.step()
+    went_back = [e for e in events if isinstance(e, StoreWentBack)]
+    assert len(went_back) == 1 and "mark 1 of 3" in went_back[0].why
+    assert (went_back[0].since, went_back[0].until) == (100.5, 107.0)
+    assert events[1:] == [LeaseGained("node.2", 2)]
+    assert plain.get(mark_key("node.2")) == b"4"  # the marks go on from the last one sent
+    clock.now += 5
+    keeper.step()  # a lapse with nothing lost: a rejoin that reports nothing
+    clock.now += 0.5
+    keeper.step()
+    assert [type(e) for e in events[2:]] == [LeaseLost, LeaseGained]  # nothing went back
+    assert keeper.incarnation == "node.3"
 
 
 def test_a_renewal_whose_answer_was_lost_is_not_a_loss(server: RedisServer, plain: Any) -> None:
