@@ -20,7 +20,14 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from holdfast.broker.config import BrokerConfig
+from holdfast.broker.config import CONFIG_FLAGS, BrokerConfig
+from holdfast.broker.redis.bounds import (
+    MAX_LEASE,
+    MAX_MIN_REPLICAS,
+    MAX_RETRY,
+    MIN_LEASE,
+    seconds_range,
+)
 from holdfast.broker.redis.tls import RedisTls
 from holdfast.broker.server import Broker
 from holdfast.broker.sqlite_store import SYNC_MODES
@@ -33,6 +40,7 @@ from holdfast.server.cli_support import (
     apply_environment,
     configure_logging,
     name_flags,
+    whole_number,
 )
 from holdfast.server.grpc_logs import route_grpc_logs
 from holdfast.server.security import (
@@ -84,11 +92,28 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError(f"must be >= 0, got {text}")
-    return value
+def _seconds_in(low: float, high: float, *, low_included: bool = True) -> Callable[[str], float]:
+    """An argparse ``type``: seconds in a range, stated in the error (``inf`` and ``nan``
+    are outside every range)."""
+
+    def parse(text: str) -> float:
+        value = float(text)
+        if not (low <= value if low_included else low < value) or not value <= high:
+            raise ValueError(
+                f"must be {seconds_range(low, high, low_included=low_included)}, got {text[:40]}"
+            )
+        return value
+
+    return _argument(parse)
+
+
+def _sync_mode(text: str) -> str:
+    # A type rather than ``choices``: argparse checks choices only on the command line,
+    # and HOLDFAST_SYNC=fast went through to a config error naming neither.
+    mode = text.lower()
+    if mode not in SYNC_MODES:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(SYNC_MODES)}, got {text!r}")
+    return mode
 
 
 def _positive_int(text: str) -> int:
@@ -130,8 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--sync",
         default=defaults.sync,
-        choices=SYNC_MODES,
-        type=str.lower,
+        type=_sync_mode,
+        metavar="{" + ",".join(SYNC_MODES) + "}",
         help="sqlite store: full fsyncs every commit, so an ACKed message survives a power "
         "loss; normal survives a crash or kill -9 of the broker, but an OS crash or power "
         "loss may lose the last commits (default: %(default)s)",
@@ -184,29 +209,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--redis-min-replicas",
-        type=_argument(_non_negative_int),
+        type=whole_number(0, maximum=MAX_MIN_REPLICAS),
         default=defaults.redis_min_replicas,
         metavar="N",
-        help="Redis store: an ACK waits for WAIT N replicas (default: %(default)s)",
+        help="Redis store: an ACK waits for WAIT N replicas; at most "
+        f"{MAX_MIN_REPLICAS}, Redis's default maxclients (default: %(default)s)",
     )
     parser.add_argument(
         "--redis-retry",
-        type=_argument(_positive_float),
+        type=_seconds_in(0, MAX_RETRY, low_included=False),
         default=defaults.redis_retry,
         metavar="SECONDS",
         help="Redis store: how long an outage is retried before PUTs fail with STORE_ERROR "
-        "(a PUT sent to Redis unanswered is retried until Redis answers) "
-        "(default: %(default)s)",
+        "(a PUT sent to Redis unanswered is retried until Redis answers); at most "
+        f"{MAX_RETRY:g} (default: %(default)s)",
     )
     parser.add_argument(
         "--redis-lease",
-        type=_argument(_positive_float),
+        type=_seconds_in(MIN_LEASE, MAX_LEASE),
         default=defaults.redis_lease,
         metavar="SECONDS",
         help="Redis store: a node stops delivering this long after its last lease renewal; "
         "its peers reclaim its deliveries a third of it later; keep it at least the "
         "clients' keepalive + keepalive timeout (3 s), the time a frozen node's consumers "
-        "take to notice (default: %(default)s)",
+        f"take to notice; {MIN_LEASE:g}-{MAX_LEASE:g} (default: %(default)s)",
     )
     parser.add_argument(
         "--redis-ca", metavar="PATH", help="Redis store over TLS (rediss://): PEM CA of Redis"
@@ -306,7 +332,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("%s", error)
         return 2
     except ValueError as error:
-        log.error("invalid configuration: %s", name_flags(str(error), LIMIT_FLAGS))
+        message = name_flags(str(error), {**LIMIT_FLAGS, **CONFIG_FLAGS})
+        log.error("invalid configuration: %s", message)
         return 2
     try:
         # Opened here rather than by Broker, so the store gets the broker's dedup window

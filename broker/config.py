@@ -5,6 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from holdfast.broker.dedup import DEFAULT_GRACE, default_max_guids
+from holdfast.broker.redis.bounds import (
+    MAX_LEASE,
+    MAX_MIN_REPLICAS,
+    MAX_RETRY,
+    MIN_LEASE,
+    seconds_range,
+)
 from holdfast.broker.redis.tls import RedisTls
 from holdfast.broker.sqlite_store import DEFAULT_SYNC, SYNC_MODES
 from holdfast.broker.staging import StagingLimits
@@ -104,9 +111,45 @@ class BrokerConfig:
         )
         if self.metrics_listen is not None:
             split_host_port(self.metrics_listen)
-        _check(self.redis_min_replicas >= 0, "redis_min_replicas must be >= 0")
-        _check(self.redis_retry > 0, "redis_retry must be > 0 seconds")
-        _check(self.redis_lease >= 0.3, "redis_lease must be >= 0.3 seconds")
+        self._check_redis()
+
+    def _check_redis(self) -> None:
+        """The ``--redis-*`` values: in their ranges (``redis.bounds``), and given only
+        with a Redis store (a flag that does nothing is a mistake worth a line)."""
+        _check(
+            0 <= self.redis_min_replicas <= MAX_MIN_REPLICAS,
+            f"redis_min_replicas must be 0-{MAX_MIN_REPLICAS}",
+        )
+        _check(
+            0 < self.redis_retry <= MAX_RETRY,
+            f"redis_retry must be {seconds_range(0, MAX_RETRY, low_included=False)}",
+        )
+        _check(
+            MIN_LEASE <= self.redis_lease <= MAX_LEASE,
+            f"redis_lease must be {seconds_range(MIN_LEASE, MAX_LEASE)}",
+        )
+        if parse_store_spec(self.store).kind != "redis":
+            defaults = BrokerConfig.__dataclass_fields__
+            given = [
+                flag
+                for name, flag in REDIS_FLAGS.items()
+                if getattr(self, name) != defaults[name].default
+            ]
+            tls = self.redis_tls
+            given += [
+                flag
+                for flag, path in (
+                    ("--redis-ca", tls.ca),
+                    ("--redis-cert", tls.cert),
+                    ("--redis-key", tls.key),
+                )
+                if path is not None
+            ]
+            _check(
+                not given,
+                f"{', '.join(given)}: only for a Redis store (--store redis://, rediss://, "
+                f"redis+cluster:// or redis+sentinel://), not {self.store.partition(':')[0]}",
+            )
         _check(
             not self.redis_tls.configured or self.store.startswith("rediss://"),
             "--redis-ca, --redis-cert and --redis-key need a rediss:// store",
@@ -127,6 +170,17 @@ class BrokerConfig:
             max_properties=self.max_properties,
             max_properties_bytes=self.max_properties_bytes,
         )
+
+
+REDIS_FLAGS = {
+    "redis_min_replicas": "--redis-min-replicas",
+    "redis_retry": "--redis-retry",
+    "redis_lease": "--redis-lease",
+}
+"""Fields of the Redis store's settings and the flags that set them."""
+
+CONFIG_FLAGS = {"sync": "--sync", **REDIS_FLAGS}
+"""Fields checked here whose errors should name their flags (``cli_support.name_flags``)."""
 
 
 def _check(condition: bool, message: str) -> None:

@@ -27,6 +27,7 @@ STORE_KINDS = (
     "redis://HOST:PORT[/DB]",
     "rediss://HOST:PORT[/DB]",
     "redis+cluster://HOST:PORT[,HOST:PORT...]",
+    "redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB]",
 )
 """The ``--store`` values this broker understands."""
 

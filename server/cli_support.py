@@ -73,12 +73,56 @@ def add_common_flags(parser: argparse.ArgumentParser, program: str) -> None:
     )
 
 
+class EnvValue(str):
+    """A flag's default taken from ``HOLDFAST_<FLAG>``: argparse converts a string default
+    with the flag's ``type`` only when the flag is not on the command line, and passes
+    this very object, so the ``type`` knows an error is the variable's to name."""
+
+    variable: str
+
+    def __new__(cls, text: str, variable: str) -> EnvValue:
+        value = super().__new__(cls, text)
+        value.variable = variable
+        return value
+
+
+def _naming_variable(action: argparse.Action) -> Callable[[str], object]:
+    """``action``'s type, whose errors for a value from the environment name the variable,
+    and which checks ``choices`` there too (argparse checks them only on the command line:
+    ``HOLDFAST_SYNC=fast`` reached the configuration check, which named neither)."""
+    convert = action.type
+    choices = action.choices
+
+    def parse(text: str) -> object:
+        try:
+            value = text if convert is None else convert(text)  # type: ignore[operator]
+        except (argparse.ArgumentTypeError, ValueError, TypeError) as error:
+            if not isinstance(text, EnvValue):
+                raise
+            why = (
+                str(error)
+                if isinstance(error, argparse.ArgumentTypeError)
+                else f"invalid {parse.__name__} value: {text!r}"
+            )
+            raise argparse.ArgumentTypeError(f"{why} (from {text.variable})") from None
+        if isinstance(text, EnvValue) and choices is not None and value not in choices:
+            allowed = ", ".join(map(str, choices))
+            raise argparse.ArgumentTypeError(
+                f"must be one of {allowed}, got {text!r} (from {text.variable})"
+            )
+        return value
+
+    # argparse names a failing type in its error ("invalid float value"): keep the name.
+    parse.__name__ = getattr(convert, "__name__", "str")
+    return parse
+
+
 def apply_environment(
     parser: argparse.ArgumentParser, environ: Mapping[str, str] | None = None
 ) -> None:
     """Let ``HOLDFAST_<FLAG>`` set each flag's default (a flag given on the command line
     still wins), and say so in ``--help``. argparse converts and checks an environment
-    value exactly as it would the flag's own."""
+    value as it would the flag's own, and its error names the flag and the variable."""
     environ = os.environ if environ is None else environ
     for action in parser._actions:
         if not action.option_strings or action.dest in ("help", "version"):
@@ -86,7 +130,8 @@ def apply_environment(
         name = env_name(action)
         action.help = f"{action.help or ''} [env {name}]".strip()
         if name in environ:
-            action.default = environ[name]
+            action.default = EnvValue(environ[name], name)
+            action.type = _naming_variable(action)
 
 
 class JsonFormatter(logging.Formatter):

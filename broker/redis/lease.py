@@ -49,6 +49,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from holdfast.broker.redis.bounds import MAX_LEASE, MIN_LEASE, seconds_range
 from holdfast.broker.redis.keys import GENERATION, NODES, node_mark_key
 from holdfast.broker.redis.lease_scripts import lease_start, next_token, renew
 from holdfast.broker.redis.script import ScriptCall
@@ -73,8 +74,8 @@ class LeaseTiming:
     """Seconds a node may deliver after it sent its last successful renewal."""
 
     def __post_init__(self) -> None:
-        if not self.lease >= 0.3:
-            raise ValueError("the Redis lease is at least 0.3 s")
+        if not MIN_LEASE <= self.lease <= MAX_LEASE:
+            raise ValueError(f"the Redis lease is {seconds_range(MIN_LEASE, MAX_LEASE)}")
 
     @property
     def beat(self) -> float:

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -124,3 +125,64 @@ def test_json_logs_are_one_object_a_line(taken_port: int) -> None:
     lines = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
     assert lines and all({"time", "level", "logger", "message"} <= set(e) for e in lines)
     assert any(e["level"] == "ERROR" and "--listen" in e["message"] for e in lines)
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "text"),
+    [
+        # inf overflowed the lease keeper's timer: 5,660 tracebacks in 15 s, no exit.
+        (("--redis-lease", "inf"), {}, "argument --redis-lease: must be 0.3-3600 s, got inf"),
+        (("--redis-lease", "1e12"), {}, "argument --redis-lease: must be 0.3-3600 s"),
+        # Help said > 0 while the configuration refused it as "redis_lease must be >= 0.3".
+        (("--redis-lease", "0.2"), {}, "argument --redis-lease: must be 0.3-3600 s, got 0.2"),
+        (("--redis-retry", "inf"), {}, "argument --redis-retry: must be > 0 and <= 3600 s"),
+        (("--redis-retry", "1e300"), {}, "argument --redis-retry: must be > 0 and <= 3600 s"),
+        # Past a 64-bit integer every PUT's WAIT failed: nothing was ever ACKed SUCCESS.
+        (
+            ("--redis-min-replicas", "100000000000000000000"),
+            {},
+            "argument --redis-min-replicas: must be <= 10000, got 100000000000000000000",
+        ),
+        (
+            (),
+            {"HOLDFAST_SYNC": "fast"},
+            "argument --sync: must be one of full, normal, got 'fast' (from HOLDFAST_SYNC)",
+        ),
+        (
+            (),
+            {"HOLDFAST_REDIS_LEASE": "inf"},
+            "argument --redis-lease: must be 0.3-3600 s, got inf (from HOLDFAST_REDIS_LEASE)",
+        ),
+        (
+            ("--store", "sqllite:x.db"),
+            {},
+            "redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB]",
+        ),
+    ],
+)
+def test_a_bad_broker_value_is_one_line_naming_the_flag(
+    args: tuple[str, ...], env: dict[str, str], text: str
+) -> None:
+    done = run("broker", "--listen", "127.0.0.1:0", *args, env={"PATH": "", **env})
+    assert (done.returncode, len(done.stderr.strip().splitlines())) == (2, 1), done.stderr
+    assert text in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (("--redis-min-replicas", "2"), "--redis-min-replicas: only for a Redis store"),
+        (("--redis-lease", "5", "--redis-retry", "9"), "--redis-retry, --redis-lease: only for"),
+        (("--store", "sqlite:{tmp}/b.db", "--redis-min-replicas", "1"), "not sqlite"),
+    ],
+)
+def test_redis_flags_without_a_redis_store_are_refused(
+    args: tuple[str, ...], named: str, tmp_path: Path
+) -> None:
+    """--redis-min-replicas with --store memory was taken and did nothing, while
+    --redis-ca with sqlite was refused: every Redis flag is refused alike."""
+    done = run("broker", "--listen", "127.0.0.1:0", *(a.format(tmp=tmp_path) for a in args))
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert named in line and "invalid configuration" in line
+    assert "listening on" not in done.stderr
