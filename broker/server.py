@@ -26,6 +26,7 @@ from holdfast.broker.dedup import BrokerClock
 from holdfast.broker.marks import MarkBook, mark_file_for
 from holdfast.broker.puts import PutPipeline
 from holdfast.broker.redis.losses import DataLoss
+from holdfast.broker.redis.spec import redact
 from holdfast.broker.registry import SWEEP_INTERVAL, QueueRegistry
 from holdfast.broker.session import Session
 from holdfast.broker.staging import StagingBook
@@ -183,7 +184,7 @@ class Broker:
         log.info(
             "listening on %s (store %s, dedup window %g s, max payload %d bytes)",
             self.address,
-            self.config.store,
+            redact(self.config.store),
             self.config.dedup_window,
             self.config.max_payload_bytes,
         )

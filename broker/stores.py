@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from holdfast.broker.dedup import DEFAULT_GRACE, DEFAULT_WINDOW
-from holdfast.broker.redis.spec import parse_redis_spec
+from holdfast.broker.redis.spec import parse_redis_spec, redact
 from holdfast.broker.sqlite_store import SqliteStore
 from holdfast.broker.store import MemoryStore, Store
 
@@ -45,7 +45,7 @@ def parse_store_spec(spec: str) -> StoreSpec:
             raise ValueError("the sqlite store needs a file: sqlite:PATH")
         return StoreSpec("sqlite", location)
     raise ValueError(
-        f"unknown store {spec!r} (scheme {scheme!r}): this broker supports "
+        f"unknown store {redact(spec)!r} (scheme {scheme!r}): this broker supports "
         + ", ".join(STORE_KINDS)
     )
 

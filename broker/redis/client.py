@@ -97,17 +97,22 @@ def _may_have_run(error: Exception) -> bool:
     return "connecting" not in str(error)
 
 
-def _tls_options(spec: RedisSpec, tls: RedisTls | None) -> dict[str, Any]:
-    if spec.scheme != "rediss":
-        return {}
-    tls = tls if tls is not None else RedisTls()
-    return {"ssl": True, "ssl_ca_certs": tls.ca, "ssl_certfile": tls.cert, "ssl_keyfile": tls.key}
+def _options(spec: RedisSpec, tls: RedisTls | None) -> dict[str, Any]:
+    """The credentials of the ``--store`` URL (the primary's with Sentinel: the Sentinels
+    are asked without) and, for ``rediss://``, the TLS settings."""
+    options: dict[str, Any] = {}
+    if spec.password is not None:
+        options.update(username=spec.username, password=spec.password)
+    if spec.scheme == "rediss":
+        tls = tls if tls is not None else RedisTls()
+        options.update(ssl=True, ssl_ca_certs=tls.ca, ssl_certfile=tls.cert, ssl_keyfile=tls.key)
+    return options
 
 
 def _connect(spec: RedisSpec, tls: RedisTls | None) -> Any:
     """redis-py's asyncio client of ``spec`` (one pool; a cluster client on a Cluster)."""
     common: dict[str, Any] = {"socket_timeout": SOCKET_TIMEOUT, "socket_connect_timeout": 2.0}
-    common.update(_tls_options(spec, tls))
+    common.update(_options(spec, tls))
     if spec.cluster:
         # redis-py's retry stays here: it is what refreshes the slot map after a
         # failover (every script is repeat-safe, see the module's docstring).
@@ -293,7 +298,7 @@ class RedisClient:
             "socket_connect_timeout": timeout,
             "retry": Retry(NoBackoff(), 0),
         }
-        common.update(_tls_options(self.spec, self.tls))
+        common.update(_options(self.spec, self.tls))
         spec = self.spec
         if spec.cluster:
             # redis-py's sync cluster and Sentinel constructors have no annotations.

@@ -42,9 +42,9 @@ from holdfast.broker.redis.losscheck import LossCheck
 from holdfast.broker.redis.losses import AckJournal, DataLoss
 from holdfast.broker.redis.reaper import Reaper
 from holdfast.broker.redis.refresh import refresh_queues
+from holdfast.broker.redis.refusals import setup_failure
 from holdfast.broker.redis.registry import RedisRegistry
 from holdfast.broker.redis.sweep import FAST, Sweeper
-from holdfast.broker.redis.tls import tls_failure
 from holdfast.broker.store import StoreError
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ HALT_WAIT = 2.0
 """Seconds ``halt`` waits for its loops after each cancel."""
 
 PROBE_TIMEOUT = 5.0
-"""Seconds the start-up TLS check waits for Redis (``NodeLife._check_tls``)."""
+"""Seconds the start-up check waits for Redis (``NodeLife._check_setup``)."""
 
 REFRESH_SHARE = 4.0
 """A refresh pass takes at most a fifth of the event loop (with 100,000 open queues a
@@ -115,8 +115,8 @@ class NodeLife:
         """Take a lease and start the loops. Raises ``StoreError`` if Redis cannot be
         reached within the retry window."""
         self._loop = asyncio.get_running_loop()
-        if self.client.spec.scheme == "rediss":
-            await asyncio.to_thread(self._check_tls)
+        if not self.client.spec.cluster:
+            await asyncio.to_thread(self._check_setup)
         self.registry.may_deliver = self.keeper.valid
         self.registry.on_went_back = self.losses.check
         self.keeper.start()
@@ -147,16 +147,17 @@ class NodeLife:
         if not self.client.spec.cluster:  # cluster pub/sub is not in redis-py's asyncio API
             self._tasks.append(loop.create_task(self._listen(pubsub), name="redis wake-ups"))
 
-    def _check_tls(self) -> None:
-        """Fail at once on a TLS failure no retry mends (a CA or client certificate
-        problem): it is not an outage, and retrying it for ``--redis-retry`` seconds
-        only to ask "is Redis reachable?" sends the operator the wrong way. Anything
-        else (Redis down) is left to the lease keeper's retries."""
+    def _check_setup(self) -> None:
+        """Fail at once on a refusal no retry mends (``refusals``: a TLS certificate,
+        the credentials, the database): it is not an outage. Anything else (Redis down)
+        is left to the lease keeper's retries. Not on a cluster, whose client connects
+        in its constructor and folds every node's error into one of its own."""
         probe = self.client.connect_sync(min(self.client.retry_window, PROBE_TIMEOUT))
         try:
             probe.ping()
         except Exception as error:
-            failure = tls_failure(error, has_cert=bool(self.client.tls and self.client.tls.cert))
+            has_cert = bool(self.client.tls and self.client.tls.cert)
+            failure = setup_failure(error, self.client.spec, has_cert)
             if failure is not None:
                 raise StoreError(f"redis store {self.client.where}: {failure}") from None
         finally:

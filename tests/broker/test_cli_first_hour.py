@@ -158,6 +158,11 @@ def test_json_logs_are_one_object_a_line(taken_port: int) -> None:
             {},
             "redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB]",
         ),
+        (
+            ("--store", "mongodb://admin:hunter2@db:1"),
+            {},
+            "unknown store 'mongodb://***@db:1'",
+        ),
     ],
 )
 def test_a_bad_broker_value_is_one_line_naming_the_flag(
@@ -166,6 +171,7 @@ def test_a_bad_broker_value_is_one_line_naming_the_flag(
     done = run("broker", "--listen", "127.0.0.1:0", *args, env={"PATH": "", **env})
     assert (done.returncode, len(done.stderr.strip().splitlines())) == (2, 1), done.stderr
     assert text in done.stderr
+    assert "hunter2" not in done.stderr
 
 
 @pytest.mark.parametrize(

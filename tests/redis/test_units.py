@@ -15,6 +15,7 @@ from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.redis.owed import OwedWrites
 from holdfast.broker.redis.registry import RedisRegistry
 from holdfast.broker.redis.scripts import confirm
+from holdfast.broker.redis.spec import redact
 from holdfast.broker.redis.sweep import FULL_BATCH, Sweeper
 from holdfast.broker.redis.takes import TakeTokens
 from holdfast.broker.store import StoreError
@@ -50,9 +51,28 @@ def test_redis_store_addresses_parse_or_say_what_is_wrong() -> None:
         ("redis+cluster://a:1/3", "a cluster has only 0"),
         ("redis://h", "expected HOST:PORT"),
         ("mongodb://h:1", "a Redis store is one of"),
+        ("redis://bob@h:1", "credentials are USER:PASSWORD@"),
+        ("redis://:hunter2@h", "expected HOST:PORT"),
     ):
-        with pytest.raises(ValueError, match=why):
+        with pytest.raises(ValueError, match=why) as refused:
             parse_redis_spec(bad)
+        assert "hunter2" not in str(refused.value)
+
+
+def test_credentials_in_a_store_address_are_kept_and_never_shown() -> None:
+    """The password was parsed and dropped: a Redis with requirepass looked like an
+    outage for 30 s. It is kept (percent-decoded, for every form) and never shown."""
+    plain = parse_redis_spec("redis://:p%40ss/w,d@h:1/3")
+    assert (plain.username, plain.password, plain.nodes, plain.db) == (
+        None, "p@ss/w,d", (("h", 1),), 3,
+    )  # fmt: skip
+    sentinel = parse_redis_spec("redis+sentinel://bob:hunter2@a:1,b:2/orders/2")
+    assert (sentinel.username, sentinel.password, sentinel.service) == ("bob", "hunter2", "orders")
+    cluster = parse_redis_spec("redis+cluster://bob:hunter2@a:1,b:2")
+    assert (cluster.username, cluster.password, len(cluster.nodes)) == ("bob", "hunter2", 2)
+    assert "hunter2" not in repr(sentinel) + repr(cluster)
+    assert redact("rediss://bob:hunter2@h:1/0") == "rediss://***@h:1/0"
+    assert redact("redis://h:1/0") == "redis://h:1/0"
 
 
 class _RacingClient:
