@@ -360,10 +360,8 @@ class ContractStream(Answers, ABC):
     def reject_confirms(
         self, rejected: dict[tuple[pb.Status, int], list[bytes]], blameless: int = 0
     ) -> None:
-        """Answer refused CONFIRMs: one Error per (status, queue handle), naming the GUIDs;
-        a session refused too many a second is ended (``SessionLimits``). ``blameless``
-        of them were refused for a reason the client could not know (a proxy's upstream
-        reconnected): they are answered but not counted."""
+        """One Error per (status, handle) naming the GUIDs; a session refused too many a
+        second, not counting ``blameless`` ones (a proxy's upstream reconnect), is ended."""
         for (status, queue_id), guids in rejected.items():
             self.error(status, CONFIRM_ERRORS[status], queue_id, guids)
         counted = sum(len(guids) for guids in rejected.values()) - blameless
