@@ -5,6 +5,15 @@ rejected without requeue) is *buried*: if the queue's policy names a dead-letter
 queue, it moves there with the properties ``x-death-reason``, ``x-original-uri`` and
 ``x-delivery-count``, under the same GUID (so a caller can still correlate it, and
 ``dlq replay`` can put it back under that GUID); otherwise it is dropped and counted.
+A policy that makes a queue its own dead-letter queue (refused when set, but a store
+may hold one from before) counts as none: the move would replace the message by
+itself.
+
+The dead-letter queue may already hold the GUID: then the copy is renamed
+(``moved_guids``). Every copy being moved in counts as held (``Queue.in_flight``)
+until its write settles, so two moves (or a PUT) racing for one GUID see each other.
+A replay goes back under ``x-original-guid`` (else the GUID); one whose original
+queue holds that GUID stays in the dead-letter queue, reported.
 
 A move is one store batch: the removal from the source and the new copy in the
 dead-letter queue commit together, so a crash (even a kill -9) leaves the message in
@@ -30,14 +39,17 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
+from holdfast.broker.moved_guids import held_problem, original_guid, own_dead_letter, unique_copy
 from holdfast.broker.store import MessageKey, Store, StoreBatch, StoredMessage, settle
 from holdfast.proto.policy import (
     DEAD_GUID,
     DEAD_LETTER_NOTIFY,
     DEATH_REASON,
     DELIVERY_COUNT,
+    ORIGINAL_GUID,
     ORIGINAL_URI,
     PICKUP_TTL,
     dead_letter_notice_guid,
@@ -56,7 +68,7 @@ def _anywhere(domain: str) -> bool:
     return True
 
 
-DEATH_PROPERTIES = (DEATH_REASON, ORIGINAL_URI, DELIVERY_COUNT)
+DEATH_PROPERTIES = (DEATH_REASON, ORIGINAL_URI, DELIVERY_COUNT, ORIGINAL_GUID)
 """The properties a move to a dead-letter queue adds (and a replay removes)."""
 
 
@@ -78,12 +90,15 @@ class Graveyard:
     def bury(self, queue: Queue, dead: list[tuple[StoredMessage, str]]) -> None:
         """Move ``dead`` out of ``queue`` (see the module docstring), and send the notice
         of each that asks for one (``x-dead-letter-notify``)."""
-        target_uri = queue.policy.dead_letter
+        target_uri = own_dead_letter(queue.uri, queue.policy.dead_letter)
         batch = StoreBatch(removed=[MessageKey(queue.uri, m.guid) for m, _ in dead])
         now = self._clock()
         copies: list[StoredMessage] = []
         for message, reason in dead:
-            copies.extend(dead_copies(message, reason, queue.uri, target_uri, now))
+            for copy in dead_copies(message, reason, queue.uri, target_uri, now):
+                target = self._open(copy.queue_uri)
+                copies.append(unique_copy(copy, queue.uri, partial(_holds, target)))
+                _reserve(target, copies[-1])
             if target_uri is not None:
                 self.moved[reason] += 1
             else:
@@ -115,21 +130,25 @@ class Graveyard:
         moving: list[StoredMessage] = []
         stay: list[StoredMessage] = []
         problems: list[str] = []
+        now = self._clock()
+        by_target: dict[str, list[tuple[StoredMessage, StoredMessage]]] = {}
         for message in taken:
             problem = replay_problem(message, may_write)
             if problem is None:
-                moving.append(message)
-            else:
+                copy = replay_copy(message, now)
+                target = self._open(copy.queue_uri)
+                if _holds(target, copy.guid):
+                    # Under that GUID it would replace (or be replaced by) a live message.
+                    problem = held_problem(message, copy)
+                else:
+                    _reserve(target, copy)
+                    moving.append(message)
+                    by_target.setdefault(copy.queue_uri, []).append((message, copy))
+            if problem is not None:
                 stay.append(message)
                 problems.append(problem)
         if stay:
             dead_letters.requeue_front(stay)
-        now = self._clock()
-        by_target: dict[str, list[tuple[StoredMessage, StoredMessage]]] = {}
-        for message in moving:
-            copy = replay_copy(message, now)
-            origin = copy.queue_uri
-            by_target.setdefault(origin, []).append((message, copy))
         for pairs in by_target.values():
             originals = [m for m, _ in pairs]
             batch = StoreBatch(
@@ -158,6 +177,7 @@ class Graveyard:
             result = self._store.write(batch)
         except Exception:
             log.exception("%s: the store refused a dead-letter move", source.uri)
+            self._settle_copies(copies, False)
             self._undo(source, originals)
             return
         task = asyncio.get_running_loop().create_task(
@@ -182,17 +202,33 @@ class Graveyard:
                 len(originals),
                 source.uri,
             )
+            self._settle_copies(copies, False)
             self._undo(source, originals)
             return
+        targets = self._settle_copies(copies, True)
+        for copy in copies:
+            target = targets[copy.queue_uri]
+            if copy.guid in target.live:  # pragma: no cover - in_flight kept it unique
+                log.error("%s: a moved message's GUID is taken; it stays in the store", copy)
+                continue
+            target.add(copy)
+        for target in targets.values():
+            target.deliver()
+
+    def _settle_copies(self, copies: list[StoredMessage], durable: bool) -> dict[str, Queue]:
+        """The write of ``copies`` settled: they no longer hold their GUIDs in flight
+        (a PUT waiting on one is told ``durable``). Returns their queues by URI."""
         targets: dict[str, Queue] = {}
         for copy in copies:
             target = targets.get(copy.queue_uri)
             if target is None:
                 target = targets[copy.queue_uri] = self._open(copy.queue_uri)
-            if copy.guid not in target.live:
-                target.add(copy)
-        for target in targets.values():
-            target.deliver()
+            entry = target.in_flight.pop(copy.guid, None)
+            if entry is not None:
+                target.in_flight_bytes -= len(copy.payload)
+                if not entry[0].done():
+                    entry[0].set_result(durable)
+        return targets
 
     @staticmethod
     def _undo(source: Queue, originals: list[StoredMessage]) -> None:
@@ -219,6 +255,19 @@ class Graveyard:
             await settle(result)
         except Exception:
             log.exception("the store failed to record dropped dead messages")
+
+
+def _holds(queue: Queue, guid: bytes) -> bool:
+    """Whether ``queue`` holds ``guid``: a live message, or one being written (a PUT or
+    a move in flight)."""
+    return guid in queue.in_flight or guid in queue.live
+
+
+def _reserve(queue: Queue, copy: StoredMessage) -> None:
+    """Hold ``copy``'s GUID in ``queue`` while its move is written: a PUT of it waits
+    for the move's outcome (a duplicate, or a CONFLICT), and a racing move renames."""
+    queue.in_flight[copy.guid] = (asyncio.get_running_loop().create_future(), copy.digest)
+    queue.in_flight_bytes += len(copy.payload)
 
 
 def dead_copies(
@@ -259,6 +308,8 @@ def replay_problem(
         domain = parse_queue_uri(origin).domain
     except Invalid:
         return f"{message.guid.hex()}: no valid {ORIGINAL_URI}"
+    if original_guid(message) is None:
+        return f"{message.guid.hex()}: no valid {ORIGINAL_GUID}"
     if not may_write(domain):
         return f"{message.guid.hex()}: the token may not write domain {domain!r} ({origin})"
     return None
@@ -266,11 +317,14 @@ def replay_problem(
 
 def replay_copy(message: StoredMessage, now: float) -> StoredMessage:
     """A dead letter as it goes back to its ``x-original-uri`` (check ``replay_problem``
-    first): same GUID and digest, delivery count reset, death properties removed."""
+    first): its original GUID (``original_guid``) and digest, delivery count reset,
+    death properties removed."""
     properties = {k: v for k, v in message.properties.items() if k not in DEATH_PROPERTIES}
+    guid = original_guid(message)
+    assert guid is not None, "replay_problem refuses a bad x-original-guid"
     return StoredMessage(
         message.properties[ORIGINAL_URI],
-        message.guid,
+        guid,
         message.payload,
         properties,
         now,

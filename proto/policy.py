@@ -63,6 +63,27 @@ def dead_letter_notice_guid(guid: bytes) -> bytes:
     return bytes(digest)
 
 
+ORIGINAL_GUID = "x-original-guid"
+"""On a dead letter renamed because its dead-letter queue already held its GUID
+(``dead_letter_guid``): the hex GUID it had in ``x-original-uri``."""
+
+_DEAD_LETTER_NAMESPACE = b"holdfast-dead-letter/1:"
+
+
+def dead_letter_guid(origin_uri: str, guid: bytes, attempt: int) -> bytes:
+    """The GUID a dead letter from ``origin_uri`` takes in a dead-letter queue that
+    already holds ``guid``: the first ``attempt`` (1, 2, ...) whose GUID the queue does
+    not hold. Dedup is per queue, so two queues may both dead-letter one GUID into one
+    dead-letter queue; neither may be lost, and a CONFIRM by GUID must name one
+    message. A UUIDv5-shaped SHA-1 (RFC 9562) so the Redis store's Lua computes the
+    same GUID (``redis.sha1hex``)."""
+    name = _DEAD_LETTER_NAMESPACE + origin_uri.encode() + b"\n" + guid + b"\n"
+    digest = bytearray(hashlib.sha1(name + str(attempt).encode()).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50
+    digest[8] = (digest[8] & 0x3F) | 0x80
+    return bytes(digest)
+
+
 MAX_TTL = 10 * 365 * 86400.0
 """The longest TTL accepted (ten years): anything longer is a mistake."""
 
@@ -107,8 +128,16 @@ class QueuePolicy:
 
     def check_for(self, uri: str) -> None:
         """Refuse a policy that cannot work for the queue at ``uri``."""
-        if self.dead_letter == uri:
-            raise Invalid(pb.STATUS_INVALID_ARGUMENT, f"{uri} cannot be its own dead-letter queue")
+        # A template's dead-letter queue that the template covers would be its own
+        # dead-letter queue (its dead letters moved into themselves).
+        if self.dead_letter is not None and (
+            self.dead_letter == uri or template_matches(uri, self.dead_letter)
+        ):
+            covered = f" (the template {uri} covers it)" if is_template(uri) else ""
+            raise Invalid(
+                pb.STATUS_INVALID_ARGUMENT,
+                f"{self.dead_letter} cannot be its own dead-letter queue{covered}",
+            )
         if self.redirect is not None and (
             self.redirect == uri or template_matches(uri, self.redirect)
         ):
@@ -189,6 +218,7 @@ __all__ = [
     "DELIVERY_COUNT",
     "MAX_TTL",
     "NO_POLICY",
+    "ORIGINAL_GUID",
     "ORIGINAL_URI",
     "PICKUP_TTL",
     "REASON_DELIVERY_LIMIT",
@@ -197,6 +227,7 @@ __all__ = [
     "TEMPLATE_MARK",
     "QueuePolicy",
     "check_policy_uri",
+    "dead_letter_guid",
     "dead_letter_notice_guid",
     "is_template",
     "template_matches",

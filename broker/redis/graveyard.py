@@ -4,7 +4,9 @@ The same rules as ``broker.deadletter`` (the copies are built by its ``dead_copi
 and ``replay_copy``, so dead letters look the same on every store). A move is three
 scripts (``move_scripts``): the message *leaves* its source (no longer delivered,
 and no longer this node's: it survives the node), ``ADD`` puts the copies in their
-targets, guarded by a marker per move, and ``GONE`` removes the source's copy. A
+targets, guarded by a marker per move (renaming a dead letter whose GUID its target
+holds, leaving out a replay whose GUID its target holds: ``broker.moved_guids``), and
+``GONE`` removes the source's copy (``STAY`` puts a replay left out back). A
 move that did not finish (the node died, Redis failed) is finished by whichever
 node sweeps the queue after ``STALE`` seconds, or at once by the node that reaps a
 dead one; finishing it twice adds nothing twice.
@@ -18,6 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from holdfast.broker.deadletter import dead_copies, replay_copy, replay_problem
+from holdfast.broker.moved_guids import held_problem, own_dead_letter, renamed
 from holdfast.broker.redis import move_scripts
 from holdfast.broker.redis.keys import QueueKeys
 from holdfast.broker.redis.queues import message_meta, parse_message
@@ -65,7 +68,7 @@ class RedisGraveyard:
     async def _bury(self, uri: str, dead: list[tuple[StoredMessage, str]]) -> None:
         registry = self._registry
         keys = QueueKeys(uri)
-        target = registry.policies.effective(uri).dead_letter
+        target = own_dead_letter(uri, registry.policies.effective(uri).dead_letter)
         try:
             await registry.client.run(
                 move_scripts.leave(
@@ -116,31 +119,45 @@ class RedisGraveyard:
             await registry.client.run(
                 move_scripts.stay(keys, guids=[message.guid for message in stay])
             )
-        if moving and not await self._finish(uri, [Leaving(m, REPLAY, None) for m in moving]):
-            raise StoreError(f"{len(moving)} replays of {uri} were begun and not finished")
-        return len(moving), [problem for _, problem in problems if problem is not None]
+        held: list[str] = []
+        if moving:
+            held_out = await self._finish(uri, [Leaving(m, REPLAY, None) for m in moving])
+            if held_out is None:
+                raise StoreError(f"{len(moving)} replays of {uri} were begun and not finished")
+            held = held_out
+        left = [problem for _, problem in problems if problem is not None]
+        return len(moving) - len(held), left + held
 
-    async def _finish(self, uri: str, items: list[Leaving]) -> bool:
-        """ADD the copies of messages leaving ``uri``, then remove them from it. Says
-        whether that worked (if not, a later sweep finishes the moves)."""
+    async def _finish(self, uri: str, items: list[Leaving]) -> list[str] | None:
+        """ADD the copies of messages leaving ``uri``, then remove them from it (a
+        replay whose GUID its target holds stays, back at the head). Returns why each
+        of those stayed, or None if Redis failed (a later sweep finishes the moves)."""
         registry = self._registry
         keys = QueueKeys(uri)
         now = registry.now_ms() / 1000
-        moves: list[tuple[StoredMessage, str]] = []
-        for message, reason, target in items:
+        moves: list[tuple[StoredMessage, move_scripts.Move]] = []
+        owners: list[Leaving] = []
+        for item in items:
+            message, reason, target = item
             if reason == REPLAY:
                 copies = [replay_copy(message, now)]
             else:
                 copies = dead_copies(message, reason, uri, target, now)
-            moves += [(copy, _move_id(copy, uri, message)) for copy in copies]
+            moves += [(copy, _move(copy, uri, message, reason)) for copy in copies]
+            owners += [item] * len(copies)
         try:
-            await self._add(moves)
+            statuses = await self._add(moves)
+            stay = [m for m, s in zip(owners, statuses, strict=True) if s == move_scripts.HELD]
             await registry.client.run(
-                move_scripts.gone(keys, guids=[item.message.guid for item in items])
+                move_scripts.gone(keys, guids=[m.message.guid for m in items if m not in stay])
             )
+            if stay:
+                await registry.client.run(
+                    move_scripts.stay(keys, guids=[m.message.guid for m in stay])
+                )
         except StoreError as error:
             log.error("%s: %d moves out wait for a later sweep: %s", uri, len(items), error)
-            return False
+            return None
         dead = Counter((reason, target) for _, reason, target in items if reason != REPLAY)
         for (reason, target), n in dead.items():
             (self.moved if target is not None else self.dropped)[reason] += n
@@ -152,32 +169,48 @@ class RedisGraveyard:
                     n,
                     reason,
                 )
-        return True
+        return [held_problem(m.message, replay_copy(m.message, now)) for m in stay]
 
-    async def _add(self, moves: list[tuple[StoredMessage, str]]) -> None:
+    async def _add(self, moves: list[tuple[StoredMessage, move_scripts.Move]]) -> list[int]:
+        """ADD each copy to its queue; each copy's ``ADD`` status, in order."""
         registry = self._registry
-        by_target: dict[str, list[tuple[StoredMessage, str]]] = {}
-        for copy, move_id in moves:
-            by_target.setdefault(copy.queue_uri, []).append((copy, move_id))
-        for target, items in by_target.items():
+        by_target: dict[str, list[int]] = {}
+        for index, (copy, _) in enumerate(moves):
+            by_target.setdefault(copy.queue_uri, []).append(index)
+        statuses = [0] * len(moves)
+        for target, indexes in by_target.items():
             await registry.list_queue(target)
-            await registry.client.run(
+            raw = await registry.client.run(
                 move_scripts.add(
                     QueueKeys(target),
                     marker_ttl_ms=self._marker_ttl_ms,
-                    moves=[
-                        move_scripts.Move(copy.guid, move_id, message_meta(copy), copy.payload)
-                        for copy, move_id in items
-                    ],
+                    moves=[moves[index][1] for index in indexes],
                 )
             )
+            for index, (status, _) in zip(indexes, rows(raw, 2), strict=True):
+                statuses[index] = int(status)
             registry.wake(target)
+        return statuses
 
 
-def _move_id(copy: StoredMessage, source: str, original: StoredMessage) -> str:
-    """One id per move: the copy's GUID, where it came from and when the original was
-    accepted there (a message that comes back and dies again moves again)."""
-    return f"{copy.guid.hex()}:{round(original.accepted_at * 1000)}:{source}"
+def _move(
+    copy: StoredMessage, source: str, original: StoredMessage, reason: str
+) -> move_scripts.Move:
+    """The ``ADD`` stride of ``copy``. One id per move: the copy's GUID, where it came
+    from and when the original was accepted there (a message that comes back and dies
+    again moves again). A replay's copy is left out where its GUID is held; any other
+    is renamed there (``moved_guids``)."""
+    move_id = f"{copy.guid.hex()}:{round(original.accepted_at * 1000)}:{source}"
+    mode = move_scripts.KEEP_OUT if reason == REPLAY else move_scripts.RENAME
+    return move_scripts.Move(
+        copy.guid,
+        move_id,
+        message_meta(copy),
+        copy.payload,
+        mode,
+        source,
+        message_meta(renamed(copy, copy.guid)),
+    )
 
 
 __all__ = ["REPLAY", "STALE", "Leaving", "RedisGraveyard"]

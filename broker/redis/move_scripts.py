@@ -9,7 +9,8 @@ delivered, not yet gone), ``ADD`` puts the copy in the target, ``GONE`` removes 
 source. A move interrupted after the first step (the node died, Redis failed) is
 finished by any node later (``LEAVING`` lists it); ``ADD`` sets a marker per move
 (``hf:{target}:mv:<id>``) so that finishing it twice adds one copy: the message
-ends in exactly one queue.
+ends in exactly one queue. ``ADD`` renames a dead letter whose GUID its queue holds
+(``broker.moved_guids``) and leaves out a replay whose GUID its queue holds.
 """
 
 from __future__ import annotations
@@ -26,27 +27,65 @@ ADD = Script(
     "ADD",
     """
 -- KEYS: ready, body, meta, count, bytes. ARGV: marker prefix, marker TTL ms, then per
--- message: guid, move id, meta, payload. Appends each message whose move has not
--- been done before and whose GUID the queue does not hold; returns how many.
-local prefix, ttl, added = ARGV[1], ARGV[2], 0
+-- message: guid, move id, meta, payload, mode, origin URI, renamed meta. Appends each
+-- message whose move has not been done before. A GUID the queue holds already: mode
+-- 'r' (a dead letter) appends it under the first dead_letter_guid(origin, guid, n)
+-- the queue does not hold, with the renamed meta (x-original-guid); mode 'k' (a
+-- replay) leaves it out. Returns status, guid per message: 0 moved before, 1 added,
+-- 2 added renamed (its GUID), 3 held (not added).
+local function derived(origin, guid, n)
+  local hex = redis.sha1hex('holdfast-dead-letter/1:' .. origin .. '\\n' .. guid .. '\\n' .. n)
+  local out = {}
+  for j = 1, 16 do
+    local b = tonumber(string.sub(hex, 2 * j - 1, 2 * j), 16)
+    if j == 7 then b = b % 16 + 80 elseif j == 9 then b = b % 64 + 128 end
+    out[j] = string.char(b)
+  end
+  return table.concat(out)
+end
+local prefix, ttl, out = ARGV[1], ARGV[2], {}
 local i = 3
 while i <= #ARGV do
-  local guid, payload = ARGV[i], ARGV[i + 3]
-  if redis.call('SET', prefix .. ARGV[i + 1], 1, 'NX', 'PX', ttl) then
-    if redis.call('HEXISTS', KEYS[2], guid) == 0 then
+  local guid, marker, meta, payload = ARGV[i], prefix .. ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local status = 0
+  if redis.call('EXISTS', marker) == 0 then
+    status = 1
+    if redis.call('HEXISTS', KEYS[2], guid) == 1 then
+      if ARGV[i + 4] == 'k' then
+        status = 3
+      else
+        local n = 1
+        local other = derived(ARGV[i + 5], guid, n)
+        while redis.call('HEXISTS', KEYS[2], other) == 1 do
+          n = n + 1
+          other = derived(ARGV[i + 5], guid, n)
+        end
+        guid, meta, status = other, ARGV[i + 6], 2
+      end
+    end
+    if status ~= 3 then
+      redis.call('SET', marker, 1, 'PX', ttl)
       redis.call('HSET', KEYS[2], guid, payload)
-      redis.call('HSET', KEYS[3], guid, ARGV[i + 2])
+      redis.call('HSET', KEYS[3], guid, meta)
       redis.call('HDEL', KEYS[4], guid)
       redis.call('RPUSH', KEYS[1], guid)
       redis.call('INCRBY', KEYS[5], #payload)
-      added = added + 1
     end
   end
-  i = i + 4
+  table.insert(out, status)
+  table.insert(out, guid)
+  i = i + 7
 end
-return added
+return out
 """,
 )
+
+RENAME = "r"
+"""A move whose copy takes a derived GUID if its queue holds its own (a dead letter)."""
+KEEP_OUT = "k"
+"""A move whose copy is left out if its queue holds its GUID (a replay)."""
+ADDED_BEFORE, ADDED, ADDED_RENAMED, HELD = 0, 1, 2, 3
+"""``ADD``'s status of each move."""
 
 
 class Move(NamedTuple):
@@ -57,11 +96,17 @@ class Move(NamedTuple):
     """Unique per move: the marker that makes a repeated move add nothing."""
     meta: str
     payload: bytes
+    mode: str
+    """``RENAME`` or ``KEEP_OUT``."""
+    origin: str
+    """The queue it comes from (``RENAME``: the derived GUID's origin)."""
+    renamed_meta: str
+    """Its meta with ``x-original-guid`` (``RENAME``)."""
 
 
 def add(queue: QueueKeys, *, marker_ttl_ms: int, moves: Iterable[Move]) -> ScriptCall:
     """ADD the copies of ``moves`` to ``queue`` (each once: its marker lives
-    ``marker_ttl_ms``)."""
+    ``marker_ttl_ms``); the reply is status, guid pairs."""
     args: list[Arg] = [queue.moves, marker_ttl_ms]
     for move in moves:
         args += move
@@ -217,9 +262,15 @@ def take(queue: QueueKeys, *, now_ms: int) -> ScriptCall:
 
 __all__ = [
     "ADD",
+    "ADDED",
+    "ADDED_BEFORE",
+    "ADDED_RENAMED",
     "GONE",
+    "HELD",
+    "KEEP_OUT",
     "LEAVE",
     "LEAVING",
+    "RENAME",
     "STAY",
     "TAKE",
     "Move",

@@ -55,7 +55,11 @@ CALLS: list[ScriptCall] = [
         Q, node="n", lease="l", now_ms=1, cutoff_ms=0, max_deliveries=0, released=1, token="t"
     ),
     policy_scripts.repair(Q, counts={GUIDS[0]: 2}, confirmed=[GUIDS[1]]),
-    move_scripts.add(Q, marker_ttl_ms=1, moves=[move_scripts.Move(GUIDS[0], "m", "1|1|{}", b"")]),
+    move_scripts.add(
+        Q,
+        marker_ttl_ms=1,
+        moves=[move_scripts.Move(GUIDS[0], "m", "1|1|{}", b"", "r", "hf://d/q", "1|1|{}")],
+    ),
     move_scripts.leave(Q, node="n", lease="l", now_ms=1, leaving=[(GUIDS[0], "expired", None)]),
     move_scripts.leaving(Q, since_ms=1),
     move_scripts.gone(Q, guids=GUIDS),
