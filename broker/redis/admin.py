@@ -6,7 +6,9 @@ node. A queue exists while it is listed in ``hf:queues`` (a node lists it when i
 opens it, PUTs to it or moves a message into it) or holds messages. A delete is
 refused while any node has a handle on the queue; it removes the queue's messages,
 counters and policy (the GUID history keys expire with their window, so a replay of
-a PUT from before the delete is still recognised until then).
+a PUT from before the delete is still recognised until then). The queue's write
+sequence stays for two hours (``losses.DELETED_SEQ_TTL``): the nodes that wrote the
+queue read it back for an hour, and a gone one would read as Redis gone back in time.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from holdfast.broker.redis.keys import QueueKeys
+from holdfast.broker.redis.losses import DELETED_SEQ_TTL
 from holdfast.broker.redis.script import Script, ScriptCall
 from holdfast.broker.redis.scripts import ACCEPTED, EMIT
 
@@ -50,27 +51,35 @@ def purge(queue: QueueKeys) -> ScriptCall:
 DELETE = Script(
     "DELETE",
     """
--- KEYS: handles, body, then every other key of the queue (ready, delayed, meta, ...,
--- each node's deliveries). Refused (returns minus the open handles) while any node
--- has the queue open; else deletes it and returns how many messages went.
+-- KEYS: handles, body, seq, then every other key of the queue (ready, delayed, meta,
+-- ..., each node's deliveries). ARGV: how long the write sequence stays, ms. Refused
+-- (returns minus the open handles) while any node has the queue open; else deletes it
+-- and returns how many messages went. The write sequence stays, expiring: a node reads
+-- it back for an hour after it last saw it (``losses``), and one gone would read as a
+-- Redis that went back; a queue made again under the URI goes on from it (SEQ).
 local handles = 0
 for _, v in ipairs(redis.call('HVALS', KEYS[1])) do handles = handles + tonumber(v) end
 if handles > 0 then return -handles end
 local n = redis.call('HLEN', KEYS[2])
-for _, key in ipairs(KEYS) do redis.call('DEL', key) end
+redis.call('PEXPIRE', KEYS[3], ARGV[1])
+for i = 1, #KEYS do
+  if i ~= 3 then redis.call('DEL', KEYS[i]) end
+end
 return n
 """,
 )
 
 
 def delete(queue: QueueKeys, *, nodes: Iterable[str]) -> ScriptCall:
-    """DELETE ``queue`` with every key it has, ``nodes``' deliveries included."""
+    """DELETE ``queue`` with every key it has, ``nodes``' deliveries included; its write
+    sequence stays for ``DELETED_SEQ_TTL`` seconds."""
     return DELETE.call(
         [
-            *(queue.handles, queue.body, queue.ready, queue.delayed, queue.meta, queue.count),
-            *(queue.pickup, queue.bytes, queue.stats, queue.consumers, queue.leaving),
-            *(queue.unsynced, queue.seq, *(queue.out(node) for node in nodes)),
-        ]
+            *(queue.handles, queue.body, queue.seq, queue.ready, queue.delayed, queue.meta),
+            *(queue.count, queue.pickup, queue.bytes, queue.stats, queue.consumers),
+            *(queue.leaving, queue.unsynced, *(queue.out(node) for node in nodes)),
+        ],
+        [DELETED_SEQ_TTL * 1000],
     )
 
 

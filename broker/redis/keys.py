@@ -24,7 +24,9 @@ Per queue (all with the hash tag ``{<uri>}``: one cluster slot per queue)::
     hf:{uri}:leaving      hash   GUID -> "<since ms>|<reason>|<target>": moving out (to a
                                  dead-letter queue, or replayed), not gone yet
     hf:{uri}:seq          string the queue's write sequence: up one per PUT, claim and
-                                 confirm script that changed it (``losses``)
+                                 confirm script that changed it (``losses``); a
+                                 delete leaves it to expire after two hours, and a
+                                 script on the queue before then keeps it again
     hf:{uri}:unsynced     list   GUIDs stored but not yet on ``--redis-min-replicas``
                                  replicas: not delivered until they are (``durable``)
     hf:{uri}:synced       string a write that ``WAIT`` can vouch for (expires)
@@ -53,7 +55,8 @@ deliveries and counts (``reaper``).
 
 Messages, their counts and bytes, queue counters, the queue list and policies are
 queue content (an operator's ``holdfast delete`` removes them) and never expire;
-everything else does, or is removed by the reaper with its node.
+everything else does, or is removed by the reaper with its node. The write sequence
+too is queue content, but a delete leaves it to expire (``losses.DELETED_SEQ_TTL``).
 """
 
 from __future__ import annotations

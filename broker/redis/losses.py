@@ -25,6 +25,11 @@ from dataclasses import dataclass
 SPAN = 3600
 """Seconds of ACK counts and write sequences the node keeps."""
 
+DELETED_SEQ_TTL = 2 * SPAN
+"""Seconds a deleted queue's write sequence stays in Redis (``admin_scripts.DELETE``):
+longer than any node keeps a sequence it saw (``SPAN``, from a reply that may reach it
+late), so no node reads the deleted queue's sequence as one that went back."""
+
 
 @dataclass(frozen=True, slots=True)
 class DataLoss:
@@ -186,4 +191,13 @@ def describe(where: str, why: str, acked: dict[str, int], covered: bool) -> Data
     return DataLoss(message, dict(acked))
 
 
-__all__ = ["RECENT", "SPAN", "AckJournal", "DataLoss", "RecentWork", "SeqBook", "describe"]
+__all__ = [
+    "DELETED_SEQ_TTL",
+    "RECENT",
+    "SPAN",
+    "AckJournal",
+    "DataLoss",
+    "RecentWork",
+    "SeqBook",
+    "describe",
+]

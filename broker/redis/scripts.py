@@ -53,6 +53,9 @@ SEQ = """
 local function seq(key, wrote)
   -- The queue's write sequence: up by one per script that changed the queue, read by
   -- the node that ran it (``losses``): a Redis that goes back in time shows a lower one.
+  -- A deleted queue's sequence stays with a TTL (DELETE); a queue in use again keeps it
+  -- for good, or a node that read it here would read 0 once it expired: a false loss.
+  redis.call('PERSIST', key)
   if wrote then return redis.call('INCR', key) end
   return tonumber(redis.call('GET', key) or '0')
 end

@@ -251,6 +251,7 @@ if added > 0 then redis.call('INCRBY', KEYS[4], added) end
 if #fresh > 0 then
   redis.call('HINCRBY', KEYS[5], 'accepted', #fresh)
   redis.call('INCR', KEYS[11])  -- the queue's write sequence (``losses``)
+  redis.call('PERSIST', KEYS[11])  -- kept for good once used again (scripts' SEQ)
 end
 redis.call('HSET', KEYS[7], app, ARGV[3] .. '|' .. ARGV[5] .. '|' .. now .. '|' .. ARGV[4])
 local discarded, released = discard_version(KEYS[8], KEYS[9], KEYS[10], prefix, h, named)

@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from holdfast.sdk import AckStatus, CallLostError, DataLost, Message, QueueOptions, Session
+from holdfast.sdk.admin import AdminClient
 from tests.redis.fencing_kit import Deliveries, Events
 from tests.redis.test_nodes import Acks
 from tests.support.processes import BrokerProcess
@@ -131,6 +132,49 @@ def test_redis_flushed_is_reported_to_every_session(tmp_path: Path) -> None:
             wait_until(lambda: events.of(DataLost), 15, "a DataLost event")
     assert broker.count("LOST DATA") == 1
     assert "flushed" in broker.output
+
+
+def test_a_deleted_queue_is_no_loss_and_a_rollback_after_the_delete_is(tmp_path: Path) -> None:
+    """``holdfast delete`` of a queue the node wrote (issue #32): the delete removed its
+    write sequence, the node's next beat read 0, below what it had seen, and reported
+    LOST DATA. The sequence now stays, expiring; the queue made again goes on from it;
+    and Redis back from a snapshot taken after the delete is still reported."""
+    seq = "hf:{" + URI + "}:seq"
+    with (
+        RedisServer(tmp_path / "redis", aof=False) as redis,
+        BrokerProcess(["--store", redis.url, *LEASE]) as broker,
+    ):
+        events = Events()
+        with (
+            Session(broker.address, options=FAST, on_event=events) as session,
+            AdminClient(broker.address) as admin,
+        ):
+            queue = session.open_queue(URI, write=True)
+            for i in range(10):
+                queue.post(b"m%d" % i)
+            assert session.flush(timeout=30)
+            queue.close()
+            wait_until(lambda: admin.stats(URI).handles == 0, 5, "the handle gone")
+            kept = int(redis.cli("GET", seq))
+            assert admin.delete(URI) == 10
+            assert redis.cli("SAVE") == "OK"  # the queue deleted, its sequence kept
+            time.sleep(2.0)  # four beats of a 1.5 s lease read the sequences back
+            assert broker.count("LOST DATA") == 0, broker.output
+            assert not events.of(DataLost)
+            assert redis.cli("GET", seq) == str(kept)
+            assert 3600 < int(redis.cli("TTL", seq)) <= 7200  # then it expires
+            queue = session.open_queue(URI, write=True)
+            queue.post_many([b"lost-%d" % i for i in range(100)])  # one script
+            assert session.flush(timeout=30)
+            assert int(redis.cli("GET", seq)) > kept and redis.cli("TTL", seq) == "-1"
+            redis.restart()  # back from the snapshot: the queue deleted, 100 ACKs gone
+            try:
+                wait_until(lambda: events.of(DataLost), 15, "a DataLost event")
+            except AssertionError:
+                print(broker.output)
+                raise
+    [line] = broker.lines_with("LOST DATA")
+    assert f"{URI} (100)" in line, line
 
 
 def test_redis_with_aof_always_restarts_without_loss_or_report(tmp_path: Path) -> None:

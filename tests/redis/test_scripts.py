@@ -11,6 +11,7 @@ import redis
 
 from holdfast.broker.redis.admin_scripts import DELETE, PURGE
 from holdfast.broker.redis.keys import QueueKeys
+from holdfast.broker.redis.losses import DELETED_SEQ_TTL
 from holdfast.broker.redis.move_scripts import ADD, GONE, LEAVE, LEAVING, STAY, TAKE
 from holdfast.broker.redis.policy_scripts import DELAY, EXPIRE, REPAIR, SETTLE
 from holdfast.broker.redis.put_scripts import PROMOTE, PUT, PUT_OUTCOMES
@@ -290,15 +291,29 @@ def test_purge_removes_every_waiting_message_and_answers_how_many(db: redis.Redi
 def test_delete_is_refused_while_a_handle_is_open_and_else_deletes_the_queue(
     db: redis.Redis,
 ) -> None:
+    """All but the write sequence, which stays for ``DELETED_SEQ_TTL`` (a node that
+    wrote the queue reads it back for an hour: gone, it read as a Redis gone back,
+    issue #32); a PUT to the queue made again goes on from it and keeps it for good."""
     keys = queue()
     db.hset(keys.body, "a", "p")
     db.rpush(keys.ready, "a")
+    db.set(keys.seq, 7)
     db.hset(keys.handles, mapping={"n1": 1, "n2": 0})
-    delete = [keys.handles, keys.body, keys.ready]
-    assert run(db, DELETE, delete, []) == -1
+    delete = [keys.handles, keys.body, keys.seq, keys.ready]
+    ttl = [str(DELETED_SEQ_TTL * 1000)]
+    assert run(db, DELETE, delete, ttl) == -1
+    assert db.ttl(keys.seq) == -1  # a refused delete leaves it all
     db.hset(keys.handles, "n1", 0)
-    assert run(db, DELETE, delete, []) == 1
+    assert run(db, DELETE, delete, ttl) == 1
     assert not db.exists(keys.body, keys.ready, keys.handles)
+    assert db.get(keys.seq) == b"7"
+    assert DELETED_SEQ_TTL - 5 <= db.ttl(keys.seq) <= DELETED_SEQ_TTL
+    put_keys = [keys.ready, keys.body, keys.meta, keys.bytes, keys.stats, keys.pickup]
+    put_keys += [keys.unsynced, keys.seq, keys.consumers]
+    header = [keys.prefix + "g:", "60000", "1000", "1700000000000", "0", "0", "0"]
+    again = ["g1", "d", "0", "{}", "p", "0"]
+    assert run(db, PUT, put_keys, header + again) == [PUT_OUTCOMES["STORED"], 0, 8]
+    assert db.ttl(keys.seq) == -1
 
 
 def test_put_answers_whether_any_node_has_consumers_of_the_queue(db: redis.Redis) -> None:

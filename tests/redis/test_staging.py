@@ -222,10 +222,14 @@ def test_a_commit_moves_the_write_sequence_the_node_checks(redis_url: str) -> No
     async def test(nodes: Nodes) -> None:
         client, a, _, _ = nodes
         uri, app = f"hf://staging/seq-{uuid.uuid4().hex[:8]}", "app"
+        # Left by a delete, expiring (``admin_scripts.DELETE``): the commit goes on from
+        # it and keeps it, or the node would read 0 once it expired and report a loss.
+        await client.redis.set(QueueKeys(uri).seq, 4, ex=60)
         await a.stage(AttemptKey(uri, app, 1, 0, 1), puts("s", 5), ANONYMOUS_TOKEN)
         reply = await a.commit(uri, app, 1, {(0, 1): 5}, b"digest", 5)
         assert reply.published == 5
-        assert await client.redis.get(QueueKeys(uri).seq) == b"1"
+        assert await client.redis.get(QueueKeys(uri).seq) == b"5"
+        assert await client.redis.ttl(QueueKeys(uri).seq) == -1
         # Redis going back past the commit is what the node's loss check sees.
         assert a.registry.seqs.went_back(uri, 0, a.registry.seqs.highest(uri)) is not None
 
