@@ -35,7 +35,7 @@ COMPARISONS = {"<": "<=", "<=": "<", ">": ">=", ">=": ">", "==": "~=", "~=": "==
 OPERATOR_NAMES = {"<": "Lt", "<=": "LtE", ">": "Gt", ">=": "GtE", "==": "Eq", "~=": "NotEq"}
 
 _WRITES = "DECRBY DEL EXPIRE HDEL HINCRBY HSET INCR INCRBY LPUSH LREM LTRIM PEXPIRE RPUSH"
-_WRITES += " SET ZADD ZREM"
+_WRITES += " PERSIST SET ZADD ZREM"
 WRITES = frozenset(_WRITES.split())
 """Redis commands that change data: a statement calling one of them may be removed."""
 
