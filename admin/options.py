@@ -17,8 +17,10 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from holdfast.proto.credentials import TOKEN_RULE, sendable_token
 from holdfast.proto.policy import MAX_TTL
 from holdfast.sdk.admin import DEFAULT_TIMEOUT
+from holdfast.sdk.options import MAX_SECONDS
 from holdfast.server.cli_support import OneLineParser, whole_number
 from holdfast.server.serve import split_host_port, version_text
 
@@ -46,13 +48,17 @@ exit codes:
 """The end of ``holdfast --help`` (the codes are ``holdfast.admin.cli.EXIT_*``)."""
 
 
-def _positive(text: str) -> float:
+def _timeout(text: str) -> float:
+    """``--timeout``: seconds in (0, MAX_SECONDS]. gRPC turned an infinite or huge one
+    into a deadline already past: DEADLINE_EXCEEDED, as if the broker were slow."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    if not 0 < value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"must be more than 0 and at most {MAX_SECONDS:g} seconds, got {text[:40]}"
+        )
     return value
 
 
@@ -86,7 +92,7 @@ def _connection_options(parser: argparse.ArgumentParser, default: object) -> Non
     )
     group.add_argument(
         "--timeout",
-        type=_positive,
+        type=_timeout,
         default=default,
         help=f"seconds per call (default: {DEFAULT_TIMEOUT:g})",
     )
@@ -217,8 +223,8 @@ def connection(args: argparse.Namespace, environ: Mapping[str, str] = os.environ
     else:
         token, source = environ.get(TOKEN_ENV) or None, f"${TOKEN_ENV}"
     # gRPC refuses other characters in metadata only at the first call, as INTERNAL.
-    if token is not None and not all(" " < char < "\x7f" for char in token):
-        raise UsageError(f"{source}: a token is printable ASCII without spaces")
+    if token is not None and not sendable_token(token):
+        raise UsageError(f"{source}: {TOKEN_RULE}")
     return Connection(
         address=address,
         timeout=DEFAULT_TIMEOUT if args.timeout is None else args.timeout,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shlex
 import signal
 import sys
@@ -28,6 +29,7 @@ from collections.abc import Sequence
 
 from holdfast.pool.drivers import DRIVERS, NoopDriver, SubprocessDriver, WorkerGroupDriver
 from holdfast.pool.manager import PoolManager, PoolSettings, PoolStartError
+from holdfast.proto.credentials import TOKEN_RULE, sendable_token
 from holdfast.sdk.errors import HoldfastError
 from holdfast.sdk.poolnames import PoolNames
 from holdfast.server.cli_support import (
@@ -86,6 +88,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     split_host_port(value)
                 except ValueError as error:
                     raise ValueError(f"{flag}: {error}") from None
+        if args.token is not None and not sendable_token(args.token):
+            # Else gRPC's C-core logs each refused call and the start fails "INTERNAL:
+            # Invalid metadata" blaming --address.
+            given = (
+                "$HOLDFAST_TOKEN" if args.token == os.environ.get("HOLDFAST_TOKEN") else "--token"
+            )
+            raise ValueError(f"{given}: {TOKEN_RULE}")
         try:
             PoolNames.of(pool)
         except HoldfastError as error:

@@ -16,6 +16,18 @@ BEARER = "Bearer "
 """The prefix of the metadata value before the token."""
 
 
+TOKEN_RULE = "a token is printable ASCII without spaces"
+"""What ``sendable_token`` checks, in the words every refusal of a token uses."""
+
+
+def sendable_token(token: str) -> bool:
+    """Whether gRPC metadata can carry ``token`` (``TOKEN_RULE``). gRPC checks only when
+    a call starts, failing it ``INTERNAL: Invalid metadata`` with C-core lines on
+    stderr, which a client then retries as an unreachable server: every user of a
+    token checks it with this where it is given."""
+    return all(" " < char < "\x7f" for char in token)
+
+
 def bearer_token(metadata: Iterable[tuple[str, Any]] | None) -> str | None:
     """The token of ``authorization: Bearer <token>`` in gRPC metadata, if any."""
     for key, value in metadata or ():
@@ -29,4 +41,11 @@ def token_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
     return ((AUTHORIZATION, BEARER + token),) if token else ()
 
 
-__all__ = ["AUTHORIZATION", "BEARER", "bearer_token", "token_metadata"]
+__all__ = [
+    "AUTHORIZATION",
+    "BEARER",
+    "TOKEN_RULE",
+    "bearer_token",
+    "sendable_token",
+    "token_metadata",
+]

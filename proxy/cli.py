@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from holdfast.proto.credentials import TOKEN_RULE, sendable_token
 from holdfast.proxy.config import ProxyConfig
 from holdfast.proxy.server import Proxy
 from holdfast.sdk.credentials import channel_credentials
@@ -41,6 +42,9 @@ from holdfast.server.security import (
 from holdfast.server.serve import serve_until_signalled, tune_collector
 
 log = logging.getLogger("holdfast.proxy")
+
+UPSTREAM_TOKEN_ENV = "HOLDFAST_UPSTREAM_TOKEN"
+"""Where the proxy's own token is read from without ``--upstream-token-file``."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -170,14 +174,22 @@ def _upstream_token(path: str | None) -> str | None:
     """The proxy's own token: the first line of ``--upstream-token-file``, else
     ``$HOLDFAST_UPSTREAM_TOKEN`` (never ``$HOLDFAST_TOKEN``: that is a client's)."""
     if path is None:
-        return os.environ.get("HOLDFAST_UPSTREAM_TOKEN") or None
+        token = os.environ.get(UPSTREAM_TOKEN_ENV) or None
+        if token is not None and not sendable_token(token):
+            raise SecurityError(f"${UPSTREAM_TOKEN_ENV}: {TOKEN_RULE}")
+        return token
+    source = f"--upstream-token-file {path}"
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as error:
-        raise SecurityError(f"--upstream-token-file {path}: {error.strerror}") from None
+        raise SecurityError(f"{source}: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise SecurityError(f"{source}: not UTF-8 text ({TOKEN_RULE})") from None
     token = text.strip().splitlines()[0].strip() if text.strip() else ""
     if not token:
-        raise SecurityError(f"--upstream-token-file {path}: the file is empty")
+        raise SecurityError(f"{source}: the file is empty")
+    if not sendable_token(token):
+        raise SecurityError(f"{source}: {TOKEN_RULE}")
     return token
 
 

@@ -28,10 +28,12 @@ from typing import Any
 import grpc
 
 from holdfast.proto import ADMIN_SERVICE, pb
+from holdfast.proto.credentials import TOKEN_RULE, sendable_token
 from holdfast.proto.policy import QueuePolicy, check_policy_uri
 from holdfast.proto.validate import Invalid, parse_queue_uri
 from holdfast.sdk.credentials import channel_credentials, open_channel, token_metadata
-from holdfast.sdk.errors import TerminalTransportError
+from holdfast.sdk.errors import InvalidArgumentError, TerminalTransportError
+from holdfast.sdk.options import MAX_SECONDS
 from holdfast.sdk.statuses import admin_error, invalid_error
 from holdfast.sdk.transport import classify_rpc_error
 
@@ -108,10 +110,20 @@ class AdminClient:
         tls_cert: str | None = None,
         tls_key: str | None = None,
     ) -> None:
+        # gRPC makes an infinite or huge timeout a deadline already past, and refuses a
+        # token it cannot carry only at the first call (INTERNAL): both refused here.
+        if not 0 < timeout <= MAX_SECONDS:
+            raise InvalidArgumentError(
+                f"timeout must be > 0 and at most {MAX_SECONDS:g} seconds, not {timeout!r}"
+            )
         self.address = address
         self.timeout = timeout
         # An admin token (--auth-file "admin": true); default $HOLDFAST_TOKEN.
-        self._metadata = token_metadata(token or os.environ.get("HOLDFAST_TOKEN"))
+        token = token or os.environ.get("HOLDFAST_TOKEN")
+        if token and not sendable_token(token):
+            given = "$HOLDFAST_TOKEN" if token == os.environ.get("HOLDFAST_TOKEN") else "token"
+            raise InvalidArgumentError(f"{given}: {TOKEN_RULE}")
+        self._metadata = token_metadata(token)
         credentials = channel_credentials(tls_ca, tls_cert, tls_key)
         self._channel = open_channel(address, credentials)
         self._plaintext_address = None if credentials is not None else address

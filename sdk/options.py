@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 
+from holdfast.proto.credentials import TOKEN_RULE, sendable_token
 from holdfast.proto.limits import (
     DEFAULT_BATCH_BYTES,
     DEFAULT_MAX_UNCONFIRMED_BYTES,
@@ -22,9 +24,30 @@ def default_address() -> str:
     return os.environ.get("HOLDFAST_ADDRESS") or DEFAULT_ADDRESS
 
 
+MAX_SECONDS = 86_400.0
+"""The longest duration a ``SessionOptions`` or ``ReconnectOptions`` field takes (a
+day). Longer ones overflowed where they are used: gRPC's keepalive channel arguments
+are 32-bit milliseconds (24.8 days), and a timer past ``threading.TIMEOUT_MAX`` or
+``time_t`` raises; a keepalive, connection attempt or back-off of more than a day
+helps no one. ``close_timeout`` is not bounded: like ``flush(timeout=inf)``, a huge one
+means as long as it takes."""
+
+TOKEN_ENV = "HOLDFAST_TOKEN"
+"""Environment variable holding the token a session sends by default."""
+
+
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise InvalidArgumentError(message)
+
+
+def _seconds(name: str, value: float) -> None:
+    """``value`` in (0, MAX_SECONDS] (NaN and infinity refused), or an error naming
+    ``name`` (the proxy's command line turns it into its flag)."""
+    _require(
+        0 < value <= MAX_SECONDS,
+        f"{name} must be > 0 and at most {MAX_SECONDS:g} seconds, not {value!r}",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +110,10 @@ class ReconnectOptions:
     jitter: float = 0.2
 
     def __post_init__(self) -> None:
-        _require(0 < self.initial <= self.maximum, "need 0 < initial <= maximum")
-        _require(self.multiplier >= 1, "multiplier must be >= 1")
+        _seconds("initial", self.initial)
+        _seconds("maximum", self.maximum)
+        _require(self.initial <= self.maximum, "need 0 < initial <= maximum")
+        _require(1 <= self.multiplier < math.inf, "multiplier must be >= 1 and finite")
         _require(0 <= self.jitter < 1, "jitter must be in [0, 1)")
 
 
@@ -119,10 +144,11 @@ class SessionOptions:
     """Seconds ``close()`` waits for outstanding ACKs before reporting them ``UNKNOWN``."""
     client_name: str = ""
     """Free text sent to the broker in Hello, for its logs."""
-    token: str | None = field(default_factory=lambda: os.environ.get("HOLDFAST_TOKEN") or None)
+    token: str | None = field(default_factory=lambda: os.environ.get(TOKEN_ENV) or None)
     """Sent as ``authorization: Bearer <token>`` to servers started with ``--auth-file``
     (default ``$HOLDFAST_TOKEN``). A missing or wrong one fails the session with
-    ``AuthenticationError``."""
+    ``AuthenticationError``; one gRPC metadata cannot carry (not printable ASCII, or
+    with a space) is an ``InvalidArgumentError`` here."""
     tls_ca: str | None = None
     """PEM file of the CA that signed the server's certificate: connect with TLS. With
     none (and no ``tls_cert``) the link is plaintext."""
@@ -139,9 +165,12 @@ class SessionOptions:
         _require(
             (self.tls_cert is None) == (self.tls_key is None), "tls_cert and tls_key go together"
         )
-        _require(self.connect_timeout > 0, "connect_timeout must be > 0")
-        _require(self.keepalive_time > 0, "keepalive_time must be > 0")
-        _require(self.keepalive_timeout > 0, "keepalive_timeout must be > 0")
+        _seconds("connect_timeout", self.connect_timeout)
+        _seconds("keepalive_time", self.keepalive_time)
+        _seconds("keepalive_timeout", self.keepalive_timeout)
+        if self.token is not None and not sendable_token(self.token):
+            given = "$" + TOKEN_ENV if self.token == os.environ.get(TOKEN_ENV) else "token"
+            raise InvalidArgumentError(f"{given}: {TOKEN_RULE}")
         _require(self.high_watermark_bytes > 0, "high_watermark_bytes must be > 0")
         _require(
             0 < self.max_batch_bytes <= MAX_BATCH_BYTES,

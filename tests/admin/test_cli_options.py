@@ -123,7 +123,11 @@ def not_pem(tmp_path: Path) -> str:
         (("stats",), {}, "holdfast stats: error: the following arguments are required: uri"),
         (("policy",), {}, "holdfast policy: error: the following arguments are required"),
         (("peek", URI, "-n", "x"), {}, "argument -n: invalid int value: 'x'"),
-        (("queues", "--timeout", "0"), {}, "argument --timeout: must be more than 0, got 0"),
+        (("queues", "--timeout", "0"), {}, "argument --timeout: must be more than 0 and at"),
+        # gRPC made these a deadline already past: DEADLINE_EXCEEDED, exit 3.
+        (("queues", "--timeout", "inf"), {}, "at most 86400 seconds, got inf"),
+        (("queues", "--timeout", "1e300"), {}, "at most 86400 seconds, got 1e300"),
+        (("queues", "--timeout", "nan"), {}, "argument --timeout: must be more than 0"),
         (("queues", "--timeout", "soon"), {}, "expected a number of seconds, got 'soon'"),
         (("queues", "--address", "nowhere"), {}, "--address: expected HOST:PORT"),
         (("queues", "--address", "http://h:1"), {}, "--address: address 'http://h:1' has a URL"),
