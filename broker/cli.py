@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from holdfast.broker.config import CONFIG_FLAGS, BrokerConfig
+from holdfast.broker.dedup import MAX_GRACE
 from holdfast.broker.redis.bounds import (
     MAX_LEASE,
     MAX_MIN_REPLICAS,
@@ -31,15 +32,17 @@ from holdfast.broker.redis.bounds import (
 from holdfast.broker.redis.tls import RedisTls
 from holdfast.broker.server import Broker
 from holdfast.broker.sqlite_store import SYNC_MODES
-from holdfast.broker.staging import StagingLimits
+from holdfast.broker.staging import MAX_STAGE_RETENTION, StagingLimits
 from holdfast.broker.store import Store, StoreError
 from holdfast.broker.stores import open_store, parse_store_spec
+from holdfast.proto.limits import FRAME_CEILING, MAX_DEDUP_WINDOW, Limits
 from holdfast.server.cli_support import (
     OneLineParser,
     add_common_flags,
     apply_environment,
     configure_logging,
     name_flags,
+    seconds,
     whole_number,
 )
 from holdfast.server.grpc_logs import route_grpc_logs
@@ -52,6 +55,19 @@ from holdfast.server.security import (
 from holdfast.server.serve import serve_until_signalled, split_host_port, tune_collector
 
 log = logging.getLogger("holdfast.broker")
+
+MAX_PAYLOAD_FLAG = FRAME_CEILING - Limits(max_payload_bytes=1).max_frame_bytes + 1
+"""The largest ``--max-payload-bytes``: a maximal PUT (with the default property
+limits) in a full batch still fits the frames every client accepts (``FRAME_CEILING``)."""
+
+FLAGS = {
+    **LIMIT_FLAGS,
+    **CONFIG_FLAGS,
+    "dedup_window": "--dedup-window",
+    "dedup_grace": "--dedup-grace",
+    "max_payload_bytes": "--max-payload-bytes",
+}
+"""Fields of ``BrokerConfig`` and the flags that set them, for errors that name flags."""
 
 T = TypeVar("T")
 
@@ -76,20 +92,6 @@ def _address(text: str) -> str:
 def _store(text: str) -> str:
     parse_store_spec(text)
     return text
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise ValueError(f"must be > 0, got {text}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise ValueError(f"must be >= 0, got {text}")
-    return value
 
 
 def _seconds_in(low: float, high: float, *, low_included: bool = True) -> Callable[[str], float]:
@@ -164,17 +166,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--dedup-window",
         default=defaults.dedup_window,
-        type=_argument(_positive_float),
+        type=seconds(MAX_DEDUP_WINDOW),
         metavar="SECONDS",
-        help="how long a queue remembers accepted GUIDs (default: %(default)s)",
+        help="how long a queue remembers accepted GUIDs, at most 30 days (default: %(default)s)",
     )
     parser.add_argument(
         "--dedup-grace",
         default=defaults.dedup_grace,
-        type=_argument(_non_negative_float),
+        type=seconds(MAX_GRACE, zero=True),
         metavar="SECONDS",
         help="how long past the window a GUID is still remembered, to cover the time a "
-        "PUT spends in flight after its last hop set its age (default: %(default)s)",
+        "PUT spends in flight after its last hop set its age, at most a day "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--history-max-guids",
@@ -188,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--max-payload-bytes",
         default=defaults.max_payload_bytes,
-        type=_argument(_positive_int),
+        type=whole_number(1, maximum=MAX_PAYLOAD_FLAG),
         metavar="BYTES",
         help="largest payload a PUT may carry (default: %(default)s)",
     )
@@ -245,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--stage-retention",
-        type=_argument(_positive_float),
+        type=seconds(MAX_STAGE_RETENTION),
         default=defaults.staging.retention,
         metavar="SECONDS",
         help="transactional writes: how long staged rows wait for their commit before they "
@@ -332,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("%s", error)
         return 2
     except ValueError as error:
-        message = name_flags(str(error), {**LIMIT_FLAGS, **CONFIG_FLAGS})
+        message = name_flags(str(error), FLAGS)
         log.error("invalid configuration: %s", message)
         return 2
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from holdfast.broker.dedup import DEFAULT_GRACE, default_max_guids
+from holdfast.broker.dedup import DEFAULT_GRACE, MAX_GRACE, default_max_guids
 from holdfast.broker.redis.bounds import (
     MAX_LEASE,
     MAX_MIN_REPLICAS,
@@ -23,6 +23,7 @@ from holdfast.proto.limits import (
     DEFAULT_MAX_PROPERTIES,
     DEFAULT_MAX_PROPERTIES_BYTES,
     MAX_BATCH_BYTES,
+    MAX_DEDUP_WINDOW,
     MIB,
     Limits,
 )
@@ -97,7 +98,14 @@ class BrokerConfig:
         _check(self.sync in SYNC_MODES, f"sync must be one of {', '.join(SYNC_MODES)}")
         # Building the announced limits checks them (ValueError if they are unusable).
         self.limits  # noqa: B018
-        _check(self.dedup_grace >= 0, "dedup_grace must be >= 0 seconds")
+        _check(
+            self.dedup_window <= MAX_DEDUP_WINDOW,
+            f"dedup_window must be at most {MAX_DEDUP_WINDOW:.0f} seconds, not {self.dedup_window}",
+        )
+        _check(
+            0 <= self.dedup_grace <= MAX_GRACE,
+            f"dedup_grace must be >= 0 and at most {MAX_GRACE:.0f} seconds",
+        )
         _check(self.dedup_max_guids > 0, "dedup_max_guids must be > 0")
         _check(self.session_read_bound_bytes > 0, "session_read_bound_bytes must be > 0")
         _check(

@@ -53,6 +53,12 @@ the last hop's send (where its ``age_ms`` was set) and the broker. 30 s is well 
 link's latency and gRPC buffering, and above a session's read pause (its outbox drains
 at link speed); it costs 10% more history at the default window."""
 
+MAX_GRACE = 86_400.0
+"""The longest grace a broker takes (``--dedup-grace``): a day. The grace covers a PUT's
+seconds in flight, so a day is already history kept for nothing; bounded so that window
+plus grace stays a finite number of milliseconds where the stores keep it (an infinite
+one failed the Redis store's ``round(retention * 1000)``)."""
+
 BYTES_PER_GUID_ESTIMATE = 32
 """What one held GUID costs in this implementation at most (``make bench`` measures it:
 a 25-byte packed record and a 1-byte fingerprint, ``holdfast.broker.guidtable``, and

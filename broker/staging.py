@@ -47,6 +47,11 @@ log = logging.getLogger(__name__)
 DEFAULT_STAGE_RETENTION = 7 * 24 * 3600.0
 """Seconds a staged row may wait for its commit before it is discarded (7 days)."""
 
+MAX_STAGE_RETENTION = 365 * 24 * 3600.0
+"""The longest retention (a year): a commit a year late is no commit. Bounded so the
+deadline stays a finite number of milliseconds (the Redis store keeps it, and a TTL
+of twice it, in integer ms: an infinite one raised OverflowError there)."""
+
 ANONYMOUS_TOKEN = "anonymous"
 """The token name of calls on a broker without an auth file."""
 
@@ -68,8 +73,10 @@ class StagingLimits:
         for name in ("max_rows", "max_bytes", "max_rows_per_token", "max_bytes_per_token"):
             if getattr(self, name) < 1:
                 raise ValueError(f"staging limit {name} must be >= 1")
-        if self.retention <= 0:
-            raise ValueError("the staging retention must be > 0 seconds")
+        if not 0 < self.retention <= MAX_STAGE_RETENTION:  # NaN too
+            raise ValueError(
+                f"the staging retention must be > 0 and at most {MAX_STAGE_RETENTION:.0f} seconds"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,15 @@ next hop's frame once added to."""
 DEFAULT_DEDUP_WINDOW = 300.0
 """Seconds a broker remembers an accepted GUID (BlazingMQ's ``deduplicationTimeMs``)."""
 
+MAX_DEDUP_WINDOW = 30 * 86_400.0
+"""The longest dedup window a broker takes: 30 days. The history holds every GUID of
+the window (32 bytes each): at the default budget of 33M GUIDs a month of window is
+full at 13 messages a second, so a longer one buys nothing but HISTORY_FULL. It is
+far inside what the window travels and is timed in: the HelloReply's uint64 of
+milliseconds (a window of 1e20 s did not fit: every session ended "Value out of
+range"), PUT ages exact up to ``MAX_AGE_MS``, and the history's float seconds on a
+monotonic clock, exact to the microsecond at this span."""
+
 DEFAULT_MAX_PAYLOAD_BYTES = 4 * MIB
 """Largest payload one PUT may carry."""
 

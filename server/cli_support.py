@@ -48,6 +48,29 @@ def whole_number(minimum: int, note: str = "", maximum: int | None = None) -> Ca
     return parse
 
 
+def seconds(maximum: float, *, zero: bool = False) -> Callable[[str], float]:
+    """An argparse ``type`` for a duration in (0, ``maximum``] ([0, ``maximum``] with
+    ``zero``): refused by argparse, the error names the flag (or is reached through its
+    ``HOLDFAST_*`` variable). NaN, infinity and a huge value are refused with the rest:
+    accepted, they overflowed later (an int of milliseconds, a timer) far from the flag."""
+    floor = ">= 0" if zero else "> 0"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected a number of seconds, got {text[:40]!r}"
+            ) from None
+        if not ((value >= 0 if zero else value > 0) and value <= maximum):
+            raise argparse.ArgumentTypeError(
+                f"must be {floor} and at most {maximum:.0f} seconds, got {text[:40]}"
+            )
+        return value
+
+    return parse
+
+
 def env_name(action: argparse.Action) -> str:
     """``--dedup-window`` -> ``HOLDFAST_DEDUP_WINDOW``."""
     longest = max(action.option_strings, key=len)

@@ -39,16 +39,21 @@ def tune_collector() -> None:
 
 
 def _check_free(listen: str) -> None:
-    """Say plainly that a listen port is taken, before gRPC tries it: gRPC's own
-    failure is a C-core log line plus "Failed to bind" with no reason."""
+    """Say plainly that a listen port is taken, or its host is not an address of this
+    machine, before gRPC tries it: gRPC's own failure is a C-core log line plus "Failed
+    to bind" with no reason, two ERROR lines for one mistake. Port 0 is probed too (an
+    ephemeral port): what it checks is the host."""
     host, port = split_host_port(listen)
-    if port == 0:
-        return
-    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    try:
+        family, _, _, _, where = socket.getaddrinfo(
+            host.strip("[]") or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except OSError as error:  # socket.gaierror: "Name or service not known"
+        raise OSError(f"cannot listen on {listen} (--listen): {error.strerror}") from None
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            probe.bind((host.strip("[]"), port))
+            probe.bind(where)
         except OSError as error:
             why = "the port is in use" if error.errno == errno.EADDRINUSE else error.strerror
             raise OSError(f"cannot listen on {listen} (--listen): {why}") from None
