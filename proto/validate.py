@@ -26,6 +26,15 @@ QUOTE_LIMIT = 64
 SCHEME = "hf"
 _NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 _URI = re.compile(rf"{SCHEME}://(?P<domain>{_NAME})/(?P<queue>{_NAME})")
+_NAME_ONLY = re.compile(_NAME)
+
+NAME_RULE = "1-128 letters, digits, '.', '_' or '-' starting with a letter or digit"
+"""What a domain or queue name is, in the words error messages use."""
+
+
+def is_name(text: str) -> bool:
+    """Whether ``text`` is a domain (or queue) name as a queue URI spells it."""
+    return _NAME_ONLY.fullmatch(text) is not None
 
 
 class Invalid(ValueError):

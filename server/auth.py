@@ -29,6 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from holdfast.proto.credentials import TOKEN_RULE, sendable_token
+from holdfast.proto.validate import NAME_RULE, is_name, quote
+
 EVERY_DOMAIN = "*"
 MAX_TOKEN_BYTES = 4096
 
@@ -108,6 +111,8 @@ def _entry(entry: Any, where: str) -> tuple[str, Grant]:
     token, name = entry.get("token"), entry.get("name")
     if not isinstance(token, str) or not 8 <= len(token) <= MAX_TOKEN_BYTES:
         raise AuthFileError(f"{where}: token must be a string of 8-{MAX_TOKEN_BYTES} characters")
+    if not sendable_token(token):  # no client could send it: an entry that never matches
+        raise AuthFileError(f"{where}: token: {TOKEN_RULE}")
     if not isinstance(name, str) or not name:
         raise AuthFileError(f"{where}: name must be a non-empty string")
     admin, proxy = entry.get("admin", False), entry.get("proxy", False)
@@ -116,13 +121,22 @@ def _entry(entry: Any, where: str) -> tuple[str, Grant]:
     unknown = set(entry) - {"token", "name", "read", "write", "admin", "proxy"}
     if unknown:
         raise AuthFileError(f"{where}: unknown fields {', '.join(sorted(unknown))}")
-    read, write = _domains(entry.get("read", []), where), _domains(entry.get("write", []), where)
+    read = _domains(entry.get("read", []), f"{where}: read")
+    write = _domains(entry.get("write", []), f"{where}: write")
     return token, Grant(name, read, write, admin, proxy)
 
 
 def _domains(value: Any, where: str) -> frozenset[str]:
     if not isinstance(value, list) or not all(isinstance(d, str) and d for d in value):
         raise AuthFileError(f"{where}: read and write must be lists of domain names")
+    for domain in value:
+        # A URI or a name with a space is compared with a queue's domain and never
+        # matches: a grant that silently grants nothing.
+        if domain != EVERY_DOMAIN and not is_name(domain):
+            raise AuthFileError(
+                f"{where}: {quote(domain)} is not a domain name ({NAME_RULE}), "
+                f'nor "{EVERY_DOMAIN}" for every domain'
+            )
     return frozenset(value)
 
 
