@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from holdfast.sdk.errors import HoldfastError, StreamError
 from holdfast.sdk.options import QueueOptions
+from holdfast.sdk.rpc import wire
 from holdfast.sdk.rpc.chunks import (
     CHUNK_SIZE,
     CREDIT_CLOSE_WAIT,
@@ -354,7 +355,7 @@ def start_senders(
         except StreamError as error:
             fail(error)
         except Exception as error:  # the link or the queue failed under us
-            fail(StreamError(f"stream {name}: {error}"))
+            fail(StreamError(f"stream {name}: {wire.error_text(error)}"))
 
     loop = asyncio.get_running_loop()
     return [

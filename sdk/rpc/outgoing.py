@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Protocol, runtime_checkable
 
 from holdfast.sdk.errors import StreamError
+from holdfast.sdk.rpc import wire
 from holdfast.sdk.rpc.chunks import (
     ABORT,
     CREDIT,
@@ -146,10 +147,11 @@ class Outgoing:
     def failed(self, error: BaseException) -> tuple[Chunk, StreamError]:
         """The chunk telling the reader that reading the source raised ``error``, and
         the sender's own ``StreamError``."""
-        chunk = self._next(str(error)[:500].encode(), {ABORT: type(error).__name__[:64]})
+        text = wire.error_text(error, 500)  # escaped: an unencodable one lost the ABORT
+        chunk = self._next(text.encode(), {ABORT: type(error).__name__[:64]})
         if isinstance(error, StreamError):
             return chunk, error
-        return chunk, StreamError(f"stream {self.name}: reading it failed: {error}")
+        return chunk, StreamError(f"stream {self.name}: reading it failed: {text}")
 
     def on_ack(self, ack: Ack) -> None:
         """Note the broker's verdict on a chunk (a refusal fails the stream)."""

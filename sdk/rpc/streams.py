@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from holdfast.sdk.errors import HoldfastError, StreamError
+from holdfast.sdk.rpc import wire
 from holdfast.sdk.rpc.chunks import (
     ABORT,
     CHUNK_SIZE,
@@ -202,7 +203,7 @@ def start_senders(
                 fail(error)
         except Exception as error:  # the link or the queue failed under us
             if not done():
-                fail(StreamError(f"stream {name}: {error}"))
+                fail(StreamError(f"stream {name}: {wire.error_text(error)}"))
 
     for name, readable in streams.items():
         thread = threading.Thread(

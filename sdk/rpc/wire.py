@@ -260,9 +260,23 @@ def cancel_properties(request_guid: uuid.UUID) -> dict[str, str]:
     return {KIND: CANCEL, REQUEST: request_guid.hex}
 
 
-def error_text(error: BaseException) -> str:
-    """An exception's message, bounded for the wire."""
-    return str(error)[:MAX_ERROR_TEXT]
+def error_text(error: BaseException, limit: int = MAX_ERROR_TEXT) -> str:
+    """An exception's message for the wire: bounded to ``limit`` characters, and always
+    encodable. The message may hold a lone surrogate (``os.fsdecode`` of a file name
+    that is not UTF-8, as ``os.listdir`` gives it), which UTF-8 refuses, and an
+    exception's ``__str__`` may itself raise; either made the error reply fail to
+    build, so the call was never answered and held its worker's slot for good."""
+    try:
+        text = str(error)
+    except Exception as failure:  # a broken __str__ must not cost the caller its answer
+        text = f"<{type(error).__name__}: str() raised {type(failure).__name__}>"
+    return wire_text(text[: limit * 4])[:limit]
+
+
+def wire_text(text: str) -> str:
+    """``text`` with whatever UTF-8 cannot encode (lone surrogates) escaped
+    (``backslashreplace``), so that it can travel as a payload or a property."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def remote_error(properties: Mapping[str, str], payload: bytes) -> RpcError:

@@ -82,7 +82,8 @@ class Worker:
     """Serves requests posted to ``uri`` with ``handler``; a context manager.
 
     ``handler(request)`` returns bytes or ``(bytes, properties)``; an exception
-    becomes an error reply the caller receives as ``RemoteHandlerError``.
+    (``SystemExit`` and ``KeyboardInterrupt`` too: the thread serves on) becomes an
+    error reply the caller receives as ``RemoteHandlerError``.
     """
 
     def __init__(
@@ -287,7 +288,9 @@ class Worker:
                 answer = (bytes(payload), wire.reply_properties(guid, _user(properties)))
             else:
                 answer = (bytes(result), wire.reply_properties(guid, {}))
-        except Exception as error:  # the handler's failure is the caller's to see
+        except BaseException as error:  # the handler's failure is the caller's to see
+            # SystemExit too (no signal raises one here, off the main thread): else it
+            # ended this thread, the call unanswered and the worker a slot short for good.
             log.debug("handler raised for %s", guid, exc_info=True)
             answer = handler_error(guid, error)
             rpc_spans.end_serve(span, answer[1], error)
