@@ -287,6 +287,8 @@ class Worker:
                     confirm(each.message)
                 return
             properties = kept
+        else:  # unread past its call's deadline, it would stay in the broker for good
+            properties = wire.expiring_reply(properties, job.message.properties)
         try:
             queue = await self._reply_queue(job.reply_to)
             with tracing.suppressed():  # the serve span covers the reply

@@ -161,9 +161,13 @@ def request_properties(
     call: CallState, user: dict[str, str], reply_to: str, key: str | None
 ) -> dict[str, str]:
     """The request PUT's properties for ``call``."""
-    pickup = call.pickup_deadline - time.monotonic()
-    expires = wire.wall_ms() + round(pickup * 1000)
-    return wire.request_properties(user, reply_to, expires, key, broker_pickup_ms(pickup))
+    now, wall = time.monotonic(), wire.wall_ms()
+    pickup = call.pickup_deadline - now
+    expires = wall + round(pickup * 1000)
+    deadline = wall + round((call.deadline - now) * 1000)
+    return wire.request_properties(
+        user, reply_to, expires, key, broker_pickup_ms(pickup), deadline_ms=deadline
+    )
 
 
 def outcome(guid: uuid.UUID, message: Message) -> Reply | RpcError | None:

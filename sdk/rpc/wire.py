@@ -4,16 +4,20 @@ A call is ordinary messages, so it inherits the contract (PUTs never lost nor
 duplicated, redelivery to another consumer when one goes away):
 
 - the **request** is a PUT on the service queue, under a GUID the caller picks
-  (the request GUID), with ``x-rpc-reply-to`` (the caller's reply queue) and
+  (the request GUID), with ``x-rpc-reply-to`` (the caller's reply queue),
   ``x-rpc-expires`` (the wall-clock time, in ms since the epoch, after which no
-  worker may start it: the pickup timeout);
+  worker may start it: the pickup timeout) and ``x-rpc-deadline`` (when the caller
+  stops waiting for the reply, likewise);
 - the **reply** (``x-rpc-kind: reply`` or ``error``) is a PUT on the reply queue
   whose GUID is derived from the request GUID (``reply_guid``), so two workers
   that both ran the request (one crashed before it confirmed) post the same GUID
-  and the broker's dedup keeps one;
+  and the broker's dedup keeps one; its pickup TTL (``x-ttl-ms``) lasts until the
+  call's deadline plus ``REPLY_TTL_MARGIN``, so a reply its caller will never read
+  (the caller died) does not keep the reply queue in the broker for good;
 - **heartbeats** (``beat``) go to the reply queue too, while a worker runs the
   request; they name the worker's control queue (``x-rpc-worker``) and its
-  heartbeat interval (``x-rpc-beat-ms``);
+  heartbeat interval (``x-rpc-beat-ms``), and expire unread after
+  ``BEAT_TTL_BEATS`` intervals (``x-ttl-ms``, at least ``MIN_BEAT_TTL_MS``);
 - a **cancel** goes to that control queue.
 
 A **durable** request (``Session.request_durable``) carries ``x-rpc-keep-until``
@@ -35,7 +39,7 @@ from dataclasses import dataclass
 
 from holdfast.proto.policy import DEAD_GUID, DELIVERY_COUNT
 from holdfast.proto.uri import parse_queue_uri
-from holdfast.proto.validate import DEAD_LETTER_NOTIFY, PICKUP_TTL
+from holdfast.proto.validate import DEAD_LETTER_NOTIFY, MAX_PICKUP_TTL_MS, PICKUP_TTL
 from holdfast.sdk.errors import (
     DeadLetteredError,
     InvalidPropertiesError,
@@ -52,6 +56,8 @@ REPLY_TO = "x-rpc-reply-to"
 EXPIRES = "x-rpc-expires"
 KEEP_UNTIL = "x-rpc-keep-until"
 """On a durable request: until when (ms since the epoch) its reply is kept."""
+DEADLINE = "x-rpc-deadline"
+"""On an ordinary request: when (ms since the epoch) its caller stops waiting."""
 POOL = "x-rpc-pool"
 """The pool of a worker that could not start (on a ``worker-start`` error reply)."""
 KEY = "x-rpc-key"
@@ -72,6 +78,15 @@ HANDLER_ERROR = "handler"
 DEAD_LETTER = "dead-letter"
 WORKER_START = "worker-start"
 """The error kind of a call whose pool worker could not start (``holdfast.pool``)."""
+
+REPLY_TTL_MARGIN = 10.0
+"""Seconds a reply is kept past its call's deadline before the broker drops it unread:
+room for the clocks of the caller's and the worker's hosts to differ."""
+BEAT_TTL_BEATS = 5
+"""Heartbeat intervals after which a heartbeat nobody read expires: by then its caller
+either read a newer one or presumes the worker lost (after 3 intervals)."""
+MIN_BEAT_TTL_MS = 1000
+"""The shortest heartbeat TTL, whatever the interval: a beat must outlive its trip."""
 
 MAX_ERROR_TEXT = 1000
 """Characters of an error message carried in an error reply."""
@@ -191,6 +206,7 @@ def request_properties(
     key: str | None,
     pickup_ms: int = 0,
     keep_until_ms: int = 0,
+    deadline_ms: int = 0,
 ) -> dict[str, str]:
     """The properties of a request PUT. With ``pickup_ms`` the broker itself
     dead-letters the request if no worker takes it within that time, and tells the
@@ -206,6 +222,8 @@ def request_properties(
         properties[KEY] = key
     if keep_until_ms > 0:
         properties[KEEP_UNTIL] = str(keep_until_ms)
+    if deadline_ms > 0:
+        properties[DEADLINE] = str(deadline_ms)
     return properties
 
 
@@ -224,6 +242,18 @@ def kept_reply(properties: Mapping[str, str], keep_until_ms: int) -> dict[str, s
     kept = dict(properties)
     kept[PICKUP_TTL] = str(left)
     return kept
+
+
+def expiring_reply(properties: Mapping[str, str], request: Mapping[str, str]) -> dict[str, str]:
+    """An ordinary call's reply properties with the broker's pickup TTL set to the time
+    left until the request's ``x-rpc-deadline`` plus ``REPLY_TTL_MARGIN``: unread by
+    then, its caller is gone, and the reply would keep the reply queue in the broker
+    for good. A request without a readable deadline (an older caller's) gets none."""
+    deadline = request.get(DEADLINE, "")
+    if not deadline.isdigit():
+        return dict(properties)
+    left = max(int(deadline) - wall_ms(), 0) + round(REPLY_TTL_MARGIN * 1000)
+    return {**properties, PICKUP_TTL: str(min(left, MAX_PICKUP_TTL_MS))}
 
 
 def reply_properties(request_guid: uuid.UUID, user: Mapping[str, str]) -> dict[str, str]:
@@ -247,11 +277,13 @@ def error_properties(
 
 def beat_properties(request_guid: uuid.UUID, worker: str, interval: float) -> dict[str, str]:
     """The properties of a heartbeat."""
+    beat_ms = max(1, round(interval * 1000))
     return {
         KIND: BEAT,
         REQUEST: request_guid.hex,
         WORKER: worker,
-        BEAT_MS: str(max(1, round(interval * 1000))),
+        BEAT_MS: str(beat_ms),
+        PICKUP_TTL: str(max(MIN_BEAT_TTL_MS, BEAT_TTL_BEATS * beat_ms)),
     }
 
 
