@@ -161,6 +161,7 @@ async def send(
                     sent = False
                 if sent or out.reader_stopped:
                     if not resend:
+                        await wait(lambda: out.credits_in)  # then no credit is left behind
                         break
                     # Sent: a new reader may still ask for it again while the call lives.
                     await wait(lambda: out.restart_wanted)

@@ -30,7 +30,11 @@ would stay in the broker for good, their queue with it. A reader that stops befo
 the end tells the sender to stop, then drains its queue (``DRAIN_IDLE``): it confirms
 what was delivered to it and not read, and what the sender posted before it stopped,
 at most ``CREDIT_WINDOW`` chunks. A chunk given back instead would count as
-delivered, which no pickup TTL expires.
+delivered, which no pickup TTL expires. Credits carry the broker's pickup TTL
+(``CREDIT_TTL``): the reader's last one often comes after its sender has ended (the
+sender posts the end of a short stream before the reader has read it), and a stop
+or a credit given after a killed or timed-out caller's sender ended reaches nobody;
+unread, each kept its credit queue in the broker for good.
 
 Rounds: a request whose worker was lost mid-stream is redelivered to another worker,
 whose reader needs the stream from its start, but the chunks the lost reader
@@ -84,6 +88,10 @@ CANCEL_POLL = 0.2
 """Seconds between a blocked threaded reader's looks at its request's cancel flag."""
 STALL_TIMEOUT = 30.0
 """Seconds a reader waits for the next chunk before failing with ``StreamError``."""
+CREDIT_TTL = 2 * STALL_TIMEOUT
+"""Seconds a credit waits for its sender before the broker drops it (``x-ttl-ms``;
+"Leftovers"). A sender that took none for that long has ended or is cut off for
+longer than its reader's stall timeout, past which the stream failed anyway."""
 
 DRAIN_IDLE = 0.2
 """Seconds without a chunk after which a reader that stopped early ends its drain."""

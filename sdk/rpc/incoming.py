@@ -9,7 +9,9 @@ import contextlib
 import enum
 import uuid
 
+from holdfast.proto.validate import PICKUP_TTL
 from holdfast.sdk.errors import StreamError
+from holdfast.sdk.rpc import chunks
 from holdfast.sdk.rpc.chunks import (
     ABORT,
     CREDIT,
@@ -94,7 +96,7 @@ class Incoming:
             return None
         self._asked = True
         properties = {STREAM: self.name, CREDIT: "-1", EPOCH: str(self.epoch), RESTART: "1"}
-        return Chunk(b"", properties, restart_guid(self._guid, self.name, self.epoch))
+        return Chunk(b"", _expiring(properties), restart_guid(self._guid, self.name, self.epoch))
 
     def offer(self, message: Message) -> Verdict:
         """Sort a delivered chunk: ``NEXT`` takes its turn."""
@@ -170,7 +172,7 @@ class Incoming:
         if self.epoch:
             properties[EPOCH] = str(self.epoch)
         guid = credit_guid(self._guid, self.name, seq, stop, self.epoch)
-        return Chunk(b"", properties, guid)
+        return Chunk(b"", _expiring(properties), guid)
 
     def stalled(self, waited: float) -> StreamError:
         """The error of a stream that brought no chunk for ``waited`` seconds."""
@@ -185,6 +187,13 @@ class Incoming:
             confirm_chunk(message)
         self._early.clear()
         self._buffer = memoryview(b"")
+
+
+def _expiring(properties: dict[str, str]) -> dict[str, str]:
+    """A credit's properties with its pickup TTL: unread by then, it reaches nobody
+    (``chunks.CREDIT_TTL``), and would keep its queue in the broker for good."""
+    properties[PICKUP_TTL] = str(round(chunks.CREDIT_TTL * 1000))
+    return properties
 
 
 __all__ = ["Incoming", "Verdict"]

@@ -24,6 +24,7 @@ from holdfast.sdk.rpc import wire
 from holdfast.sdk.rpc.chunks import (
     ABORT,
     CREDIT,
+    CREDIT_EVERY,
     CREDIT_STOP,
     CREDIT_WINDOW,
     END,
@@ -74,6 +75,17 @@ class Outgoing:
         """True when the next chunk is within ``CREDIT_WINDOW`` of what the reader has
         read (or the reader stopped, which ends the wait too)."""
         return self.reader_stopped or self._seq - self._read_through <= CREDIT_WINDOW
+
+    @property
+    def credits_in(self) -> bool:
+        """True, once the round's end is sent, when the reader's last credit came (or
+        it stopped): a reader credits every ``CREDIT_EVERY`` chunks before the end and
+        never after, so none comes any more. Its last one often comes after the end
+        was sent; a credit queue closed before it left it there for good, and one
+        delivered just as it closed went back to the queue counted delivered, which
+        no pickup TTL expires."""
+        end = self._seq - 1
+        return self.reader_stopped or self._read_through >= end // CREDIT_EVERY * CREDIT_EVERY - 1
 
     @property
     def restart_wanted(self) -> bool:

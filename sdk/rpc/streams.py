@@ -96,10 +96,11 @@ def send(
     credited = threading.Condition()
 
     def on_credit(message: Message) -> None:
+        # Confirmed first: woken, the sender may close the queue, dropping a later CONFIRM.
+        confirm_chunk(message)
         with credited:
             out.on_credit(message.properties)
             credited.notify_all()
-        confirm_chunk(message)
 
     def on_ack(ack: Ack) -> None:
         out.on_ack(ack)
@@ -146,6 +147,7 @@ def send(
                     sent = False
                 if sent or out.reader_stopped:
                     if not resend:
+                        wait(lambda: out.credits_in)  # then the credit queue stays empty
                         break
                     # Sent: a new reader may still ask for it again while the call lives.
                     wait(lambda: out.restart_wanted)

@@ -1,7 +1,9 @@
 """What a data stream leaves behind when nobody reads it to the end, and how fast a
 threaded reader learns that its call is over: a reader that stops early drains what
 was delivered to it and what the sender posted, a cancelled call fails the handler's
-``read`` at once, and a source that gives ``str`` fails both sides at once."""
+``read`` at once, and a source that gives ``str`` fails both sides at once. Credits
+the sender never took (given after it ended) expire (``chunks.CREDIT_TTL``, shortened
+here) and leave their credit queue empty too."""
 
 from __future__ import annotations
 
@@ -13,8 +15,17 @@ import uuid
 
 import pytest
 
-from holdfast.sdk import QueueNotFoundError, Request, Session, StreamError, Worker, aio
+from holdfast.sdk import (
+    QueueNotFoundError,
+    Request,
+    Session,
+    StreamError,
+    StreamingReply,
+    Worker,
+    aio,
+)
 from holdfast.sdk.admin import AdminClient
+from holdfast.sdk.rpc import chunks, wire
 from holdfast.sdk.rpc import streams as streaming
 from tests.support.processes import BrokerProcess
 from tests.support.sessions import FAST, unique_uri
@@ -57,12 +68,66 @@ def left_in(address: str, uri: str) -> int:
     return stats.ready + stats.unconfirmed
 
 
+@pytest.fixture
+def short_credit_ttl(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Credits expire after 1 s (60 s in use), so a test sees their queue empty."""
+    monkeypatch.setattr(chunks, "CREDIT_TTL", 1.0, raising=False)
+
+
+def credits_left(address: str, domain_uri: str, guid: uuid.UUID, name: str) -> int:
+    """Messages left in the credit queue of stream ``name`` of call ``guid``."""
+    return left_in(address, chunks.credit_uri(domain_uri.split("/")[2], guid, name))
+
+
+@pytest.mark.parametrize("flavour", ["sync", "aio"])
+@pytest.mark.usefixtures("short_credit_ttl")
+def test_a_reply_stream_read_to_its_end_leaves_no_credit_behind(
+    broker: BrokerProcess, flavour: str
+) -> None:
+    """A 3 MiB reply stream (12 chunks): the sender posts its end before the reader's
+    credit for chunk 7 comes, so that credit is never taken; it used to stay for good."""
+    uri = unique_uri("reply-credit")
+    data = bytes(3 * 1024 * 1024)
+    guids: list[uuid.UUID] = []
+
+    def handle(request: Request) -> StreamingReply:
+        guids.append(request.guid)
+        return StreamingReply(b"r", {}, {"down": io.BytesIO(data)})
+
+    async def handle_async(request: Request) -> StreamingReply:
+        return handle(request)
+
+    if flavour == "sync":
+        with (
+            Session(broker.address, options=FAST) as worker_session,
+            Worker(worker_session, uri, handle),
+            Session(broker.address, options=FAST) as caller,
+        ):
+            assert caller.request(uri, b"", timeout=30).streams["down"].read() == data
+    else:
+
+        async def run() -> None:
+            async with (
+                aio.Session(broker.address, options=FAST) as worker_session,
+                aio.Worker(worker_session, uri, handle_async),
+                aio.Session(broker.address, options=FAST) as caller,
+            ):
+                reply = await caller.request(uri, b"", timeout=30)
+                assert await reply.streams["down"].read() == data
+
+        asyncio.run(run())
+    reply_guid = wire.reply_guid(guids[0])
+    wait_until(lambda: credits_left(broker.address, uri, reply_guid, "down") == 0, 15, "expiry")
+
+
 @pytest.mark.parametrize("reads", [0, 300_000])
+@pytest.mark.usefixtures("short_credit_ttl")
 def test_a_handler_that_leaves_its_stream_unread_leaves_nothing_in_the_broker(
     broker: BrokerProcess, reads: int
 ) -> None:
     """A 10 MiB stream whose handler ignores it, or reads 300 KB of it: once the call is
-    answered, the stream's queue is empty (it held up to 4 MiB for good before)."""
+    answered, the stream's queue is empty (it held up to 4 MiB for good before), and so
+    is its credit queue."""
     uri = unique_uri("stream-unread")
     guids: list[uuid.UUID] = []
 
@@ -81,6 +146,7 @@ def test_a_handler_that_leaves_its_stream_unread_leaves_nothing_in_the_broker(
         assert caller.request(uri, b"", streams={"data": data}, timeout=60).payload == b"done"
         stream = streaming.stream_uri(uri.split("/")[2], guids[0], "data")
         wait_until(lambda: left_in(broker.address, stream) == 0, 15, "the stream drained")
+        wait_until(lambda: credits_left(broker.address, uri, guids[0], "data") == 0, 15, "credits")
 
 
 def test_a_cancelled_call_fails_a_threaded_handlers_read_at_once(broker: BrokerProcess) -> None:
@@ -180,3 +246,16 @@ def test_an_asyncio_handler_that_leaves_its_stream_unread_leaves_nothing(
     asyncio.run(run())
     stream = streaming.stream_uri(uri.split("/")[2], guids[0], "data")
     wait_until(lambda: left_in(broker.address, stream) == 0, 15, "the stream drained")
+
+
+def test_every_credit_carries_the_pickup_ttl() -> None:
+    """A stop, or a credit given after a killed or timed-out caller's sender ended,
+    reaches nobody: its pickup TTL lets the broker drop it, and its queue."""
+    from holdfast.proto.validate import PICKUP_TTL
+    from holdfast.sdk.rpc.incoming import Incoming
+
+    ttl = str(round(chunks.CREDIT_TTL * 1000))
+    reader = Incoming(uuid.uuid4(), "data", epoch=1)
+    restart, stop = reader.restart(), reader.last_credit()
+    assert restart is not None and stop is not None
+    assert restart.properties[PICKUP_TTL] == stop.properties[PICKUP_TTL] == ttl == "60000"
