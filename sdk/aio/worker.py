@@ -262,12 +262,12 @@ class Worker:
             for task in senders:
                 self._jobs.add(task)
                 task.add_done_callback(self._jobs.discard)
-            return bytes(result.payload), headers
+            return wire.payload_bytes(result.payload), headers
         if isinstance(result, tuple):
             payload, properties = result
             user = wire.check_user_properties(properties)
-            return bytes(payload), wire.reply_properties(guid, user)
-        return bytes(result), wire.reply_properties(guid, {})
+            return wire.payload_bytes(payload), wire.reply_properties(guid, user)
+        return wire.payload_bytes(result), wire.reply_properties(guid, {})
 
     async def _post_answer(self, job: Job) -> None:
         """Post the reply; confirm the request once the broker has it (one post per

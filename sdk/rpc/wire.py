@@ -319,3 +319,11 @@ def remote_error(properties: Mapping[str, str], payload: bytes) -> RpcError:
     if properties.get(ERROR) == WORKER_START:  # bounded by the broker's limits
         return WorkerStartError(properties.get(POOL, ""), properties.get(KEY, ""), text)
     return RemoteHandlerError(properties.get(ERROR_TYPE, "Exception")[:128], text)
+
+
+def payload_bytes(value: object) -> bytes:
+    """A handler's reply payload as bytes: a bytes-like object; an ``int`` is refused
+    (``bytes(42)`` would answer 42 zero bytes), as is anything ``bytes()`` refuses."""
+    if isinstance(value, int):
+        raise TypeError(f"a handler returned {type(value).__name__}, not bytes")
+    return bytes(value)  # type: ignore[call-overload,no-any-return]

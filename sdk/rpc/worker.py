@@ -273,7 +273,7 @@ class Worker:
                 streaming.close_all(job.request.streams)
             if isinstance(result, StreamingReply):
                 headers = chunks.streaming_reply_properties(guid, result.properties, result.streams)
-                answer = (bytes(result.payload), headers)
+                answer = (wire.payload_bytes(result.payload), headers)
                 streaming.start_senders(
                     self._session,
                     parse_queue_uri(job.reply_to).domain,
@@ -284,10 +284,10 @@ class Worker:
                     chunks.REPLY_CREDIT_TIMEOUT,
                 )
             elif isinstance(result, tuple):
-                payload, properties = result
-                answer = (bytes(payload), wire.reply_properties(guid, _user(properties)))
+                payload, props = result
+                answer = (wire.payload_bytes(payload), wire.reply_properties(guid, _user(props)))
             else:
-                answer = (bytes(result), wire.reply_properties(guid, {}))
+                answer = (wire.payload_bytes(result), wire.reply_properties(guid, {}))
         except BaseException as error:  # the handler's failure is the caller's to see
             # SystemExit too (no signal raises one here, off the main thread): else it
             # ended this thread, the call unanswered and the worker a slot short for good.

@@ -131,3 +131,23 @@ def test_a_reply_stream_source_with_an_unencodable_error_fails_the_read_at_once(
             reply.streams["down"].read()
         assert time.monotonic() - started < 5  # not the 30 s stall
         assert "caf\\udce9.txt" in str(caught.value)
+
+
+def test_a_handler_that_returns_an_int_is_a_handler_error(
+    broker: BrokerProcess, flavour: Flavour
+) -> None:
+    """``bytes(42)`` is 42 zero bytes: a handler returning 42 answered those."""
+    uri = unique_uri("int-reply")
+
+    def handle(request: Request) -> bytes:
+        return 42 if request.payload == b"int" else b"ok"  # type: ignore[return-value]
+
+    with (
+        flavour.worker(broker.address, uri, handle, QUICK),
+        flavour.caller(broker.address) as caller,
+    ):
+        with pytest.raises(RemoteHandlerError) as caught:
+            caller.request_async(uri, b"int", timeout=5).result(10)
+        assert caught.value.error_type == "TypeError"
+        assert "returned int, not bytes" in caught.value.message
+        assert caller.request_async(uri, b"x", timeout=5).result(10).payload == b"ok"
