@@ -7,7 +7,9 @@ error reply (``x-rpc-error: worker-start``) naming the pool, the key, the exit
 status and the tail of the worker's stderr, posted under the reply GUID the worker
 would have used (so a worker that answers later is deduplicated), and confirmed once
 the broker ACKed the error. The caller raises ``WorkerStartError``. A request without
-a reply queue is rejected without requeue (to the pool's poison queue).
+a reply queue is rejected without requeue (to the pool's poison queue); one whose
+reply queue is not a caller's reply queue of the pool's domain
+(``wire.check_reply_to``) is dropped with a warning, as a worker drops it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from holdfast.pool.drivers import WorkerGroup
 from holdfast.sdk.errors import HoldfastError
+from holdfast.sdk.poolnames import PoolNames
 from holdfast.sdk.queue import Queue
 from holdfast.sdk.rpc import wire
 from holdfast.sdk.types import Ack, Message
@@ -90,6 +93,12 @@ class StartFailureReplies:
         except ValueError as error:
             log.warning("request %s has no reply queue (%s): dead-lettered", message.guid, error)
             _settle(message, reject=True)
+            return
+        try:  # the manager's token may write where the caller's may not: no deputy
+            wire.check_reply_to(header, PoolNames.of(extra[wire.POOL]).domain, message.guid)
+        except ValueError as error:
+            log.warning("dropping request %s: %s", message.guid, error)
+            _settle(message, reject=False)
             return
         properties = wire.error_properties(message.guid, wire.WORKER_START, "WorkerStartError") | {
             wire.POOL: extra[wire.POOL],

@@ -268,7 +268,7 @@ class AsyncCaller:
     # ------------------------------------------------------------------ queues
 
     async def _reply_queue(self, domain: str, timeout: float) -> Queue:
-        uri = f"hf://{domain}/rpc-reply-{self._tag}"
+        uri = f"hf://{domain}/{wire.REPLY_QUEUE_PREFIX}{self._tag}"
         options = calls.REPLY_QUEUE_OPTIONS
         return await self._open(
             uri, timeout, read=True, on_message=self._on_replies, options=options

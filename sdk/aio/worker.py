@@ -160,6 +160,7 @@ class Worker:
             return  # left unconfirmed: redelivered elsewhere when the queue closes
         try:
             header = wire.parse_request(message.properties)
+            wire.check_reply_to(header, self._domain, message.guid)  # no confused deputy
         except ValueError as error:
             log.warning("dropping request %s: %s", message.guid, str(error)[:300])
             confirm(message)

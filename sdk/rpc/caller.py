@@ -327,7 +327,7 @@ class Caller:
     # ------------------------------------------------------------------ queues
 
     def _reply_queue(self, domain: str, timeout: float) -> Queue:
-        uri = f"hf://{domain}/rpc-reply-{self._tag}"
+        uri = f"hf://{domain}/{wire.REPLY_QUEUE_PREFIX}{self._tag}"
         how = {"read": True, "on_message": self._on_replies, "options": calls.REPLY_QUEUE_OPTIONS}
         return self._open(self._reply_queues, uri, how, timeout)
 

@@ -32,6 +32,7 @@ Properties starting with ``x-rpc-`` are reserved: applications may not set them.
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 import uuid
 from collections.abc import Mapping
@@ -156,6 +157,42 @@ def parse_request(properties: Mapping[str, str]) -> RequestHeader:
     if not keep.isdigit():
         raise ValueError(f"{KEEP_UNTIL} is not a whole number: {keep[:32]!r}")
     return RequestHeader(reply_to, expires, int(keep))
+
+
+REPLY_QUEUE_PREFIX = "rpc-reply-"
+"""A caller's reply queue is ``hf://<service domain>/rpc-reply-<32 hex>`` (one per
+session and domain: ``Caller``); a durable request's is ``durable_reply_uri``."""
+
+_REPLY_QUEUE = re.compile(re.escape(REPLY_QUEUE_PREFIX) + "[0-9a-f]{32}")
+
+
+def check_reply_to(header: RequestHeader, domain: str, request_guid: uuid.UUID) -> None:
+    """``ValueError`` saying why a worker of a service in ``domain`` must not answer
+    the request ``request_guid`` in the queue it names.
+
+    The broker checks that a caller may write the service's queue, never the
+    ``x-rpc-reply-to`` it names: a worker that posted there with its own token would
+    write, for the caller, into a queue (a domain) the caller may not write (a
+    confused deputy). The SDK's callers always name a reply queue of the service's own
+    domain, ``rpc-reply-<32 hex>``, or for a durable request the queue named from its
+    GUID; anything else was not written by this SDK and is refused."""
+    reply_to = header.reply_to
+    parsed = parse_queue_uri(reply_to)
+    if parsed.domain != domain:
+        raise ValueError(
+            f"its reply queue {reply_to[:200]!r} is outside the service's domain {domain!r}"
+        )
+    if header.keep_until_ms > 0:
+        expected = durable_reply_uri(domain, request_guid)
+        if reply_to != expected:
+            raise ValueError(
+                f"its reply queue {reply_to[:200]!r} is not its durable reply queue {expected}"
+            )
+    elif not _REPLY_QUEUE.fullmatch(parsed.queue):
+        raise ValueError(
+            f"its reply queue {reply_to[:200]!r} is not a caller's reply queue "
+            f"(hf://{domain}/{REPLY_QUEUE_PREFIX}<32 hex>)"
+        )
 
 
 def parse_request_guid(properties: Mapping[str, str]) -> uuid.UUID | None:

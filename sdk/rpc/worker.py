@@ -102,6 +102,7 @@ class Worker:
         except ValueError as error:
             raise InvalidArgumentError(str(error)[:300]) from None
         self.uri = uri
+        self._domain = domain
         self.options = options or WorkerOptions()
         self._session = session
         self._traced = session._telemetry
@@ -180,6 +181,7 @@ class Worker:
     def _on_request(self, message: Message) -> None:
         try:
             header = wire.parse_request(message.properties)
+            wire.check_reply_to(header, self._domain, message.guid)  # no confused deputy
         except ValueError as error:
             log.warning("dropping request %s: %s", message.guid, str(error)[:300])
             confirm(message)
@@ -203,10 +205,9 @@ class Worker:
                     message.delivery_count,
                 )
                 if chunks.NAMES in props:
-                    domain = parse_queue_uri(self.uri).domain
                     count, cancelled = message.delivery_count, request.cancelled.is_set
                     request.streams = streaming.readers(
-                        self._session, domain, message.guid, props, count, cancelled
+                        self._session, self._domain, message.guid, props, count, cancelled
                     )
                 job = Job(request, message, header.reply_to, time.monotonic(), header.keep_until_ms)
                 job.next_beat = job.started + self.options.first_beat_after

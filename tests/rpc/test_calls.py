@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 
@@ -127,7 +128,8 @@ def test_worker_answers_an_expired_request_with_a_dead_letter_reply(
     request first delivered after its ``x-rpc-expires`` is not run; the reply queue gets
     an error reply with dead-letter reason ``expired`` under the derived reply GUID."""
     worker_session, client = sessions
-    uri, reply_to = unique_uri("stale"), unique_uri("replies")
+    # A reply queue named as the SDK names them: a worker answers into no other.
+    uri, reply_to = unique_uri("stale"), f"hf://test/rpc-reply-{uuid.uuid4().hex}"
     replies: list[Message] = []
     client.open_queue(reply_to, read=True, on_message=replies.append)
     request_guid = client.open_queue(uri, write=True).post(
