@@ -10,7 +10,9 @@
 ``NAME`` is the pool's URI, ``hf://<domain>/<pool>`` (``<domain>/<pool>`` works too).
 ``CMD`` is split like a shell would split it (``shlex``) but never run by a shell;
 each worker gets ``WORKER_ID``, ``WORKER_KEY``, ``WORKER_POOL``,
-``WORKER_REQUESTS_QUEUE`` and ``HOLDFAST_ADDRESS`` in its environment. The admin
+``WORKER_REQUESTS_QUEUE``, ``HOLDFAST_ADDRESS`` and ``WORKER_LIFELINE_FD`` in its
+environment, and runs in a process group of its own: a wrapper script must keep its
+worker in that group (``holdfast.pool.drivers``). The admin
 calls (policies, queue stats) go to ``--admin-address``, by default ``--address``:
 point either at a broker. Every flag has a ``HOLDFAST_`` environment variable. Stops
 on SIGTERM/SIGINT, stopping the workers it started.

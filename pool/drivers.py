@@ -23,12 +23,21 @@ Each worker finds in its environment ``WORKER_ID``, ``WORKER_KEY``, ``WORKER_POO
 ``WORKER_REQUESTS_QUEUE`` and ``HOLDFAST_ADDRESS`` (and ``WORKER_PROCESSING_TIMEOUT``
 when the pool has one); ``holdfast.sdk.pool.serve`` reads them.
 
-The ``subprocess`` driver's workers never outlive their manager: each is started
-through ``holdfast.pool.lifeline``, which sets the parent-death signal (Linux
-``PR_SET_PDEATHSIG``, SIGKILL) and execs the worker command, from one thread that
-lives as long as the driver; so a manager killed with SIGKILL takes its workers with
-it and a restarted manager never finds a second worker for a key. Its ``list``
-therefore shows only its own children.
+The ``subprocess`` driver's workers never outlive their manager. Each is started in
+a process group of its own through ``holdfast.pool.lifeline``, which sets the
+parent-death signal (Linux ``PR_SET_PDEATHSIG``, SIGKILL) and execs the worker
+command, from one thread that lives as long as the driver. That signal reaches the
+process the manager started, not its children (a worker command that is a shell
+script running Python without ``exec``), so each worker also gets the read end of a
+*lifeline pipe* whose write end only the manager holds, named by
+``WORKER_LIFELINE_FD``: ``serve`` ends the worker when it reads end-of-file there,
+which the kernel gives as soon as the manager is gone, however it died. ``stop``
+and ``close`` signal the worker's whole process group. So a manager killed with
+SIGKILL takes its workers with it and a restarted manager never finds a second
+worker for a key; its ``list`` therefore shows only its own children. A worker
+command must not move its worker out of its process group (``setsid``, a daemon's
+double fork), and a worker that does not use ``serve`` must ``exec`` its last step
+or watch the lifeline itself.
 """
 
 from __future__ import annotations
@@ -45,6 +54,8 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import IO, Protocol
+
+from holdfast.sdk.poolnames import LIFELINE_FD
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +194,10 @@ class SubprocessDriver:
         self.stop_grace = stop_grace
         self._children: dict[str, _Child] = {}
         self._lock = threading.Lock()
+        # Both ends close-on-exec: only the workers get the read end (``pass_fds``),
+        # so the manager alone holds the write end, and its death is the pipe's EOF.
+        self._lifeline, write_end = os.pipe()
+        self._pipe: tuple[int, ...] = (self._lifeline, write_end)
         # One long-lived thread forks every worker: the parent-death signal fires
         # when the *thread* that forked a child ends, not only the process.
         self._spawner = concurrent.futures.ThreadPoolExecutor(1, "holdfast-pool-spawner")
@@ -202,9 +217,10 @@ class SubprocessDriver:
         lifeline = [sys.executable, "-m", "holdfast.pool.lifeline", str(os.getpid())]
         popen = subprocess.Popen(
             [*lifeline, *self.command],
-            env={**os.environ, **group.environment()},
+            env={**os.environ, **group.environment(), LIFELINE_FD: str(self._lifeline)},
             stdin=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
+            pass_fds=(self._lifeline,),
             start_new_session=True,  # its own process group: signals stay ours to send
         )
         tail: collections.deque[str] = collections.deque(maxlen=OUTPUT_TAIL_LINES)
@@ -219,10 +235,10 @@ class SubprocessDriver:
         return _Child(group, popen, time.time(), tail, reader)
 
     def stop(self, worker_id: str) -> None:
-        """SIGTERM the worker, SIGKILL it after ``stop_grace``; by PID."""
+        """SIGTERM the worker's process group, SIGKILL it after ``stop_grace``."""
         with self._lock:
             child = self._children.pop(worker_id, None)
-        if child is not None and child.popen.poll() is None:
+        if child is not None:
             _terminate(child.popen, self.stop_grace)
             log.info("stopped worker %s (key %r)", worker_id, child.group.key[:64])
 
@@ -251,15 +267,17 @@ class SubprocessDriver:
         with self._lock:
             children = list(self._children.values())
             self._children.clear()
-        running = [child for child in children if child.popen.poll() is None]
-        for child in running:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child.popen.pid, signal.SIGTERM)
+        for child in children:
+            _signal_group(child.popen, signal.SIGTERM)
         deadline = time.monotonic() + self.stop_grace
-        for child in running:
+        for child in children:
             _terminate(child.popen, max(0.0, deadline - time.monotonic()))
             log.info("stopped worker %s (key %r)", child.group.worker_id, child.group.key[:64])
         self._spawner.shutdown(wait=True)
+        with self._lock:  # once: a number closed twice may be another file's by then
+            pipe, self._pipe = self._pipe, ()
+        for fd in pipe:
+            os.close(fd)
 
 
 def _pass_through(stream: IO[bytes], tail: collections.deque[str]) -> None:
@@ -273,16 +291,38 @@ def _pass_through(stream: IO[bytes], tail: collections.deque[str]) -> None:
         stream.close()
 
 
+def _signal_group(popen: subprocess.Popen[bytes], signum: int) -> None:
+    """Signal the worker's process group (its PID: ``start_new_session``), so that
+    the children of a worker command that is a wrapper get it too."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(popen.pid, signum)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a member that changed its user: still there
+        return True
+    return True
+
+
 def _terminate(popen: subprocess.Popen[bytes], grace: float) -> None:
-    if popen.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(popen.pid, signal.SIGTERM)
-        try:
+    """SIGTERM the worker's process group; SIGKILL what is left of it after ``grace``
+    (at once with 0). The worker is reaped first: while a member of its group lives,
+    the group's number (the worker's PID) cannot be given to another process, so the
+    later signals reach only the workers' own processes."""
+    deadline = time.monotonic() + grace
+    if grace > 0:
+        _signal_group(popen, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
             popen.wait(grace)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(popen.pid, signal.SIGKILL)
-            popen.wait(STOP_GRACE)  # SIGKILL cannot be ignored: this is the kernel's time
+        while _group_alive(popen.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)  # a wrapper's children finishing their own stop
+    if popen.poll() is None or _group_alive(popen.pid):
+        _signal_group(popen, signal.SIGKILL)
+    popen.wait(STOP_GRACE)  # SIGKILL cannot be ignored: this is the kernel's time
 
 
 DRIVERS = ("subprocess", "noop")

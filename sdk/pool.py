@@ -34,6 +34,11 @@ delivery limit still ends a request that always hangs) and the manager starts a
 fresh worker. A thread cannot be stopped in Python, and a hung handler may hold
 locks: ending the process is the only safe way out. (A hang inside C code that
 never releases the GIL stops the watchdog too; nothing in-process can catch that.)
+
+With ``WORKER_LIFELINE_FD`` (the ``subprocess`` driver sets it), ``serve`` ends the
+process when that pipe reaches end-of-file, that is once its manager is gone: a
+worker run by a wrapper script, which the manager's parent-death signal does not
+reach, does not outlive a manager killed with ``kill -9``.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import contextlib
 import logging
 import os
 import signal
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -53,6 +59,8 @@ from holdfast.sdk.poolnames import (
     ACTIVITY_KEY,
     ACTIVITY_WORKER,
     ENVIRONMENT,
+    LIFELINE_FD,
+    MANAGER_GONE_EXIT,
     MAX_KEY_BYTES,
     PROCESSING_TIMEOUT,
     PROCESSING_TIMEOUT_EXIT,
@@ -93,6 +101,7 @@ def serve(
     names = PoolNames.of(env["WORKER_POOL"])
     key, worker_id, queue = env["WORKER_KEY"], env["WORKER_ID"], env["WORKER_REQUESTS_QUEUE"]
     watchdog = Watchdog(_timeout(env.get(PROCESSING_TIMEOUT)), _exit_for_timeout)
+    watch_lifeline(env.get(LIFELINE_FD))  # first: a manager gone meanwhile ends us now
     stop = stop or _stop_on_signals()
     link = SessionOptions(
         token=env.get("HOLDFAST_TOKEN") or None, tls_ca=env.get("HOLDFAST_TLS_CA") or None
@@ -173,6 +182,44 @@ class Watchdog:
                 self._expire(*late)
 
 
+def watch_lifeline(raw: str | None) -> None:
+    """End this process when its manager is gone: ``raw`` (``WORKER_LIFELINE_FD``)
+    names the read end of a pipe whose write end only the manager holds, and a read
+    there returns end-of-file once the manager is gone, however it died (``kill -9``
+    included, where the parent-death signal reaches only the process the manager
+    started, not a wrapper script's children). Nothing without it (a worker started
+    by hand)."""
+    if not raw:
+        return
+    try:
+        fd = int(raw)
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            raise OSError(f"descriptor {fd} is not a pipe")
+        os.set_inheritable(fd, False)  # the worker's own children are not watched
+    except (ValueError, OSError) as error:
+        log.warning("%s=%r cannot be watched (%s)", LIFELINE_FD, raw[:32], error)
+        return
+    threading.Thread(
+        target=_lifeline, args=(fd,), name="holdfast-pool-lifeline", daemon=True
+    ).start()
+
+
+def _lifeline(fd: int) -> None:
+    try:
+        while os.read(fd, 64):
+            pass  # the manager writes nothing: only the end of the pipe matters
+    except OSError as error:  # closed under us: the manager's death cannot be seen
+        log.warning("the lifeline pipe cannot be read (%s): not watched", error)
+        return
+    log.error(
+        "the pool manager is gone: this worker exits (status %d) so that a restarted "
+        "manager never finds a second worker for its key",
+        MANAGER_GONE_EXIT,
+    )
+    logging.shutdown()
+    os._exit(MANAGER_GONE_EXIT)
+
+
 def _timeout(raw: str | None) -> float | None:
     if not raw:
         return None
@@ -214,4 +261,5 @@ __all__ = [
     "check_key",
     "key_queue_uri",
     "serve",
+    "watch_lifeline",
 ]

@@ -37,6 +37,14 @@ PROCESSING_TIMEOUT = "WORKER_PROCESSING_TIMEOUT"
 """Seconds a worker may spend on one request (set when the pool has
 ``--processing-timeout``); ``serve`` enforces it."""
 
+LIFELINE_FD = "WORKER_LIFELINE_FD"
+"""The file descriptor of the read end of a pipe whose write end only the worker's
+manager holds (the ``subprocess`` driver sets it): ``serve`` ends the worker when it
+reads end-of-file there, that is once the manager is gone, however it died."""
+
+MANAGER_GONE_EXIT = 70
+"""The exit status of a worker that ended because its manager was gone."""
+
 PROCESSING_TIMEOUT_EXIT = 75
 """The exit status of a worker that ran a request past its processing timeout
 (``EX_TEMPFAIL``): the manager replaces it at once, and counts it."""
@@ -150,6 +158,8 @@ __all__ = [
     "ACTIVITY_WORKER",
     "ENVIRONMENT",
     "KEY_HASH_CHARS",
+    "LIFELINE_FD",
+    "MANAGER_GONE_EXIT",
     "MAX_KEY_BYTES",
     "PROCESSING_TIMEOUT",
     "PROCESSING_TIMEOUT_EXIT",
