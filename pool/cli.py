@@ -65,7 +65,8 @@ def parser() -> argparse.ArgumentParser:
         "--processing-timeout",
         type=float,
         metavar="S",
-        help="seconds a worker may spend on one request before it is replaced (default: none)",
+        help="seconds a worker may spend on one request, or stay silent (frozen), before "
+        "it is replaced (default: none)",
     )
     args.add_argument("--admin-address", help="the broker's HOST:PORT (default: --address)")
     args.add_argument("--token", help="an admin token for the pool's policies ($HOLDFAST_TOKEN)")

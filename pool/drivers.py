@@ -23,6 +23,9 @@ Each worker finds in its environment ``WORKER_ID``, ``WORKER_KEY``, ``WORKER_POO
 ``WORKER_REQUESTS_QUEUE`` and ``HOLDFAST_ADDRESS`` (and ``WORKER_PROCESSING_TIMEOUT``
 when the pool has one); ``holdfast.sdk.pool.serve`` reads them.
 
+A driver may also have ``kill(worker_id)``: stop it at once, without a grace (the
+supervisor uses it for a worker it judged frozen; ``stop`` without it).
+
 The ``subprocess`` driver's workers never outlive their manager. Each is started in
 a process group of its own through ``holdfast.pool.lifeline``, which sets the
 parent-death signal (Linux ``PR_SET_PDEATHSIG``, SIGKILL) and execs the worker
@@ -241,6 +244,14 @@ class SubprocessDriver:
         if child is not None:
             _terminate(child.popen, self.stop_grace)
             log.info("stopped worker %s (key %r)", worker_id, child.group.key[:64])
+
+    def kill(self, worker_id: str) -> None:
+        """SIGKILL the worker's process group now (a frozen worker cannot act on
+        SIGTERM), and forget it."""
+        with self._lock:
+            child = self._children.pop(worker_id, None)
+        if child is not None:
+            _terminate(child.popen, 0.0)
 
     def list(self) -> list[WorkerInfo]:
         """This driver's children (none outlive their manager), running or exited."""

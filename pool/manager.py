@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from holdfast.pool.activity import DEBOUNCE, ActivityReports
 from holdfast.pool.control import ActivityLoop, GroupLoop, QueueLoop
-from holdfast.pool.drivers import WorkerGroup, WorkerGroupDriver
+from holdfast.pool.drivers import NoopDriver, WorkerGroup, WorkerGroupDriver
 from holdfast.pool.leader import Leadership
 from holdfast.pool.orphans import Forwarder, OrphanProcessor
 from holdfast.pool.reconcile import Reconciler
@@ -107,8 +107,17 @@ class PoolManager:
         active = lambda: self.leadership.active  # noqa: E731
         self.orphans = OrphanProcessor(self.tracker, self.names, self._forwarder, active)
         self.start_failures = StartFailureReplies(self._session)
-        self.supervisor = Supervisor(driver, self.start_failures.fail, self.start_failures.clear)
-        self.activity = ActivityReports(self.tracker, on_started=self.supervisor.ready)
+        self.supervisor = Supervisor(
+            driver,
+            self.start_failures.fail,
+            self.start_failures.clear,
+            # Workers started by hand are the operator's to replace.
+            frozen_after=None if isinstance(driver, NoopDriver) else settings.processing_timeout,
+            linked=lambda: self._session.connected,
+        )
+        self.activity = ActivityReports(
+            self.tracker, on_started=self.supervisor.ready, on_seen=self.supervisor.seen
+        )
         self.reconciler = Reconciler(self.tracker, self._admin, self.names)
         self._loops = (
             QueueLoop(

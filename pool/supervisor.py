@@ -17,6 +17,16 @@ worker that exits is judged by how it ended:
 - **crash**: it exited after it was ready: restarted after the back-off; its
   delivery was redelivered by the broker (the poison rule ends endless cases).
 
+- **frozen** (with a processing timeout): a ready worker that announced ``alive``
+  reports (``serve`` sends one every ``alive_interval`` of the timeout, from a thread
+  of its own) and then sent no report at all for longer than the processing timeout
+  (plus one interval, for the reports' way through the broker) is stopped whole
+  (SIGSTOP, a debugger, a handler holding the GIL in C: its watchdog cannot act
+  either). Its process group is killed at once (the driver's ``kill``) and a fresh
+  worker started in the same pass; its delivery goes back to the broker when its
+  link closes; one WARNING; counted. While the manager's own link to the broker is
+  down no report can arrive, so that time does not count.
+
 A ready report resets the key's back-off.
 """
 
@@ -54,6 +64,10 @@ class _Slot:
     exited_at: float = 0.0
     failures: int = 0
     retry_at: float = 0.0
+    last_seen: float = 0.0
+    alive_every: float | None = None
+    """The worker's ``alive`` interval, from its ``started`` report (None: judged
+    never frozen: it sends none)."""
 
 
 class Supervisor:
@@ -66,8 +80,14 @@ class Supervisor:
         on_start_failure: Callable[[WorkerGroup, str], None],
         on_start: Callable[[WorkerGroup], None],
         clock: Callable[[], float] = time.monotonic,
+        frozen_after: float | None = None,
+        linked: Callable[[], bool] = lambda: True,
     ) -> None:
         self.driver = driver
+        self.frozen_after = frozen_after
+        """Seconds of silence after which a worker is judged frozen (the processing
+        timeout; None: never)."""
+        self._linked = linked
         self._on_start_failure = on_start_failure
         self._on_start = on_start
         self._clock = clock
@@ -79,6 +99,8 @@ class Supervisor:
         self.start_failures = 0
         self.processing_timeouts = 0
         """Workers replaced because a request ran past the processing timeout."""
+        self.frozen = 0
+        """Workers killed and replaced because they were silent past the timeout."""
 
     def refresh(self) -> list[WorkerInfo]:
         """Read the driver's view once: judge the workers that exited; return the
@@ -99,6 +121,7 @@ class Supervisor:
                     slot.running, slot.exited, slot.exited_at = None, info, self._clock()
         for slot in self._pending_verdicts():
             self._judge(slot)
+        self._replace_frozen()
         return strangers
 
     def adopt(self, group: WorkerGroup, info: WorkerInfo) -> None:
@@ -106,12 +129,21 @@ class Supervisor:
         with self._lock:
             self._slots[group.worker_id] = _Slot(group, running=info, ready=True)
 
-    def ready(self, worker_id: str) -> None:
-        """``worker_id`` reported itself ready (``started``)."""
+    def ready(self, worker_id: str, alive_every: float | None = None) -> None:
+        """``worker_id`` reported itself ready (``started``), and reports ``alive``
+        every ``alive_every`` seconds (None: it does not)."""
         with self._lock:
             slot = self._slots.get(worker_id)
             if slot is not None:
                 slot.ready, slot.failures = True, 0
+                slot.alive_every, slot.last_seen = alive_every, self._clock()
+
+    def seen(self, worker_id: str) -> None:
+        """``worker_id`` sent a report: it is not frozen."""
+        with self._lock:
+            slot = self._slots.get(worker_id)
+            if slot is not None:
+                slot.last_seen = self._clock()
 
     def ensure_running(self, group: WorkerGroup) -> None:
         """Start ``group``'s worker unless it runs, is being judged or backs off."""
@@ -153,6 +185,41 @@ class Supervisor:
     def stop_all(self) -> None:
         """Stop every group (this manager is no longer the active one)."""
         self.retain(())
+
+    def _replace_frozen(self) -> None:
+        """Kill and replace the workers silent past ``frozen_after`` (module docstring)."""
+        if self.frozen_after is None:
+            return
+        now = self._clock()
+        with self._lock:
+            if not self._linked():  # no report can reach us: the silence is ours
+                for slot in self._slots.values():
+                    slot.last_seen = now
+                return
+            frozen = [
+                slot
+                for slot in self._slots.values()
+                if slot.running is not None
+                and slot.ready
+                and slot.alive_every is not None
+                and now - slot.last_seen > self.frozen_after + slot.alive_every
+            ]
+        kill: Callable[[str], None] = getattr(self.driver, "kill", self.driver.stop)
+        for slot in frozen:
+            group = slot.group
+            log.warning(
+                "worker %s (key %r) sent nothing for %.1f s, past the processing timeout "
+                "(%.1f s): frozen; its process group is killed and a fresh worker started",
+                group.worker_id,
+                group.key[:64],
+                now - slot.last_seen,
+                self.frozen_after,
+            )
+            kill(group.worker_id)
+            with self._lock:
+                slot.running, slot.ready, slot.alive_every = None, False, None
+                slot.exited, slot.retry_at = None, now
+                self.frozen += 1
 
     def _pending_verdicts(self) -> list[_Slot]:
         with self._lock:

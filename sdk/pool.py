@@ -33,7 +33,10 @@ the broker gives the request back with its delivery count risen (so the pool's
 delivery limit still ends a request that always hangs) and the manager starts a
 fresh worker. A thread cannot be stopped in Python, and a hung handler may hold
 locks: ending the process is the only safe way out. (A hang inside C code that
-never releases the GIL stops the watchdog too; nothing in-process can catch that.)
+never releases the GIL stops the watchdog too; nothing in-process can catch that.
+So, with a processing timeout, a thread of its own also reports ``alive`` every
+``alive_interval`` of it, announced in the ``started`` report: the manager kills and
+replaces a worker that falls silent for longer than the timeout.)
 
 With ``WORKER_LIFELINE_FD`` (the ``subprocess`` driver sets it), ``serve`` ends the
 process when that pipe reaches end-of-file, that is once its manager is gone: a
@@ -55,9 +58,11 @@ from collections.abc import Callable, Iterator, Mapping
 from holdfast.sdk.errors import HoldfastError, InvalidArgumentError
 from holdfast.sdk.options import SessionOptions
 from holdfast.sdk.poolnames import (
+    ACTIVITY_ALIVE_MS,
     ACTIVITY_EVENT,
     ACTIVITY_KEY,
     ACTIVITY_WORKER,
+    ALIVE,
     ENVIRONMENT,
     LIFELINE_FD,
     MANAGER_GONE_EXIT,
@@ -67,6 +72,7 @@ from holdfast.sdk.poolnames import (
     REQUEST_RECEIVED,
     STARTED,
     PoolNames,
+    alive_interval,
     check_key,
     key_queue_uri,
 )
@@ -109,8 +115,12 @@ def serve(
     with Session(env.get("HOLDFAST_ADDRESS") or None, options=link) as session:
         activity = session.open_queue(names.activity, write=True)
 
+        beat = alive_interval(watchdog.timeout) if watchdog.timeout is not None else None
+
         def report(event: str) -> None:
             properties = {ACTIVITY_EVENT: event, ACTIVITY_KEY: key, ACTIVITY_WORKER: worker_id}
+            if event == STARTED and beat is not None:  # the manager may judge our silence
+                properties[ACTIVITY_ALIVE_MS] = str(max(1, round(beat * 1000)))
             with contextlib.suppress(HoldfastError):  # activity is advisory
                 activity.post(b"", properties)
 
@@ -122,6 +132,13 @@ def serve(
         report(STARTED)
         session.flush(STARTED_ACK_TIMEOUT)
         watchdog.start()
+        if beat is not None:
+            # Its own thread, Python code: a process frozen whole (SIGSTOP, a debugger)
+            # or a handler holding the GIL in C stops it, and the manager replaces us.
+            heart = threading.Thread(
+                target=_beat, args=(report, beat, stop), name="holdfast-pool-alive", daemon=True
+            )
+            heart.start()
         with Worker(session, queue, handle, concurrency=concurrency, options=options):
             log.info("worker %s serving key %r of %s on %s", worker_id, key, names.uri, queue)
             stop.wait()
@@ -180,6 +197,11 @@ class Watchdog:
             late = self.overdue(time.monotonic())
             if late is not None:
                 self._expire(*late)
+
+
+def _beat(report: Callable[[str], None], interval: float, stop: threading.Event) -> None:
+    while not stop.wait(interval):
+        report(ALIVE)
 
 
 def watch_lifeline(raw: str | None) -> None:

@@ -30,8 +30,25 @@ ACTIVITY_KEY = "x-pool-key"
 ACTIVITY_WORKER = "x-pool-worker"
 """Properties of an activity report (``started`` or ``request-received``)."""
 
+ACTIVITY_ALIVE_MS = "x-pool-alive-ms"
+"""On a ``started`` report: the worker reports ``alive`` every that many ms."""
+
 STARTED = "started"
 REQUEST_RECEIVED = "request-received"
+ALIVE = "alive"
+"""A worker's heartbeat: it runs (not frozen). Sent only with a processing timeout;
+it tells the manager the worker lives, and never keeps its key from going idle."""
+
+ALIVE_MAX_INTERVAL = 5.0
+"""The longest interval, in seconds, between two ``alive`` reports."""
+
+
+def alive_interval(processing_timeout: float) -> float:
+    """Seconds between a worker's ``alive`` reports under ``processing_timeout``: a
+    quarter of it (at most ``ALIVE_MAX_INTERVAL``), so that the manager, which replaces
+    a worker silent for longer than the timeout, sees several of them first."""
+    return min(processing_timeout / 4, ALIVE_MAX_INTERVAL)
+
 
 PROCESSING_TIMEOUT = "WORKER_PROCESSING_TIMEOUT"
 """Seconds a worker may spend on one request (set when the pool has
@@ -153,9 +170,12 @@ def key_queue_uri(pool_uri: str, key: str) -> str:
 
 
 __all__ = [
+    "ACTIVITY_ALIVE_MS",
     "ACTIVITY_EVENT",
     "ACTIVITY_KEY",
     "ACTIVITY_WORKER",
+    "ALIVE",
+    "ALIVE_MAX_INTERVAL",
     "ENVIRONMENT",
     "KEY_HASH_CHARS",
     "LIFELINE_FD",
@@ -166,6 +186,7 @@ __all__ = [
     "REQUEST_RECEIVED",
     "STARTED",
     "PoolNames",
+    "alive_interval",
     "check_key",
     "key_queue_uri",
 ]

@@ -1,19 +1,25 @@
-"""Workers never outlive their manager (issue #31): a worker command that is a
-wrapper script (its Python worker a grandchild of the manager) through a manager's
-``kill -9`` and its graceful stop."""
+"""Workers never outlive their manager, and a frozen one is replaced (issue #31):
+a worker command that is a wrapper script (its Python worker a grandchild of the
+manager) through a manager's ``kill -9`` and its graceful stop; a worker frozen
+whole (SIGSTOP) under ``--processing-timeout``; the supervisor's verdict on silence."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from holdfast.pool.supervisor import Supervisor
 from holdfast.sdk import Session
+from holdfast.sdk.poolnames import alive_interval
 from tests.pools.support import alive, manager_command, running_manager, start_manager, stop, who
+from tests.pools.test_units import GROUP, Clock, FakeDriver
 from tests.support.processes import BrokerProcess
 from tests.support.sessions import FAST
 from tests.support.waiting import wait_until
@@ -86,3 +92,55 @@ def test_stopping_a_manager_stops_the_whole_process_group_of_a_wrapped_worker(
         wait_until(lambda: not alive(pids[0]), 10, "the wrapped worker to stop with its manager")
     finally:
         _kill(pids)
+
+
+def test_a_frozen_worker_is_killed_and_replaced_after_the_processing_timeout(
+    broker: BrokerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "holdfast.pool.supervisor")
+    pids: list[int] = []
+    try:
+        with (
+            running_manager(broker.address, POOL, processing_timeout=1.5) as manager,
+            Session(broker.address, options=FAST) as session,
+        ):
+            first = who(session.request(POOL, b"a", key="f", timeout=60))[2]
+            pids.append(first)
+            # Idle for twice the timeout: its alive reports keep it (and only them).
+            time.sleep(3.5)
+            assert who(session.request(POOL, b"b", key="f", timeout=30))[2] == first
+            os.kill(first, signal.SIGSTOP)
+            served = who(session.request(POOL, b"c", key="f", timeout=30))
+            pids.append(served[2])
+            assert served[2] != first and served[3] == b"c"
+            wait_until(lambda: not alive(first), 10, "the frozen worker to be killed")
+            assert manager.supervisor.frozen == 1
+            frozen = [r for r in caplog.records if "frozen" in r.getMessage()]
+            assert len(frozen) == 1 and frozen[0].levelno == logging.WARNING
+    finally:
+        _kill(pids)
+
+
+def test_silence_while_the_managers_link_is_down_does_not_count() -> None:
+    driver, clock, linked = FakeDriver(), Clock(), [True]
+    supervisor = Supervisor(
+        driver, lambda *_: None, lambda _: None, clock, frozen_after=2.0, linked=lambda: linked[0]
+    )
+    supervisor.ensure_running(GROUP)
+    supervisor.ready(GROUP.worker_id, alive_interval(2.0))
+    clock.now += 2.4
+    supervisor.seen(GROUP.worker_id)  # an ALIVE report
+    clock.now += 2.4  # under the timeout plus one interval since the report
+    supervisor.refresh()
+    linked[0] = False
+    clock.now += 10  # no report can arrive: not a verdict
+    supervisor.refresh()
+    linked[0] = True
+    clock.now += 2.4
+    supervisor.refresh()
+    assert (supervisor.frozen, driver.started) == (0, [GROUP.worker_id])
+    clock.now += 0.2  # 2.6 s of silence with a link: past 2 s plus 0.5 s
+    supervisor.refresh()
+    assert supervisor.frozen == 1 and GROUP.worker_id not in driver.workers
+    supervisor.ensure_running(GROUP)  # replaced at once, no back-off
+    assert driver.started == [GROUP.worker_id] * 2
