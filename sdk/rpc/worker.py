@@ -98,11 +98,10 @@ class Worker:
         if concurrency < 1:
             raise InvalidArgumentError("concurrency must be >= 1")
         try:
-            domain = parse_queue_uri(uri).domain
+            self._domain = domain = parse_queue_uri(uri).domain
         except ValueError as error:
             raise InvalidArgumentError(str(error)[:300]) from None
         self.uri = uri
-        self._domain = domain
         self.options = options or WorkerOptions()
         self._session = session
         self._traced = session._telemetry

@@ -47,7 +47,8 @@ def test_a_dead_caller_s_beats_and_replies_expire_from_its_reply_queue(
     broker: BrokerProcess, flavour: Flavour, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(wire, "REPLY_TTL_MARGIN", 0.5)
-    uri, reply_to = unique_uri("dead-caller"), unique_uri("rpc-reply-dead")
+    # Named as the SDK names reply queues: a worker answers into no other.
+    uri, reply_to = unique_uri("dead-caller"), f"hf://test/rpc-reply-{uuid.uuid4().hex}"
     runs: list[bytes] = []
 
     def handle(request: Request) -> bytes:
