@@ -313,6 +313,7 @@ class Broker:
         try:
             if self._server is not None:
                 await self._server.stop(grace)
+            await self.staging.drain(max(grace, 1.0))
             await asyncio.wait_for(self.puts.drain(), timeout=max(grace, 1.0))
             await asyncio.wait_for(self.queues.graveyard.wait(), timeout=max(grace, 1.0))
             if self.redis is not None:

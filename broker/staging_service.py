@@ -20,6 +20,10 @@ serves them. A commit, for one (queue, application, version) at a time:
    dedup absorbs what made it the first time. A crash before the mark leaves the
    record, and the broker completes the commit at its next start.
 
+A commit or abort, once begun, runs to its end even if its caller gives up (its
+deadline passes, its connection drops): the caller's retry or re-run then finds the
+mark instead of publishing the rows a second time.
+
 Stores: every one. With a sqlite store staged rows are kept in ``PATH-staging``
 (``staging_file``) and survive a restart; with memory they do not, and a commit then
 answers NOT_FOUND, which fails the write loudly (Spark runs it again). On a Redis store
@@ -39,7 +43,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from holdfast.broker.commit_records import commit_record
-from holdfast.broker.consumers import QueueHandle
 from holdfast.broker.marks import MarkBook
 from holdfast.broker.puts import PutPipeline
 from holdfast.broker.registry import QueueRegistry
@@ -52,42 +55,20 @@ from holdfast.broker.staging import (
     StagingBook,
 )
 from holdfast.broker.staging_file import StagingFile
-from holdfast.broker.store import CommitRecord, StoreError
+from holdfast.broker.staging_publish import publish_staged
+from holdfast.broker.store import StoreError
 from holdfast.broker.stores import parse_store_spec
 from holdfast.broker.writer import DERIVED, Writer
 from holdfast.proto import pb
-from holdfast.proto.columns import PutColumns
 from holdfast.proto.credentials import bearer_token
 from holdfast.proto.staged_rows import read_staged
 from holdfast.proto.validate import Invalid, parse_queue_uri, put_status
 from holdfast.server.guard import ServerGuard, unary_refusal
-from holdfast.server.outbox import AckGroup, Outbox
 
 if TYPE_CHECKING:
     from holdfast.broker.redis.staging import RedisStaging
 
 log = logging.getLogger(__name__)
-
-_QUEUE_ID = 1
-"""The handle the publishing PutBatch uses (a handle of its own, not a session's)."""
-
-
-class _AckCollector(Outbox):
-    """Receives the ACKs of one publishing PutBatch and says when they are final."""
-
-    def __init__(self) -> None:
-        super().__init__(1 << 20, 1 << 30)
-        self.group: AckGroup | None = None
-        self.done = asyncio.Event()
-
-    def add_acks(self, group: AckGroup) -> None:
-        self.group = group
-        if group.ready:
-            self.done.set()
-
-    def acks_ready(self, group: AckGroup) -> None:
-        group.ready = True
-        self.done.set()
 
 
 class StagingService:
@@ -113,6 +94,7 @@ class StagingService:
         # publishing must not interleave with a retry of itself).
         self._lock = asyncio.Lock()
         self._file: StagingFile | None = None
+        self._running: set[asyncio.Future[pb.StagingReply]] = set()
 
     def open_file(self, store_spec: str) -> int:
         """With a sqlite store, keep staged rows in ``PATH-staging`` (loading what it
@@ -149,19 +131,53 @@ class StagingService:
                 rows = [StagedRow(*row) for row in read_staged(request.stage)]
             except Invalid as error:
                 return pb.StagingReply(status=error.status, message=error.message)
+        if action == "stage" and self.redis is None:
+            return self._stage(request, rows, context)
+        # A commit or abort, once begun, runs to its end whatever becomes of the call:
+        # gRPC cancels the handler when the caller's deadline passes, and a commit cut
+        # off there, after its rows went to the store but before its mark, left them
+        # published and the version unmarked, so a re-run published them again.
+        work = asyncio.ensure_future(self._serve(action, request, rows, context))
+        self._running.add(work)
+        work.add_done_callback(self._ended)
+        return await asyncio.shield(work)
+
+    async def _serve(
+        self, action: str, request: pb.StagingRequest, rows: list[StagedRow], context: Any
+    ) -> pb.StagingReply:
         if self.redis is not None:
             try:
                 return await self._on_redis(self.redis, action, request, rows, context)
             except StoreError as error:
                 log.error("staging on the Redis store: %s", error)
                 return pb.StagingReply(status=pb.STATUS_STORE_ERROR, message=str(error)[:500])
-        if action == "stage":
-            return self._stage(request, rows, context)
         async with self._lock:
             if action == "abort":
                 discarded = self.book.abort(request.queue_uri, request.app_id, request.version)
                 return pb.StagingReply(status=pb.STATUS_OK, discarded=discarded)
-            return await self._commit(request, context)
+            return await self._commit(request, self._writer(context))
+
+    def _ended(self, work: asyncio.Future[pb.StagingReply]) -> None:
+        """Forget a finished call; log its failure, which a cancelled caller never sees."""
+        self._running.discard(work)
+        if not work.cancelled() and work.exception() is not None:
+            log.error("a Staging call failed", exc_info=work.exception())
+
+    async def drain(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for the commits and aborts under way (the
+        broker's stop, before the store closes); one still running is left as a kill
+        would leave it (a sqlite store's commit record completes it at the next start)."""
+        if self._running:
+            await asyncio.wait(set(self._running), timeout=timeout)
+        if self._running:
+            log.warning("stopping: %d Staging calls did not finish in time", len(self._running))
+
+    def _writer(self, context: Any) -> Writer:
+        metadata = getattr(context, "invocation_metadata", None)
+        return Writer(
+            self._guard.session(bearer_token(metadata() if metadata is not None else None)),
+            "staging",
+        )
 
     async def _on_redis(
         self,
@@ -210,11 +226,7 @@ class StagingService:
         """A row naming a dead-letter notice queue (or an ``x-original-uri``) its token may
         not write is refused when it is staged (on a Redis store the commit's script
         publishes it unchecked)."""
-        metadata = getattr(context, "invocation_metadata", None)
-        writer = Writer(
-            self._guard.session(bearer_token(metadata() if metadata is not None else None)),
-            "staging",
-        )
+        writer = self._writer(context)
         for put in rows:
             if not DERIVED.isdisjoint(put.properties):
                 status = writer.derived_status(put.properties, redis.registry)
@@ -288,7 +300,7 @@ class StagingService:
             status=pb.STATUS_OK, committed_before=outcome is StageOutcome.COMMITTED
         )
 
-    async def _commit(self, request: pb.StagingRequest, context: Any) -> pb.StagingReply:
+    async def _commit(self, request: pb.StagingRequest, writer: Writer) -> pb.StagingReply:
         uri, app, version = request.queue_uri, request.app_id, request.version
         commit = request.commit
         marks = self._marks()
@@ -313,7 +325,7 @@ class StagingService:
         if decided.outcome is CommitOutcome.REPEATED_KEYS:
             return pb.StagingReply(status=pb.STATUS_CONFLICT, message=decided.problem)
         record = commit_record(request)
-        problem = await self._publish(uri, decided.rows, context, record)
+        problem = await publish_staged(self._queues, self._puts, writer, uri, decided.rows, record)
         if problem is not None:
             return problem
         recorded = await marks.handle(
@@ -341,54 +353,6 @@ class StagingService:
         )
         return pb.StagingReply(
             status=pb.STATUS_OK, published=len(decided.rows), discarded=discarded
-        )
-
-    async def _publish(
-        self, uri: str, rows: Any, context: Any, record: CommitRecord
-    ) -> pb.StagingReply | None:
-        """Put ``rows`` into ``uri`` as one PutBatch whose store write carries
-        ``record``; None once every row is ACKed OK."""
-        if not rows:
-            return None
-        queue = self._queues.open(uri)
-        handle = QueueHandle(_QUEUE_ID, queue, read=False, write=True, consumer=None)
-        metadata = getattr(context, "invocation_metadata", None)
-        token = bearer_token(metadata() if metadata is not None else None)
-        writer = Writer(self._guard.session(token), "staging")
-        puts = PutColumns(
-            [_QUEUE_ID] * len(rows),
-            [row.guid for row in rows],
-            [row.payload for row in rows],
-            [0] * len(rows),
-            {i: dict(row.properties) for i, row in enumerate(rows) if row.properties},
-        )
-        collector = _AckCollector()
-        queue.handles += 1  # not dropped as idle while it is being written
-        try:
-            # A row in flight would wait on a write the record cannot join (and that may
-            # fail): let such writes settle first, so the record goes with the batch.
-            await self._puts.quiet(queue, puts.guids)
-            self._puts.on_put_batch(puts, {_QUEUE_ID: handle}, collector, writer, None, record)
-            await collector.done.wait()
-        finally:
-            queue.handles -= 1
-        assert collector.group is not None
-        failed: dict[str, int] = {}
-        for _, _, status in collector.group.acks:
-            if status != pb.STATUS_OK:
-                name = pb.Status.Name(status)
-                failed[name] = failed.get(name, 0) + 1
-        if not failed:
-            return None
-        worst: pb.Status = (
-            pb.STATUS_CONFLICT
-            if "STATUS_CONFLICT" in failed
-            else pb.Status.Value(next(iter(failed)))  # type: ignore[assignment]
-        )
-        return pb.StagingReply(
-            status=worst,
-            message=f"publishing {len(puts)} staged rows to {uri}: {failed}; the commit can "
-            "be tried again (rows already in the queue are recognised by GUID)",
         )
 
 

@@ -16,7 +16,9 @@
 4. the per-task counts go to the driver's log.
 
 ``abort_version`` discards what the version's tasks staged: a failed job or batch
-leaves nothing visible.
+leaves nothing visible, except one whose commit got no answer within ``commitTimeout``:
+the broker completes a commit it has begun, so its rows may be visible (and the commit
+mark recorded: a re-run under the same run id adds nothing).
 """
 
 from __future__ import annotations
@@ -30,7 +32,12 @@ from collections.abc import Sequence
 from pyspark.sql.datasource import WriterCommitMessage
 
 from holdfast.proto import pb
-from holdfast.sdk.errors import CommitMarkConflictError, RequestFailedError, UnsupportedCallError
+from holdfast.sdk.errors import (
+    CommitMarkConflictError,
+    RequestFailedError,
+    RequestTimeoutError,
+    UnsupportedCallError,
+)
 from holdfast.sdk.marks import call_commit_mark
 from holdfast.sdk.spark.guids import BatchDigest, DuplicateRowKeyError
 from holdfast.sdk.spark.history import check_history
@@ -72,6 +79,15 @@ def commit_version(
         except CommitMarkConflictError as error:
             raise SinkError(
                 f"{what}: {error.message}; nothing of this write was made visible"
+            ) from error
+        except RequestTimeoutError as error:
+            # The broker runs a commit it has begun to its end whatever the caller
+            # does, so no answer in time does not mean nothing was published.
+            raise SinkError(
+                f"{what}: no answer to the commit within commitTimeout "
+                f"({options.commit_timeout:g} s): the broker may have completed it, making "
+                "the rows visible, or not begun it; running the write again with the same "
+                f"runId is safe: it adds nothing if the commit completed ({error})"
             ) from error
         except RequestFailedError as error:
             if error.status != "NOT_FOUND":

@@ -30,13 +30,13 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from holdfast.sdk.errors import InvalidArgumentError
+from holdfast.sdk.errors import HoldfastError, InvalidArgumentError
 from holdfast.sdk.spark.arrow import batch_records
 from holdfast.sdk.spark.commit import abort_version, check_keys, commit_version, say
 from holdfast.sdk.spark.options import WriteOptions
 from holdfast.sdk.spark.rows import Record
 from holdfast.sdk.spark.spans import spark_span
-from holdfast.sdk.spark.task import TaskReport, write_task
+from holdfast.sdk.spark.task import TaskReport, read_mark, write_task
 
 __all__ = [
     "BATCH_ID_PROPERTY",
@@ -66,11 +66,29 @@ def _aborted(
     app = app_id or (reports[0].app_id if reports else None)
     discarded = abort_version(options, app, version) if app is not None else 0
     posted = sum(m.posted for m in reports if m.mode != "staged")
+    if app is not None and _committed(options, app, version):
+        # A commit that outlived the driver's commitTimeout completed on the broker.
+        say(
+            f"holdfast: version {version} of the write to {options.uri} was committed "
+            "after all (the broker finished the commit the driver stopped waiting for): "
+            "its rows are visible; a re-run under the same run id adds nothing"
+        )
+        return
     say(
         f"holdfast: version {version} of the write to {options.uri} aborted: "
         f"{discarded} staged rows discarded, nothing of it visible"
         + (f" ({posted} rows were posted directly and stay)" if posted else "")
     )
+
+
+def _committed(options: WriteOptions, app_id: str, version: int) -> bool:
+    """Whether the broker holds a commit mark at or past ``version`` (False if it cannot
+    be read)."""
+    try:
+        mark = read_mark(options, app_id, options.commit_timeout)
+    except HoldfastError:
+        return False
+    return mark is not None and mark.version >= version
 
 
 class BatchWriter(DataSourceWriter):

@@ -26,7 +26,7 @@ from holdfast.broker.staging import AttemptKey
 from holdfast.proto import pb
 from holdfast.proto.staged_rows import stage_rows
 from holdfast.sdk import AckStatus
-from holdfast.sdk.errors import CommitMarkConflictError, HoldfastError
+from holdfast.sdk.errors import CommitMarkConflictError, HoldfastError, RequestTimeoutError
 from holdfast.sdk.marks import CommitMark
 from holdfast.sdk.staging import Version, commit, stage
 from tests.broker.test_in_process import GatedStore
@@ -162,10 +162,10 @@ def test_a_commit_refused_in_part_is_not_recorded(world: World) -> None:
     assert staged(world, uri, 0, 0) == 5
 
 
-def test_a_retried_commit_waits_for_the_rows_its_abandoned_try_left_in_flight() -> None:
-    """A commit whose caller gave up (its handler cancelled) leaves its rows' store write
-    pending; the retry must wait for that write rather than ride on it, so that its own
-    write (here with no new message: every row is stored by then) carries the record."""
+def test_a_commit_whose_caller_gave_up_still_records_its_mark() -> None:
+    """A commit whose caller gave up (its handler cancelled, as gRPC does when the
+    deadline passes) while its rows' store write is pending runs to its end: the mark
+    is recorded, and the caller's retry waits for it and publishes nothing."""
     uri = "hf://t/in-flight"
     store = GatedStore()
 
@@ -191,14 +191,50 @@ def test_a_retried_commit_waits_for_the_rows_its_abandoned_try_left_in_flight() 
         abandoned.cancel()
         retry = asyncio.create_task(staging.handle(commit_request, None))
         await asyncio.sleep(0.2)
-        assert not retry.done()  # waiting for the abandoned try's write
+        assert not retry.done()  # waiting for the abandoned try to finish
         store.release()
         reply = await asyncio.wait_for(retry, 10)
-        assert reply.status == pb.STATUS_OK and reply.published == 5
-        # The abandoned try's write carried the record with the rows; the retry's its own.
-        recorded = [batch for batch in store.batches if batch.commit is not None]
-        assert [len(batch.messages) for batch in recorded] == [5, 0]
-        assert recorded[1].commit == recorded[0].commit
+        assert reply.status == pb.STATUS_OK and reply.committed_before, reply
+        assert reply.published == 0
+        mark = await broker.marks.handle(pb.CommitMarkRequest(queue_uri=uri, app_id=APP))
+        assert mark.found and mark.mark.version == VERSION
+        assert len(store.stored_guids()) == 5  # published once
         await broker.stop(0)
 
     asyncio.run(scenario())
+
+
+def test_a_commit_past_its_deadline_is_recorded_and_a_rerun_publishes_nothing(
+    world: World,
+) -> None:
+    """Over gRPC: the caller's deadline passes while the broker records the mark (held
+    back here for a second); the caller gets a timeout, the commit completes, and the
+    same version committed again after the rows were consumed and the dedup window
+    passed answers ``committed_before`` and publishes nothing."""
+    uri = world.uri("deadline")
+    assert stage(target(world, uri), 0, 0, rows(40))
+
+    def slow_marks(broker: Broker) -> None:
+        record = broker.marks.handle
+
+        async def handle(request: pb.CommitMarkRequest, context: Any = None) -> Any:
+            if request.record:
+                await asyncio.sleep(1.0)
+            return await record(request, context)
+
+        broker.marks.handle = handle  # type: ignore[method-assign]
+
+    world.broker.call(slow_marks)
+    with pytest.raises(RequestTimeoutError):
+        commit(target(world, uri, timeout=0.3), {(0, 0): 40}, b"digest", 40)
+    wait_until(lambda: mark_of(world, uri) is not None, 10, "the commit's mark")
+    assert staged(world, uri, 0, 0) == 0
+    with world.session() as session:
+        inbox = Inbox(lambda m: m.confirm())
+        session.open_queue(uri, read=True, on_message=inbox)
+        inbox.wait(40)
+        wait_until(lambda: world.admin.stats(uri).unconfirmed == 0, 10, "the confirms")
+    world.time.advance(10 * WINDOW)
+    again = commit(target(world, uri), {(0, 0): 40}, b"digest", 40)
+    assert again.committed_before and again.published == 0
+    assert peek(world, uri) == []
