@@ -6,7 +6,11 @@ until a micro-batch takes them. Executors never consume: they get a batch's rows
 the driver (at-least-once) or read them from the write-ahead log (exactly-once). A
 batch's messages are confirmed only after Spark has recorded the batch as done (in
 ``commit(end)``, or when Spark asks for the batch after it), so a driver crash before
-that leaves them unconfirmed and the broker redelivers them.
+that leaves them unconfirmed and the broker redelivers them. Neither call comes after
+the last batch of a query stopped by ``query.stop()`` or run with
+``trigger(once=True)``, and PySpark kills this process at the query's end without
+calling ``stop()``: at-least-once, that batch's messages come again to the next run
+(``walPath`` recognises and drops them; ``availableNow`` asks once more and confirms).
 
 Offsets are ``{"seq": n}``: messages taken into batches by this query so far.
 
@@ -334,7 +338,9 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             _confirm(message)
 
     def stop(self) -> None:
-        """The query stopped: close the session (unconfirmed messages are redelivered)."""
+        """The query stopped: close the session (unconfirmed messages are redelivered).
+        PySpark 4 kills the reader's process instead of calling this at a query's end;
+        the broker redelivers the same when the connection drops."""
         if self._session is not None:
             self._session.close()
             self._session = None
