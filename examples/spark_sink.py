@@ -6,11 +6,14 @@
 It builds a DataFrame of orders (``order_id``, ``customer``, ``amount``, ``day``)
 and writes it through the local proxy (``--address``, default ``$HOLDFAST_ADDRESS``
 or ``127.0.0.1:7701``) with ``df.write.format("holdfast")`` (or, with
-``--foreach-partition``, ``df.foreachPartition(QueueSink(...))``, which also sends the
-customer as a message property). Each row's GUID comes from the run id and its
-``order_id``, so a task that Spark retries, or the whole job run again with the same
-``--run-id`` (at any time: the broker keeps the run's commit mark), adds nothing to
-the queue. Each message is the row as JSON.
+``--foreach-partition``, ``df.foreachPartition(QueueSink(...))``). Each row's GUID
+comes from the run id and its ``order_id``, so a task that Spark retries, or the whole
+job run again with the same ``--run-id``, adds nothing to the queue: at any time with
+the connector (the broker keeps the run's commit mark), within the broker's dedup window
+with ``--foreach-partition`` (no commit mark on that path). Both modes write the same
+message (the row as JSON, the ``order_id`` as the ``x-key`` property), so either may
+replay a run the other wrote: a message with the same GUID and other properties would
+be refused as a conflicting replay.
 
 Run with plain ``python`` it starts Spark in local mode (``--master``, default
 ``local[2,4]``: two task slots, four attempts per task, so failed tasks are retried);
@@ -82,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
                 run_id=args.run_id,
                 address=args.address,
                 key_column="order_id",
-                properties_from=("customer",),
+                # No properties_from: the connector writes none beyond x-key, and the
+                # properties are part of what a replay of the same GUID must match.
             )
             orders.foreachPartition(sink)
         else:
