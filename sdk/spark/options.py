@@ -42,6 +42,13 @@ _SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
 DEFAULT_MAX_ROWS_PER_BATCH = 10_000
 """Most messages one streaming read batch takes."""
 
+MAX_ROWS_PER_BATCH = 10_000_000
+"""Most ``maxRowsPerBatch`` allowed: the source holds up to four batches' messages
+unconfirmed on the driver (the SDK's ``max_unconfirmed_messages`` is below 2**32)."""
+
+MIN_COMMIT_TIMEOUT = 0.1
+"""Least ``commitTimeout``: shorter could not cover even one round trip to the broker."""
+
 DEFAULT_WAL_RETENTION = 100
 """Committed batches whose GUIDs the exactly-once reader keeps to recognise redeliveries."""
 
@@ -195,7 +202,11 @@ def parse_write_options(options: Mapping[str, str], columns: Iterable[str]) -> W
     """Check the write options against the DataFrame's columns."""
     found = _lookup(options, WRITE_OPTIONS)
     uri, address = _common(found)
-    key_column = found.get("keyColumn") or None
+    key_column = found.get("keyColumn")
+    if key_column is not None and not key_column.strip():
+        raise InvalidArgumentError(
+            "option keyColumn must not be empty (leave it out for content keys)"
+        )
     names = list(columns)
     if key_column is not None and key_column not in names:
         raise InvalidArgumentError(
@@ -219,8 +230,26 @@ def parse_write_options(options: Mapping[str, str], columns: Iterable[str]) -> W
         run_id,
         _positive(found, "flushTimeout", 120.0),
         _positive(found, "openTimeout", 30.0),
-        _positive(found, "commitTimeout", DEFAULT_COMMIT_TIMEOUT),
+        _commit_timeout(found),
     )
+
+
+def _commit_timeout(found: Mapping[str, str]) -> float:
+    value = _positive(found, "commitTimeout", DEFAULT_COMMIT_TIMEOUT)
+    if value < MIN_COMMIT_TIMEOUT:
+        raise InvalidArgumentError(
+            f"option commitTimeout must be at least {MIN_COMMIT_TIMEOUT} s, not {value:g}"
+        )
+    return value
+
+
+def _max_rows(found: Mapping[str, str]) -> int:
+    value = _count(found, "maxRowsPerBatch", DEFAULT_MAX_ROWS_PER_BATCH)
+    if value > MAX_ROWS_PER_BATCH:
+        raise InvalidArgumentError(
+            f"option maxRowsPerBatch must be at most {MAX_ROWS_PER_BATCH:,}, not {value:,}"
+        )
+    return value
 
 
 def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
@@ -234,7 +263,7 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         uri,
         address,
         wal_path,
-        _count(found, "maxRowsPerBatch", DEFAULT_MAX_ROWS_PER_BATCH),
+        _max_rows(found),
         _positive(found, "openTimeout", 30.0),
         _count(found, "walRetention", DEFAULT_WAL_RETENTION),
         _flag(found, "consume"),

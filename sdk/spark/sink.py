@@ -33,6 +33,7 @@ base64, intervals as seconds); ``serializer`` maps a row to bytes for anything e
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -87,8 +88,18 @@ class QueueSink:
             object.__setattr__(self, "properties_from", (self.properties_from,))
         else:
             object.__setattr__(self, "properties_from", tuple(self.properties_from))
+        if isinstance(self.run_id, bool) or not isinstance(self.run_id, str | int):
+            # str(None) would scope every such sink's GUIDs under "None" alike.
+            raise InvalidArgumentError(
+                f"run_id must be a str or an int, not {type(self.run_id).__name__}"
+            )
         if str(self.run_id) == "":
             raise InvalidArgumentError("run_id must not be empty: it scopes the GUIDs")
+        named = ([self.key_column] if self.key_column is not None else []) + list(
+            self.properties_from
+        )
+        if any(not isinstance(name, str) or not name.strip() for name in named):
+            raise InvalidArgumentError("key_column and properties_from must be column names")
         if not (self.flush_timeout > 0 and self.open_timeout > 0):  # NaN too
             raise InvalidArgumentError("flush_timeout and open_timeout must be > 0")
 
@@ -100,7 +111,24 @@ class QueueSink:
     def write_batch(self, df: DataFrame, batch_id: int) -> None:
         """Write one micro-batch (``foreachBatch``) under the run id
         ``f"{run_id}/batch/{batch_id}"``."""
+        self.check_columns(df.columns)
         df.foreachPartition(self.for_batch(batch_id))
+
+    def check_columns(self, columns: Sequence[str]) -> None:
+        """Raise ``InvalidArgumentError`` naming a ``key_column`` or ``properties_from``
+        column that is not among ``columns`` (the connector checks its own on the
+        driver; this sink sees its columns on the driver only in ``write_batch``, and
+        else at a partition's first row)."""
+        for option, names in (
+            ("key_column", [self.key_column] if self.key_column is not None else []),
+            ("properties_from", list(self.properties_from)),
+        ):
+            for name in names:
+                if name not in columns:
+                    raise InvalidArgumentError(
+                        f"QueueSink {option}: no column {name[:100]!r} "
+                        f"(columns: {', '.join(columns)[:300]})"
+                    )
 
     def for_batch(self, batch_id: int) -> QueueSink:
         """This sink with the run id of micro-batch ``batch_id``."""
@@ -119,4 +147,10 @@ class QueueSink:
             self.flush_timeout,
             self.open_timeout,
         )
-        return post_rows(spec, rows, str(self.run_id), task_partition())
+        it = iter(rows)
+        first = next(it, None)
+        if first is not None:
+            if hasattr(first, "asDict"):  # a Spark Row: once per partition, not per row
+                self.check_columns(list(first.asDict()))
+            it = itertools.chain([first], it)
+        return post_rows(spec, it, str(self.run_id), task_partition())

@@ -177,3 +177,35 @@ def test_the_guid_index_finds_a_batch_and_forgets_pruned_ones() -> None:
     index.forget_through(3)
     assert index.batch_of(first[0]) is None and len(index) == 2
     index.close()
+
+
+def test_out_of_range_options_are_refused_on_the_driver_naming_them() -> None:
+    # 2**30 rows per batch passed the driver and failed at run time as the SDK's
+    # "max_unconfirmed_messages must be in [0, 2**32)"; 1e-9 s was a commit timeout.
+    for value in ("1073741824", "1e300"):
+        with pytest.raises(InvalidArgumentError, match="maxRowsPerBatch must be at most"):
+            parse_read_options({"uri": URI, "maxRowsPerBatch": value})
+    assert parse_read_options({"uri": URI, "maxRowsPerBatch": "10000000"}).max_rows_per_batch
+    with pytest.raises(InvalidArgumentError, match=r"commitTimeout must be at least 0\.1 s"):
+        parse_write_options({"uri": URI, "commitTimeout": "1e-9"}, ["id"])
+    assert parse_write_options({"uri": URI, "commitTimeout": "0.1"}, ["id"]).commit_timeout
+    with pytest.raises(InvalidArgumentError, match="keyColumn must not be empty"):
+        parse_write_options({"uri": URI, "keyColumn": ""}, ["id"])
+
+
+def test_queue_sink_refuses_bad_names_and_run_ids_up_front() -> None:
+    from pyspark.sql import Row
+
+    from holdfast.sdk.spark import QueueSink
+
+    for run_id in (None, 1.5, True):
+        with pytest.raises(InvalidArgumentError, match="run_id must be a str or an int"):
+            QueueSink(URI, run_id=run_id)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="must be column names"):
+        QueueSink(URI, run_id="r", key_column="")
+    sink = QueueSink(URI, run_id="r", key_column="nope", properties_from=("id",))
+    with pytest.raises(InvalidArgumentError, match="key_column: no column 'nope'"):
+        sink.write_partition(iter([Row(id=1)]))  # refused before any connection
+    sink = QueueSink(URI, run_id="r", properties_from=("nope",))
+    with pytest.raises(InvalidArgumentError, match="properties_from: no column 'nope'"):
+        sink.check_columns(["id"])

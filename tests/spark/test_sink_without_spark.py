@@ -185,6 +185,7 @@ def test_write_batch_writes_each_partition_under_the_batch_run_id() -> None:
     class FakeFrame:
         def __init__(self) -> None:
             self.calls: list[Any] = []
+            self.columns = ["id", "v"]
 
         def foreachPartition(self, function: Any) -> None:
             self.calls.append(function)
