@@ -130,12 +130,20 @@ _NAMESPACE = b"holdfast-rpc-stream/1:"
 
 
 def check_names(streams: Mapping[str, Any] | None) -> list[str]:
-    """The stream names of ``streams``; ``InvalidArgumentError`` for a bad name."""
+    """The stream names of ``streams``; ``InvalidArgumentError`` for a bad name, or for a
+    source that is neither readable (``read(n)``) nor an async iterable: ``b"abc"`` or
+    None was taken, the request sent and its handler run, before the stream failed."""
     names = list(streams or {})
     for name in names:
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise InvalidArgumentError(
                 f"stream name {str(name)[:80]!r} must be 1-64 of [A-Za-z0-9_.-]"
+            )
+        source = streams[name]  # type: ignore[index]
+        if not callable(getattr(source, "read", None)) and not hasattr(source, "__aiter__"):
+            raise InvalidArgumentError(
+                f"stream {name!r} must be a readable (binary file, io.BytesIO) or an "
+                f"async iterable of bytes, not {type(source).__name__}"
             )
     return names
 

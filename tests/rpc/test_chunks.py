@@ -5,6 +5,7 @@ rounds a redelivered request's reader asks for: ``test_stream_rounds.py``."""
 
 from __future__ import annotations
 
+import io
 import uuid
 
 import pytest
@@ -76,12 +77,29 @@ def test_the_reader_fails_on_the_senders_failure() -> None:
 
 
 def test_names_are_checked_and_announced() -> None:
-    assert chunks.check_names({"a": 1, "b.c-d_1": 2}) == ["a", "b.c-d_1"]
+    assert chunks.check_names({"a": io.BytesIO(), "b.c-d_1": io.BytesIO()}) == ["a", "b.c-d_1"]
     properties = chunks.announce({}, ["a", "b"])
     assert chunks.parse_names(properties) == ["a", "b"]
     assert chunks.announce({}, []) == {}
     with pytest.raises(InvalidArgumentError):
-        chunks.check_names({"a,b": 1})
+        chunks.check_names({"a,b": io.BytesIO()})
+
+
+class _Chunks:
+    def __aiter__(self) -> _Chunks:
+        return self
+
+    async def __anext__(self) -> bytes:
+        raise StopAsyncIteration
+
+
+@pytest.mark.parametrize("source", [b"abc", None, "text", 42], ids=repr)
+def test_a_source_that_cannot_be_read_is_refused_before_anything_is_sent(source: object) -> None:
+    """``streams={"x": b"abc"}`` was taken: the request went out, its handler ran, and
+    only then did the stream fail (StreamError)."""
+    with pytest.raises(InvalidArgumentError, match="stream 'x' must be a readable"):
+        chunks.check_names({"x": source})
+    assert chunks.check_names({"x": _Chunks()}) == ["x"]  # an async iterable is fine
 
 
 def read_chunks(reader: Incoming, out: Outgoing, count: int) -> list[chunks.Chunk]:
