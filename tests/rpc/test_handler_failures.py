@@ -88,10 +88,10 @@ def test_an_unencodable_handler_error_is_answered_at_once_and_frees_its_slot(
         flavour.caller(broker.address) as caller,
     ):
         for _ in range(2):  # the worker has one slot: a lost one shows at once
-            started = time.monotonic()
+            # An unanswered call ends RpcTimeoutError at its 5 s: the type is the proof,
+            # no wall-clock bound (a loaded host stretches any).
             with pytest.raises(RemoteHandlerError) as caught:
                 caller.request_async(uri, b"fail", timeout=5).result(10)
-            assert time.monotonic() - started < 3
             assert caught.value.message == text
         assert caller.request_async(uri, b"plain", timeout=5).result(10).payload == b"ok:plain"
 
@@ -113,7 +113,8 @@ def test_a_threaded_handler_s_system_exit_is_a_handler_error_and_its_thread_live
                 assert caught.value.error_type == kind.__name__
             assert caller.request(uri, b"plain", timeout=5).payload == b"ok:plain"
             started = time.monotonic()
-        assert time.monotonic() - started < 3  # close does not wait for a lost thread
+        # A lost thread would hold close for the whole stop_timeout (5 s).
+        assert time.monotonic() - started < 4.5
 
 
 def test_a_reply_stream_source_with_an_unencodable_error_fails_the_read_at_once(
