@@ -225,11 +225,18 @@ def end(
 
 
 def fail(span: Span | None, error: BaseException) -> None:
-    """End ``span`` with ``error`` recorded on it."""
+    """End ``span`` with ``error`` recorded on it. An error whose ``__str__`` raises is
+    recorded by its type alone: the exception escaped from here and cost a served
+    request its error reply (the call timed out)."""
     if span is None:
         return
-    span.record_exception(error)
-    end(span, f"{type(error).__name__}: {error}")
+    try:
+        text = str(error)
+    except Exception as failure:
+        text = f"<str() raised {type(failure).__name__}>"
+    else:
+        span.record_exception(error)  # it formats the message with str() too
+    end(span, f"{type(error).__name__}: {text}")
 
 
 def context_of(span: Span | None) -> Context | None:

@@ -152,3 +152,17 @@ def test_a_handler_that_returns_an_int_is_a_handler_error(
         assert caught.value.error_type == "TypeError"
         assert "returned int, not bytes" in caught.value.message
         assert caller.request_async(uri, b"x", timeout=5).result(10).payload == b"ok"
+
+
+def test_a_span_ended_with_an_error_whose_str_raises_ends_quietly() -> None:
+    """With a tracer provider set (any, even one that records nothing), a served
+    request's span ended with the handler's error: ``f"{error}"`` raised from a broken
+    ``__str__``, the error reply was never posted, and the call timed out (seen in the
+    full suite, after the OpenTelemetry tests had set the global provider)."""
+    from opentelemetry import trace
+
+    from holdfast.sdk import tracing
+
+    span = trace.NonRecordingSpan(trace.INVALID_SPAN_CONTEXT)
+    tracing.fail(span, BadStr())  # raised RuntimeError("no str")
+    tracing.fail(span, ValueError(f"cannot process {NAME}"))
