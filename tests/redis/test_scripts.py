@@ -109,8 +109,9 @@ def test_requeue_and_unclaim_put_back_in_order_and_answer_how_many(db: redis.Red
 
 
 def test_the_move_scripts_answer_how_many_they_moved(db: redis.Redis) -> None:
-    """DELAY, LEAVE, GONE, STAY and ADD each answer the number of messages they acted
-    on, skipping one not where they look for it (``policy_scripts``)."""
+    """DELAY, LEAVE, GONE and STAY each answer the number of messages they acted on,
+    skipping one not where they look for it (``policy_scripts``); ADD answers a status
+    and a GUID a move (``move_scripts``)."""
     keys, target = queue(), queue()
     out = keys.out("n")
     db.zadd(out, {"a": 1, "b": 2, "c": 3})
@@ -129,15 +130,30 @@ def test_the_move_scripts_answer_how_many_they_moved(db: redis.Redis) -> None:
     assert run(db, GONE, gone, ["b", "gone"]) == 1
     assert not db.hexists(keys.body, "b")
     add = [target.ready, target.body, target.meta, target.count, target.bytes]
-    args = [target.prefix + "mv:", "60000", "b", "m1", "d|1|{}", "p", "e", "m2", "d|1|{}", "p"]
-    assert run(db, ADD, add, args) == 2
+    marker = [target.prefix + "mv:", "60000"]
+
+    def move(guid: str, move_id: str, mode: str = "r") -> list[str]:
+        # guid, move id, meta, payload, mode, origin URI, renamed meta (move_scripts.ADD)
+        return [guid, move_id, "d|1|{}", "p", mode, "hf://o/q", "d|1|{renamed}"]
+
+    args = [*marker, *move("b", "m1"), *move("e", "m2")]
+    assert run(db, ADD, add, args) == [1, b"b", 1, b"e"]
     # The same moves again add nothing: each move adds one copy.
-    assert run(db, ADD, add, args) == 0
+    assert run(db, ADD, add, args) == [0, b"b", 0, b"e"]
     assert db.lrange(target.ready, 0, -1) == [b"b", b"e"]
     assert db.get(target.bytes) == b"2"
     # Once "b" left the target, another move of it (a new move id) adds it again.
     db.hdel(target.body, "b")
-    assert run(db, ADD, add, [target.prefix + "mv:", "60000", "b", "m3", "d|1|{}", "p"]) == 1
+    assert run(db, ADD, add, [*marker, *move("b", "m3")]) == [1, b"b"]
+    # A GUID the target holds: a replay ('k') is left out; a dead letter ('r') is added
+    # under a derived GUID with the renamed meta, never dropped.
+    assert run(db, ADD, add, [*marker, *move("e", "m4", "k")]) == [3, b"e"]
+    answer = run(db, ADD, add, [*marker, *move("e", "m5")])
+    assert isinstance(answer, list)
+    status, renamed = answer
+    assert status == 2 and renamed != b"e" and len(renamed) == 16
+    assert db.hget(target.meta, renamed) == b"d|1|{renamed}"
+    assert db.lrange(target.ready, 0, -1) == [b"b", b"e", b"b", renamed]
 
 
 def test_expire_takes_at_most_a_batch_and_stops_at_a_fresh_never_delivered_message(
