@@ -27,7 +27,6 @@ from holdfast.broker.redis.bounds import (
     MAX_MIN_REPLICAS,
     MAX_RETRY,
     MIN_LEASE,
-    seconds_range,
 )
 from holdfast.broker.redis.tls import RedisTls
 from holdfast.broker.server import Broker
@@ -92,21 +91,6 @@ def _address(text: str) -> str:
 def _store(text: str) -> str:
     parse_store_spec(text)
     return text
-
-
-def _seconds_in(low: float, high: float, *, low_included: bool = True) -> Callable[[str], float]:
-    """An argparse ``type``: seconds in a range, stated in the error (``inf`` and ``nan``
-    are outside every range)."""
-
-    def parse(text: str) -> float:
-        value = float(text)
-        if not (low <= value if low_included else low < value) or not value <= high:
-            raise ValueError(
-                f"must be {seconds_range(low, high, low_included=low_included)}, got {text[:40]}"
-            )
-        return value
-
-    return _argument(parse)
 
 
 def _sync_mode(text: str) -> str:
@@ -220,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--redis-retry",
-        type=_seconds_in(0, MAX_RETRY, low_included=False),
+        type=seconds(MAX_RETRY),
         default=defaults.redis_retry,
         metavar="SECONDS",
         help="Redis store: how long an outage is retried before PUTs fail with STORE_ERROR "
@@ -229,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--redis-lease",
-        type=_seconds_in(MIN_LEASE, MAX_LEASE),
+        type=seconds(MAX_LEASE, minimum=MIN_LEASE),
         default=defaults.redis_lease,
         metavar="SECONDS",
         help="Redis store: a node stops delivering this long after its last lease renewal; "

@@ -48,12 +48,20 @@ def whole_number(minimum: int, note: str = "", maximum: int | None = None) -> Ca
     return parse
 
 
-def seconds(maximum: float, *, zero: bool = False) -> Callable[[str], float]:
+def seconds(
+    maximum: float, *, zero: bool = False, minimum: float | None = None
+) -> Callable[[str], float]:
     """An argparse ``type`` for a duration in (0, ``maximum``] ([0, ``maximum``] with
-    ``zero``): refused by argparse, the error names the flag (or is reached through its
-    ``HOLDFAST_*`` variable). NaN, infinity and a huge value are refused with the rest:
-    accepted, they overflowed later (an int of milliseconds, a timer) far from the flag."""
-    floor = ">= 0" if zero else "> 0"
+    ``zero``, [``minimum``, ``maximum``] with ``minimum``): refused by argparse, the error
+    names the flag (or is reached through its ``HOLDFAST_*`` variable). NaN, infinity and
+    a huge value are refused with the rest: accepted, they overflowed later (an int of
+    milliseconds, a timer) far from the flag."""
+    floor = f">= {minimum:g}" if minimum is not None else ">= 0" if zero else "> 0"
+
+    def above_floor(value: float) -> bool:
+        if minimum is not None:
+            return value >= minimum
+        return value >= 0 if zero else value > 0
 
     def parse(text: str) -> float:
         try:
@@ -62,7 +70,7 @@ def seconds(maximum: float, *, zero: bool = False) -> Callable[[str], float]:
             raise argparse.ArgumentTypeError(
                 f"expected a number of seconds, got {text[:40]!r}"
             ) from None
-        if not ((value >= 0 if zero else value > 0) and value <= maximum):
+        if not (above_floor(value) and value <= maximum):
             raise argparse.ArgumentTypeError(
                 f"must be {floor} and at most {maximum:.0f} seconds, got {text[:40]}"
             )

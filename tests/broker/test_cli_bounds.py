@@ -44,7 +44,12 @@ POOL = ("--address", "127.0.0.1:1", "--pool", "hf://d/p", "--worker-command", "t
         ("broker", ("--dedup-window", "1e20"), {}, "at most 2592000 seconds, got 1e20"),
         ("broker", (), {"HOLDFAST_DEDUP_WINDOW": "inf"}, "argument --dedup-window: must be"),
         ("broker", ("--dedup-grace", "inf"), {}, "argument --dedup-grace: must be >= 0 and at"),
-        ("broker", ("--redis-retry", "1e300"), {}, "argument --redis-retry: must be > 0 and <="),
+        (
+            "broker",
+            ("--redis-retry", "1e300"),
+            {},
+            "argument --redis-retry: must be > 0 and at most 3600",
+        ),
         ("broker", ("--stage-retention", "inf"), {}, "argument --stage-retention: must be > 0"),
         (
             "broker",
