@@ -80,6 +80,7 @@ def send(
     stop: Callable[[], bool],
     credit_timeout: float | None = None,
     resend: bool = False,
+    failing: Callable[[StreamError], None] | None = None,
 ) -> None:
     """Post ``readable`` as stream ``name`` of ``request_guid``, in chunks, as far as
     the reader's credit allows, keeping at most ``WINDOW`` unacknowledged. Raises
@@ -89,7 +90,9 @@ def send(
     ``stop()``, send the stream again in each round a new reader asks for (its request
     went to another worker; ``holdfast.sdk.rpc.chunks``, "Rounds"); it then ends only
     at ``stop()``, with the call-ended ``StreamError``, even after the whole stream or a
-    reader's stop."""
+    reader's stop. ``failing`` gets a failure of this side before the reader is told
+    of it, so that the call ends with it rather than with the reply the reader's
+    failure makes."""
     start = rewind_point(readable) if resend else None
     out = Outgoing(request_guid, name, credit_timeout, keep=resend and start is None)
     acks = threading.Semaphore(WINDOW)
@@ -114,6 +117,11 @@ def send(
     def post(chunk: Chunk) -> None:
         take_ack()
         queue.post(chunk.payload, chunk.properties, on_ack, guid=chunk.guid)
+
+    def tell(chunk: Chunk, failure: StreamError) -> None:
+        if failing is not None:
+            failing(failure)
+        post(chunk)
 
     def wait(ready: Callable[[], bool]) -> None:
         with credited:
@@ -142,7 +150,7 @@ def send(
                     with credited:  # credits come in on the session's dispatcher thread
                         error = out.restart(rewound)
                     if error is not None:
-                        post(out.failed(error)[0])
+                        tell(out.failed(error)[0], error)
                         raise error
                     sent = False
                 if sent or out.reader_stopped:
@@ -164,7 +172,7 @@ def send(
                         data = bytes(memoryview(readable.read(CHUNK_SIZE)))
                     except Exception as error:
                         chunk, failure = out.failed(error)
-                        post(chunk)
+                        tell(chunk, failure)
                         raise failure from error
                 post(out.data(data))
                 if not data:
@@ -198,10 +206,19 @@ def start_senders(
     and ``resend``: see ``send``)."""
 
     def run(name: str, readable: Readable) -> None:
-        try:
-            send(session, domain, request_guid, name, readable, done, credit_timeout, resend)
-        except StreamError as error:
+        told: list[StreamError] = []  # the call failed before the reader was told
+
+        def failing(error: StreamError) -> None:
+            told.append(error)
             if not done():
+                fail(error)
+
+        try:
+            send(
+                session, domain, request_guid, name, readable, done, credit_timeout, resend, failing
+            )
+        except StreamError as error:
+            if not told and not done():
                 fail(error)
         except Exception as error:  # the link or the queue failed under us
             if not done():
