@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -158,6 +159,7 @@ class RedisClient:
         self._scripts: dict[str, Any] = {}
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self.round_trips = 0
+        self._wait_warned = -math.inf  # monotonic time of the last WAIT-failed warning
         """Redis calls made (for the bench: round trips per message)."""
 
     @property
@@ -280,12 +282,21 @@ class RedisClient:
             pipe = self.redis.pipeline(transaction=False)
             await script(keys=call.keys, args=call.args, client=pipe)
             pipe.execute_command("WAIT", self.min_replicas, timeout_ms)
-            result: list[Any] = await pipe.execute()
+            result: list[Any] = await pipe.execute(raise_on_error=False)
+            if isinstance(result[0], Exception):
+                raise result[0]
             return result
 
         reply, acked = await self.call(
             call.script.name, run_and_wait, deadline=deadline, unanswered=unanswered
         )
+        if isinstance(acked, Exception):
+            # The script ran, so its PUTs are stored (held until replicas have them):
+            # failing here would ACK them STORE_ERROR, which promises they were not.
+            if time.monotonic() - self._wait_warned > 60:
+                self._wait_warned = time.monotonic()
+                log.warning("redis store %s: WAIT failed after a store: %s", self.where, acked)
+            return reply, False
         return reply, int(acked) >= self.min_replicas
 
     def connect_sync(self, timeout: float) -> Any:

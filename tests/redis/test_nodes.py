@@ -223,3 +223,23 @@ def test_min_replicas_acks_unknown_when_the_replica_is_gone(tmp_path: Path) -> N
                 assert acks.statuses[alone] == [AckStatus.UNKNOWN]
         finally:
             replica.stop()
+
+
+def test_a_wait_that_fails_after_the_store_acks_unknown_not_store_error(tmp_path: Path) -> None:
+    # STORE_ERROR promises the PUT was not stored, and a producer may post it again
+    # under a new GUID; the script ran before the WAIT of its pipeline failed.
+    with RedisServer(tmp_path / "redis", aof=False) as primary:
+        assert primary.cli("ACL", "SETUSER", "holdfast", "on", ">pw", "~*", "&*", "+@all", "-wait")
+        url = f"redis://holdfast:pw@{primary.address}"
+        with (
+            BrokerProcess(["--store", url, "--redis-min-replicas", "1"]) as broker,
+            Session(broker.address, options=FAST) as session,
+        ):
+            acks = Acks()
+            queue = session.open_queue(URI, write=True, on_ack=acks)
+            posted = [queue.post(b"w%d" % i) for i in range(20)]
+            assert session.flush(timeout=30)
+            assert {s for g in posted for s in acks.statuses[g]} == {AckStatus.UNKNOWN}
+            assert all(len(acks.statuses[g]) == 1 for g in posted)
+        assert "WAIT failed after a store" in broker.output
+        assert int(primary.cli("LLEN", f"hf:{{{URI}}}:unsynced")) == 20
