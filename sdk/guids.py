@@ -34,6 +34,8 @@ import time
 import uuid
 import weakref
 
+from holdfast.sdk.types import Ack, AckStatus
+
 _POOL_WORDS = 512
 """Random 64-bit words read from the OS at a time."""
 
@@ -74,6 +76,24 @@ def uuid_from_bytes(guid: bytes) -> uuid.UUID:
     result = _new_uuid(_UUID)
     _slot_int(result, int.from_bytes(guid))
     _slot_is_safe(result, _SAFE_UNKNOWN)
+    return result
+
+
+_slot_guid = Ack.__dict__["guid"].__set__
+_slot_status = Ack.__dict__["status"].__set__
+_slot_queue_uri = Ack.__dict__["queue_uri"].__set__
+
+
+def ack_from_bytes(guid: bytes, status: AckStatus, queue_uri: str) -> Ack:
+    """``Ack(uuid_from_bytes(guid), status, queue_uri)`` without the frozen dataclass's
+    ``__init__`` (three ``object.__setattr__`` calls): one per ACKed message."""
+    value = _new_uuid(_UUID)
+    _slot_int(value, int.from_bytes(guid))
+    _slot_is_safe(value, _SAFE_UNKNOWN)
+    result = _new_uuid(Ack)
+    _slot_guid(result, value)
+    _slot_status(result, status)
+    _slot_queue_uri(result, queue_uri)
     return result
 
 

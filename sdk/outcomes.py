@@ -24,14 +24,14 @@ from holdfast.proto.columns import Malformed, PushRow, read_pushes, split_guids
 from holdfast.proto.validate import quote
 from holdfast.sdk import events as ev
 from holdfast.sdk.errors import HoldfastError, RemoteProtocolError
-from holdfast.sdk.guids import uuid_from_bytes
+from holdfast.sdk.guids import ack_from_bytes, uuid_from_bytes
 from holdfast.sdk.putbuffer import GUID, ON_ACK, PUT_OVERHEAD, QUEUE_ID, PendingPut, PutBuffer
 from holdfast.sdk.putsegments import Segment
 from holdfast.sdk.queue_table import QueueTable
 from holdfast.sdk.state import WRITABLE_STATES
 from holdfast.sdk.stats import StatsCounters
 from holdfast.sdk.statuses import ack_status, session_error, wire_status_of
-from holdfast.sdk.types import Ack, AckStatus, Message, Settler
+from holdfast.sdk.types import AckStatus, Message, Settler
 
 log = logging.getLogger("holdfast.sdk.engine")
 
@@ -107,7 +107,7 @@ class Outcomes:
         if callback is None:
             callback = queue.on_ack
         if callback is not None:
-            self.callbacks.append((callback, Ack(uuid_from_bytes(put[GUID]), status, queue.uri)))
+            self.callbacks.append((callback, ack_from_bytes(put[GUID], status, queue.uri)))
 
     def acks(self, batch: pb.AckBatch, now: float) -> None:
         """Rule 3: each ACK pops its PUT and reports it once; unknown GUIDs are stale.
@@ -185,7 +185,7 @@ class Outcomes:
             callback = queue.on_ack if extra is None or extra[1] is None else extra[1]
             if callback is not None:
                 status = _SUCCESS if wire == _STATUS_OK else ack_status(wire)
-                append((callback, Ack(uuid_from_bytes(guid), status, queue.uri)))
+                append((callback, ack_from_bytes(guid, status, queue.uri)))
         if released:
             puts.bytes -= released
             puts.taken()
@@ -222,7 +222,7 @@ class Outcomes:
                 if extras and (extra := extras.get(index)) is not None and extra[1] is not None:
                     callback = extra[1]
                 if callback is not None:
-                    append((callback, Ack(uuid_from_bytes(guid), _SUCCESS, queue.uri)))
+                    append((callback, ack_from_bytes(guid, _SUCCESS, queue.uri)))
         puts.segments.release_run(segment, i, n)
         return released
 

@@ -3,6 +3,7 @@ and fresh in a forked child."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import time
@@ -10,7 +11,8 @@ import uuid
 
 import pytest
 
-from holdfast.sdk.guids import Uuid7Source, uuid_from_bytes, uuid_from_int
+from holdfast.sdk.guids import Uuid7Source, ack_from_bytes, uuid_from_bytes, uuid_from_int
+from holdfast.sdk.types import Ack, AckStatus
 
 
 def test_guids_are_rfc_9562_version_7_and_match_their_bytes() -> None:
@@ -76,3 +78,13 @@ def test_fast_constructors_equal_the_uuid_constructor() -> None:
         assert str(made) == str(expected)
         assert hash(made) == hash(expected)
         assert made.is_safe is uuid.SafeUUID.unknown
+
+
+def test_the_ack_path_builds_the_same_ack_as_the_constructor() -> None:
+    raw = uuid.uuid4().bytes
+    made = ack_from_bytes(raw, AckStatus.SUCCESS, "hf://a/b")
+    expected = Ack(uuid.UUID(bytes=raw), AckStatus.SUCCESS, "hf://a/b")
+    assert made == expected and hash(made) == hash(expected) and repr(made) == repr(expected)
+    assert made.guid.bytes == raw and made.guid.is_safe is uuid.SafeUUID.unknown
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.status = AckStatus.UNKNOWN  # type: ignore[misc]
