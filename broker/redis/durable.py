@@ -8,7 +8,10 @@ SUCCESS. When too few confirm in time the PUTs are ACKed UNKNOWN and the message
 wait: every node checks the queues whose ``unsynced`` list is not empty (one write,
 then ``WAIT``, on one connection) and promotes what replicas have by then. So a
 message is delivered only once N replicas hold it; one whose primary failed before
-that is never delivered, and its producer was told UNKNOWN.
+that is never delivered, and its producer was told UNKNOWN. A node without N (nodes
+restarted without ``--redis-min-replicas``) promotes what it finds waiting at once:
+nothing else would ever deliver it. ``PROMOTE`` goes by GUID, so nodes checking one
+queue together move each message once.
 """
 
 from __future__ import annotations
@@ -53,7 +56,13 @@ async def check(registry: RedisRegistry, uri: str) -> int:
         result: list[Any] = await pipe.execute()
         return result
 
-    last, _, acked = await client.call("WAIT replicas", tail_then_wait)
+    if client.min_replicas:
+        last, _, acked = await client.call("WAIT replicas", tail_then_wait)
+    else:
+        # Left by nodes that ran with --redis-min-replicas: this one waits for no
+        # replica, so what is there is deliverable now (no WAIT: an ACL may lack it).
+        last = await client.call("LINDEX", lambda: client.redis.lindex(keys.unsynced, -1))
+        acked = 0
     if last is None:
         registry.unsynced.discard(uri)
         return 0

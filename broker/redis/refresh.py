@@ -35,8 +35,10 @@ async def refresh_queues(registry: RedisRegistry) -> None:
             queue.ready.count = depth
             queue.live_bytes = size
             queue.remote_consumers = others
-            if unsynced and registry.client.min_replicas:
-                registry.unsynced.add(queue.uri)  # another node's, or one it died with
+            if unsynced:
+                # Another node's, one it died with, or left from a run with
+                # --redis-min-replicas (this node may run without: ``durable``).
+                registry.unsynced.add(queue.uri)
 
 
 async def _pipelined(registry: RedisRegistry, chunk: list[RedisQueue]) -> list[QueueCounts]:

@@ -243,3 +243,36 @@ def test_a_wait_that_fails_after_the_store_acks_unknown_not_store_error(tmp_path
             assert all(len(acks.statuses[g]) == 1 for g in posted)
         assert "WAIT failed after a store" in broker.output
         assert int(primary.cli("LLEN", f"hf:{{{URI}}}:unsynced")) == 20
+
+
+def test_held_messages_are_delivered_once_after_a_restart_without_min_replicas(
+    tmp_path: Path,
+) -> None:
+    # PUTs ACKed UNKNOWN under --redis-min-replicas 1 wait in the unsynced list; nodes
+    # restarted without it (nothing to wait for) used to never look at that list again.
+    with RedisServer(tmp_path / "redis") as redis:
+        with (
+            BrokerProcess(["--store", redis.url, "--redis-min-replicas", "1"]) as held,
+            Session(held.address, options=FAST) as producer,
+        ):
+            acks = Acks()
+            queue = producer.open_queue(URI, write=True, on_ack=acks)
+            posted = [queue.post(b"h%d" % i) for i in range(300)]
+            assert producer.flush(timeout=30)
+            assert {s for g in posted for s in acks.statuses[g]} == {AckStatus.UNKNOWN}
+        assert int(redis.cli("LLEN", f"hf:{{{URI}}}:unsynced")) == 300
+        with (
+            BrokerProcess(["--store", redis.url]) as a,
+            BrokerProcess(["--store", redis.url]) as b,
+            Session(a.address, options=FAST) as first,
+            Session(b.address, options=FAST) as second,
+        ):
+            got = Collector()
+            first.open_queue(URI, read=True, on_message=got)
+            second.open_queue(URI, read=True, on_message=got)
+            got.wait_for(300, timeout=20)
+            body = f"hf:{{{URI}}}:body"
+            wait_until(lambda: int(redis.cli("HLEN", body)) == 0, 15, "every message confirmed")
+            assert int(redis.cli("LLEN", f"hf:{{{URI}}}:unsynced")) == 0
+            assert int(redis.cli("LLEN", f"hf:{{{URI}}}:ready")) == 0
+    assert Counter(got.guids()) == Counter({g: 1 for g in posted})
