@@ -115,8 +115,7 @@ class NodeLife:
         """Take a lease and start the loops. Raises ``StoreError`` if Redis cannot be
         reached within the retry window."""
         self._loop = asyncio.get_running_loop()
-        if not self.client.spec.cluster:
-            await asyncio.to_thread(self._check_setup)
+        await asyncio.to_thread(self._check_setup)
         self.registry.may_deliver = self.keeper.valid
         self.registry.on_went_back = self.losses.check
         self.keeper.start()
@@ -150,10 +149,11 @@ class NodeLife:
     def _check_setup(self) -> None:
         """Fail at once on a refusal no retry mends (``refusals``: a TLS certificate,
         the credentials, the database): it is not an outage. Anything else (Redis down)
-        is left to the lease keeper's retries. Not on a cluster, whose client connects
-        in its constructor and folds every node's error into one of its own."""
-        probe = self.client.connect_sync(min(self.client.retry_window, PROBE_TIMEOUT))
+        is left to the lease keeper's retries."""
+        probe = None
         try:
+            # A cluster's client connects here, in its constructor.
+            probe = self.client.connect_sync(min(self.client.retry_window, PROBE_TIMEOUT))
             probe.ping()
         except Exception as error:
             has_cert = bool(self.client.tls and self.client.tls.cert)
@@ -161,7 +161,8 @@ class NodeLife:
             if failure is not None:
                 raise StoreError(f"redis store {self.client.where}: {failure}") from None
         finally:
-            probe.close()
+            if probe is not None:
+                probe.close()
 
     async def halt(self) -> None:
         """Stop the loops (polls, sweeps, refresh, reaper), so that nothing new is

@@ -10,6 +10,7 @@ from redis.exceptions import (
     AuthenticationError,
     AuthorizationError,
     NoPermissionError,
+    RedisClusterException,
     ResponseError,
 )
 
@@ -29,6 +30,10 @@ def setup_failure(error: BaseException, spec: RedisSpec, has_cert: bool) -> str 
         failure = tls_failure(error, has_cert)
         if failure is not None:
             return failure
+    while isinstance(error, RedisClusterException) and error.__cause__ is not None:
+        # "Redis Cluster cannot be connected: ..." raised from the last node's error:
+        # a refusal there (all nodes share the credentials) is one, a node down is not.
+        error = error.__cause__
     text = str(error)
     if isinstance(error, AuthenticationError):
         if spec.password is None:

@@ -17,7 +17,7 @@ import pytest
 from holdfast.sdk import Session
 from tests.policies.support import Collector, post_all
 from tests.support.processes import BrokerProcess
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, redis_cluster
 from tests.support.sessions import FAST
 
 pytestmark = pytest.mark.timeout(120)
@@ -60,19 +60,41 @@ def test_a_broker_authenticates_to_redis_and_never_shows_the_password(tmp_path: 
                 "Redis has no database 99999 (the /DB of --store): DB index is out of range",
             ),
         ):
-            started = time.monotonic()
-            done = subprocess.run(
-                [
-                    *(sys.executable, "-m", "holdfast.broker", "--listen", "127.0.0.1:0"),
-                    "--store",
-                    url,
-                ],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-            assert time.monotonic() - started < 15, done.stderr
-            assert done.returncode == 2, done.stderr
-            (line,) = done.stderr.strip().splitlines()
-            assert f"redis store {redis.address}: {named}" in line
-            assert "reachable" not in line and "hunter2" not in line
+            refused_at_once(url, f"redis store {redis.address}: {named}")
+
+
+def refused_at_once(url: str, named: str) -> None:
+    """A broker on ``--store url`` exits 2 within seconds (not after --redis-retry,
+    30 s by default) with one line holding ``named`` and no password."""
+    started = time.monotonic()
+    done = subprocess.run(
+        [*(sys.executable, "-m", "holdfast.broker", "--listen", "127.0.0.1:0"), "--store", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert time.monotonic() - started < 15, done.stderr
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert named in line
+    assert "reachable" not in line and "hunter2" not in line
+
+
+def test_a_cluster_refusing_the_credentials_stops_the_broker_at_once(tmp_path: Path) -> None:
+    # redis-py's cluster client folds a node's refusal into "Redis Cluster cannot be
+    # connected", which was retried for --redis-retry as an outage.
+    with redis_cluster(tmp_path, aof=False) as servers:
+        for server in servers:  # after the cluster is made: the bus asks no password
+            assert server.cli("CONFIG", "SET", "requirepass", PASSWORD) == "OK"
+        nodes = ",".join(s.address for s in servers[:2])
+        first = servers[0].address
+        with BrokerProcess(["--store", f"redis+cluster://:{QUOTED}@{nodes}"]) as broker:
+            assert "listening on" in broker.output
+        refused_at_once(
+            f"redis+cluster://{nodes}",
+            f"redis store {first}: Redis requires a password: give it in --store",
+        )
+        refused_at_once(
+            f"redis+cluster://:wrong-{QUOTED}@{nodes}",
+            f"redis store {first}: Redis refused the user and password of --store (invalid",
+        )
