@@ -69,7 +69,7 @@ class HoldfastDataSource(DataSource):
         """``spark.read.format("holdfast")...load()``."""
         from holdfast.sdk.spark.batch_read import QueueBatchReader
 
-        return QueueBatchReader(parse_read_options(self.options))
+        return QueueBatchReader(parse_read_options(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """``spark.readStream.format("holdfast")...load()``.
@@ -79,7 +79,7 @@ class HoldfastDataSource(DataSource):
         error raised here would end in ``UnboundLocalError`` instead of the real one.
         """
         try:
-            options = parse_read_options(self.options)
+            options = parse_read_options(self.options, streaming=True)
         except HoldfastError as error:
             return RefusedStreamReader(error)
         from holdfast.sdk.spark.source import QueueStreamReader

@@ -27,14 +27,25 @@ WRITE_OPTIONS = (
     "openTimeout",
     "commitTimeout",
 )
-READ_OPTIONS = (
+STREAM_READ_OPTIONS = (
     "uri",
     "address",
     "walPath",
     "maxRowsPerBatch",
     "openTimeout",
     "walRetention",
-    "consume",
+)
+BATCH_READ_OPTIONS = ("uri", "address", "maxRowsPerBatch", "openTimeout", "consume")
+READ_OPTIONS = (*STREAM_READ_OPTIONS, "consume")
+"""Every read option; each read mode takes its own (``STREAM_READ_OPTIONS``,
+``BATCH_READ_OPTIONS``) and refuses the other's, which it would ignore."""
+_STREAM_ONLY = (
+    "applies only to streaming reads (spark.readStream): a batch read (spark.read) "
+    "has no write-ahead log"
+)
+_BATCH_ONLY = (
+    "applies only to batch reads (spark.read): a streaming read always consumes, "
+    "confirming each batch once Spark has committed it"
 )
 # Options Spark itself adds or the user may pass for Spark (not for us).
 _SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
@@ -85,15 +96,16 @@ class WriteOptions:
 
 @dataclass(frozen=True, slots=True)
 class ReadOptions:
-    """``spark.readStream`` options of ``format("holdfast")``.
+    """``spark.readStream`` / ``spark.read`` options of ``format("holdfast")``.
 
-    ``uri`` (required) and ``address`` as for writes. ``walPath``: a directory on
-    storage that survives the driver (HDFS, a shared mount; local only in local mode)
-    for the exactly-once mode's write-ahead log; without it the source is
-    at-least-once. ``maxRowsPerBatch``: most messages per micro-batch.
-    ``walRetention``: committed batches remembered to drop redeliveries.
-    ``consume`` (batch reads only, ``true``/``false``, default false): take the
-    messages off the queue instead of peeking at them.
+    ``uri`` (required) and ``address`` as for writes. ``walPath`` (streaming reads
+    only): a directory on storage that survives the driver (HDFS, a shared mount; local
+    only in local mode) for the exactly-once mode's write-ahead log; without it the
+    source is at-least-once. ``maxRowsPerBatch``: most messages per micro-batch (or
+    per chunk of a consuming batch read). ``walRetention`` (streaming reads only):
+    committed batches remembered to drop redeliveries. ``consume`` (batch reads only,
+    ``true``/``false``, default false): take the messages off the queue instead of
+    peeking at them.
     """
 
     uri: str
@@ -105,15 +117,22 @@ class ReadOptions:
     consume: bool = False
 
 
-def _lookup(options: Mapping[str, str], known: Iterable[str]) -> dict[str, str]:
-    """The options by their canonical names; unknown names are an error."""
+def _lookup(
+    options: Mapping[str, str], known: Iterable[str], elsewhere: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The options by their canonical names; unknown names are an error, and so are
+    the names in ``elsewhere`` (canonical name -> why this mode does not take it)."""
     canonical = {name.lower(): name for name in known}
+    refused = {name.lower(): (name, why) for name, why in (elsewhere or {}).items()}
     found: dict[str, str] = {}
     for name, value in options.items():
         key = canonical.get(name.lower())
         if key is None:
             if name.lower() in _SPARK_OPTIONS:
                 continue
+            if name.lower() in refused:
+                other, why = refused[name.lower()]
+                raise InvalidArgumentError(f"option {other} {why}")
             raise InvalidArgumentError(
                 f"format('holdfast') has no option {name[:100]!r}; "
                 f"it knows {', '.join(sorted(canonical.values()))}"
@@ -252,9 +271,15 @@ def _max_rows(found: Mapping[str, str]) -> int:
     return value
 
 
-def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
-    """Check the read options."""
-    found = _lookup(options, READ_OPTIONS)
+def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
+    """Check the options of a streaming read (``spark.readStream``) or, with
+    ``streaming=False``, of a batch read (``spark.read``); an option of the other mode
+    is refused, naming it."""
+    if streaming:
+        found = _lookup(options, STREAM_READ_OPTIONS, {"consume": _BATCH_ONLY})
+    else:
+        elsewhere = {"walPath": _STREAM_ONLY, "walRetention": _STREAM_ONLY}
+        found = _lookup(options, BATCH_READ_OPTIONS, elsewhere)
     uri, address = _common(found)
     wal_path = found.get("walPath") or None
     if wal_path is not None and os.path.exists(wal_path) and not os.path.isdir(wal_path):

@@ -136,6 +136,7 @@ def test_a_stream_read_with_a_bad_option_fails_with_that_error_only(
     for option, value, expected in [
         ("maxRowsPerBatch", "0", "maxRowsPerBatch must be > 0"),
         ("nope", "1", "has no option 'nope'"),
+        ("consume", "true", "option consume applies only to batch reads"),
     ]:
         stream = (
             hf.readStream.format("holdfast")
@@ -152,3 +153,17 @@ def test_a_stream_read_with_a_bad_option_fails_with_that_error_only(
         assert expected in text
         assert "InvalidArgumentError" in text
         assert "UnboundLocalError" not in text
+
+
+@pytest.mark.timeout(60)
+def test_a_batch_read_with_a_streaming_only_option_fails_on_the_driver(
+    hf: Any, tmp_path: Path
+) -> None:
+    # No broker: the option is refused before any task would connect.
+    with pytest.raises(Exception) as caught:
+        hf.read.format("holdfast").option("uri", unique_uri("bad")).option(
+            "walPath", str(tmp_path)
+        ).load().collect()
+    text = str(caught.value)
+    assert "option walPath applies only to streaming reads" in text
+    assert "InvalidArgumentError" in text

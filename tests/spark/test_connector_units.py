@@ -60,17 +60,20 @@ def test_write_options_are_checked_with_clear_errors() -> None:
 def test_an_address_without_a_port_gets_the_sdk_default_port() -> None:
     options = parse_write_options({"uri": URI, "address": "localhost, [::1],h:9"}, ["id"])
     assert options.address == "localhost:7701,[::1]:7701,h:9"
-    assert parse_read_options({"uri": URI, "address": "broker"}).address == "broker:7701"
+    assert (
+        parse_read_options({"uri": URI, "address": "broker"}, streaming=True).address
+        == "broker:7701"
+    )
 
 
 def test_commit_timeout_and_consume_are_options() -> None:
     written = parse_write_options({"uri": URI, "commitTimeout": "7.5"}, ["id"])
     assert (written.commit_timeout, written.open_timeout) == (7.5, 30.0)
     assert parse_write_options({"uri": URI}, ["id"]).commit_timeout == 60.0
-    assert parse_read_options({"uri": URI, "consume": "TRUE"}).consume is True
-    assert parse_read_options({"uri": URI}).consume is False
+    assert parse_read_options({"uri": URI, "consume": "TRUE"}, streaming=False).consume is True
+    assert parse_read_options({"uri": URI}, streaming=False).consume is False
     with pytest.raises(InvalidArgumentError, match="consume must be true or false"):
-        parse_read_options({"uri": URI, "consume": "yes"})
+        parse_read_options({"uri": URI, "consume": "yes"}, streaming=False)
 
 
 def test_a_mark_ahead_of_the_version_being_written_is_a_loud_reset() -> None:
@@ -83,25 +86,29 @@ def test_a_mark_ahead_of_the_version_being_written_is_a_loud_reset() -> None:
 
 
 def test_read_options_are_checked_with_clear_errors() -> None:
-    options = parse_read_options({"uri": URI, "walPath": "/w", "maxRowsPerBatch": "50"})
+    options = parse_read_options(
+        {"uri": URI, "walPath": "/w", "maxRowsPerBatch": "50"}, streaming=True
+    )
     assert (options.wal_path, options.max_rows_per_batch) == ("/w", 50)
     with pytest.raises(InvalidArgumentError, match="whole number"):
-        parse_read_options({"uri": URI, "maxRowsPerBatch": "1.5"})
+        parse_read_options({"uri": URI, "maxRowsPerBatch": "1.5"}, streaming=True)
     with pytest.raises(InvalidArgumentError, match="not a number"):
-        parse_read_options({"uri": URI, "maxRowsPerBatch": "many"})
+        parse_read_options({"uri": URI, "maxRowsPerBatch": "many"}, streaming=True)
     with pytest.raises(InvalidArgumentError, match="openTimeout must be > 0"):
-        parse_read_options({"uri": URI, "openTimeout": "nan"})
+        parse_read_options({"uri": URI, "openTimeout": "nan"}, streaming=True)
     for name in ("maxRowsPerBatch", "walRetention"):  # int(inf) raised OverflowError
         with pytest.raises(InvalidArgumentError, match=f"{name} must be > 0 and finite"):
-            parse_read_options({"uri": URI, name: "inf"})
+            parse_read_options({"uri": URI, name: "inf"}, streaming=True)
 
 
 def test_a_wal_path_that_is_a_file_is_refused_on_the_driver(tmp_path: Path) -> None:
     a_file = tmp_path / "wal"
     a_file.write_text("")
     with pytest.raises(InvalidArgumentError, match=r"walPath: .* is a file, not a folder"):
-        parse_read_options({"uri": URI, "walPath": str(a_file)})
-    assert parse_read_options({"uri": URI, "walPath": str(tmp_path)}).wal_path == str(tmp_path)
+        parse_read_options({"uri": URI, "walPath": str(a_file)}, streaming=True)
+    assert parse_read_options(
+        {"uri": URI, "walPath": str(tmp_path)}, streaming=True
+    ).wal_path == str(tmp_path)
 
 
 def test_the_batch_digest_ignores_row_order_and_task_split_but_sees_content() -> None:
@@ -184,8 +191,10 @@ def test_out_of_range_options_are_refused_on_the_driver_naming_them() -> None:
     # "max_unconfirmed_messages must be in [0, 2**32)"; 1e-9 s was a commit timeout.
     for value in ("1073741824", "1e300"):
         with pytest.raises(InvalidArgumentError, match="maxRowsPerBatch must be at most"):
-            parse_read_options({"uri": URI, "maxRowsPerBatch": value})
-    assert parse_read_options({"uri": URI, "maxRowsPerBatch": "10000000"}).max_rows_per_batch
+            parse_read_options({"uri": URI, "maxRowsPerBatch": value}, streaming=True)
+    assert parse_read_options(
+        {"uri": URI, "maxRowsPerBatch": "10000000"}, streaming=True
+    ).max_rows_per_batch
     with pytest.raises(InvalidArgumentError, match=r"commitTimeout must be at least 0\.1 s"):
         parse_write_options({"uri": URI, "commitTimeout": "1e-9"}, ["id"])
     assert parse_write_options({"uri": URI, "commitTimeout": "0.1"}, ["id"]).commit_timeout

@@ -1,0 +1,53 @@
+"""Options of the other read mode, checked on the driver without a JVM: the
+connector's ``reader``/``streamReader`` are called as Spark calls them (with the
+options it was given)."""
+
+from __future__ import annotations
+
+import pytest
+
+from holdfast.sdk.errors import InvalidArgumentError
+
+URI = "hf://spark/orders"
+
+
+def batch_reader(**options: str) -> object:
+    from holdfast.sdk.spark.connector import HoldfastDataSource
+
+    return HoldfastDataSource({"uri": URI, **options}).reader(None)  # type: ignore[arg-type]
+
+
+def stream_reader(**options: str) -> object:
+    from holdfast.sdk.spark.connector import HoldfastDataSource, RefusedStreamReader
+
+    reader = HoldfastDataSource({"uri": URI, **options}).streamReader(None)  # type: ignore[arg-type]
+    if isinstance(reader, RefusedStreamReader):
+        raise reader.error  # what Spark's first call on it raises
+    return reader
+
+
+def test_a_batch_read_refuses_the_streaming_only_options_naming_them() -> None:
+    # walPath was accepted and ignored: a batch read has no write-ahead log.
+    for name, value in (("walPath", "/tmp/wal"), ("walretention", "5")):
+        canonical = "walPath" if name == "walPath" else "walRetention"
+        with pytest.raises(
+            InvalidArgumentError, match=rf"option {canonical} applies only to streaming reads"
+        ):
+            batch_reader(**{name: value})
+    reader = batch_reader(consume="true", maxRowsPerBatch="50", openTimeout="5")
+    options = reader.options  # type: ignore[attr-defined]
+    assert (options.consume, options.max_rows_per_batch, options.open_timeout) == (True, 50, 5.0)
+
+
+def test_a_stream_read_refuses_consume_naming_it() -> None:
+    # consume was accepted and ignored: a stream read always consumes.
+    for value in ("true", "false"):
+        with pytest.raises(InvalidArgumentError, match="option consume applies only to batch"):
+            stream_reader(consume=value)
+    reader = stream_reader(walPath="/tmp/wal", walRetention="5", maxRowsPerBatch="50")
+    options = reader.options  # type: ignore[attr-defined]
+    assert (options.wal_path, options.wal_retention, options.max_rows_per_batch) == (
+        "/tmp/wal",
+        5,
+        50,
+    )
