@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from holdfast.proto.limits import MAX_APP_ID_BYTES
@@ -226,12 +226,8 @@ def parse_write_options(options: Mapping[str, str], columns: Iterable[str]) -> W
         raise InvalidArgumentError(
             "option keyColumn must not be empty (leave it out for content keys)"
         )
-    names = list(columns)
-    if key_column is not None and key_column not in names:
-        raise InvalidArgumentError(
-            f"option keyColumn: no column {key_column[:100]!r} in the DataFrame "
-            f"(columns: {', '.join(names)[:300]})"
-        )
+    if key_column is not None:
+        key_column = resolve_column("keyColumn", key_column, list(columns))
     run_id = found.get("runId")
     if run_id is not None and not run_id.strip():
         raise InvalidArgumentError("option runId must not be empty")
@@ -251,6 +247,27 @@ def parse_write_options(options: Mapping[str, str], columns: Iterable[str]) -> W
         _positive(found, "openTimeout", 30.0),
         _commit_timeout(found),
     )
+
+
+def resolve_column(option: str, name: str, columns: Sequence[str]) -> str:
+    """The column of ``columns`` that ``name`` means, in the DataFrame's spelling (rows
+    are read by it), matched ignoring case as Spark matches column names by default
+    (``spark.sql.caseSensitive=false``). Spark hands a Python data source its options
+    but not the session's conf, so two columns that differ only in case are ambiguous
+    here even under ``caseSensitive=true``."""
+    matches = [column for column in columns if column.lower() == name.lower()]
+    if not matches:
+        raise InvalidArgumentError(
+            f"option {option}: no column {name[:100]!r} in the DataFrame "
+            f"(columns: {', '.join(columns)[:300]})"
+        )
+    if len(matches) > 1:
+        raise InvalidArgumentError(
+            f"option {option}: {name[:100]!r} matches columns "
+            f"{' and '.join(repr(m[:100]) for m in matches[:5])}, which differ only in case "
+            "(Spark compares column names ignoring case); rename all but one of them"
+        )
+    return matches[0]
 
 
 def _commit_timeout(found: Mapping[str, str]) -> float:

@@ -1,12 +1,14 @@
-"""Options of the other read mode, checked on the driver without a JVM: the
-connector's ``reader``/``streamReader`` are called as Spark calls them (with the
-options it was given)."""
+"""Options that belong to another mode or spelling, checked on the driver without a
+JVM: the connector's ``reader``/``streamReader`` are called as Spark calls them (with
+the options it was given), and ``keyColumn`` is resolved as Spark resolves column
+names."""
 
 from __future__ import annotations
 
 import pytest
 
 from holdfast.sdk.errors import InvalidArgumentError
+from holdfast.sdk.spark.options import parse_write_options
 
 URI = "hf://spark/orders"
 
@@ -51,3 +53,14 @@ def test_a_stream_read_refuses_consume_naming_it() -> None:
         5,
         50,
     )
+
+
+def test_key_column_is_matched_ignoring_case_as_spark_does() -> None:
+    # Spark resolves column names ignoring case by default; keyColumn "ID" was refused.
+    options = parse_write_options({"uri": URI, "keyColumn": "ORDER_id"}, ["Order_ID", "v"])
+    assert options.key_column == "Order_ID"  # the DataFrame's spelling: rows are read by it
+    assert parse_write_options({"uri": URI, "keyColumn": "v"}, ["id", "v"]).key_column == "v"
+    with pytest.raises(InvalidArgumentError, match=r"'id' matches columns 'id' and 'ID'"):
+        parse_write_options({"uri": URI, "keyColumn": "id"}, ["id", "ID"])
+    with pytest.raises(InvalidArgumentError, match="no column 'nope'"):
+        parse_write_options({"uri": URI, "keyColumn": "nope"}, ["id"])

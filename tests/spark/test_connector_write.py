@@ -191,3 +191,14 @@ def test_columns_arrow_does_not_carry_as_is_are_written_from_rows_once(
     seven = next(row for row in rows if row["order_id"] == 7)
     assert seven["pair"] == [7, 8] and seven["raw"] == "Nw=="  # base64 of b"7"
     assert seven["at"].startswith("19")  # ISO 8601, in the session's time zone
+
+
+@pytest.mark.timeout(60)
+def test_key_column_named_in_another_case_keys_the_rows_by_that_column(
+    hf: Any, broker: BrokerProcess
+) -> None:
+    # Spark matches column names ignoring case; keyColumn "ID" was "no column 'ID'".
+    uri = unique_uri("key-case")
+    write(hf.range(0, 20, numPartitions=2), uri, broker.address, keyColumn="ID")
+    keys = sorted(int(m.properties["x-key"]) for m in drain_messages(broker.address, uri, 20))
+    assert keys == list(range(20))
