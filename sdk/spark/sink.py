@@ -39,7 +39,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from holdfast.sdk.errors import InvalidArgumentError
+from holdfast.sdk.failover import parse_addresses
 from holdfast.sdk.options import SessionOptions
+from holdfast.sdk.spark.options import with_default_port
 from holdfast.sdk.spark.post import PartitionResult, WriteSpec, post_rows, task_partition
 
 if TYPE_CHECKING:
@@ -62,9 +64,11 @@ class QueueSink:
       ``run_id`` names the query and must stay the same across its restarts (its
       checkpoint path will do; not ``StreamingQuery.runId``, which changes).
 
-    ``address``: the proxy or broker (default ``$HOLDFAST_ADDRESS`` on the executor,
-    else ``127.0.0.1:7701``). ``key_column``: a column whose value identifies a row
-    within the run (default: the row's content, its partition and its occurrence).
+    ``address``: the proxy or broker, ``HOST[:PORT][,HOST[:PORT]...]`` (an entry
+    without a port gets 7701, as in the connector's ``address`` option; default
+    ``$HOLDFAST_ADDRESS`` on the executor, else ``127.0.0.1:7701``). ``key_column``: a
+    column whose value identifies a row within the run (default: the row's content,
+    its partition and its occurrence).
     ``serializer``: row -> payload bytes (default: ``row_to_json``).
     ``properties_from``: columns sent as message properties. ``session_options``:
     for the task's ``Session``. ``flush_timeout``: seconds a task waits for its ACKs
@@ -102,6 +106,8 @@ class QueueSink:
             raise InvalidArgumentError("key_column and properties_from must be column names")
         if not (self.flush_timeout > 0 and self.open_timeout > 0):  # NaN too
             raise InvalidArgumentError("flush_timeout and open_timeout must be > 0")
+        if self.address is not None:
+            object.__setattr__(self, "address", _checked_address(self.address))
 
     def __call__(self, rows: Iterable[Row]) -> None:
         """Write one partition (``DataFrame.foreachPartition``); raise if any row is
@@ -154,3 +160,17 @@ class QueueSink:
                 self.check_columns(list(first.asDict()))
             it = itertools.chain([first], it)
         return post_rows(spec, it, str(self.run_id), task_partition())
+
+
+def _checked_address(address: object) -> str:
+    """``address`` with the default port added where an entry names none, checked
+    here on the driver: a bad one would otherwise fail every task on the executors."""
+    if not isinstance(address, str):
+        raise InvalidArgumentError(f"address is a str, not {type(address).__name__}")
+    if not address.strip():
+        # Empty would mean the default, which surprises more than it helps (as the
+        # connector's option).
+        raise InvalidArgumentError("address must not be empty (leave it out for the default)")
+    address = with_default_port(address)
+    parse_addresses(address)
+    return address

@@ -1,7 +1,7 @@
 """Options that belong to another mode or spelling, checked on the driver without a
 JVM: the connector's ``reader``/``streamReader`` are called as Spark calls them (with
-the options it was given), and ``keyColumn`` is resolved as Spark resolves column
-names."""
+the options it was given), ``keyColumn`` is resolved as Spark resolves column names,
+and ``QueueSink``'s ``address`` follows the connector's rule."""
 
 from __future__ import annotations
 
@@ -64,3 +64,19 @@ def test_key_column_is_matched_ignoring_case_as_spark_does() -> None:
         parse_write_options({"uri": URI, "keyColumn": "id"}, ["id", "ID"])
     with pytest.raises(InvalidArgumentError, match="no column 'nope'"):
         parse_write_options({"uri": URI, "keyColumn": "nope"}, ["id"])
+
+
+def test_queue_sink_address_without_a_port_gets_the_default_port_like_the_connector() -> None:
+    from holdfast.sdk.spark import QueueSink
+
+    # "localhost" passed the driver and failed every task on the executors ("no port").
+    assert QueueSink(URI, run_id="r", address="localhost").address == "localhost:7701"
+    sink = QueueSink(URI, run_id="r", address=" broker , [::1],h:9")
+    assert sink.address == "broker:7701,[::1]:7701,h:9"
+    assert QueueSink(URI, run_id="r").address is None  # $HOLDFAST_ADDRESS on the executor
+    with pytest.raises(InvalidArgumentError, match="the port must be a number"):
+        QueueSink(URI, run_id="r", address="localhost:http")
+    with pytest.raises(InvalidArgumentError, match="address must not be empty"):
+        QueueSink(URI, run_id="r", address=" ")
+    with pytest.raises(InvalidArgumentError, match="address is a str"):
+        QueueSink(URI, run_id="r", address=7701)  # type: ignore[arg-type]
