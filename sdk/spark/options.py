@@ -253,8 +253,11 @@ def resolve_column(option: str, name: str, columns: Sequence[str]) -> str:
     """The column of ``columns`` that ``name`` means, in the DataFrame's spelling (rows
     are read by it), matched ignoring case as Spark matches column names by default
     (``spark.sql.caseSensitive=false``). Spark hands a Python data source its options
-    but not the session's conf, so two columns that differ only in case are ambiguous
-    here even under ``caseSensitive=true``."""
+    but not the session's conf: a name spelled exactly as one column is that column
+    (what ``caseSensitive=true`` would pick), and one that matches several columns only
+    ignoring case is refused as ambiguous."""
+    if name in columns:
+        return name
     matches = [column for column in columns if column.lower() == name.lower()]
     if not matches:
         raise InvalidArgumentError(

@@ -60,8 +60,10 @@ def test_key_column_is_matched_ignoring_case_as_spark_does() -> None:
     options = parse_write_options({"uri": URI, "keyColumn": "ORDER_id"}, ["Order_ID", "v"])
     assert options.key_column == "Order_ID"  # the DataFrame's spelling: rows are read by it
     assert parse_write_options({"uri": URI, "keyColumn": "v"}, ["id", "v"]).key_column == "v"
-    with pytest.raises(InvalidArgumentError, match=r"'id' matches columns 'id' and 'ID'"):
-        parse_write_options({"uri": URI, "keyColumn": "id"}, ["id", "ID"])
+    # Spelled exactly as one of two columns differing in case: that one.
+    assert parse_write_options({"uri": URI, "keyColumn": "ID"}, ["id", "ID"]).key_column == "ID"
+    with pytest.raises(InvalidArgumentError, match=r"'Id' matches columns 'id' and 'ID'"):
+        parse_write_options({"uri": URI, "keyColumn": "Id"}, ["id", "ID"])
     with pytest.raises(InvalidArgumentError, match="no column 'nope'"):
         parse_write_options({"uri": URI, "keyColumn": "nope"}, ["id"])
 
