@@ -5,9 +5,6 @@ outage: one WARNING, --redis-retry (30 s) of retries, then "is Redis reachable?"
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -16,6 +13,7 @@ import pytest
 
 from holdfast.sdk import Session
 from tests.policies.support import Collector, post_all
+from tests.redis import refusal_kit
 from tests.support.processes import BrokerProcess
 from tests.support.redis_server import RedisServer, redis_cluster
 from tests.support.sessions import FAST
@@ -64,20 +62,8 @@ def test_a_broker_authenticates_to_redis_and_never_shows_the_password(tmp_path: 
 
 
 def refused_at_once(url: str, named: str) -> None:
-    """A broker on ``--store url`` exits 2 within seconds (not after --redis-retry,
-    30 s by default) with one line holding ``named`` and no password."""
-    started = time.monotonic()
-    done = subprocess.run(
-        [*(sys.executable, "-m", "holdfast.broker", "--listen", "127.0.0.1:0"), "--store", url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert time.monotonic() - started < 15, done.stderr
-    assert done.returncode == 2, done.stderr
-    (line,) = done.stderr.strip().splitlines()
-    assert named in line
-    assert "reachable" not in line and "hunter2" not in line
+    """``refusal_kit.refused_at_once``, and the line shows no password."""
+    assert "hunter2" not in refusal_kit.refused_at_once(url, named)
 
 
 def test_a_cluster_refusing_the_credentials_stops_the_broker_at_once(tmp_path: Path) -> None:

@@ -225,22 +225,26 @@ def test_min_replicas_acks_unknown_when_the_replica_is_gone(tmp_path: Path) -> N
             replica.stop()
 
 
+def post_unknown(address: str, count: int) -> list[uuid.UUID]:
+    """Post ``count`` PUTs to ``URI`` through the broker at ``address``: each must be
+    ACKed once, UNKNOWN (stored, not yet on the replicas ``--redis-min-replicas`` asks)."""
+    with Session(address, options=FAST) as session:
+        acks = Acks()
+        queue = session.open_queue(URI, write=True, on_ack=acks)
+        posted = [queue.post(b"h%d" % i) for i in range(count)]
+        assert session.flush(timeout=30)
+    assert all(acks.statuses[g] == [AckStatus.UNKNOWN] for g in posted)
+    return posted
+
+
 def test_a_wait_that_fails_after_the_store_acks_unknown_not_store_error(tmp_path: Path) -> None:
     # STORE_ERROR promises the PUT was not stored, and a producer may post it again
     # under a new GUID; the script ran before the WAIT of its pipeline failed.
     with RedisServer(tmp_path / "redis", aof=False) as primary:
         assert primary.cli("ACL", "SETUSER", "holdfast", "on", ">pw", "~*", "&*", "+@all", "-wait")
         url = f"redis://holdfast:pw@{primary.address}"
-        with (
-            BrokerProcess(["--store", url, "--redis-min-replicas", "1"]) as broker,
-            Session(broker.address, options=FAST) as session,
-        ):
-            acks = Acks()
-            queue = session.open_queue(URI, write=True, on_ack=acks)
-            posted = [queue.post(b"w%d" % i) for i in range(20)]
-            assert session.flush(timeout=30)
-            assert {s for g in posted for s in acks.statuses[g]} == {AckStatus.UNKNOWN}
-            assert all(len(acks.statuses[g]) == 1 for g in posted)
+        with BrokerProcess(["--store", url, "--redis-min-replicas", "1"]) as broker:
+            post_unknown(broker.address, 20)
         assert "WAIT failed after a store" in broker.output
         assert int(primary.cli("LLEN", f"hf:{{{URI}}}:unsynced")) == 20
 
@@ -251,15 +255,8 @@ def test_held_messages_are_delivered_once_after_a_restart_without_min_replicas(
     # PUTs ACKed UNKNOWN under --redis-min-replicas 1 wait in the unsynced list; nodes
     # restarted without it (nothing to wait for) used to never look at that list again.
     with RedisServer(tmp_path / "redis") as redis:
-        with (
-            BrokerProcess(["--store", redis.url, "--redis-min-replicas", "1"]) as held,
-            Session(held.address, options=FAST) as producer,
-        ):
-            acks = Acks()
-            queue = producer.open_queue(URI, write=True, on_ack=acks)
-            posted = [queue.post(b"h%d" % i) for i in range(300)]
-            assert producer.flush(timeout=30)
-            assert {s for g in posted for s in acks.statuses[g]} == {AckStatus.UNKNOWN}
+        with BrokerProcess(["--store", redis.url, "--redis-min-replicas", "1"]) as held:
+            posted = post_unknown(held.address, 300)
         assert int(redis.cli("LLEN", f"hf:{{{URI}}}:unsynced")) == 300
         with (
             BrokerProcess(["--store", redis.url]) as a,
