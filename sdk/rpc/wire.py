@@ -18,7 +18,9 @@ duplicated, redelivery to another consumer when one goes away):
   request; they name the worker's control queue (``x-rpc-worker``) and its
   heartbeat interval (``x-rpc-beat-ms``), and expire unread after
   ``BEAT_TTL_BEATS`` intervals (``x-ttl-ms``, at least ``MIN_BEAT_TTL_MS``);
-- a **cancel** goes to that control queue.
+- a **cancel** goes to that control queue, with a pickup TTL of ``CANCEL_TTL``
+  (``x-ttl-ms``), so a cancel to a worker that died (that never reads its control
+  queue again) does not keep that queue in the broker for good.
 
 A **durable** request (``Session.request_durable``) carries ``x-rpc-keep-until``
 (ms since the epoch): its reply queue is its own, named from the request GUID
@@ -88,6 +90,11 @@ BEAT_TTL_BEATS = 5
 either read a newer one or presumes the worker lost (after 3 intervals)."""
 MIN_BEAT_TTL_MS = 1000
 """The shortest heartbeat TTL, whatever the interval: a beat must outlive its trip."""
+CANCEL_TTL = 60.0
+"""Seconds a cancel waits unread in a worker's control queue before the broker drops
+it. A live worker reads its control queue at once; one cut off longer than this has
+lost its requests to other workers (told at their first heartbeat), and one that
+died never reads it."""
 
 MAX_ERROR_TEXT = 1000
 """Characters of an error message carried in an error reply."""
@@ -325,8 +332,9 @@ def beat_properties(request_guid: uuid.UUID, worker: str, interval: float) -> di
 
 
 def cancel_properties(request_guid: uuid.UUID) -> dict[str, str]:
-    """The properties of a cancel sent to a worker's control queue."""
-    return {KIND: CANCEL, REQUEST: request_guid.hex}
+    """The properties of a cancel sent to a worker's control queue (expiring unread
+    after ``CANCEL_TTL``)."""
+    return {KIND: CANCEL, REQUEST: request_guid.hex, PICKUP_TTL: str(round(CANCEL_TTL * 1000))}
 
 
 def error_text(error: BaseException, limit: int = MAX_ERROR_TEXT) -> str:

@@ -12,7 +12,8 @@ import uuid
 import pytest
 
 from holdfast.proto.validate import PICKUP_TTL
-from holdfast.sdk import Request, Session, WorkerOptions
+from holdfast.sdk import Message, Request, Session, WorkerOptions
+from holdfast.sdk.errors import RpcTimeoutError
 from holdfast.sdk.rpc import calls, wire
 from tests.rpc.flavours import FLAVOURS, Flavour
 from tests.rpc.test_stream_leftovers import left_in
@@ -41,6 +42,7 @@ def test_beats_and_requests_carry_what_lets_their_leftovers_expire() -> None:
     assert PICKUP_TTL not in wire.expiring_reply({}, {})  # an older caller's request
     late = wire.expiring_reply({}, {wire.DEADLINE: str(wire.wall_ms() - 60_000)})
     assert late[PICKUP_TTL] == "10000"
+    assert wire.cancel_properties(uuid.uuid4())[PICKUP_TTL] == "60000"
 
 
 def test_a_dead_caller_s_beats_and_replies_expire_from_its_reply_queue(
@@ -70,3 +72,31 @@ def test_a_dead_caller_s_beats_and_replies_expire_from_its_reply_queue(
         wait_until(lambda: len(runs) == 2, 10, "both requests run")
         wait_until(lambda: left_in(broker.address, reply_to) >= 2, 10, "a reply and beats")
         wait_until(lambda: left_in(broker.address, reply_to) == 0, 15, "the leftovers expired")
+
+
+def test_a_cancel_to_a_dead_worker_expires_from_its_control_queue(
+    broker: BrokerProcess, flavour: Flavour, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller whose call times out cancels it at the worker its heartbeats named. A
+    worker that died never reads its control queue again: the cancel carries the
+    broker's pickup TTL (``wire.CANCEL_TTL``), so it expires; it stayed for good before.
+    The dead worker is played by hand: it takes the request, beats once, and is gone."""
+    monkeypatch.setattr(wire, "CANCEL_TTL", 0.5, raising=False)
+    uri, control = unique_uri("dead-worker"), f"hf://test/rpc-worker-{uuid.uuid4().hex}"
+    taken: list[Message] = []
+    with (
+        Session(broker.address, options=FAST) as session,
+        flavour.caller(broker.address) as caller,
+    ):
+        session.open_queue(uri, read=True, on_message=taken.append)
+        future = caller.request_async(uri, b"work", timeout=1.0)
+        wait_until(lambda: len(taken) == 1, 10, "the request taken")
+        request = taken[0]
+        reply_to = request.properties[wire.REPLY_TO]
+        beat = wire.beat_properties(request.guid, control, 0.2)
+        session.open_queue(reply_to, write=True).post(b"", beat)
+        request.confirm()
+        with pytest.raises(RpcTimeoutError):
+            future.result(10)
+        wait_until(lambda: left_in(broker.address, control) == 1, 10, "the cancel sent")
+        wait_until(lambda: left_in(broker.address, control) == 0, 10, "the cancel expired")
