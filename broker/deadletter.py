@@ -27,7 +27,9 @@ A message that carries ``x-dead-letter-notify`` (a queue URI; request/reply sets
 to the caller's reply queue) also sends a *notice* there in the same batch: an empty
 message under ``dead_letter_notice_guid(guid)`` with ``x-death-reason``,
 ``x-original-uri``, ``x-delivery-count`` and ``x-dead-guid`` (osrdyne's dead-letter
-responder, done by the broker so that it works when no worker is alive).
+responder, done by the broker so that it works when no worker is alive). The notice
+carries a pickup TTL (``x-ttl-ms``, ``notice_ttl_ms``): a caller that is gone never
+reads it, and it would keep its queue in the broker for good.
 
 Copies are built with the dead message's digest so that replays of the original PUT
 keep being recognised; notices have none (nobody PUTs them).
@@ -38,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -67,6 +69,11 @@ _SPENT = frozenset((PICKUP_TTL, DEAD_LETTER_NOTIFY))
 def _anywhere(domain: str) -> bool:
     return True
 
+
+NOTICE_MIN_TTL_MS = 10_000
+"""The shortest pickup TTL of a dead-letter notice: room for its caller to reconnect."""
+NOTICE_DEFAULT_TTL_MS = 3_600_000
+"""The pickup TTL of the notice of a message that had none of its own."""
 
 DEATH_PROPERTIES = (DEATH_REASON, ORIGINAL_URI, DELIVERY_COUNT, ORIGINAL_GUID)
 """The properties a move to a dead-letter queue adds (and a replay removes)."""
@@ -294,8 +301,20 @@ def dead_copies(
     notify = message.properties.get(DEAD_LETTER_NOTIFY) if message.properties else None
     if notify is not None:
         death[DEAD_GUID] = message.guid.hex()
+        death[PICKUP_TTL] = str(notice_ttl_ms(message.properties))
         copies.append(StoredMessage(notify, dead_letter_notice_guid(message.guid), b"", death, now))
     return copies
+
+
+def notice_ttl_ms(properties: Mapping[str, str]) -> int:
+    """The pickup TTL of the dead-letter notice of a message with ``properties``: the
+    message's own (``x-ttl-ms``: whoever waits for the notice waited that long for
+    the message's pickup; a durable request's is its reply's keep time), at least
+    ``NOTICE_MIN_TTL_MS``; ``NOTICE_DEFAULT_TTL_MS`` without one."""
+    ttl = properties.get(PICKUP_TTL, "")
+    if not ttl.isdigit():
+        return NOTICE_DEFAULT_TTL_MS
+    return max(int(ttl), NOTICE_MIN_TTL_MS)
 
 
 def replay_problem(
@@ -333,4 +352,13 @@ def replay_copy(message: StoredMessage, now: float) -> StoredMessage:
     )
 
 
-__all__ = ["DEATH_PROPERTIES", "Graveyard", "dead_copies", "replay_copy", "replay_problem"]
+__all__ = [
+    "DEATH_PROPERTIES",
+    "NOTICE_DEFAULT_TTL_MS",
+    "NOTICE_MIN_TTL_MS",
+    "Graveyard",
+    "dead_copies",
+    "notice_ttl_ms",
+    "replay_copy",
+    "replay_problem",
+]

@@ -23,7 +23,7 @@ from holdfast.broker.deadletter import dead_copies, replay_copy, replay_problem
 from holdfast.broker.moved_guids import held_problem, own_dead_letter, renamed
 from holdfast.broker.redis import move_scripts
 from holdfast.broker.redis.keys import QueueKeys
-from holdfast.broker.redis.queues import message_meta, parse_message
+from holdfast.broker.redis.queues import message_meta, parse_message, pickup_deadline_ms
 from holdfast.broker.redis.script import rows, text
 from holdfast.broker.store import StoredMessage, StoreError
 
@@ -189,6 +189,9 @@ class RedisGraveyard:
             )
             for index, (status, _) in zip(indexes, rows(raw, 2), strict=True):
                 statuses[index] = int(status)
+            if pickup := max(moves[index][1].pickup_ms for index in indexes):
+                # Swept until then, as after a PUT with a pickup deadline (``sweep``).
+                registry.timed[target] = max(registry.timed.get(target, 0), pickup)
             registry.wake(target)
         return statuses
 
@@ -210,6 +213,7 @@ def _move(
         mode,
         source,
         message_meta(renamed(copy, copy.guid)),
+        pickup_deadline_ms(copy),
     )
 
 

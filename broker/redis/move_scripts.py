@@ -26,9 +26,10 @@ from holdfast.broker.redis.scripts import DROP, EMIT
 ADD = Script(
     "ADD",
     """
--- KEYS: ready, body, meta, count, bytes. ARGV: marker prefix, marker TTL ms, then per
--- message: guid, move id, meta, payload, mode, origin URI, renamed meta. Appends each
--- message whose move has not been done before. A GUID the queue holds already: mode
+-- KEYS: ready, body, meta, count, bytes, pickup. ARGV: marker prefix, marker TTL ms,
+-- then per message: guid, move id, meta, payload, mode, origin URI, renamed meta,
+-- pickup deadline ms (0: none; a dead-letter notice's). Appends each message whose
+-- move has not been done before. A GUID the queue holds already: mode
 -- 'r' (a dead letter) appends it under the first dead_letter_guid(origin, guid, n)
 -- the queue does not hold, with the renamed meta (x-original-guid); mode 'k' (a
 -- replay) leaves it out. Returns status, guid per message: 0 moved before, 1 added,
@@ -70,11 +71,12 @@ while i <= #ARGV do
       redis.call('HDEL', KEYS[4], guid)
       redis.call('RPUSH', KEYS[1], guid)
       redis.call('INCRBY', KEYS[5], #payload)
+      if ARGV[i + 7] ~= '0' then redis.call('ZADD', KEYS[6], ARGV[i + 7], guid) end
     end
   end
   table.insert(out, status)
   table.insert(out, guid)
-  i = i + 7
+  i = i + 8
 end
 return out
 """,
@@ -102,6 +104,8 @@ class Move(NamedTuple):
     """The queue it comes from (``RENAME``: the derived GUID's origin)."""
     renamed_meta: str
     """Its meta with ``x-original-guid`` (``RENAME``)."""
+    pickup_ms: int
+    """Its pickup deadline (ms; 0: none): a dead-letter notice's (``deadletter``)."""
 
 
 def add(queue: QueueKeys, *, marker_ttl_ms: int, moves: Iterable[Move]) -> ScriptCall:
@@ -110,7 +114,9 @@ def add(queue: QueueKeys, *, marker_ttl_ms: int, moves: Iterable[Move]) -> Scrip
     args: list[Arg] = [queue.moves, marker_ttl_ms]
     for move in moves:
         args += move
-    return ADD.call([queue.ready, queue.body, queue.meta, queue.count, queue.bytes], args)
+    return ADD.call(
+        [queue.ready, queue.body, queue.meta, queue.count, queue.bytes, queue.pickup], args
+    )
 
 
 LEAVE = Script(

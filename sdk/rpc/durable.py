@@ -26,9 +26,8 @@ worker (NTP-level agreement is assumed).
 The request itself carries the same keep time as its pickup TTL, so no worker starts
 it once its reply could no longer be fetched, and its reply queue as the broker's
 dead-letter notice queue (a request dead-lettered at the delivery limit is fetched as
-``DeadLetteredError``). Known limit: such a notice has no TTL of its own, so the
-notice of a request nobody served nor fetched stays in its reply queue until an
-operator purges it (``holdfast purge``/``delete``).
+``DeadLetteredError``). The broker gives that notice the request's pickup TTL (its
+keep time, counted from the dead-lettering), so a notice nobody fetches expires too.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ CALLS: list[ScriptCall] = [
     move_scripts.add(
         Q,
         marker_ttl_ms=1,
-        moves=[move_scripts.Move(GUIDS[0], "m", "1|1|{}", b"", "r", "hf://d/q", "1|1|{}")],
+        moves=[move_scripts.Move(GUIDS[0], "m", "1|1|{}", b"", "r", "hf://d/q", "1|1|{}", 0)],
     ),
     move_scripts.leave(Q, node="n", lease="l", now_ms=1, leaving=[(GUIDS[0], "expired", None)]),
     move_scripts.leaving(Q, since_ms=1),

@@ -129,12 +129,13 @@ def test_the_move_scripts_answer_how_many_they_moved(db: redis.Redis) -> None:
     gone = [keys.body, keys.meta, keys.count, keys.leaving, keys.bytes, keys.pickup]
     assert run(db, GONE, gone, ["b", "gone"]) == 1
     assert not db.hexists(keys.body, "b")
-    add = [target.ready, target.body, target.meta, target.count, target.bytes]
+    add = [target.ready, target.body, target.meta, target.count, target.bytes, target.pickup]
     marker = [target.prefix + "mv:", "60000"]
 
     def move(guid: str, move_id: str, mode: str = "r") -> list[str]:
-        # guid, move id, meta, payload, mode, origin URI, renamed meta (move_scripts.ADD)
-        return [guid, move_id, "d|1|{}", "p", mode, "hf://o/q", "d|1|{renamed}"]
+        # guid, move id, meta, payload, mode, origin URI, renamed meta, pickup deadline
+        # (move_scripts.ADD)
+        return [guid, move_id, "d|1|{}", "p", mode, "hf://o/q", "d|1|{renamed}", "0"]
 
     args = [*marker, *move("b", "m1"), *move("e", "m2")]
     assert run(db, ADD, add, args) == [1, b"b", 1, b"e"]
@@ -154,6 +155,14 @@ def test_the_move_scripts_answer_how_many_they_moved(db: redis.Redis) -> None:
     assert status == 2 and renamed != b"e" and len(renamed) == 16
     assert db.hget(target.meta, renamed) == b"d|1|{renamed}"
     assert db.lrange(target.ready, 0, -1) == [b"b", b"e", b"b", renamed]
+    assert db.zcard(target.pickup) == 0
+    # A copy with a pickup deadline (a dead-letter notice) is swept at it, renamed or not.
+    notice = [*marker, *move("e", "m6")[:-1], "77", *move("n", "m7")[:-1], "88"]
+    answer = run(db, ADD, add, notice)
+    assert isinstance(answer, list)
+    status, again, added, _ = answer
+    assert (status, added) == (2, 1)
+    assert db.zrange(target.pickup, 0, -1, withscores=True) == [(again, 77.0), (b"n", 88.0)]
 
 
 def test_expire_takes_at_most_a_batch_and_stops_at_a_fresh_never_delivered_message(
