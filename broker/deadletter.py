@@ -5,6 +5,10 @@ rejected without requeue) is *buried*: if the queue's policy names a dead-letter
 queue, it moves there with the properties ``x-death-reason``, ``x-original-uri`` and
 ``x-delivery-count``, under the same GUID (so a caller can still correlate it, and
 ``dlq replay`` can put it back under that GUID); otherwise it is dropped and counted.
+A dead letter dead-lettered again (its dead-letter queue's own policy dead-letters)
+keeps ``x-original-uri`` and ``x-original-guid``, the queue it first died in and its
+GUID there (``first_origin``); ``x-death-reason`` and ``x-delivery-count`` tell of
+the last move.
 A policy that makes a queue its own dead-letter queue (refused when set, but a store
 may hold one from before) counts as none: the move would replace the message by
 itself.
@@ -293,6 +297,11 @@ def dead_copies(
         # The per-message rules did their job: a dead letter must not expire from the
         # dead-letter queue, nor notify again.
         properties = {k: v for k, v in message.properties.items() if k not in _SPENT} | death
+        origin = first_origin(message)
+        if origin is None:  # its first death: its GUID there is its own
+            properties.pop(ORIGINAL_GUID, None)
+        else:  # dead-lettered again: the pair names where it first died, and its GUID there
+            properties[ORIGINAL_URI] = origin
         copies.append(
             StoredMessage(
                 target_uri, message.guid, message.payload, properties, now, 0, message.digest
@@ -304,6 +313,21 @@ def dead_copies(
         death[PICKUP_TTL] = str(notice_ttl_ms(message.properties))
         copies.append(StoredMessage(notify, dead_letter_notice_guid(message.guid), b"", death, now))
     return copies
+
+
+def first_origin(message: StoredMessage) -> str | None:
+    """The queue a dead letter first died in, if it is one being dead-lettered again
+    (out of a dead-letter queue whose own policy dead-letters): its valid
+    ``x-original-uri``; None for a message dying for the first time. A replay puts a
+    dead letter back there (under ``x-original-guid``), not in a dead-letter queue."""
+    origin = message.properties.get(ORIGINAL_URI) if message.properties else None
+    if origin is None:
+        return None
+    try:
+        parse_queue_uri(origin)
+    except Invalid:
+        return None
+    return origin
 
 
 def notice_ttl_ms(properties: Mapping[str, str]) -> int:
@@ -358,6 +382,7 @@ __all__ = [
     "NOTICE_MIN_TTL_MS",
     "Graveyard",
     "dead_copies",
+    "first_origin",
     "notice_ttl_ms",
     "replay_copy",
     "replay_problem",

@@ -51,8 +51,11 @@ def unique_copy(copy: StoredMessage, origin: str, holds: Callable[[bytes], bool]
 
 
 def renamed(copy: StoredMessage, guid: bytes) -> StoredMessage:
-    """``copy`` under ``guid``, its own GUID kept in ``x-original-guid``."""
-    return replace(copy, guid=guid, properties={**copy.properties, ORIGINAL_GUID: copy.guid.hex()})
+    """``copy`` under ``guid``, its own GUID kept in ``x-original-guid``; one it has
+    already (renamed by an earlier move, into the dead-letter queue it now leaves) is
+    kept: that is the GUID it had in ``x-original-uri``, where a replay puts it."""
+    first = copy.properties.get(ORIGINAL_GUID) or copy.guid.hex()
+    return replace(copy, guid=guid, properties={**copy.properties, ORIGINAL_GUID: first})
 
 
 def held_problem(message: StoredMessage, copy: StoredMessage) -> str:

@@ -150,3 +150,63 @@ def test_a_stored_self_dead_letter_policy_counts_as_none(
         wait_until(lambda: dropped(world) == before + 1, 15, "dropped, counted")
         assert peek(world, dead) == []
         assert inbox.counts() == [1]
+
+
+def settle_order(message: Message) -> None:
+    """Dead-letter the message ``b"order"``; confirm anything else."""
+    if message.payload == b"order":
+        message.reject(requeue=False)
+    else:
+        message.confirm()
+
+
+def dead_letter_twice(world: World, *, renamed: bool) -> tuple[str, str, uuid.UUID]:
+    """``b"order"`` posted to a queue, dead-lettered to a dead-letter queue whose own
+    policy dead-letters to a second one, and dead-lettered again there; ``renamed``: each
+    dead-letter queue holds the GUID the order would take there first, so each move
+    renames it. Returns the queue, the second dead-letter queue and the order's GUID."""
+    origin, first, second = world.uri("orders"), world.uri("dead-1"), world.uri("dead-2")
+    world.admin.set_policy(origin, QueuePolicy(dead_letter=first))
+    world.admin.set_policy(first, QueuePolicy(dead_letter=second))
+    guid = uuid.uuid4()
+    renamed_once = uuid.UUID(bytes=dead_letter_guid(origin, guid.bytes, 1))
+    planted = {first: guid, second: renamed_once} if renamed else {}
+    with world.session() as session:
+        assert post_and_wait(session, origin, b"order", guid=guid) is AckStatus.SUCCESS
+        for uri, each in planted.items():
+            assert post_and_wait(session, uri, b"planted", guid=each) is AckStatus.SUCCESS
+    dead_letter(world, origin, first, 1 + renamed)
+    with world.session() as session:
+        inbox = Inbox(settle_order)
+        session.open_queue(first, read=True, on_message=inbox)
+        inbox.wait(1 + renamed)
+        wait_until(lambda: peek(world, first) == [], 15, "the first dead-letter queue emptied")
+    wait_ready(world, second, 1 + renamed)
+    return origin, second, guid
+
+
+def test_a_dead_letter_dead_lettered_again_keeps_its_first_origin(world: World) -> None:
+    """Moved twice, a dead letter names the queue it first died in (where a replay puts
+    it back), and the last move's reason; the second move overwrote the origin."""
+    origin, second, guid = dead_letter_twice(world, renamed=False)
+    [letter] = peek(world, second)
+    assert letter.guid == guid.bytes
+    assert letter.properties["x-original-uri"] == origin
+    assert letter.properties["x-death-reason"] == "rejected"
+    assert world.admin.replay_dead_letters(second) == (1, "")
+    [back] = wait_ready(world, origin, 1)
+    assert (back.guid, back.payload) == (guid.bytes, b"order")
+
+
+def test_a_dead_letter_renamed_twice_keeps_its_first_guid(direct_world: World) -> None:
+    """Renamed by both moves, it keeps the GUID it had in its first queue in
+    ``x-original-guid``, and goes back there under it."""
+    world = direct_world
+    origin, second, guid = dead_letter_twice(world, renamed=True)
+    letter = {m.payload: m for m in peek(world, second)}[b"order"]
+    assert letter.properties["x-original-uri"] == origin
+    assert letter.properties["x-original-guid"] == guid.hex
+    count, note = world.admin.replay_dead_letters(second)
+    assert count == 1, note
+    [back] = wait_ready(world, origin, 1)
+    assert (back.guid, back.payload) == (guid.bytes, b"order")

@@ -11,6 +11,12 @@ from pathlib import Path
 import pytest
 
 from holdfast.broker import MemoryStore
+from holdfast.broker.deadletter import (
+    NOTICE_DEFAULT_TTL_MS,
+    NOTICE_MIN_TTL_MS,
+    dead_copies,
+    notice_ttl_ms,
+)
 from holdfast.broker.queues import Consumer, FlowLimits
 from holdfast.broker.registry import IDLE_SCAN_INTERVAL, QueueRegistry
 from holdfast.broker.sqlite_store import SqliteStore
@@ -190,3 +196,30 @@ def test_a_raising_handler_rejects_with_a_growing_delay() -> None:
     message = Message(uuid.uuid4(), b"", {}, 1, URI, settle_message, 1, 1)
     reject_on_failure(confirming_then_failing, options)(message)
     assert settled[-1] is None  # the confirm, and no reject after it
+
+
+def test_what_a_dead_letter_and_its_notice_carry_after_one_and_two_moves() -> None:
+    """A message dying for the first time names its queue, and an ``x-original-guid``
+    it carried (from no move: it has no ``x-original-uri``) goes: its GUID there is its
+    own. Dead-lettered again, it keeps the pair of its first move. A notice carries
+    the dead message's pickup TTL, at least ``NOTICE_MIN_TTL_MS``, else the default."""
+    guid = uuid.uuid4().bytes
+    stray = {"x-original-guid": "ab" * 16, "x-dead-letter-notify": "hf://d/reply"}
+    first, notice = dead_copies(
+        StoredMessage("hf://d/q", guid, b"", stray, 0.0), "expired", "hf://d/q", "hf://d/dead", 1.0
+    )
+    assert first.properties["x-original-uri"] == "hf://d/q"
+    assert "x-original-guid" not in first.properties
+    assert notice.properties["x-ttl-ms"] == str(NOTICE_DEFAULT_TTL_MS)
+    again = StoredMessage("hf://d/dead", guid, b"", {**first.properties, **stray}, 1.0)
+    [second] = dead_copies(again, "rejected", "hf://d/dead", "hf://d/dead-2", 2.0)[:1]
+    assert second.properties["x-original-uri"] == "hf://d/q"
+    assert second.properties["x-original-guid"] == "ab" * 16
+    assert second.properties["x-death-reason"] == "rejected"
+    assert notice_ttl_ms({"x-ttl-ms": "5"}) == NOTICE_MIN_TTL_MS
+    assert notice_ttl_ms({"x-ttl-ms": "3600001"}) == 3600001
+    bad = {"x-original-uri": "not a uri"}
+    [copy] = dead_copies(
+        StoredMessage("hf://d/x", guid, b"", bad, 0.0), "expired", "hf://d/x", "hf://d/dead", 1.0
+    )
+    assert copy.properties["x-original-uri"] == "hf://d/x"
