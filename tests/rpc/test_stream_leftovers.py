@@ -18,6 +18,7 @@ import pytest
 from holdfast.sdk import (
     QueueNotFoundError,
     Request,
+    RpcTimeoutError,
     Session,
     StreamError,
     StreamingReply,
@@ -147,6 +148,46 @@ def test_a_handler_that_leaves_its_stream_unread_leaves_nothing_in_the_broker(
         stream = streaming.stream_uri(uri.split("/")[2], guids[0], "data")
         wait_until(lambda: left_in(broker.address, stream) == 0, 15, "the stream drained")
         wait_until(lambda: credits_left(broker.address, uri, guids[0], "data") == 0, 15, "credits")
+
+
+def credit_readers(address: str, uri: str, guid: uuid.UUID, name: str) -> int:
+    """Handles open on the credit queue of stream ``name`` of call ``guid`` (its sender's)."""
+    with AdminClient(address) as admin:
+        try:
+            return admin.stats(chunks.credit_uri(uri.split("/")[2], guid, name)).handles
+        except QueueNotFoundError:
+            return 0
+
+
+@pytest.mark.usefixtures("short_credit_ttl")
+def test_a_timed_out_upload_leaves_no_credit_behind(broker: BrokerProcess) -> None:
+    """A call times out while its worker holds its upload unread: the caller's sender
+    ends and closes the credit queue, then the worker's reader, closed when its handler
+    returns, posts its stop there, for nobody. The stop expires."""
+    uri = unique_uri("upload-timeout")
+    guids: list[uuid.UUID] = []
+
+    def handle(request: Request) -> bytes:
+        guids.append(request.guid)
+        assert request.cancelled.wait(10)
+        wait_until(
+            lambda: credit_readers(broker.address, uri, request.guid, "data") == 0,
+            10,
+            "the caller's sender gone",
+        )
+        return b""
+
+    with (
+        Session(broker.address, options=FAST) as worker_session,
+        Worker(worker_session, uri, handle) as worker,
+        Session(broker.address, options=FAST) as caller,
+    ):
+        data = io.BytesIO(bytes(10 * 1024 * 1024))
+        with pytest.raises(RpcTimeoutError):
+            caller.request(uri, b"", streams={"data": data}, timeout=2)
+        wait_until(lambda: worker.handler_runs == 1, 15, "the handler run")
+        wait_until(lambda: credits_left(broker.address, uri, guids[0], "data") > 0, 15, "the stop")
+        wait_until(lambda: credits_left(broker.address, uri, guids[0], "data") == 0, 15, "expiry")
 
 
 def test_a_cancelled_call_fails_a_threaded_handlers_read_at_once(broker: BrokerProcess) -> None:
