@@ -320,7 +320,12 @@ def first_origin(message: StoredMessage) -> str | None:
     (out of a dead-letter queue whose own policy dead-letters): its valid
     ``x-original-uri``; None for a message dying for the first time. A replay puts a
     dead letter back there (under ``x-original-guid``), not in a dead-letter queue."""
-    origin = message.properties.get(ORIGINAL_URI) if message.properties else None
+    properties = message.properties
+    # Both marks of a move: a client's PUT may name a queue it can write as its
+    # x-original-uri, which alone does not make the message a dead letter.
+    if not properties or DEATH_REASON not in properties:
+        return None
+    origin = properties.get(ORIGINAL_URI)
     if origin is None:
         return None
     try:

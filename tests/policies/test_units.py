@@ -223,3 +223,10 @@ def test_what_a_dead_letter_and_its_notice_carry_after_one_and_two_moves() -> No
         StoredMessage("hf://d/x", guid, b"", bad, 0.0), "expired", "hf://d/x", "hf://d/dead", 1.0
     )
     assert copy.properties["x-original-uri"] == "hf://d/x"
+    # A PUT may name an x-original-uri (one its client may write): without the
+    # x-death-reason of a move it is no dead letter, and it died first here.
+    posted = {"x-original-uri": "hf://d/elsewhere"}
+    [copy] = dead_copies(
+        StoredMessage("hf://d/x", guid, b"", posted, 0.0), "expired", "hf://d/x", "hf://d/dead", 1.0
+    )
+    assert copy.properties["x-original-uri"] == "hf://d/x"
