@@ -108,6 +108,9 @@ class SessionEngine:
         """Rule 7: 0.0 if a post may go ahead, else seconds to wait (see ``Producer``)."""
         self.post = self._producer.post
         """Buffer a PUT under a new uuid7 GUID, or ``guid`` (see ``Producer.post``)."""
+        self.buffer = self._producer.buffer
+        """``post`` without ``guid`` (a call less), or under a GUID's bytes: the shells'
+        hot path (see ``Producer.buffer``)."""
         self.post_many = self._producer.post_many
         """Buffer a batch of PUTs of one queue, all or none (see ``Producer.post_many``)."""
         self.relay = (relayer := Relayer(self._producer, self._puts, self._outbound)).relay

@@ -135,7 +135,16 @@ class Uuid7Source:
                 ms = self._ms = ms + 1
                 counter = self._random() & _COUNTER_START_MASK
         self._counter = counter
+        # Once per post: ``_random`` and ``uuid_from_int`` inlined (two calls less).
+        index = self._next
+        if index >= len(self._pool):
+            self._pool = struct.unpack(f">{_POOL_WORDS}Q", os.urandom(8 * _POOL_WORDS))
+            index = 0
+        self._next = index + 1
         value = (
-            (ms << 80) | _VERSION_AND_VARIANT | (counter << 64) | (self._random() & _RAND_B_MASK)
+            (ms << 80) | _VERSION_AND_VARIANT | (counter << 64) | (self._pool[index] & _RAND_B_MASK)
         )
-        return uuid_from_int(value), value.to_bytes(16)
+        made = _new_uuid(_UUID)
+        _slot_int(made, value)
+        _slot_is_safe(made, _SAFE_UNKNOWN)
+        return made, value.to_bytes(16)

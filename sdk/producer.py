@@ -276,11 +276,14 @@ class Producer:
             raise QueueNotOpenError(f"queue {queue.uri if queue else queue_id} is not open")
         if not queue.write:
             raise NotWritableError(f"queue {queue.uri} was opened without write=True")
-        payload = _as_bytes(payload)
+        if payload.__class__ is not bytes:  # checks inlined where they pass: calls less
+            payload = _as_bytes(payload)
         props: dict[str, str] | None = None
         try:
-            check_payload(payload, self.limits)
-            size = len(payload) + PUT_OVERHEAD
+            size = len(payload)
+            if size > self.limits.max_payload_bytes:
+                check_payload(payload, self.limits)
+            size += PUT_OVERHEAD
             if properties:
                 props, props_size = check_properties(properties, self.limits)
                 # Buffer accounting, not the limit: each property's tags and lengths.
@@ -289,7 +292,7 @@ class Producer:
             raise invalid_error(error) from None
         puts = self._puts
         active = state is LinkState.ACTIVE
-        if self.past_disconnected_limit(active, size):
+        if not active and self.past_disconnected_limit(active, size):
             raise BufferFullError(
                 f"{puts.bytes} bytes are buffered while disconnected; this PUT "
                 f"would exceed max_disconnected_buffer_bytes={self._disconnected_limit}"

@@ -318,11 +318,15 @@ class Session(RequestReply):
         guid: uuid.UUID | None,
     ) -> uuid.UUID:
         driver = self._driver
+        engine = self._engine
         with self._lock:
             now = time.monotonic()
-            if self._engine.admit_post(now, now, queue_id):
+            if engine.admit_post(now, now, queue_id):
                 now = driver.wait_admission(now, queue_id)
-            guid = self._engine.post(queue_id, payload, properties, on_ack, now, guid=guid)
+            if guid is None:
+                guid = engine.buffer(queue_id, payload, properties, on_ack, now, None)
+            else:
+                guid = engine.post(queue_id, payload, properties, on_ack, now, guid=guid)
             if driver.writer_idle:
                 driver.wake_writer()
         return guid

@@ -351,6 +351,9 @@ class Session:
         now = time.monotonic()
         if engine.admit_post(now, now, queue_id) > 0:
             now = await self._admission_wait(queue_id, now)
-        guid = engine.post(queue_id, payload, properties, on_ack, now, guid)
+        if guid is None:
+            guid = engine.buffer(queue_id, payload, properties, on_ack, now, None)
+        else:
+            guid = engine.post(queue_id, payload, properties, on_ack, now, guid)
         self._core.driver.outbound_queued()
         return guid
