@@ -19,6 +19,7 @@ from holdfast.sdk.errors import (
     RpcCancelledError,
     RpcError,
     RpcTimeoutError,
+    StreamError,
     WorkerLostError,
 )
 from holdfast.sdk.options import QueueOptions
@@ -194,8 +195,11 @@ def refused(ack: Ack) -> RpcError | None:
 
 
 def ends_abandoned(error: BaseException | None) -> bool:
-    """Whether a call that ended with ``error`` leaves a worker to cancel."""
-    return isinstance(error, (RpcTimeoutError, RpcCancelledError, DeadLetteredError))
+    """Whether a call that ended with ``error`` leaves a worker to cancel. A call ends
+    with ``StreamError`` before its reply only when one of its own streams could not be
+    sent: its handler, maybe reading another of them, would otherwise wait out the
+    reader's stall timeout."""
+    return isinstance(error, (RpcTimeoutError, RpcCancelledError, DeadLetteredError, StreamError))
 
 
 def broker_pickup_ms(pickup: float) -> int:

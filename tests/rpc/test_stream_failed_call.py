@@ -1,0 +1,109 @@
+"""A call that fails because one of its streams cannot be sent ends its handler too,
+as a timeout or a cancel does: the handler blocked reading another stream of the call
+learns at once, not after the reader's 30 s stall, and its worker is free again."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from holdfast.sdk import Request, Session, StreamError, Worker, aio
+from tests.support.processes import BrokerProcess
+from tests.support.sessions import FAST, unique_uri
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class Held:
+    """A stream source whose first read blocks until ``release`` (a slow disk)."""
+
+    def __init__(self) -> None:
+        self.released = threading.Event()
+
+    def read(self, size: int = -1) -> bytes:
+        self.released.wait(60)
+        return b""
+
+
+class Broken:
+    """A stream source whose first read fails."""
+
+    def read(self, size: int = -1) -> bytes:
+        raise OSError("disk gone")
+
+
+def test_a_stream_that_fails_ends_the_handler_reading_another(broker: BrokerProcess) -> None:
+    uri = unique_uri("stream-failed-call")
+    seen: list[tuple[BaseException, float]] = []
+
+    def handle(request: Request) -> bytes:
+        started = time.monotonic()
+        try:
+            request.streams["slow"].read()
+        except StreamError as error:
+            seen.append((error, time.monotonic() - started))
+            raise
+        return b""
+
+    held = Held()
+    try:
+        with (
+            Session(broker.address, options=FAST) as worker_session,
+            Worker(worker_session, uri, handle),
+            Session(broker.address, options=FAST) as caller,
+        ):
+            with pytest.raises(StreamError, match="stream broken: reading it failed"):
+                caller.request(uri, b"", streams={"slow": held, "broken": Broken()}, timeout=60)
+            wait_until(lambda: bool(seen), 10, "the handler's read to end")
+    finally:
+        held.released.set()
+    error, waited = seen[0]
+    assert "cancelled" in str(error) and waited < 10
+
+
+def test_an_asyncio_stream_that_fails_ends_the_handler_reading_another(
+    broker: BrokerProcess,
+) -> None:
+    uri = unique_uri("aio-stream-failed-call")
+
+    async def run() -> None:
+        ended: list[BaseException] = []
+        released = asyncio.Event()
+
+        async def slow() -> AsyncIterator[bytes]:
+            await released.wait()
+            yield b"late"
+
+        async def broken() -> AsyncIterator[bytes]:
+            raise OSError("disk gone")
+            yield b""  # an async generator
+
+        async def handle(request: Request) -> bytes:
+            try:
+                await request.streams["slow"].read()
+            except BaseException as error:  # CancelledError: the call was cancelled
+                ended.append(error)
+                raise
+            return b""
+
+        async with (
+            aio.Session(broker.address, options=FAST) as worker_session,
+            aio.Worker(worker_session, uri, handle),
+            aio.Session(broker.address, options=FAST) as caller,
+        ):
+            started = time.monotonic()
+            with pytest.raises(StreamError, match="stream broken: reading it failed"):
+                await caller.request(
+                    uri, b"", streams={"slow": slow(), "broken": broken()}, timeout=60
+                )
+            while not ended and time.monotonic() - started < 10:
+                await asyncio.sleep(0.05)
+            released.set()
+            assert ended, "the handler still reads 10 s after its call failed"
+
+    asyncio.run(run())
