@@ -219,10 +219,14 @@ def readers(
 
 
 async def close_all(streams: Mapping[str, Any]) -> None:
-    """Close every reader of a finished request (its stream queues with them)."""
-    for reader in streams.values():
-        if isinstance(reader, AsyncStreamReader):
-            await reader.aclose()
+    """Close every reader of a finished request (its stream queues with them), all at
+    once: a reader left unread drains for ``DRAIN_IDLE`` (0.2 s), and one after
+    another, a handler that read none of 40 streams held its reply 8 s."""
+    readers = [reader for reader in streams.values() if isinstance(reader, AsyncStreamReader)]
+    outcomes = await asyncio.gather(*(r.aclose() for r in readers), return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
 
 
 __all__ = ["AsyncSource", "AsyncStreamReader", "close_all", "readers", "send", "start_senders"]

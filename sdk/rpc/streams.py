@@ -38,6 +38,7 @@ import contextlib
 import threading
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from holdfast.sdk.errors import HoldfastError, StreamError
@@ -249,16 +250,28 @@ def readers(
     }
 
 
+CLOSERS = 16
+"""Readers of one request closed at a time (``close_all``)."""
+
+
 def close_all(streams: Mapping[str, Any]) -> None:
-    """Close every reader of a finished request (its stream queues with them)."""
-    for reader in streams.values():
-        if isinstance(reader, StreamReader):
+    """Close every reader of a finished request (its stream queues with them), up to
+    ``CLOSERS`` at a time: a reader left unread drains for ``DRAIN_IDLE`` (0.2 s), and
+    one after another, a handler that read none of 40 streams held its reply 8 s."""
+    readers = [reader for reader in streams.values() if isinstance(reader, StreamReader)]
+    if len(readers) < 2:
+        for reader in readers:
             reader.close()
+        return
+    with ThreadPoolExecutor(min(CLOSERS, len(readers)), "holdfast-stream-close") as pool:
+        for done in [pool.submit(reader.close) for reader in readers]:
+            done.result()
 
 
 __all__ = [
     "ABORT",
     "CHUNK_SIZE",
+    "CLOSERS",
     "CREDIT_EVERY",
     "CREDIT_WINDOW",
     "END",
