@@ -110,8 +110,12 @@ class RequestId:
 
 
 def parse_request_id(text: object, token: str | None) -> RequestId:
-    """``text`` as a request id of ``token``; ``UnknownRequestError`` otherwise."""
-    match = _ID.fullmatch(text) if isinstance(text, str) else None
+    """``text`` as a request id of ``token``; ``UnknownRequestError`` otherwise
+    (``InvalidArgumentError`` if it is not even a ``str``: a programming error, not an
+    id the broker forgot)."""
+    if not isinstance(text, str):
+        raise InvalidArgumentError(f"a request id is a str, not {type(text).__name__}")
+    match = _ID.fullmatch(text)
     if match is None:
         raise UnknownRequestError(f"not a request id: {str(text)[:120]!r}")
     parsed = RequestId(match["domain"], uuid.UUID(hex=match["guid"]), int(match["until"]))

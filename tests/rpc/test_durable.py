@@ -133,6 +133,10 @@ def test_ids_not_of_this_token_are_unknown(broker: BrokerProcess, session: Sessi
     )
     with Session(broker.address, options=other) as stranger, pytest.raises(UnknownRequestError):
         stranger.fetch_reply(request_id, timeout=1)
+    # Not a str at all is the caller's mistake, not an id the broker forgot.
+    for wrong in (None, 123, request_id.encode()):
+        with pytest.raises(InvalidArgumentError, match="a request id is a str"):
+            session.fetch_reply(wrong, timeout=1)  # type: ignore[arg-type]
 
 
 def test_bad_keep_is_refused(session: Session) -> None:
