@@ -231,7 +231,7 @@ def read_puts(batch: pb.PutBatch) -> PutColumns:
 def put_batch(
     queue_ids: Sequence[int],
     guids: Sequence[bytes],
-    payloads: Sequence[bytes],
+    payloads: Sequence[bytes | memoryview],
     ages_ms: Sequence[int] = (),
     properties: Iterable[tuple[int, Mapping[str, str]]] = (),
 ) -> pb.PutBatch:

@@ -9,7 +9,7 @@ still reaches the broker before that close.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from itertools import repeat
 
 from holdfast.proto import pb
@@ -41,11 +41,21 @@ def encode(
     Each PUT carries its age at ``now`` (``Put.age_ms``): how long ago it was first
     posted, so the next hop continues its age instead of starting it again.
     """
-    frames: list[tuple[pb.ClientFrame, int]] = []
+    return list(encode_lazily(items, max_batch_bytes, now))
+
+
+def encode_lazily(
+    items: Iterable[OutboundItem], max_batch_bytes: int, now: float
+) -> Iterator[tuple[pb.ClientFrame, int]]:
+    """``encode``, a frame at a time, each as soon as it is complete. The writers send
+    each before the next is made: after an outage a proxy retransmits its whole buffer
+    (256 MiB by default) in one take, and encoded at once the frames, which copy the
+    payloads, doubled its memory while the buffer was still held."""
+    frames: list[tuple[pb.ClientFrame, int]] = []  # complete, not yet yielded
     # The open PUT batch, as columns (``holdfast.proto.columns``).
     queue_ids: list[int] = []
     guids: list[bytes] = []
-    payloads: list[bytes] = []
+    payloads: list[bytes | memoryview] = []
     ages: list[int] = []
     properties: list[tuple[int, Mapping[str, str]]] = []
     put_bytes = 0
@@ -107,6 +117,9 @@ def encode(
             flush_puts()
             flush_confirms()
             frames.append((item, FRAME_SIZE))
+        if frames:
+            yield from frames
+            frames.clear()
     flush_puts()
     flush_confirms()
-    return frames
+    yield from frames

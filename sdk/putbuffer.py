@@ -18,10 +18,11 @@ from holdfast.sdk.putsegments import Extra, Segment, Segments
 from holdfast.sdk.types import Ack
 
 PendingPut = tuple[
-    bytes, int, bytes, dict[str, str] | None, Callable[[Ack], Any] | None, float, int
+    bytes, int, bytes | memoryview, dict[str, str] | None, Callable[[Ack], Any] | None, float, int
 ]
 """A PUT on its way to the wire, or taken out of the buffer: ``(guid, queue_id, payload,
-properties, on_ack, posted_at, size)``, read with the index constants below.
+properties, on_ack, posted_at, size)``, read with the index constants below; the payload of
+a PUT taken out of a full segment is a view of it (``Segment.payload``).
 ``posted_at`` is on the engine's monotonic clock, back-dated by the age a relayed PUT
 arrived with.
 

@@ -106,10 +106,14 @@ class Segment:
                 return stray
         return bytes(self.guids[16 * i : 16 * i + 16])
 
-    def payload(self, i: int) -> bytes:
-        """The payload of the PUT at index ``i`` (a copy: the PUT is being sent)."""
+    def payload(self, i: int) -> bytes | memoryview:
+        """The payload of the PUT at index ``i``, to be sent: a view of a full segment's
+        bytes, or a copy out of the tail's, which still grows (a view would pin it).
+        Copies doubled a proxy's memory when it sent its whole buffer again after an
+        outage (256 MiB by default, all taken at once)."""
         ends = self.ends
-        return bytes(memoryview(self.data)[ends[i - 1] if i else 0 : ends[i]])
+        view = memoryview(self.data)[ends[i - 1] if i else 0 : ends[i]]
+        return view if self.data.__class__ is bytes else bytes(view)
 
     def size(self, i: int) -> int:
         """Wire bytes of the PUT at index ``i`` less ``PUT_OVERHEAD`` (payload, properties)."""

@@ -259,3 +259,20 @@ def test_a_keyed_buffer_matches_ack_runs_again_after_an_ack_found_alone() -> Non
     assert (i, n) == (3, 5)
     segments.release_run(segment, i, n)
     assert segments.count == 2  # guids[0] and guids[1], still pending
+
+
+def test_puts_taken_out_of_a_full_segment_share_its_bytes() -> None:
+    """A proxy sends its whole buffer again after an outage: copying each payload out
+    doubled its memory. A full segment's payloads come out as views of its bytes; the
+    tail's, whose buffer still grows, as copies (a view would pin it)."""
+    source = Uuid7Source()
+    with tiny_segments():
+        buffer = PutBuffer()
+        payloads = [b"payload-%d" % i for i in range(6)]
+        for payload in payloads:
+            buffer.add(source.next()[1], 1, payload, None, None, 0.0, len(payload) + 64)
+        taken = list(buffer)
+        assert [put[2] for put in taken] == payloads
+        assert [type(put[2]) for put in taken] == [memoryview] * 4 + [bytes] * 2
+        buffer.add(source.next()[1], 1, b"more", None, None, 0.0, 68)  # the tail still grows
+        assert [bytes(put[2]) for put in buffer][-1] == b"more"
