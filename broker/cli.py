@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from holdfast.broker.config import CONFIG_FLAGS, BrokerConfig
-from holdfast.broker.dedup import MAX_GRACE
+from holdfast.broker.dedup import DEFAULT_MAX_GUIDS, MAX_GRACE
 from holdfast.broker.redis.bounds import (
     MAX_LEASE,
     MAX_MIN_REPLICAS,
@@ -118,7 +118,9 @@ def _port(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``holdfast-broker``."""
-    defaults = BrokerConfig()
+    # Not the environment's HOLDFAST_HISTORY_MAX_GUIDS here: a bad one must fail as the
+    # flag's value, named (``apply_environment``), not as a traceback building the parser.
+    defaults = BrokerConfig(dedup_max_guids=DEFAULT_MAX_GUIDS)
     parser = OneLineParser(
         prog="holdfast-broker",
         description="The Holdfast reference broker: queues, delivery and GUID dedup over gRPC.",

@@ -82,9 +82,12 @@ def default_max_guids() -> int:
     text = os.environ.get(MAX_GUIDS_ENV, "").strip()
     if not text:
         return DEFAULT_MAX_GUIDS
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value <= 0:
-        raise ValueError(f"{MAX_GUIDS_ENV} must be > 0, got {text[:40]!r}")
+        raise ValueError(f"{MAX_GUIDS_ENV} must be a whole number > 0, got {text[:40]!r}")
     return value
 
 

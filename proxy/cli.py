@@ -31,6 +31,7 @@ from holdfast.server.cli_support import (
     apply_environment,
     configure_logging,
     name_flags,
+    whole_number,
 )
 from holdfast.server.grpc_logs import route_grpc_logs
 from holdfast.server.security import (
@@ -45,6 +46,9 @@ log = logging.getLogger("holdfast.proxy")
 
 UPSTREAM_TOKEN_ENV = "HOLDFAST_UPSTREAM_TOKEN"
 """Where the proxy's own token is read from without ``--upstream-token-file``."""
+
+MAX_BUFFER_FLAG = 1 << 40
+"""The largest ``--max-buffer-bytes`` taken (1 TiB): more is a typo, not a bound."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,13 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--max-buffer-bytes",
-        type=int,
+        type=whole_number(1, maximum=MAX_BUFFER_FLAG),
         default=defaults.max_buffer_bytes,
         metavar="BYTES",
         help="bound on the bytes of client PUTs held until the broker ACKs them, shared "
         "fairly by the clients connected: a client holding its share is not read until "
         "some are ACKed, so its post() waits, then raises BandwidthLimitError "
-        "(default: %(default)s, 256 MiB)",
+        "(default: %(default)s, 256 MiB; at most 1 TiB)",
     )
     parser.add_argument(
         "--metrics-port",

@@ -174,6 +174,19 @@ def test_json_logs_are_one_object_a_line(taken_port: int) -> None:
             "argument --redis-lease: must be >= 0.3 and at most 3600 seconds, got inf "
             "(from HOLDFAST_REDIS_LEASE)",
         ),
+        # Read while the parser was built, a bad one was a traceback, even with the flag
+        # given or --help.
+        (
+            (),
+            {"HOLDFAST_HISTORY_MAX_GUIDS": "abc"},
+            "argument --history-max-guids: invalid literal for int() with base 10: 'abc' "
+            "(from HOLDFAST_HISTORY_MAX_GUIDS)",
+        ),
+        (
+            (),
+            {"HOLDFAST_HISTORY_MAX_GUIDS": "0"},
+            "argument --history-max-guids: must be > 0, got 0 (from HOLDFAST_HISTORY_MAX_GUIDS)",
+        ),
         (
             ("--store", "sqllite:x.db"),
             {},

@@ -4,6 +4,7 @@ proxy flag by its own name."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -42,14 +43,22 @@ def test_an_expired_client_certificate_is_named_as_expired() -> None:
         (["--upstream-cert", "/etc/passwd"], "--upstream-cert and --upstream-key"),
         (["--reconnect-max", "0"], "--reconnect-max must be > 0"),
         (["--max-buffer-bytes", "abc"], "--max-buffer-bytes"),
+        (["--max-buffer-bytes", "99999999999999999999"], "--max-buffer-bytes: must be <="),
+        # Checked with the configuration, the variable went unnamed.
+        (["HOLDFAST_MAX_BUFFER_BYTES=0"], "got 0 (from HOLDFAST_MAX_BUFFER_BYTES)"),
     ],
 )
 def test_each_bad_proxy_flag_is_one_line_naming_it(args: list[str], named: str) -> None:
+    env = dict(os.environ)
+    if args and "=" in args[0] and not args[0].startswith("-"):
+        name, value = args.pop(0).split("=", 1)
+        env[name] = value
     done = subprocess.run(
         [sys.executable, "-m", "holdfast.proxy", *args],
         capture_output=True,
         text=True,
         timeout=30,
+        env=env,
     )
     assert done.returncode == 2
     (line,) = done.stderr.splitlines()
