@@ -9,6 +9,7 @@ still reaches the broker before that close.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import repeat
 
@@ -44,14 +45,23 @@ def encode(
     return list(encode_lazily(items, max_batch_bytes, now))
 
 
+def _draining(items: deque[OutboundItem]) -> Iterator[OutboundItem]:
+    while items:
+        yield items.popleft()
+
+
 def encode_lazily(
     items: Iterable[OutboundItem], max_batch_bytes: int, now: float
 ) -> Iterator[tuple[pb.ClientFrame, int]]:
     """``encode``, a frame at a time, each as soon as it is complete. The writers send
     each before the next is made: after an outage a proxy retransmits its whole buffer
     (256 MiB by default) in one take, and encoded at once the frames, which copy the
-    payloads, doubled its memory while the buffer was still held."""
+    payloads, doubled its memory while the buffer was still held. A ``deque`` (what
+    ``Outbound.take`` gives) is emptied as it is encoded, so a long take holds no
+    payload it has sent."""
     frames: list[tuple[pb.ClientFrame, int]] = []  # complete, not yet yielded
+    if isinstance(items, deque):  # taken from ``Outbound``: let go of each as it goes
+        items = _draining(items)
     # The open PUT batch, as columns (``holdfast.proto.columns``).
     queue_ids: list[int] = []
     guids: list[bytes] = []

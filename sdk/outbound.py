@@ -76,10 +76,13 @@ class Outbound:
         ``FRAME_SIZE`` bytes."""
         self.add(frame, FRAME_SIZE)
 
-    def take(self) -> list[OutboundItem]:
-        """Everything queued, in order; its bytes are now in the transport."""
-        items = list(self.items)
-        self.items.clear()
+    def take(self) -> deque[OutboundItem]:
+        """Everything queued, in order; its bytes are now in the transport. The queue
+        itself is handed over (a new one takes its place): ``frames.encode_lazily``
+        pops each item as it encodes it, so that a long take (a backlog sent again
+        after an outage) holds no payload it has sent."""
+        items = self.items
+        self.items = deque()
         self.transport_bytes += self.queued_bytes
         self.queued_bytes = 0
         return items

@@ -38,6 +38,11 @@ SEGMENT_PUTS = 1 << SEGMENT_SHIFT
 """PUTs per segment: small enough that a reported-out segment frees its memory soon,
 large enough that a million PUTs are a few hundred objects."""
 
+SEGMENT_BYTES = 1 << 22
+"""Payload bytes past which a segment takes no more PUTs (its ``seq`` numbers left
+unused): a segment is kept while any of its PUTs is pending, so 4,096 PUTs of 16 KiB
+(64 MiB) stayed for one of them, and a proxy at its 256 MiB bound held several such."""
+
 _MASK = SEGMENT_PUTS - 1
 _ONES = b"\x01" * SEGMENT_PUTS
 
@@ -192,7 +197,7 @@ class Segments:
         segment = self.tail
         ends = segment.ends
         i = len(ends)
-        if i == SEGMENT_PUTS:
+        if i == SEGMENT_PUTS or len(segment.data) >= SEGMENT_BYTES:
             segment = self._roll()
             ends = segment.ends
             i = 0
@@ -230,10 +235,16 @@ class Segments:
         while start < count:
             segment = self.tail
             room = SEGMENT_PUTS - len(segment.ends)
-            if not room:
+            if not room or len(segment.data) >= SEGMENT_BYTES:
                 segment = self._roll()
                 room = SEGMENT_PUTS
             end = min(count, start + room)
+            budget = SEGMENT_BYTES - len(segment.data)
+            if sum(map(len, payloads[start:end])) > budget:
+                # Up to the PUT that reaches the budget (at least one): a segment lives
+                # as long as any of its PUTs, so a big one would pin many payloads.
+                sizes = accumulate(map(len, payloads[start:end]))
+                end = start + 1 + sum(1 for size in islice(sizes, 1, None) if size <= budget)
             run = guids[start:end]
             whole = self._keyed or (run[0] > self._last and all(map(lt, run, islice(run, 1, None))))
             if self._keyed:
@@ -262,14 +273,15 @@ class Segments:
         self._strays[guid] = segment.base + i
 
     def _roll(self) -> Segment:
-        """The tail is full: freeze it (or drop it if nothing in it is pending)."""
+        """The tail is full (of PUTs or of bytes): freeze it (or drop it if nothing in it
+        is pending)."""
         full = self.tail
         full.last = self._last
         if full.alive:
             full.freeze()
         else:
             self._drop(full)
-        return self._new_tail(full.base + SEGMENT_PUTS, SEGMENT_PUTS)
+        return self._new_tail(full.base + SEGMENT_PUTS, len(full.ends))
 
     def _new_tail(self, base: int, appended: int) -> Segment:
         """Start a tail at ``base`` after one of ``appended`` PUTs."""

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 from holdfast.proto.columns import read_puts
 from holdfast.sdk.frames import MAX_PUTS_PER_FRAME, encode, encode_lazily
-from holdfast.sdk.outbound import OutboundItem
+from holdfast.sdk.outbound import Outbound, OutboundItem
 from holdfast.sdk.putbuffer import PendingPut
 
 
@@ -34,3 +34,18 @@ def test_a_frame_leaves_before_the_rest_of_the_backlog_is_encoded() -> None:
 def test_lazily_or_at_once_the_same_frames() -> None:
     items = list(backlog(3000, [0]))
     assert encode(items, 50_000, 2.0) == list(encode_lazily(items, 50_000, 2.0))
+
+
+def test_a_take_is_let_go_of_as_it_is_encoded() -> None:
+    """What ``Outbound.take`` hands over is emptied as frames are made: the list it was
+    kept every sent payload (pinning its segment) until the whole backlog had left,
+    and a proxy grew by what its clients posted meanwhile."""
+    outbound = Outbound(1 << 30)
+    for put in backlog(3 * MAX_PUTS_PER_FRAME, [0]):
+        outbound.add(put, 140)
+    taken = outbound.take()
+    assert not outbound.items and outbound.transport_bytes == 3 * MAX_PUTS_PER_FRAME * 140
+    frames = encode_lazily(taken, 1 << 20, 1.0)
+    next(frames)
+    assert len(taken) < 2 * MAX_PUTS_PER_FRAME
+    assert len(list(frames)) == 2 and not taken

@@ -26,12 +26,14 @@ from tests.sdk.fakes import Harness, put_guids, writer
 
 
 @contextmanager
-def tiny_segments(shift: int = 2) -> Iterator[None]:
-    """Segments of ``2**shift`` PUTs for the duration of the block."""
+def tiny_segments(shift: int = 2, byte_cap: int = 1 << 22) -> Iterator[None]:
+    """Segments of ``2**shift`` PUTs (and payload bytes up to about ``byte_cap``) for the
+    duration of the block."""
     saved = {
         name: getattr(putsegments, name)
-        for name in ("SEGMENT_SHIFT", "SEGMENT_PUTS", "_MASK", "_ONES")
+        for name in ("SEGMENT_SHIFT", "SEGMENT_PUTS", "SEGMENT_BYTES", "_MASK", "_ONES")
     }
+    putsegments.SEGMENT_BYTES = byte_cap
     putsegments.SEGMENT_SHIFT = shift
     putsegments.SEGMENT_PUTS = 1 << shift
     putsegments._MASK = (1 << shift) - 1
@@ -70,17 +72,18 @@ operations = st.lists(
 
 
 @settings(max_examples=300, deadline=None)
-@given(operations, st.randoms(use_true_random=False), st.booleans())
+@given(operations, st.randoms(use_true_random=False), st.booleans(), st.sampled_from([1 << 22, 16]))
 def test_the_packed_buffer_matches_the_dict_model(
-    ops: list[tuple[Any, ...]], rnd: random.Random, keyed: bool
+    ops: list[tuple[Any, ...]], rnd: random.Random, keyed: bool, byte_cap: int
 ) -> None:
-    """Also keyed (a proxy's buffer: every GUID found by the dict, the column unsorted)."""
+    """Also keyed (a proxy's buffer: every GUID found by the dict, the column unsorted),
+    and with segments closed by their payload bytes before their PUT count."""
     source = Uuid7Source()
     model: dict[bytes, PendingPut] = {}
     held: set[bytes] = set()
     reported: list[bytes] = []
     now = 0.0
-    with tiny_segments():
+    with tiny_segments(byte_cap=byte_cap):
         buffer = PutBuffer(keyed)
         for op in ops:
             now += 1.0
@@ -276,3 +279,22 @@ def test_puts_taken_out_of_a_full_segment_share_its_bytes() -> None:
         assert [type(put[2]) for put in taken] == [memoryview] * 4 + [bytes] * 2
         buffer.add(source.next()[1], 1, b"more", None, None, 0.0, 68)  # the tail still grows
         assert [bytes(put[2]) for put in buffer][-1] == b"more"
+
+
+def test_a_segment_of_big_payloads_closes_at_its_byte_cap() -> None:
+    """A segment lives while any of its PUTs is pending: 4,096 PUTs of 16 KiB made one
+    of 64 MiB, kept whole for its last PUT (a proxy at its bound held several)."""
+    source = Uuid7Source()
+    payload = bytes(16 << 10)
+    cap = putsegments.SEGMENT_BYTES + len(payload)
+    posted = PutBuffer()
+    for _ in range(1000):
+        posted.add(source.next()[1], 1, payload, None, None, 0.0, len(payload) + PUT_OVERHEAD)
+    relayed = PutBuffer(True)
+    guids = [source.next()[1] for _ in range(1000)]
+    relayed.segments.extend(guids, 1, [payload] * 1000, [0.0] * 1000)
+    for buffer in (posted, relayed):
+        segments = buffer.segments.order
+        assert len(segments) >= 4 and max(len(s.data) for s in segments) <= cap
+        assert sum(len(s) for s in segments) == 1000 == buffer.segments.count
+    assert [put[0] for put in relayed] == guids
