@@ -109,8 +109,7 @@ class SessionEngine:
         self.post = self._producer.post
         """Buffer a PUT under a new uuid7 GUID, or ``guid`` (see ``Producer.post``)."""
         self.buffer = self._producer.buffer
-        """``post`` without ``guid`` (a call less), or under a GUID's bytes: the shells'
-        hot path (see ``Producer.buffer``)."""
+        """``post`` without ``guid``, a call less: the shells' hot path (``Producer.buffer``)."""
         self.post_many = self._producer.post_many
         """Buffer a batch of PUTs of one queue, all or none (see ``Producer.post_many``)."""
         self.relay = (relayer := Relayer(self._producer, self._puts, self._outbound)).relay
@@ -122,12 +121,10 @@ class SessionEngine:
         self.note_admission_wait = self._producer.note_admission_wait
         """Count a post the shell makes wait, by why (``Producer.note_admission_wait``)."""
         self.tick = self._producer.retry_due
-        """Time passed (``now``): retransmit the PUTs the broker pushed back whose
-        back-off is due (``Producer.retry_due``); call it once ``now >= next_deadline()``."""
+        """Time passed: retransmit pushed-back PUTs whose back-off is due (``retry_due``)."""
         # The outputs, bound straight to where they wait (the shells take them per pump).
         self.take_outbound = self._outbound.take
-        """Everything queued for the wire, in order; its bytes now count as taken by the
-        transport until ``transport_drained`` (``Outbound.take``)."""
+        """Everything queued for the wire, in order, in the transport till ``transport_drained``."""
         self.transport_drained = self._outbound.drained
         """The transport has taken ``nbytes`` previously handed out by ``take_outbound``."""
         self.take_callbacks = self._out.take_callbacks

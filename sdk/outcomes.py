@@ -26,8 +26,8 @@ from holdfast.sdk import events as ev
 from holdfast.sdk.errors import HoldfastError, RemoteProtocolError
 from holdfast.sdk.guids import ack_from_bytes, uuid_from_bytes
 from holdfast.sdk.putbuffer import GUID, ON_ACK, PUT_OVERHEAD, QUEUE_ID, PendingPut, PutBuffer
-from holdfast.sdk.putsegments import Segment
 from holdfast.sdk.queue_table import QueueTable
+from holdfast.sdk.segment import Segment
 from holdfast.sdk.state import WRITABLE_STATES
 from holdfast.sdk.stats import StatsCounters
 from holdfast.sdk.statuses import ack_status, session_error, wire_status_of

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
-from holdfast.sdk.putsegments import Extra, Segment, Segments
+from holdfast.sdk.putsegments import Segments
+from holdfast.sdk.segment import Extra, Segment
 from holdfast.sdk.types import Ack
 
 PendingPut = tuple[

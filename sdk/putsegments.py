@@ -3,10 +3,11 @@
 A producer may buffer a million PUTs while disconnected. As one tuple per PUT (with
 its GUID, payload and post time as objects of their own, and a dict entry to find it)
 a buffered 100-byte PUT cost ~350 bytes of RSS; here it costs its bytes: PUTs are
-appended to ``Segment``s of ``SEGMENT_PUTS``, whose columns hold the GUIDs end to
-end, the payloads end to end in one buffer, and the end offsets, post times and queue
-ids as ``array``s. Properties and ``on_ack`` callbacks, which most PUTs lack, are kept
-only for the PUTs that have them. A segment is dropped once all its PUTs are reported.
+appended to ``Segment``s (``holdfast.sdk.segment``) of ``SEGMENT_PUTS``, whose
+columns hold the GUIDs end to end, the payloads end to end in one buffer, and the end
+offsets, post times and queue ids as ``array``s. Properties and ``on_ack`` callbacks,
+which most PUTs lack, are kept only for the PUTs that have them. A segment is dropped
+once all its PUTs are reported.
 
 A PUT is named by its *sequence number* (``seq``): its place in post order, which
 also tells its segment (``seq >> SEGMENT_SHIFT``) and its index there. Nothing maps a
@@ -26,12 +27,11 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from itertools import accumulate, islice
 from operator import attrgetter, lt
-from typing import Any
 
-from holdfast.sdk.types import Ack
+from holdfast.sdk.segment import Extra, Segment
 
 SEGMENT_SHIFT = 12
 SEGMENT_PUTS = 1 << SEGMENT_SHIFT
@@ -45,102 +45,6 @@ unused): a segment is kept while any of its PUTs is pending, so 4,096 PUTs of 16
 
 _MASK = SEGMENT_PUTS - 1
 _ONES = b"\x01" * SEGMENT_PUTS
-
-Extra = tuple[dict[str, str] | None, Callable[[Ack], Any] | None, int]
-"""What few PUTs have: ``(properties, on_ack, bytes the properties add to the size)``."""
-
-
-class Segment:
-    """The columns of up to ``SEGMENT_PUTS`` consecutive PUTs (see the module docstring)."""
-
-    __slots__ = (
-        "base",
-        "data",
-        "dead",
-        "ends",
-        "extras",
-        "guids",
-        "last",
-        "live",
-        "posted",
-        "queue_ids",
-        "strays",
-    )
-
-    def __init__(self, base: int, last: bytes) -> None:
-        self.base = base
-        """The ``seq`` of the segment's first PUT."""
-        self.guids: bytearray | bytes = bytearray()
-        """16 bytes per PUT, sorted: a stray's place repeats the GUID before it."""
-        self.last = last
-        """The column's last GUID (the previous segment's while this one is empty)."""
-        self.data: bytearray | bytes = bytearray()
-        """The payloads end to end."""
-        self.ends = array("Q")
-        """Where each payload ends in ``data``."""
-        self.posted = array("d")
-        """Each PUT's post time on the engine's clock (see ``PendingPut``)."""
-        self.queue_ids = array("I")
-        self.live = bytearray(_ONES)
-        """1 per PUT not reported yet, else 0 (made whole, so a post need not grow it)."""
-        self.dead = 0
-        """PUTs reported."""
-        self.extras: dict[int, Extra] = {}
-        """By index, the PUTs with properties or an ``on_ack``."""
-        self.strays: dict[int, bytes] = {}
-        """By index, the GUIDs that are not in the column (see the module docstring)."""
-
-    def __len__(self) -> int:
-        return len(self.ends)
-
-    @property
-    def alive(self) -> int:
-        """PUTs not reported yet."""
-        return len(self.ends) - self.dead
-
-    def freeze(self) -> None:
-        """The segment is full: give back what its growing buffers had reserved."""
-        self.guids = bytes(self.guids)
-        self.data = bytes(self.data)
-
-    def guid(self, i: int) -> bytes:
-        """The GUID of the PUT at index ``i``."""
-        if self.strays:
-            stray = self.strays.get(i)
-            if stray is not None:
-                return stray
-        return bytes(self.guids[16 * i : 16 * i + 16])
-
-    def payload(self, i: int) -> bytes | memoryview:
-        """The payload of the PUT at index ``i``, to be sent: a view of a full segment's
-        bytes, or a copy out of the tail's, which still grows (a view would pin it).
-        Copies doubled a proxy's memory when it sent its whole buffer again after an
-        outage (256 MiB by default, all taken at once)."""
-        ends = self.ends
-        view = memoryview(self.data)[ends[i - 1] if i else 0 : ends[i]]
-        return view if self.data.__class__ is bytes else bytes(view)
-
-    def size(self, i: int) -> int:
-        """Wire bytes of the PUT at index ``i`` less ``PUT_OVERHEAD`` (payload, properties)."""
-        ends = self.ends
-        size = ends[i] - (ends[i - 1] if i else 0)
-        if self.extras:
-            extra = self.extras.get(i)
-            if extra is not None:
-                size += extra[2]
-        return size
-
-    def first_at_or_after(self, guid: bytes) -> int:
-        """The first index whose column GUID is not below ``guid`` (``len`` if none)."""
-        column = self.guids
-        lo, hi = 0, len(self.ends)
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if column[16 * mid : 16 * mid + 16] < guid:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
 
 
 _last_of = attrgetter("last")
@@ -166,7 +70,7 @@ class Segments:
         """Every GUID found by the dict (``_strays``), none by bisection (a relay)."""
         self._last = b""
         """The last GUID in the column (strays aside): a GUID above it is in order."""
-        self.tail = Segment(0, b"")
+        self.tail = Segment(0, b"", _ONES)
         """The segment PUTs are appended to."""
         self.order: list[Segment] = [self.tail]
         """The segments in post order (for the bisection and the walks in order)."""
@@ -286,7 +190,7 @@ class Segments:
     def _new_tail(self, base: int, appended: int) -> Segment:
         """Start a tail at ``base`` after one of ``appended`` PUTs."""
         self._before_tail += appended
-        segment = self.tail = Segment(base, self._last)
+        segment = self.tail = Segment(base, self._last, _ONES)
         self.order.append(segment)
         self._by_number[base >> SEGMENT_SHIFT] = segment
         return segment

@@ -27,7 +27,7 @@ from holdfast.sdk.putbuffer import (
     PendingPut,
     PutBuffer,
 )
-from holdfast.sdk.putsegments import Extra
+from holdfast.sdk.segment import Extra
 from holdfast.sdk.state import LinkState
 
 

@@ -20,7 +20,7 @@ from holdfast.proto import pb
 from holdfast.sdk import putsegments
 from holdfast.sdk.guids import Uuid7Source
 from holdfast.sdk.putbuffer import PUT_OVERHEAD, PendingPut, PutBuffer
-from holdfast.sdk.putsegments import Extra
+from holdfast.sdk.segment import Extra
 from holdfast.sdk.types import AckStatus
 from tests.sdk.fakes import Harness, put_guids, writer
 
