@@ -223,6 +223,8 @@ async def close_all(streams: Mapping[str, Any]) -> None:
     once: a reader left unread drains for ``DRAIN_IDLE`` (0.2 s), and one after
     another, a handler that read none of 40 streams held its reply 8 s."""
     readers = [reader for reader in streams.values() if isinstance(reader, AsyncStreamReader)]
+    if not readers:  # most requests: no gather (a future) on every call's path
+        return
     outcomes = await asyncio.gather(*(r.aclose() for r in readers), return_exceptions=True)
     for outcome in outcomes:
         if isinstance(outcome, BaseException):
