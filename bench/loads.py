@@ -99,7 +99,7 @@ class PutFrameCounter:
         return self.puts / self.frames if self.frames else float("nan")
 
     def __enter__(self) -> PutFrameCounter:
-        original = getattr(driver_module, "encode_lazily", None)
+        original = getattr(driver_module, "encode", None)
         if original is None:  # the SDK changed shape: no count rather than no bench
             return self
         self._original = original
@@ -111,12 +111,12 @@ class PutFrameCounter:
                     self.puts += _put_count(frame.puts)
                 yield frame, nbytes
 
-        driver_module.encode_lazily = counting  # type: ignore[attr-defined,assignment]
+        driver_module.encode = counting  # type: ignore[attr-defined,assignment]
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         if self._original is not None:
-            driver_module.encode_lazily = self._original  # type: ignore[attr-defined]
+            driver_module.encode = self._original  # type: ignore[attr-defined]
 
 
 @dataclass

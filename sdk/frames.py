@@ -34,31 +34,26 @@ restore; in frames of 1024 it comes after 0.06-0.14 s (4 runs of
 noise (112-129k direct, 88-91k through the proxy)."""
 
 
-def encode(
-    items: Iterable[OutboundItem], max_batch_bytes: int, now: float
-) -> list[tuple[pb.ClientFrame, int]]:
-    """Turn outbound items into frames; return each frame with the bytes it accounts for.
-
-    Each PUT carries its age at ``now`` (``Put.age_ms``): how long ago it was first
-    posted, so the next hop continues its age instead of starting it again.
-    """
-    return list(encode_lazily(items, max_batch_bytes, now))
-
-
 def _draining(items: deque[OutboundItem]) -> Iterator[OutboundItem]:
     while items:
         yield items.popleft()
 
 
-def encode_lazily(
+def encode(
     items: Iterable[OutboundItem], max_batch_bytes: int, now: float
 ) -> Iterator[tuple[pb.ClientFrame, int]]:
-    """``encode``, a frame at a time, each as soon as it is complete. The writers send
-    each before the next is made: after an outage a proxy retransmits its whole buffer
-    (256 MiB by default) in one take, and encoded at once the frames, which copy the
-    payloads, doubled its memory while the buffer was still held. A ``deque`` (what
-    ``Outbound.take`` gives) is emptied as it is encoded, so a long take holds no
-    payload it has sent."""
+    """Turn outbound items into frames, each with the bytes it accounts for, one at a
+    time as each is complete.
+
+    Each PUT carries its age at ``now`` (``Put.age_ms``): how long ago it was first
+    posted, so the next hop continues its age instead of starting it again.
+
+    The writers send each frame before the next is made: after an outage a proxy
+    retransmits its whole buffer (256 MiB by default) in one take, and frames made all
+    at once, which copy the payloads, doubled its memory while it still held the
+    buffer. A ``deque`` (what ``Outbound.take`` gives) is emptied as it is encoded, so a
+    long take holds no payload it has sent.
+    """
     frames: list[tuple[pb.ClientFrame, int]] = []  # complete, not yet yielded
     if isinstance(items, deque):  # taken from ``Outbound``: let go of each as it goes
         items = _draining(items)

@@ -78,7 +78,7 @@ class Outbound:
 
     def take(self) -> deque[OutboundItem]:
         """Everything queued, in order; its bytes are now in the transport. The queue
-        itself is handed over (a new one takes its place): ``frames.encode_lazily``
+        itself is handed over (a new one takes its place): ``frames.encode``
         pops each item as it encodes it, so that a long take (a backlog sent again
         after an outage) holds no payload it has sent."""
         items = self.items

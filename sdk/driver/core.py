@@ -39,7 +39,7 @@ from holdfast.sdk.errors import (
 )
 from holdfast.sdk.events import ConnectAttemptFailed
 from holdfast.sdk.failover import FailoverPolicy
-from holdfast.sdk.frames import encode_lazily
+from holdfast.sdk.frames import encode
 from holdfast.sdk.options import SessionOptions
 
 MAX_BAD_CONNECTIONS = 3
@@ -151,7 +151,7 @@ class DriverCore:
         """
         frames = (
             (frame.SerializeToString(), nbytes)
-            for frame, nbytes in encode_lazily(items, self.options.max_batch_bytes, now)
+            for frame, nbytes in encode(items, self.options.max_batch_bytes, now)
         )
         if self.engine.peer_batches:
             yield from packed(frames, self.options.max_batch_bytes)

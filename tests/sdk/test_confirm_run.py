@@ -30,7 +30,7 @@ def test_a_run_is_encoded_as_its_confirms_one_by_one_would_be() -> None:
         put(2),
         ConfirmRun(5, G[5:7]),
     ]
-    frames = encode(items, 3 * CONFIRM_SIZE, 0.0)
+    frames = list(encode(items, 3 * CONFIRM_SIZE, 0.0))
     kinds = [frame.WhichOneof("frame") for frame, _ in frames]
     # A PUT batch and a CONFIRM batch fill side by side, each up to the frame size.
     assert kinds == ["confirms", "puts", "puts", "confirms", "puts", "confirms"]
@@ -53,7 +53,7 @@ def test_a_run_is_encoded_as_its_confirms_one_by_one_would_be() -> None:
         else:
             one_by_one.append(item)
     for size in (1, 2 * CONFIRM_SIZE, 3 * CONFIRM_SIZE, 1 << 20):
-        assert encode(items, size, 0.0) == encode(one_by_one, size, 0.0)
+        assert list(encode(items, size, 0.0)) == list(encode(one_by_one, size, 0.0))
 
 
 def test_confirm_run_queues_one_item_for_the_run() -> None:

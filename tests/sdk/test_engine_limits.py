@@ -309,7 +309,7 @@ def test_a_backlog_is_sent_in_put_frames_of_at_most_max_puts_per_frame() -> None
         (bytes([i % 256, i // 256]) * 8, 1, b"x" * 100, {}, None, 0.0, 100 + PUT_OVERHEAD)
         for i in range(2500)
     ]
-    frames = encode(backlog, 1024 * 1024, 1.0)
+    frames = list(encode(backlog, 1024 * 1024, 1.0))
     assert [len(puts_of(frame.puts)) for frame, _ in frames] == [
         MAX_PUTS_PER_FRAME,
         MAX_PUTS_PER_FRAME,

@@ -9,7 +9,7 @@ import os
 from collections.abc import Iterator
 
 from holdfast.proto.columns import read_puts
-from holdfast.sdk.frames import MAX_PUTS_PER_FRAME, encode, encode_lazily
+from holdfast.sdk.frames import MAX_PUTS_PER_FRAME, encode
 from holdfast.sdk.outbound import Outbound, OutboundItem
 from holdfast.sdk.putbuffer import PendingPut
 
@@ -23,17 +23,12 @@ def backlog(count: int, taken: list[int]) -> Iterator[OutboundItem]:
 
 def test_a_frame_leaves_before_the_rest_of_the_backlog_is_encoded() -> None:
     taken = [0]
-    frames = encode_lazily(backlog(10 * MAX_PUTS_PER_FRAME, taken), 1 << 20, 1.0)
+    frames = encode(backlog(10 * MAX_PUTS_PER_FRAME, taken), 1 << 20, 1.0)
     frame, nbytes = next(frames)
     assert len(read_puts(frame.puts).guids) == MAX_PUTS_PER_FRAME and nbytes == 140 * 1024
     assert taken[0] <= MAX_PUTS_PER_FRAME + 1  # the next frame's first PUT at most
     rest = list(frames)
     assert len(rest) == 9 and taken[0] == 10 * MAX_PUTS_PER_FRAME
-
-
-def test_lazily_or_at_once_the_same_frames() -> None:
-    items = list(backlog(3000, [0]))
-    assert encode(items, 50_000, 2.0) == list(encode_lazily(items, 50_000, 2.0))
 
 
 def test_a_take_is_let_go_of_as_it_is_encoded() -> None:
@@ -45,7 +40,7 @@ def test_a_take_is_let_go_of_as_it_is_encoded() -> None:
         outbound.add(put, 140)
     taken = outbound.take()
     assert not outbound.items and outbound.transport_bytes == 3 * MAX_PUTS_PER_FRAME * 140
-    frames = encode_lazily(taken, 1 << 20, 1.0)
+    frames = encode(taken, 1 << 20, 1.0)
     next(frames)
     assert len(taken) < 2 * MAX_PUTS_PER_FRAME
     assert len(list(frames)) == 2 and not taken
