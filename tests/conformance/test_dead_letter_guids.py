@@ -210,3 +210,18 @@ def test_a_dead_letter_renamed_twice_keeps_its_first_guid(direct_world: World) -
     assert count == 1, note
     [back] = wait_ready(world, origin, 1)
     assert (back.guid, back.payload) == (guid.bytes, b"order")
+
+
+def test_an_origin_a_producer_names_does_not_make_a_first_death(world: World) -> None:
+    """A PUT may carry an ``x-original-uri`` (of a queue its client may write); without
+    the ``x-death-reason`` of a move it is no dead letter, so dying it names the queue it
+    died in, where a replay puts it back, not the one the producer named."""
+    uri, elsewhere, dead = world.uri("orders"), world.uri("elsewhere"), world.uri("dead")
+    world.admin.set_policy(uri, QueuePolicy(dead_letter=dead))
+    with world.session() as session:
+        named = {"x-original-uri": elsewhere}
+        assert post_and_wait(session, uri, b"order", properties=named) is AckStatus.SUCCESS
+    dead_letter(world, uri, dead, 1)
+    [letter] = peek(world, dead)
+    assert letter.properties["x-original-uri"] == uri
+    assert letter.properties["x-death-reason"] == "rejected"
