@@ -1,4 +1,5 @@
-"""Worker and caller subprocesses for request/reply tests (started and killed by PID)."""
+"""Worker and caller subprocesses for request/reply tests (started and killed by PID),
+and an asyncio worker and caller in this process."""
 
 from __future__ import annotations
 
@@ -6,10 +7,14 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from holdfast.sdk import Request, aio
+from tests.support.sessions import FAST
 from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,3 +95,17 @@ def wait_for_starts(log: Path, count: int, timeout: float = 20.0) -> list[tuple[
     """Wait until the log shows ``count`` handler runs; return them."""
     wait_until(lambda: len(starts(log)) >= count, timeout, f"{count} handler run(s)")
     return starts(log)
+
+
+@asynccontextmanager
+async def aio_worker_and_caller(
+    address: str, uri: str, handle: Callable[[Request], Awaitable[bytes]]
+) -> AsyncIterator[aio.Session]:
+    """An asyncio ``Worker`` serving ``uri`` with ``handle`` on a session of its own, and
+    a caller's session (yielded), both to ``address``."""
+    async with (
+        aio.Session(address, options=FAST) as worker_session,
+        aio.Worker(worker_session, uri, handle),
+        aio.Session(address, options=FAST) as caller,
+    ):
+        yield caller

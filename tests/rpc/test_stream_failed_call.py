@@ -11,7 +11,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from holdfast.sdk import Request, Session, StreamError, Worker, aio
+from holdfast.sdk import Request, Session, StreamError, Worker
+from tests.rpc.support import aio_worker_and_caller
 from tests.support.processes import BrokerProcess
 from tests.support.sessions import FAST, unique_uri
 from tests.support.waiting import wait_until
@@ -91,11 +92,7 @@ def test_an_asyncio_stream_that_fails_ends_the_handler_reading_another(
                 raise
             return b""
 
-        async with (
-            aio.Session(broker.address, options=FAST) as worker_session,
-            aio.Worker(worker_session, uri, handle),
-            aio.Session(broker.address, options=FAST) as caller,
-        ):
+        async with aio_worker_and_caller(broker.address, uri, handle) as caller:
             started = time.monotonic()
             with pytest.raises(StreamError, match="stream broken: reading it failed"):
                 await caller.request(

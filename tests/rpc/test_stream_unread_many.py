@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from holdfast.sdk import RemoteHandlerError, Request, Session, Worker, aio
+from holdfast.sdk import RemoteHandlerError, Request, Session, Worker
+from tests.rpc.support import aio_worker_and_caller
 from tests.support.processes import BrokerProcess
 from tests.support.sessions import FAST, unique_uri
 
@@ -52,11 +53,7 @@ def test_an_asyncio_handler_that_reads_none_of_40_streams_answers_at_once(
     uri = unique_uri("aio-unread-many")
 
     async def run() -> float:
-        async with (
-            aio.Session(broker.address, options=FAST) as worker_session,
-            aio.Worker(worker_session, uri, refuse_async),
-            aio.Session(broker.address, options=FAST) as caller,
-        ):
+        async with aio_worker_and_caller(broker.address, uri, refuse_async) as caller:
             started = time.monotonic()
             with pytest.raises(RemoteHandlerError, match="not reading 40 streams"):
                 await caller.request(uri, b"", streams=streams(), timeout=30)
