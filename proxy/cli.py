@@ -34,6 +34,7 @@ from holdfast.server.cli_support import (
     whole_number,
 )
 from holdfast.server.grpc_logs import route_grpc_logs
+from holdfast.server.heap import fix_mmap_threshold
 from holdfast.server.security import (
     LIMIT_FLAGS,
     SecurityError,
@@ -233,6 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("invalid configuration: %s", name_flags(str(error), FLAGS))
         return 2
     tune_collector()
+    fix_mmap_threshold()
     return asyncio.run(serve(config))
 
 

@@ -23,7 +23,8 @@ from holdfast.sdk.outbound import (
     OutboundItem,
     RejectItem,
 )
-from holdfast.sdk.putbuffer import GUID, PAYLOAD, POSTED_AT, PROPERTIES, QUEUE_ID, SIZE
+from holdfast.sdk.putbuffer import GUID, PAYLOAD, POSTED_AT, PROPERTIES, QUEUE_ID, SIZE, PendingPut
+from holdfast.sdk.resend import ResendRun
 
 MAX_PUTS_PER_FRAME = 1024
 """Most PUTs in one PutBatch. After a reconnect the whole backlog is retransmitted at
@@ -34,9 +35,26 @@ restore; in frames of 1024 it comes after 0.06-0.14 s (4 runs of
 noise (112-129k direct, 88-91k through the proxy)."""
 
 
-def _draining(items: deque[OutboundItem]) -> Iterator[OutboundItem]:
+_Encodable = PendingPut | ConfirmItem | ConfirmRun | RejectItem | pb.ClientFrame
+
+
+def _draining(items: deque[OutboundItem]) -> Iterator[_Encodable]:
+    """Pop each item as it is encoded; a ``ResendRun`` gives its PUTs one by one."""
+    popleft = items.popleft
     while items:
-        yield items.popleft()
+        item = popleft()
+        if item.__class__ is ResendRun:
+            yield from item
+        else:
+            yield item  # type: ignore[misc]
+
+
+def _expanding(items: Iterable[OutboundItem]) -> Iterator[_Encodable]:
+    for item in items:
+        if isinstance(item, ResendRun):
+            yield from item
+        else:
+            yield item
 
 
 def encode(
@@ -55,8 +73,8 @@ def encode(
     long take holds no payload it has sent.
     """
     frames: list[tuple[pb.ClientFrame, int]] = []  # complete, not yet yielded
-    if isinstance(items, deque):  # taken from ``Outbound``: let go of each as it goes
-        items = _draining(items)
+    # Taken from ``Outbound`` (a deque): let go of each as it goes.
+    encodable = _draining(items) if isinstance(items, deque) else _expanding(items)
     # The open PUT batch, as columns (``holdfast.proto.columns``).
     queue_ids: list[int] = []
     guids: list[bytes] = []
@@ -82,7 +100,7 @@ def encode(
             frames.append((pb.ClientFrame(confirms=batch), confirm_bytes))
             confirm_ids, confirm_guids, confirm_bytes = [], [], 0
 
-    for item in items:
+    for item in encodable:
         if isinstance(item, tuple):  # a PendingPut (see its note on why it is a tuple)
             size = item[SIZE]
             if guids and (put_bytes + size > max_batch_bytes or len(guids) >= MAX_PUTS_PER_FRAME):

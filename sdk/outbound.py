@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from holdfast.proto import pb
 from holdfast.sdk.putbuffer import PendingPut
+from holdfast.sdk.resend import ResendRun
 
 FRAME_SIZE = 64
 """Bytes a request frame (Hello, open, configure, close) is counted for."""
@@ -48,7 +49,7 @@ class RejectItem:
     delay_ms: int
 
 
-OutboundItem = PendingPut | ConfirmItem | ConfirmRun | RejectItem | pb.ClientFrame
+OutboundItem = PendingPut | ResendRun | ConfirmItem | ConfirmRun | RejectItem | pb.ClientFrame
 
 
 class Outbound:

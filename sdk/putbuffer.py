@@ -72,11 +72,14 @@ class PutBuffer:
         "busy",
         "bytes",
         "held",
+        "keyed",
         "segments",
     )
 
     def __init__(self, keyed: bool = False) -> None:
         self.segments = Segments(keyed)
+        self.keyed = keyed
+        """A proxy's buffer, sent again by ``holdfast.sdk.resend`` after an outage."""
         """The PUTs themselves, packed; the ACK loop works on them directly."""
         self.bytes = 0
         """Wire bytes of the pending PUTs (payload, properties and overhead)."""
@@ -119,7 +122,7 @@ class PutBuffer:
             live = segment.live
             for i in range(len(segment)):
                 if live[i]:
-                    yield _pending(segment, i)
+                    yield pending_put(segment, i)
 
     def locate(self, guid: bytes) -> tuple[int, Segment, int] | None:
         """The ``seq``, segment and index of the pending PUT with this GUID, or None."""
@@ -131,7 +134,7 @@ class PutBuffer:
     def get(self, guid: bytes) -> PendingPut | None:
         """The pending PUT with this GUID, left in the buffer (None if not pending)."""
         found = self.locate(guid)
-        return None if found is None else _pending(found[1], found[2])
+        return None if found is None else pending_put(found[1], found[2])
 
     def pop(self, guid: bytes) -> PendingPut | None:
         """Take a PUT out of the buffer (None if it is not pending)."""
@@ -139,7 +142,7 @@ class PutBuffer:
         if found is None:
             return None
         seq, segment, i = found
-        put = _pending(segment, i)
+        put = pending_put(segment, i)
         self.bytes -= put[SIZE]
         self._held.pop(seq, None)
         self.segments.release(segment, i)
@@ -181,7 +184,7 @@ class PutBuffer:
         self._held.clear()
         self._retry_at = None
         places = (self.segments.at(seq) for seq in held)
-        return [_pending(*place) for place in places if place is not None]
+        return [pending_put(*place) for place in places if place is not None]
 
     def taken(self) -> None:
         """The broker took a PUT again: the next push-back starts the back-off afresh."""
@@ -196,7 +199,7 @@ class PutBuffer:
         self._retry_delay = RETRY_INITIAL
 
 
-def _pending(segment: Segment, i: int) -> PendingPut:
+def pending_put(segment: Segment, i: int) -> PendingPut:
     """The PUT at index ``i`` of ``segment`` as a ``PendingPut`` (its payload copied)."""
     payload = segment.payload(i)
     properties: dict[str, str] | None = None

@@ -18,6 +18,7 @@ from holdfast.sdk.outbound import Outbound
 from holdfast.sdk.outcomes import Outcomes
 from holdfast.sdk.putbuffer import POSTED_AT, QUEUE_ID, SIZE, PutBuffer, retransmit_margin
 from holdfast.sdk.queue_table import QueueTable
+from holdfast.sdk.resend import ResendRun, spans_to_resend
 from holdfast.sdk.state import QueueState
 from holdfast.sdk.statuses import request_error
 from holdfast.sdk.types import AckStatus
@@ -84,6 +85,8 @@ def retransmit(
     """Step 2: queue every pending PUT again, in post order; a PUT whose age is past the
     window less the margin is reported UNKNOWN instead. Returns (retransmitted, expired)."""
     horizon = now - window + retransmit_margin(window)
+    if puts.keyed:
+        return _retransmit_run(puts, queues, outbound, out, horizon)
     retransmitted = expired = 0
     by_id = queues.by_id
     for put in puts:
@@ -98,3 +101,16 @@ def retransmit(
             outbound.add(put, put[SIZE])
             retransmitted += 1
     return retransmitted, expired
+
+
+def _retransmit_run(
+    puts: PutBuffer, queues: QueueTable, outbound: Outbound, out: Outcomes, horizon: float
+) -> tuple[int, int]:
+    """``retransmit`` for a proxy: one ``ResendRun`` item, read out as it is sent."""
+    closing = frozenset(q.queue_id for q in queues if q.state is QueueState.CLOSING)
+    spans, expired, count, total = spans_to_resend(puts, horizon, closing)
+    for put in expired:
+        out.report(put, AckStatus.UNKNOWN)
+    if count:
+        outbound.add(ResendRun(spans, closing, total, outbound), total)
+    return count, len(expired)

@@ -38,6 +38,7 @@ class Harness:
         max_disconnected_buffer_bytes: int | None = None,
         now: float = 1000.0,
         wire_pushes: bool = False,
+        wire_acks: bool = False,
         retry_refusals: bool = False,
     ) -> None:
         self.engine = SessionEngine(
@@ -48,6 +49,7 @@ class Harness:
             high_watermark_bytes=high_watermark_bytes,
             max_disconnected_buffer_bytes=max_disconnected_buffer_bytes,
             wire_pushes=wire_pushes,
+            wire_acks=wire_acks,
             retry_refusals=retry_refusals,
         )
         self.now = now
