@@ -13,6 +13,8 @@ from __future__ import annotations
 import inspect
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from inspect import CO_COROUTINE
+from types import FunctionType
 from typing import Any
 
 from holdfast.proto.limits import DEFAULT_LIMITS, Limits
@@ -58,16 +60,26 @@ def check_callback(name: str, callback: object) -> None:
     """
     if callback is None:
         return
+    if callback.__class__ is FunctionType:
+        # A plain function or lambda (a request/reply call gives one a PUT): its own
+        # flag says it all, and ``inspect`` would also look up and check its
+        # ``__call__`` (~3 µs a post).
+        if callback.__code__.co_flags & CO_COROUTINE:
+            raise InvalidArgumentError(_ASYNC_CALLBACK.format(name=name))
+        return
     if not callable(callback):
         raise InvalidArgumentError(f"{name} must be callable, not {type(callback).__name__}")
     if inspect.iscoroutinefunction(callback) or inspect.iscoroutinefunction(
         getattr(callback, "__call__", None)  # noqa: B004 - an object with an async __call__
     ):
-        raise InvalidArgumentError(
-            f"{name} is an async function: callbacks are called in place, never awaited, "
-            "so its body would never run; pass a plain function (with asyncio, iterate "
-            "the queue with `async for`, or start a task from a plain function)"
-        )
+        raise InvalidArgumentError(_ASYNC_CALLBACK.format(name=name))
+
+
+_ASYNC_CALLBACK = (
+    "{name} is an async function: callbacks are called in place, never awaited, "
+    "so its body would never run; pass a plain function (with asyncio, iterate "
+    "the queue with `async for`, or start a task from a plain function)"
+)
 
 
 HIGH_WATERMARK_WAIT = 5.0

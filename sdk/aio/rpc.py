@@ -38,6 +38,7 @@ from holdfast.sdk.poolnames import key_queue_uri
 from holdfast.sdk.rpc import calls, chunks, wire
 from holdfast.sdk.rpc import spans as rpc_spans
 from holdfast.sdk.rpc.calls import ABANDONED_MEMORY, MAX_WORKER_HANDLES, CallState
+from holdfast.sdk.rpc.edges import Edges
 from holdfast.sdk.rpc.values import Reply
 from holdfast.sdk.types import Ack, Message
 
@@ -51,7 +52,6 @@ log = logging.getLogger("holdfast.sdk.rpc")
 @dataclass(slots=True, eq=False)
 class _Call(CallState):
     future: asyncio.Future[Reply] | None = field(default=None, repr=False)
-    timer: asyncio.TimerHandle | None = field(default=None, repr=False)
 
 
 class AsyncCaller:
@@ -75,6 +75,9 @@ class AsyncCaller:
         self._closed = False
         self._traced = session._telemetry
         self._on_replies = Untraced(self._on_reply_message)  # the call span covers them
+        self._edges = Edges()
+        self._timer: asyncio.TimerHandle | None = None
+        """One loop timer, for the first of ``_edges``."""
 
     async def call(
         self,
@@ -132,8 +135,6 @@ class AsyncCaller:
             raise
         finally:
             self._calls.pop(guid.bytes, None)
-            if call.timer is not None:
-                call.timer.cancel()
             for task in senders:  # done, or no longer wanted: the call is over
                 task.cancel()
                 self._tasks.add(task)  # close() waits for their queues to close
@@ -159,6 +160,9 @@ class AsyncCaller:
         self._closed = True
         for call in list(self._calls.values()):
             self._finish(call, RpcCancelledError("the session closed during the call"))
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=5)
 
@@ -229,17 +233,31 @@ class AsyncCaller:
     # ------------------------------------------------------------------ timers
 
     def _arm(self, call: _Call) -> None:
-        delay = max(0.0, call.next_edge() - time.monotonic())
-        call.timer = self._loop.call_later(delay, self._on_timer, call)
+        edge = call.next_edge()
+        if self._edges.add(edge, call.guid.bytes, self._calls):
+            self._wake_at(edge)
 
-    def _on_timer(self, call: _Call) -> None:
-        if call.future is None or call.future.done():
-            return
-        error = call.due(time.monotonic())
-        if error is None:
-            self._arm(call)  # picked up since: its timeout is next
-        else:
-            self._finish(call, error)
+    def _wake_at(self, edge: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        delay = max(0.0, edge - time.monotonic())
+        self._timer = self._loop.call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        now = time.monotonic()
+        for key in self._edges.pop_due(now):
+            call = self._calls.get(key)
+            if call is None or call.future is None or call.future.done():
+                continue  # over already
+            error = call.due(now)
+            if error is None:  # picked up since: its timeout is next
+                self._edges.add(call.next_edge(), key, self._calls)
+            else:
+                self._finish(call, error)
+        first = self._edges.first()
+        if first is not None and self._timer is None:
+            self._wake_at(first)
 
     # ------------------------------------------------------------------ cancels
 

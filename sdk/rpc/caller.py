@@ -16,8 +16,6 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
-import heapq
-import itertools
 import logging
 import threading
 import time
@@ -38,6 +36,7 @@ from holdfast.sdk.rpc import calls, chunks, wire
 from holdfast.sdk.rpc import spans as rpc_spans
 from holdfast.sdk.rpc import streams as streaming
 from holdfast.sdk.rpc.calls import ABANDONED_MEMORY, MAX_WORKER_HANDLES, CallState
+from holdfast.sdk.rpc.edges import Edges
 from holdfast.sdk.rpc.values import Reply
 from holdfast.sdk.types import Ack, Message
 
@@ -77,9 +76,8 @@ class Caller:
         self._traced = session._telemetry
         self._on_replies = Untraced(self._on_reply_message)  # the call span covers them
         self._wakeup = threading.Event()
-        self._edges: list[tuple[float, int, bytes]] = []
-        """(edge, order, request GUID): an ended call is freed, not kept for the GC."""
-        self._order = itertools.count()
+        self._edges = Edges()
+        """The calls' next edges by GUID: an ended call is freed, not kept for the GC."""
         self._next_wake = 0.0
         self._cancels = concurrent.futures.ThreadPoolExecutor(1, "holdfast-rpc-cancel")
         self._timer = threading.Thread(target=self._run_timer, name="holdfast-rpc", daemon=True)
@@ -357,13 +355,7 @@ class Caller:
         timer's next wake-up (rarely: calls mostly share one timeout, so a new call is
         due after those already timed)."""
         edge = call.next_edge()
-        if len(self._edges) > 2 * len(self._calls) + 1024:
-            # Calls that ended stay in the heap until their edge: drop them now and
-            # then, so it holds O(calls in flight), not every call of the last timeout.
-            live = self._calls
-            self._edges = [e for e in self._edges if e[2] in live]
-            heapq.heapify(self._edges)
-        heapq.heappush(self._edges, (edge, next(self._order), call.guid.bytes))
+        self._edges.add(edge, call.guid.bytes, self._calls)
         if edge < self._next_wake:
             self._next_wake = edge
             self._wakeup.set()
@@ -378,8 +370,7 @@ class Caller:
                 now = time.monotonic()
                 due: list[tuple[_Call, RpcError]] = []
                 edges = self._edges
-                while edges and edges[0][0] <= now:
-                    key = heapq.heappop(edges)[2]
+                for key in edges.pop_due(now):
                     call = self._calls.get(key)
                     if call is None:
                         continue  # over already
@@ -387,12 +378,13 @@ class Caller:
                     if error is not None:
                         due.append((call, error))
                     else:  # picked up since: its timeout is next
-                        heapq.heappush(edges, (call.next_edge(), next(self._order), key))
+                        edges.add(call.next_edge(), key, self._calls)
                 if now >= next_purge:
                     next_purge = now + ABANDONED_MEMORY
                     for key in [k for k, c in self._abandoned.items() if c.forget_at <= now]:
                         del self._abandoned[key]
-                wake = min(edges[0][0] if edges else now + ABANDONED_MEMORY, next_purge)
+                first = edges.first()
+                wake = min(now + ABANDONED_MEMORY if first is None else first, next_purge)
                 self._next_wake = wake
                 self._wakeup.clear()
             for call, error in due:
