@@ -90,11 +90,20 @@ class AsyncStreamReader:
         self._unacked: set[uuid.UUID] = set()
         self._acked = asyncio.Event()
         self._in = Incoming(request_guid, name, epoch)
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """True once ``aclose()`` was called (the end of the stream is not a close: a
+        read there gives ``b""``)."""
+        return self._closed
 
     async def read(self, size: int = -1) -> bytes:
         """Up to ``size`` bytes (all the rest with -1); ``b""`` at the end. Raises
         ``StreamError`` if the sender failed or no chunk came for the stall timeout
-        (``STALL_TIMEOUT``, 30 s)."""
+        (``STALL_TIMEOUT``, 30 s); ``ValueError`` after ``aclose()``, as a closed file
+        does."""
+        self._check_open()
         if size is None or size < 0:
             parts = []
             while part := await self.read(CHUNK_SIZE):
@@ -108,6 +117,8 @@ class AsyncStreamReader:
         return self
 
     async def __anext__(self) -> bytes:
+        # A closed reader raises (ValueError, from read) rather than end the loop
+        # quietly: stopping there would pass a cut stream off as a whole one.
         data = await self.read(CHUNK_SIZE)
         if not data:
             raise StopAsyncIteration
@@ -116,6 +127,15 @@ class AsyncStreamReader:
     async def aclose(self) -> None:
         """Stop reading; drop the chunks not read (``chunks``, "Leftovers"). A reader
         that stops before the end tells the sender to stop."""
+        self._closed = True
+        await self._stop()
+
+    def _check_open(self) -> None:
+        # As io's objects: a read after aclose() is the caller's bug, not an end of stream.
+        if self._closed:
+            raise ValueError("I/O operation on closed file")
+
+    async def _stop(self) -> None:
         early = not self._in.done
         self._in.close()
         last = self._in.last_credit()
@@ -187,7 +207,7 @@ class AsyncStreamReader:
                 error = self._in.stalled(time.monotonic() - started)
                 if isinstance(ended, StopAsyncIteration):  # the session closed
                     error = StreamError(f"stream {self.name}: the session closed")
-                await self.aclose()
+                await self._stop()
                 raise error from None
             message = self._in.take(got)
         confirm_chunk(message)
@@ -198,7 +218,7 @@ class AsyncStreamReader:
                 await self._give(credit)
         finally:
             if self._in.done:
-                await self.aclose()
+                await self._stop()
 
 
 def readers(

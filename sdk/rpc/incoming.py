@@ -65,7 +65,8 @@ class Incoming:
         self._asked = epoch == 0
         self._next = 0
         self._early: dict[int, Message] = {}
-        self._buffer = memoryview(b"")
+        self._data = b""  # the current chunk's bytes, read up to _pos
+        self._pos = 0
         self._read_through = -1
         self._credited = -1
         self._finished = False  # the sender's end or failure was read: it sends no more
@@ -74,13 +75,20 @@ class Incoming:
     @property
     def buffered(self) -> bool:
         """True while bytes of the current chunk are unread."""
-        return bool(self._buffer)
+        return self._pos < len(self._data)
 
     def read_buffered(self, size: int) -> bytes:
         """Up to ``size`` of the bytes not read yet (``b""`` when none)."""
-        data = bytes(self._buffer[:size])
-        self._buffer = self._buffer[size:]
+        data = self._data[self._pos : self._pos + size]
+        self._pos += len(data)
         return data
+
+    def line_length(self, size: int) -> int:
+        """How many of the bytes not read yet to take for a line: through the first
+        ``b"\\n"``, else all of them; at most ``size`` (no bound when negative)."""
+        end = len(self._data) if size < 0 else min(len(self._data), self._pos + size)
+        newline = self._data.find(b"\n", self._pos, end)
+        return (end if newline < 0 else newline + 1) - self._pos
 
     def ready(self) -> Message | None:
         """The held chunk whose turn it is, if it came early (its turn is then taken)."""
@@ -147,7 +155,7 @@ class Incoming:
         if END in properties:
             self.done = True
             return
-        self._buffer = memoryview(message.payload)
+        self._data, self._pos = bytes(message.payload), 0
 
     def credit(self) -> Chunk | None:
         """The credit to post now, if one is due: every ``CREDIT_EVERY`` chunks read
@@ -186,7 +194,7 @@ class Incoming:
         for message in self._early.values():
             confirm_chunk(message)
         self._early.clear()
-        self._buffer = memoryview(b"")
+        self._data, self._pos = b"", 0
 
 
 def _expiring(properties: dict[str, str]) -> dict[str, str]:

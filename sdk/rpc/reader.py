@@ -68,7 +68,9 @@ class StreamReader:
     def read(self, size: int = -1) -> bytes:
         """Up to ``size`` bytes (all the rest with -1); ``b""`` at the end. Raises
         ``StreamError`` if the sender failed, the stream stalled, its call was cancelled
-        (within ``CANCEL_POLL`` s) or the session closed."""
+        (within ``CANCEL_POLL`` s) or the session closed; ``ValueError`` after
+        ``close()``, as a closed file does."""
+        self._check_open()
         if size is None or size < 0:
             return b"".join(iter(lambda: self.read(CHUNK_SIZE), b""))
         while not self._in.buffered and not self._in.done:
@@ -81,6 +83,24 @@ class StreamReader:
         data = self.read(len(view))
         view[: len(data)] = data
         return len(data)
+
+    def readline(self, size: int = -1) -> bytes:
+        """The bytes up to and including the next ``b"\\n"`` (at most ``size``); ``b""``
+        at the end."""
+        self._check_open()
+        size = -1 if size is None else size
+        parts: list[bytes] = []
+        while size != 0:
+            while not self._in.buffered and not self._in.done:
+                self._take()
+            part = self._in.read_buffered(self._in.line_length(size))
+            if not part:
+                break
+            parts.append(part)
+            size -= len(part) if size > 0 else 0
+            if part.endswith(b"\n"):
+                break
+        return b"".join(parts)
 
     def readable(self) -> bool:
         """True: a stream is read."""
@@ -107,7 +127,13 @@ class StreamReader:
         self.close()
 
     def __iter__(self) -> Iterator[bytes]:
+        self._check_open()
         return iter(lambda: self.read(CHUNK_SIZE), b"")
+
+    def _check_open(self) -> None:
+        # As io's objects: a read after close() is the caller's bug, not an end of stream.
+        if self._closed:
+            raise ValueError("I/O operation on closed file")
 
     def close(self) -> None:
         """Stop reading; drop the chunks not read (``chunks``, "Leftovers"). A reader
