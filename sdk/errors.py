@@ -31,6 +31,7 @@
     │   │   └── WorkerLostError              ... and the worker that had it stopped heartbeating
     │   ├── RpcCancelledError                the call was cancelled (its session closed)
     │   ├── StreamError                      a data stream of a call could not complete
+    │   │   └── StreamTakenError             ... it was read through an earlier fetch_reply
     │   ├── DeadLetteredError                the request was dead-lettered; ``reason`` says why
     │   ├── RemoteHandlerError               the worker's handler raised; ``error_type``
     │   ├── RequestRefusedError              the broker refused the request PUT; ``status``
@@ -247,6 +248,13 @@ class StreamError(RpcError):
     """A data stream of a request (``session.request(..., streams=...)``) could not
     complete: its sender failed or went away, or no chunk came within the stall timeout.
     Raised by the caller's call and by the worker's ``request.streams[name].read``."""
+
+
+class StreamTakenError(StreamError):
+    """``reply.streams[name].read`` of a reply fetched again with ``fetch_reply``: the
+    reply's data streams went to the first fetch that returned it (a stream is sent
+    once, not kept), so this one has none to read. Raised at once, not after the stall
+    timeout; the reply's payload and properties are fetched as often as wanted."""
 
 
 class DeadLetteredError(RpcError):

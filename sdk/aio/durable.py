@@ -16,7 +16,7 @@ from holdfast.sdk import tracing
 from holdfast.sdk.aio import streams as streaming
 from holdfast.sdk.errors import HoldfastError, RequestTimeoutError, RpcError
 from holdfast.sdk.instrument import Untraced
-from holdfast.sdk.rpc import calls, durable, wire
+from holdfast.sdk.rpc import calls, durable
 from holdfast.sdk.rpc.values import Reply
 from holdfast.sdk.types import Ack, Message
 
@@ -89,7 +89,11 @@ async def fetch(session: Session, token: str | None, request_id: str, timeout: f
             if isinstance(outcome, RpcError):
                 raise outcome
             return durable.with_streams(
-                outcome, message, rid.guid, functools.partial(streaming.readers, session)
+                outcome,
+                message,
+                rid.guid,
+                functools.partial(streaming.readers, session),
+                streaming.AsyncTakenReader,
             )
     finally:
         with contextlib.suppress(HoldfastError):
@@ -100,7 +104,7 @@ async def _keep_fetchable(
     queue: Queue, message: Message, rid: durable.RequestId, deadline: float
 ) -> None:
     """As ``holdfast.sdk.rpc.durable``: a fresh copy first, then the CONFIRM."""
-    kept = wire.kept_reply(message.properties, rid.keep_until_ms)
+    kept = durable.kept_copy(message, rid)
     if kept is not None:
         acked: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
 

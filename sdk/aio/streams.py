@@ -57,6 +57,7 @@ from holdfast.sdk.rpc.chunks import (
     stream_uri,
 )
 from holdfast.sdk.rpc.incoming import Incoming
+from holdfast.sdk.rpc.reader import TakenReader
 from holdfast.sdk.types import Ack
 
 if TYPE_CHECKING:
@@ -221,6 +222,36 @@ class AsyncStreamReader:
                 await self._stop()
 
 
+class AsyncTakenReader:
+    """The asyncio form of ``holdfast.sdk.rpc.reader.TakenReader``: a stream of a
+    durable reply fetched again, taken by the first fetch; ``await read()`` and
+    ``async for`` raise ``StreamTakenError`` at once."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        """The stream's name."""
+        self._taken = TakenReader(name)
+
+    @property
+    def closed(self) -> bool:
+        """True once ``aclose()`` was called."""
+        return self._taken.closed
+
+    async def read(self, size: int = -1) -> bytes:
+        """Raise ``StreamTakenError`` (``ValueError`` once closed)."""
+        return self._taken.read(size)
+
+    def __aiter__(self) -> AsyncTakenReader:
+        return self
+
+    async def __anext__(self) -> bytes:
+        return self._taken.read()
+
+    async def aclose(self) -> None:
+        """Mark it closed (nothing to release)."""
+        self._taken.close()
+
+
 def readers(
     session: Session,
     domain: str,
@@ -251,4 +282,12 @@ async def close_all(streams: Mapping[str, Any]) -> None:
             raise outcome
 
 
-__all__ = ["AsyncSource", "AsyncStreamReader", "close_all", "readers", "send", "start_senders"]
+__all__ = [
+    "AsyncSource",
+    "AsyncStreamReader",
+    "AsyncTakenReader",
+    "close_all",
+    "readers",
+    "send",
+    "start_senders",
+]

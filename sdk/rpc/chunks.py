@@ -98,6 +98,9 @@ DRAIN_IDLE = 0.2
 
 NAMES = "x-rpc-streams"
 """Request (or reply) property: the comma-separated names of its streams."""
+TAKEN = "x-rpc-streams-taken"
+"""Durable reply property, on the copy ``fetch_reply`` keeps of a reply with streams:
+an earlier fetch took them (``holdfast.sdk.rpc.durable``)."""
 STREAM = "x-rpc-stream"
 """Chunk property: the stream's name."""
 SEQ = "x-rpc-seq"

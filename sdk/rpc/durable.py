@@ -14,7 +14,10 @@ later). ``session.fetch_reply(request_id, timeout)`` reads it from any session o
 the same token, in this process or another one (the caller may have restarted):
 a ``Reply``, or the call's own ``RpcError`` (``RemoteHandlerError``,
 ``DeadLetteredError``). Fetching does not use the reply up: it stays fetchable until
-*keep-until* (a fresh copy is posted before the delivered one is confirmed).
+*keep-until* (a fresh copy is posted before the delivered one is confirmed). Its data
+streams are sent once, so they go to the first fetch that returns it; the copy it
+keeps says so (``chunks.TAKEN``), and a later fetch's streams raise
+``StreamTakenError`` on read (``with_streams``).
 
 Past *keep-until* ``fetch_reply`` raises ``ReplyExpiredError``, at once, or when the
 wait reaches it; before, a reply that has not come within ``timeout`` is
@@ -248,16 +251,34 @@ def with_streams(
     message: Message,
     guid: uuid.UUID,
     readers: Callable[[str, uuid.UUID, Mapping[str, str]], Mapping[str, Any]],
+    taken: Callable[[str], Any],
 ) -> Reply:
     """``reply`` with readers of the data streams its message announces, made by
     ``readers(domain, reply GUID, properties)`` on the fetcher's session (threaded or
     asyncio), as a call's reply has. They were dropped: the worker's sender then
     waited for credit that never came, and the chunks stayed in the broker. A stream
-    can be read once: a second fetch gets readers of a stream already read."""
+    is sent once, so the first fetch that returns the reply takes its streams; a later
+    fetch gets the copy that fetch kept, marked ``chunks.TAKEN``, and ``taken(name)``
+    readers that raise ``StreamTakenError`` at once (readers of the stream would wait
+    for chunks already read until their stall timeout)."""
     if chunks.NAMES not in message.properties:
         return reply
-    streams = readers(calls.domain_of(message.queue_uri), wire.reply_guid(guid), message.properties)
+    if chunks.TAKEN in message.properties:
+        streams = {name: taken(name) for name in chunks.parse_names(message.properties)}
+    else:
+        domain = calls.domain_of(message.queue_uri)
+        streams = readers(domain, wire.reply_guid(guid), message.properties)
     return dataclasses.replace(reply, streams=streams)
+
+
+def kept_copy(message: Message, rid: RequestId) -> dict[str, str] | None:
+    """The properties of the fresh copy a fetch posts of the reply it takes
+    (``wire.kept_reply``), marked ``chunks.TAKEN`` if the reply has streams: this
+    fetch takes them. None past the keep time."""
+    kept = wire.kept_reply(message.properties, rid.keep_until_ms)
+    if kept is not None and chunks.NAMES in kept:
+        kept[chunks.TAKEN] = "1"
+    return kept
 
 
 def fetch(session: Session, token: str | None, request_id: str, timeout: float) -> Reply:
@@ -290,7 +311,11 @@ def fetch(session: Session, token: str | None, request_id: str, timeout: float) 
             if isinstance(outcome, RpcError):
                 raise outcome
             return with_streams(
-                outcome, message, rid.guid, functools.partial(streaming.readers, session)
+                outcome,
+                message,
+                rid.guid,
+                functools.partial(streaming.readers, session),
+                streaming.TakenReader,
             )
     finally:
         # the reply, if held, returns to the queue with the connection
@@ -302,7 +327,7 @@ def _keep_fetchable(queue: Queue, message: Message, rid: RequestId, deadline: fl
     """Post a fresh copy of the reply (its pickup TTL still running), then confirm the
     delivered one, which the broker no longer expires. The queue takes no more
     deliveries first, so the copy stays undelivered, and expires on time."""
-    kept = wire.kept_reply(message.properties, rid.keep_until_ms)
+    kept = kept_copy(message, rid)
     if kept is not None:
         acked = threading.Event()
         ok: list[bool] = []

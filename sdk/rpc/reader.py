@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from holdfast.sdk.errors import HoldfastError, StreamError
+from holdfast.sdk.errors import HoldfastError, StreamError, StreamTakenError
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.rpc.chunks import (
     CANCEL_POLL,
@@ -231,4 +231,57 @@ class StreamReader:
                 self._stop()
 
 
-__all__ = ["StreamReader"]
+class TakenReader:
+    """A stream of a durable reply fetched again (``fetch_reply``), as
+    ``reply.streams[name]``: the first fetch took the stream, so every read raises
+    ``StreamTakenError`` at once (a reader there would wait for chunks already read
+    and confirmed until its stall timeout)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        """The stream's name."""
+        self.closed = False
+        """True once ``close()`` was called."""
+
+    def read(self, size: int = -1) -> bytes:
+        """Raise ``StreamTakenError`` (``ValueError`` once closed)."""
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
+        raise StreamTakenError(
+            f"stream {self.name}: taken by an earlier fetch_reply of this reply "
+            "(a reply's streams are read once)"
+        )
+
+    def readinto(self, buffer: Any) -> int:
+        """As ``read``."""
+        self.read()
+        return 0  # not reached: read raises
+
+    def readline(self, size: int = -1) -> bytes:
+        """As ``read``."""
+        return self.read()
+
+    def __iter__(self) -> Iterator[bytes]:
+        self.read()
+        return iter(())  # not reached: read raises
+
+    def readable(self) -> bool:
+        """True, as any reader's (reading raises)."""
+        return True
+
+    def seekable(self) -> bool:
+        """False."""
+        return False
+
+    def close(self) -> None:
+        """Mark it closed (nothing to release)."""
+        self.closed = True
+
+    def __enter__(self) -> TakenReader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+__all__ = ["StreamReader", "TakenReader"]

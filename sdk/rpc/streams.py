@@ -65,7 +65,7 @@ from holdfast.sdk.rpc.chunks import (
     stream_uri,
 )
 from holdfast.sdk.rpc.outgoing import Outgoing, rewind, rewind_point
-from holdfast.sdk.rpc.reader import StreamReader
+from holdfast.sdk.rpc.reader import StreamReader, TakenReader
 from holdfast.sdk.types import Ack, Message
 
 if TYPE_CHECKING:
@@ -282,6 +282,7 @@ __all__ = [
     "WINDOW",
     "Readable",
     "StreamReader",
+    "TakenReader",
     "check_names",
     "chunk_guid",
     "close_all",

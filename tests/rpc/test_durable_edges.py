@@ -1,17 +1,29 @@
 """The edges of request/reply's arguments and timeouts: a call's ``timeout`` holds also
 while the broker is unreachable (its queue opens within it), ``fetch_reply`` with
-``timeout=0`` takes a reply the broker holds, and arguments of the wrong type get
-``InvalidArgumentError``, not a ``TypeError``."""
+``timeout=0`` takes a reply the broker holds, arguments of the wrong type get
+``InvalidArgumentError``, not a ``TypeError``, and a reply fetched again has streams
+that fail at once with ``StreamTakenError`` (the first fetch took them), not after
+the 30 s stall timeout."""
 
 from __future__ import annotations
 
 import asyncio
+import io
 import time
 import uuid
 
 import pytest
 
-from holdfast.sdk import InvalidArgumentError, Request, RpcTimeoutError, Session, Worker, aio
+from holdfast.sdk import (
+    InvalidArgumentError,
+    Request,
+    RpcTimeoutError,
+    Session,
+    StreamingReply,
+    StreamTakenError,
+    Worker,
+    aio,
+)
 from holdfast.sdk.rpc import durable, wire
 from tests.support.processes import BrokerProcess
 from tests.support.sessions import FAST, unique_uri
@@ -81,3 +93,41 @@ def test_arguments_of_the_wrong_type_are_invalid_arguments(broker: BrokerProcess
         ):
             with pytest.raises(InvalidArgumentError):
                 bad()
+
+
+@pytest.mark.timeout(60)
+def test_a_reply_fetched_again_has_its_streams_taken_at_once(broker: BrokerProcess) -> None:
+    uri = unique_uri("durable-taken")
+    data = bytes(range(256)) * 2000
+
+    def handle(request: Request) -> StreamingReply:
+        return StreamingReply(b"with-stream", {"kind": "k"}, {"data": io.BytesIO(data)})
+
+    async def fetch_on_asyncio(request_id: str) -> None:
+        async with aio.Session(broker.address, options=FAST) as asession:
+            again = await asession.fetch_reply(request_id, timeout=10)
+            assert again.payload == b"with-stream"
+            with pytest.raises(StreamTakenError, match="earlier fetch_reply"):
+                await again.streams["data"].read()
+            with pytest.raises(StreamTakenError):
+                async for _ in again.streams["data"]:
+                    pass
+            # and a reply first fetched on asyncio: that fetch marks its copy too
+            own = await asession.request_durable(uri, b"go")
+            fetched = await asession.fetch_reply(own, timeout=30)
+            assert await fetched.streams["data"].read() == data
+            refetched = await asession.fetch_reply(own, timeout=10)
+            with pytest.raises(StreamTakenError):
+                await refetched.streams["data"].read(10)
+
+    with Session(broker.address, options=FAST) as session, Worker(session, uri, handle):
+        request_id = session.request_durable(uri, b"go")
+        first = session.fetch_reply(request_id, timeout=30)
+        assert first.streams["data"].read() == data
+        second = session.fetch_reply(request_id, timeout=10)
+        assert (second.payload, second.properties) == (b"with-stream", {"kind": "k"})
+        started = time.monotonic()
+        with pytest.raises(StreamTakenError, match="earlier fetch_reply"):
+            second.streams["data"].read(10)
+        assert time.monotonic() - started < 5  # at once, not after the stall timeout
+        asyncio.run(fetch_on_asyncio(request_id))
