@@ -14,7 +14,12 @@ from typing import TYPE_CHECKING
 
 from holdfast.sdk import tracing
 from holdfast.sdk.aio import streams as streaming
-from holdfast.sdk.errors import HoldfastError, RequestTimeoutError, RpcError
+from holdfast.sdk.errors import (
+    HoldfastError,
+    RequestTimeoutError,
+    RpcError,
+    UnknownRequestError,
+)
 from holdfast.sdk.instrument import Untraced
 from holdfast.sdk.rpc import calls, durable
 from holdfast.sdk.rpc.values import Reply
@@ -60,7 +65,17 @@ async def post_durable(
 
 async def fetch(session: Session, token: str | None, request_id: str, timeout: float) -> Reply:
     """The reply of a durable request (``holdfast.sdk.rpc.durable``)."""
-    rid = durable.start_fetch(request_id, token, timeout)
+    try:
+        rid = durable.start_fetch(request_id, token, timeout)
+    except UnknownRequestError:
+        try:  # is it the id, or this session the server refuses? (``durable.session_refused``)
+            await session.has_workers(
+                durable.probe_uri(request_id), timeout=durable.probe_timeout(timeout)
+            )
+        except HoldfastError as error:
+            if durable.session_refused(error):
+                raise
+        raise
     deadline = durable.fetch_deadline(timeout)
     inbox: asyncio.Queue[Message] = asyncio.Queue()
     try:  # within the fetch's timeout, also while the broker is unreachable

@@ -119,7 +119,8 @@ class RequestReply:
         Raises the call's own ``RpcError`` (``RemoteHandlerError``,
         ``DeadLetteredError``), ``RpcTimeoutError`` if no reply came yet,
         ``ReplyExpiredError`` past the keep time, ``UnknownRequestError`` for an id
-        not issued to a session of this token.
+        not issued to a session of this token (``AuthenticationError`` if the server
+        refuses this session's token, or its lack of one).
         """
         caller = self._rpc()
         caller.refuse_on_dispatcher("fetch_reply")

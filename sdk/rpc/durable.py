@@ -23,8 +23,11 @@ Past *keep-until* ``fetch_reply`` raises ``ReplyExpiredError``, at once, or when
 wait reaches it; before, a reply that has not come within ``timeout`` is
 ``RpcTimeoutError`` (fetch again later). An id that is not one issued to a session of
 this token (malformed, altered: *check* is an HMAC of the rest under the token) is
-``UnknownRequestError``. The keep time rests on the wall clocks of the caller and the
-worker (NTP-level agreement is assumed).
+``UnknownRequestError``, once the server has answered a question of the session
+(``has_workers``): a session it refuses (no token, or one it does not know) gets its
+``AuthenticationError``, as every other call does (``session_refused``). The keep
+time rests on the wall clocks of the caller and the worker (NTP-level agreement is
+assumed).
 
 The request itself carries the same keep time as its pickup TTL, so no worker starts
 it once its reply could no longer be fetched, and its reply queue as the broker's
@@ -52,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 from holdfast.sdk import tracing
 from holdfast.sdk.errors import (
+    AuthenticationError,
     HoldfastError,
     InvalidArgumentError,
     ReplyExpiredError,
@@ -59,6 +63,7 @@ from holdfast.sdk.errors import (
     RequestTimeoutError,
     RpcError,
     RpcTimeoutError,
+    SessionClosedError,
     UnknownRequestError,
 )
 from holdfast.sdk.instrument import Untraced
@@ -212,11 +217,33 @@ def not_fetched(rid: RequestId, timeout: float, error: Exception) -> RpcTimeoutE
 
 def start_fetch(request_id: str, token: str | None, timeout: float) -> RequestId:
     """Check the arguments of ``fetch_reply``; ``ReplyExpiredError`` at once if past."""
-    rid = parse_request_id(request_id, token)
     calls.check_seconds("timeout", timeout, zero=True)
+    rid = parse_request_id(request_id, token)
     if wire.wall_ms() >= rid.keep_until_ms:
         raise expired(rid)
     return rid
+
+
+def probe_uri(request_id: object) -> str:
+    """The queue ``fetch_reply`` asks the server about (``has_workers``) before it
+    calls an id unknown: one of the id's domain, or of ``holdfast`` if it has none."""
+    match = _ID.fullmatch(request_id) if isinstance(request_id, str) else None
+    return f"hf://{match['domain'] if match else 'holdfast'}/rpc-fetch-probe"
+
+
+def probe_timeout(timeout: float) -> float:
+    """How long that question may take: the fetch's ``timeout`` (``FETCH_LOOK`` for 0)."""
+    return max(timeout, FETCH_LOOK)
+
+
+def session_refused(error: HoldfastError) -> bool:
+    """True if ``error``, raised by the probe of an id that failed its check, says the
+    server refuses this session (its ``AuthenticationError``: no token, or one it does
+    not know; or the session already ended): that is reported, as by every other call,
+    not an unknown id, since an id fails its check under a missing or wrong token too.
+    Any other answer (a refusal of the probe for its domain, no answer in time) leaves
+    the id unknown."""
+    return isinstance(error, AuthenticationError | SessionClosedError)
 
 
 def post_durable(
@@ -283,7 +310,15 @@ def kept_copy(message: Message, rid: RequestId) -> dict[str, str] | None:
 
 def fetch(session: Session, token: str | None, request_id: str, timeout: float) -> Reply:
     """The reply of a durable request (see the module docstring)."""
-    rid = start_fetch(request_id, token, timeout)
+    try:
+        rid = start_fetch(request_id, token, timeout)
+    except UnknownRequestError:
+        try:  # is it the id, or this session the server refuses? (``session_refused``)
+            session.has_workers(probe_uri(request_id), timeout=probe_timeout(timeout))
+        except HoldfastError as error:
+            if session_refused(error):
+                raise
+        raise
     deadline = fetch_deadline(timeout)
     inbox: stdqueue.SimpleQueue[Message] = stdqueue.SimpleQueue()
     try:  # within the fetch's timeout, also while the broker is unreachable
