@@ -290,6 +290,7 @@ def with_streams(
     for chunks already read until their stall timeout)."""
     if chunks.NAMES not in message.properties:
         return reply
+    streams: Mapping[str, Any]
     if chunks.TAKEN in message.properties:
         streams = {name: taken(name) for name in chunks.parse_names(message.properties)}
     else:

@@ -71,7 +71,7 @@ def test_a_request_stream_read_after_close_raises_value_error(broker: BrokerProc
 
     def handle(request: Request) -> bytes:
         reader = request.streams["data"]
-        first = reader.read(5)
+        first: bytes = reader.read(5)
         reader.close()
         seen.append(reader.closed)
         for attempt in (lambda: reader.read(10), lambda: reader.readline(), lambda: list(reader)):
