@@ -220,8 +220,11 @@ def test_a_reader_is_a_binary_file_for_the_standard_library(broker: BrokerProces
         def by_file_digest(reader: streaming.StreamReader) -> str:
             return hashlib.file_digest(reader, "sha256").hexdigest()
 
+        wrappers: list[io.BufferedReader] = []  # kept: collected, one closes its reader
+
         def buffered(reader: streaming.StreamReader) -> str:
-            return hashlib.sha256(io.BufferedReader(reader).read()).hexdigest()  # type: ignore[type-var]
+            wrappers.append(io.BufferedReader(reader))  # type: ignore[arg-type]
+            return hashlib.sha256(wrappers[-1].read()).hexdigest()
 
         for take in (by_file_digest, buffered):
             guid = uuid.uuid4()
