@@ -42,7 +42,7 @@ from holdfast.broker.redis.losscheck import LossCheck
 from holdfast.broker.redis.losses import AckJournal, DataLoss
 from holdfast.broker.redis.reaper import Reaper
 from holdfast.broker.redis.refresh import refresh_queues
-from holdfast.broker.redis.refusals import setup_failure
+from holdfast.broker.redis.refusals import setup_failure, wrong_kind
 from holdfast.broker.redis.registry import RedisRegistry
 from holdfast.broker.redis.sweep import FAST, Sweeper
 from holdfast.broker.store import StoreError
@@ -148,21 +148,23 @@ class NodeLife:
 
     def _check_setup(self) -> None:
         """Fail at once on a refusal no retry mends (``refusals``: a TLS certificate,
-        the credentials, the database): it is not an outage. Anything else (Redis down)
-        is left to the lease keeper's retries."""
+        the credentials, the database, a scheme that does not match the server): it is
+        not an outage. Anything else (Redis down) is left to the lease keeper's retries."""
         probe = None
+        failure = None
         try:
             # A cluster's client connects here, in its constructor.
             probe = self.client.connect_sync(min(self.client.retry_window, PROBE_TIMEOUT))
             probe.ping()
+            failure = wrong_kind(probe, self.client.spec)
         except Exception as error:
             has_cert = bool(self.client.tls and self.client.tls.cert)
             failure = setup_failure(error, self.client.spec, has_cert)
-            if failure is not None:
-                raise StoreError(f"redis store {self.client.where}: {failure}") from None
         finally:
             if probe is not None:
                 probe.close()
+        if failure is not None:
+            raise StoreError(f"redis store {self.client.where}: {failure}")
 
     async def halt(self) -> None:
         """Stop the loops (polls, sweeps, refresh, reaper), so that nothing new is
