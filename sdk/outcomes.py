@@ -50,6 +50,8 @@ _STATUS_OK = pb.STATUS_OK
 _HISTORY_FULL = pb.STATUS_HISTORY_FULL
 _QUEUE_FULL = pb.STATUS_QUEUE_FULL
 _PUSHED_BACK = frozenset((_HISTORY_FULL, _QUEUE_FULL, pb.STATUS_LIMIT_EXCEEDED))
+_NO_COPY = frozenset((_HISTORY_FULL, _QUEUE_FULL))
+"""Push-backs that say the broker holds no copy of the PUT (``PutBuffer.hold``)."""
 """ACK statuses that are no outcome: the broker did not take the PUT *yet*."""
 
 
@@ -158,7 +160,7 @@ class Outcomes:
             if wire in _PUSHED_BACK and relay is None:
                 # Kept and retried here; a proxy relays the push-back instead, so that its
                 # client keeps the PUT and its post() waits as against a broker (rule 7).
-                puts.hold(guid, now)
+                puts.hold(guid, now, wire in _NO_COPY)
                 continue
             found = locate(guid)
             if found is None:

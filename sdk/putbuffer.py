@@ -154,12 +154,21 @@ class PutBuffer:
 
     # ------------------------------------------------------------------ push-back
 
-    def hold(self, guid: bytes, now: float) -> None:
-        """The broker did not take this PUT yet: keep it, retry after the back-off."""
+    def hold(self, guid: bytes, now: float, no_copy: bool = False) -> None:
+        """The broker did not take this PUT yet: keep it, retry after the back-off.
+
+        ``no_copy``: the answer says the broker holds no copy of it (``HISTORY_FULL``,
+        ``QUEUE_FULL``: ``lifecycle.admit`` decides a replay before either, and any
+        earlier copy is younger than this PUT's age, so still in the history). A copy
+        can then come only of a later send, so the PUT's age starts again now: kept at
+        its first post, the retries of a burst past the history's bound reached the
+        window, were refused ``TOO_OLD`` and reported UNKNOWN, never enqueued."""
         found = self.locate(guid)
         if found is None:
             return
         seq, segment, i = found
+        if no_copy:
+            segment.posted[i] = now
         queue_id = segment.queue_ids[i]
         self._held[seq] = queue_id
         self.busy.add(queue_id)
