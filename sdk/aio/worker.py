@@ -33,10 +33,9 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from cachetools import TTLCache
-
 from holdfast.sdk import tracing
 from holdfast.sdk.aio import streams as streaming
+from holdfast.sdk.aio.slots import Slots
 from holdfast.sdk.errors import HoldfastError, InvalidArgumentError
 from holdfast.sdk.instrument import Untraced
 from holdfast.sdk.options import QueueOptions
@@ -51,6 +50,7 @@ from holdfast.sdk.rpc.jobs import (
     log_reply_ack,
 )
 from holdfast.sdk.rpc.options import WorkerOptions
+from holdfast.sdk.rpc.replies import ReplyMemory
 from holdfast.sdk.rpc.values import Request, StreamingReply
 from holdfast.sdk.types import Ack, AckStatus, Message
 
@@ -87,12 +87,12 @@ class Worker:
         self._handler = handler
         self._coroutine = inspect.iscoroutinefunction(handler)
         self._concurrency = concurrency
-        self._slots = asyncio.Semaphore(concurrency)
+        self._slots = Slots(concurrency)
         self._running: dict[bytes, Job] = {}
         self._tasks: dict[bytes, asyncio.Task[Any]] = {}
         """The handler task of each running call (cancelled with the call)."""
         self._jobs: set[asyncio.Task[None]] = set()
-        self._replies: TTLCache[bytes, Answer] = TTLCache(
+        self._replies: ReplyMemory[Answer] = ReplyMemory(
             self.options.max_replies, self.options.reply_window
         )
         self._handles: dict[str, Queue] = {}
@@ -199,9 +199,14 @@ class Worker:
     async def _process(self, job: Job) -> None:
         guid = job.request.guid.bytes
         if job.answer is None:
-            async with self._slots:
+            slots = self._slots
+            if not slots.take_now():
+                await slots.take()
+            try:
                 if not job.request.cancelled.is_set():
                     job.answer = await self._run(job)
+            finally:
+                slots.give()
             self._running.pop(guid, None)
             if job.request.cancelled.is_set() or job.answer is None:
                 confirm(job.message)  # nobody waits for this reply

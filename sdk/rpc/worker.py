@@ -41,8 +41,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from cachetools import TTLCache
-
 from holdfast.proto.uri import parse_queue_uri
 from holdfast.sdk import tracing
 from holdfast.sdk.errors import HoldfastError, InvalidArgumentError, RequestTimeoutError
@@ -62,6 +60,7 @@ from holdfast.sdk.rpc.jobs import (
 )
 from holdfast.sdk.rpc.liveness import Beater
 from holdfast.sdk.rpc.options import WorkerOptions
+from holdfast.sdk.rpc.replies import ReplyMemory
 from holdfast.sdk.rpc.threads import HandlerThreads
 from holdfast.sdk.rpc.values import Request, StreamingReply
 from holdfast.sdk.types import Ack, AckStatus, Message
@@ -109,7 +108,7 @@ class Worker:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._running: dict[bytes, Job] = {}
-        self._replies: TTLCache[bytes, Answer] = TTLCache(
+        self._replies: ReplyMemory[Answer] = ReplyMemory(
             self.options.max_replies, self.options.reply_window
         )
         self._handles: OrderedDict[str, Queue] = OrderedDict()
