@@ -106,6 +106,18 @@ class Queue(QueueHandle):
         if ended:
             self._inbox.put_nowait(_END)
 
+    def delivered(self) -> list[Message]:
+        """The messages delivered to this queue's iteration and not taken by it yet, in
+        order (they stay there)."""
+        if self._inbox is None:
+            return []
+        held = []
+        while not self._inbox.empty():
+            held.append(self._inbox.get_nowait())
+        for item in held:
+            self._inbox.put_nowait(item)
+        return [item for item in held if item is not _END]
+
     def end_iteration(self) -> None:
         """Let ``async for`` over this queue finish (no further message can come)."""
         if self._spans is not None:

@@ -52,6 +52,9 @@ log = logging.getLogger("holdfast.sdk.rpc")
 @dataclass(slots=True, eq=False)
 class _Call(CallState):
     future: asyncio.Future[Reply] | None = field(default=None, repr=False)
+    told: asyncio.Future[None] | None = field(default=None, repr=False)
+    """Done once the broker has the chunk telling a reader why the call failed: its
+    cancel waits for it (``streaming.Failing``)."""
 
 
 class AsyncCaller:
@@ -126,7 +129,7 @@ class AsyncCaller:
                     calls.domain_of(uri),
                     guid,
                     streams,
-                    lambda error: self._finish(call, error),
+                    lambda error, told: self._stream_failed(call, error, told),
                     resend=True,
                 )
             return await future
@@ -220,6 +223,13 @@ class AsyncCaller:
             if calls.ends_abandoned(outcome):
                 self._end(call)
 
+    def _stream_failed(
+        self, call: _Call, error: RpcError, told: asyncio.Future[None] | None
+    ) -> None:
+        if call.told is None:
+            call.told = told
+        self._finish(call, error)
+
     def _end(self, call: _Call) -> None:
         """A call over without its reply: remember it for a while (a worker that picks
         it up later is told at its first heartbeat) and tell its worker to stop."""
@@ -265,11 +275,15 @@ class AsyncCaller:
         worker = call.wants_cancel()
         if not worker:
             return  # not picked up yet (its first heartbeat triggers it), or sent
-        task = self._loop.create_task(self._post_cancel(worker, call.guid))
+        task = self._loop.create_task(self._post_cancel(worker, call.guid, call.told))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _post_cancel(self, worker: str, guid: uuid.UUID) -> None:
+    async def _post_cancel(
+        self, worker: str, guid: uuid.UUID, told: asyncio.Future[None] | None
+    ) -> None:
+        if told is not None:  # the reader first learns why, as a StreamError
+            await asyncio.wait([told], timeout=chunks.CREDIT_CLOSE_WAIT)
         try:
             queue = self._workers.get(worker)
             if queue is None or not queue.is_open:

@@ -14,6 +14,7 @@ from holdfast.sdk.errors import HoldfastError, StreamError
 from holdfast.sdk.rpc import wire
 from holdfast.sdk.rpc.chunks import (
     CHUNK_SIZE,
+    CREDIT_CLOSE_WAIT,
     WINDOW,
     Chunk,
     Readable,
@@ -30,6 +31,12 @@ if TYPE_CHECKING:
 AsyncSource = Readable | AsyncIterable[bytes]
 """What the asyncio API takes as a stream: a binary file-like object (``read(n)``,
 run in the loop's default executor) or an async iterable of bytes."""
+
+Failing = Callable[[StreamError, asyncio.Future[None] | None], None]
+"""Told that a stream cannot complete: its ``StreamError`` and, when the sender told
+the reader, a future done once the broker has that chunk (``None``: nothing to wait
+for). A cancel sent to the worker waits for it, so the reader sees the failure as a
+``StreamError`` before its handler is cancelled."""
 
 
 async def _pieces(source: AsyncSource) -> AsyncGenerator[bytes, None]:
@@ -61,7 +68,7 @@ async def send(
     source: AsyncSource,
     credit_timeout: float | None = None,
     resend: bool = False,
-    failing: Callable[[StreamError], None] | None = None,
+    failing: Failing | None = None,
 ) -> None:
     """Post ``source`` as stream ``name`` of ``request_guid``, in chunks, as far as the
     reader's credit allows, keeping at most ``WINDOW`` unacknowledged. Raises
@@ -71,7 +78,9 @@ async def send(
     again in each round a new reader asks for (its request went to another worker;
     ``holdfast.sdk.rpc.chunks``, "Rounds"), until the task is cancelled, even after the
     whole stream or a reader's stop. Cancel the task to stop it. ``failing``: as in
-    ``holdfast.sdk.rpc.streams.send``."""
+    ``holdfast.sdk.rpc.streams.send``, called once the chunk telling the reader is
+    posted, with a future done once the broker ACKed that chunk (or at most
+    ``CREDIT_CLOSE_WAIT`` later)."""
     start = rewind_point(source) if resend else None
     out = Outgoing(request_guid, name, credit_timeout, keep=resend and start is None)
     acks = asyncio.Semaphore(WINDOW)
@@ -91,12 +100,41 @@ async def send(
         await queue.post(chunk.payload, chunk.properties, on_ack, guid=chunk.guid)
 
     async def tell(chunk: Chunk, failure: StreamError) -> None:
-        if failing is not None:
-            failing(failure)
-            # The call, failed, cancels this task: the reader is still told why.
-            await asyncio.shield(post(chunk))
-        else:
+        if failing is None:
             await post(chunk)
+            return
+        told: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def on_told(ack: Ack) -> None:
+            on_ack(ack)
+            if not told.done():
+                told.set_result(None)
+
+        try:
+            # No slot of the window to wait for: the call fails now, not once the
+            # broker ACKed the chunks before (never, while the link is down).
+            await queue.post(chunk.payload, chunk.properties, on_told, guid=chunk.guid)
+        except BaseException:
+            told.set_result(None)  # nothing to wait for
+            raise
+        finally:
+            # Once the chunk is posted, not before: the call ends with this failure
+            # rather than with the reply the reader's failure makes, and its cancel,
+            # which waits for ``told``, reaches the worker after the chunk reached
+            # the reader (a cancel first gave the handler ``CancelledError``).
+            failing(failure, told)
+        deadline = asyncio.get_running_loop().time() + CREDIT_CLOSE_WAIT
+        try:
+            await asyncio.wait([told], timeout=CREDIT_CLOSE_WAIT)
+        except asyncio.CancelledError:
+            # The failed call cancels this task at once: keep the queue open until the
+            # broker has the chunk (closed earlier, the chunk is reported UNKNOWN).
+            left = deadline - asyncio.get_running_loop().time()
+            await asyncio.wait([told], timeout=max(0.0, left))
+            raise
+        finally:
+            if not told.done():
+                told.set_result(None)  # the cancel waits no longer
 
     async def wait(ready: Callable[[], bool]) -> None:
         while not ready():
@@ -177,28 +215,28 @@ def start_senders(
     domain: str,
     request_guid: uuid.UUID,
     streams: Mapping[str, AsyncSource],
-    fail: Callable[[StreamError], None],
+    fail: Failing,
     credit_timeout: float | None = None,
     resend: bool = False,
 ) -> list[asyncio.Task[None]]:
     """A task sending each of ``streams``; a stream that cannot complete calls ``fail``
-    with its ``StreamError`` (``credit_timeout`` and ``resend``: see ``send``). Cancel
-    the tasks when the call is over."""
+    (``Failing``) with its ``StreamError`` (``credit_timeout`` and ``resend``: see
+    ``send``). Cancel the tasks when the call is over."""
 
     async def run(name: str, source: AsyncSource) -> None:
-        told: list[StreamError] = []  # the call failed before the reader was told
+        told: list[StreamError] = []  # the call failed as the reader was told
 
-        def failing(error: StreamError) -> None:
+        def failing(error: StreamError, chunk_in: asyncio.Future[None] | None) -> None:
             told.append(error)
-            fail(error)
+            fail(error, chunk_in)
 
         try:
             await send(session, domain, request_guid, name, source, credit_timeout, resend, failing)
         except StreamError as error:
             if not told:
-                fail(error)
+                fail(error, None)
         except Exception as error:  # the link or the queue failed under us
-            fail(StreamError(f"stream {name}: {wire.error_text(error)}"))
+            fail(StreamError(f"stream {name}: {wire.error_text(error)}"), None)
 
     loop = asyncio.get_running_loop()
     return [
@@ -207,4 +245,4 @@ def start_senders(
     ]
 
 
-__all__ = ["AsyncSource", "send", "start_senders"]
+__all__ = ["AsyncSource", "Failing", "send", "start_senders"]

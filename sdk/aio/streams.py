@@ -36,13 +36,15 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from holdfast.sdk.aio.sending import AsyncSource, send, start_senders
 from holdfast.sdk.errors import HoldfastError, StreamError
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.rpc.chunks import (
+    ABORT,
+    CANCEL_POLL,
     CHUNK_SIZE,
     CREDIT_CLOSE_WAIT,
     DRAIN_IDLE,
@@ -153,6 +155,24 @@ class AsyncStreamReader:
                         await self._queue.close(timeout=5)
                 await self._close_credits()
 
+    def failure_delivered(self) -> bool:
+        """Whether the sender's failure reached this reader and is not read yet (the
+        next read raises it)."""
+        return self._queue is not None and any(
+            ABORT in message.properties for message in self._queue.delivered()
+        )
+
+    async def _close_failed(self) -> None:
+        """Close after the sender's failure, in a task of its own: a cancel that comes
+        meanwhile (its call's, which the failure caused) must not replace the
+        ``StreamError`` the reader's task is to see (it did: ``CancelledError``)."""
+        closing = asyncio.ensure_future(self.aclose())
+        try:
+            await asyncio.shield(closing)
+        except asyncio.CancelledError:
+            # The close goes on; what it raises is retrieved, not reported unseen.
+            closing.add_done_callback(lambda done: done.cancelled() or done.exception())
+
     async def _drain(self) -> None:
         """As the threaded reader's: confirm what was delivered and not read, and what
         the sender posted before it stopped (``DRAIN_IDLE`` after the last)."""
@@ -214,6 +234,10 @@ class AsyncStreamReader:
         confirm_chunk(message)
         try:
             self._in.accept(message)
+        except StreamError:
+            await self._close_failed()
+            raise
+        try:
             credit = self._in.credit()
             if credit is not None:
                 await self._give(credit)
@@ -269,6 +293,28 @@ def readers(
     }
 
 
+def cancel_handler(
+    streams: Mapping[str, Any], task: asyncio.Task[Any], running: Callable[[], bool]
+) -> None:
+    """Cancel the ``task`` running a handler whose call was cancelled; but if a reader of
+    its ``streams`` holds its sender's failure, which the handler reads next as a
+    ``StreamError`` (the caller, whose call failed with it, cancels then: the failure
+    was posted first), only ``CANCEL_POLL`` later, if it still ``running()`` (it reads
+    on elsewhere). Cancelled at once, it saw ``CancelledError`` instead of why."""
+    if not any(
+        isinstance(reader, AsyncStreamReader) and reader.failure_delivered()
+        for reader in streams.values()
+    ):
+        task.cancel()
+        return
+
+    def late() -> None:
+        if running():
+            task.cancel()
+
+    asyncio.get_running_loop().call_later(CANCEL_POLL, late)
+
+
 async def close_all(streams: Mapping[str, Any]) -> None:
     """Close every reader of a finished request (its stream queues with them), all at
     once: a reader left unread drains for ``DRAIN_IDLE`` (0.2 s), and one after
@@ -286,6 +332,7 @@ __all__ = [
     "AsyncSource",
     "AsyncStreamReader",
     "AsyncTakenReader",
+    "cancel_handler",
     "close_all",
     "readers",
     "send",

@@ -262,7 +262,7 @@ class Worker:
                 calls.domain_of(job.reply_to),
                 wire.reply_guid(guid),
                 result.streams,
-                lambda error: log.warning("reply stream of %s failed: %s", guid, error),
+                lambda error, _: log.warning("reply stream of %s failed: %s", guid, error),
                 chunks.REPLY_CREDIT_TIMEOUT,
             )
             for task in senders:
@@ -350,7 +350,9 @@ class Worker:
             job.request.cancelled.set()
             task = self._tasks.get(guid)
             if task is not None:
-                task.cancel()
+                streaming.cancel_handler(
+                    job.request.streams, task, lambda: self._tasks.get(guid) is task
+                )
 
     async def _beat_loop(self) -> None:
         options = self.options

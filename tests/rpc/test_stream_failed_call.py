@@ -1,10 +1,13 @@
 """A call that fails because one of its streams cannot be sent ends its handler too,
 as a timeout or a cancel does: the handler blocked reading another stream of the call
-learns at once, not after the reader's 30 s stall, and its worker is free again."""
+learns at once, not after the reader's 30 s stall, and its worker is free again. The
+handler reading the stream that failed sees why (``StreamError``) before the cancel,
+and nothing of the failed sender is left to fail unseen."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -15,7 +18,7 @@ from holdfast.sdk import Request, Session, StreamError, Worker
 from tests.rpc.support import aio_worker_and_caller
 from tests.support.processes import BrokerProcess
 from tests.support.sessions import FAST, unique_uri
-from tests.support.waiting import wait_until
+from tests.support.waiting import wait_until, wait_until_async
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -102,5 +105,48 @@ def test_an_asyncio_stream_that_fails_ends_the_handler_reading_another(
                 await asyncio.sleep(0.05)
             released.set()
             assert ended, "the handler still reads 10 s after its call failed"
+
+    asyncio.run(run())
+
+
+def test_an_async_iterable_source_that_raises_fails_the_handlers_read_first(
+    broker: BrokerProcess,
+) -> None:
+    """6 MiB then ``OSError``, five times (each call went wrong about half the time):
+    the handler reading it gets ``StreamError`` (the abort chunk reaches it before the
+    call's cancel, which gave ``CancelledError``), and the loop reports no exception
+    (the sender's last post outlived its queue: "Task exception was never retrieved",
+    ``QueueNotOpenError``)."""
+    uri = unique_uri("aio-stream-source-raises")
+
+    async def run() -> None:
+        unseen: list[dict[str, object]] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _, context: unseen.append(context))
+        ended: list[BaseException] = []
+
+        async def source() -> AsyncIterator[bytes]:
+            for _ in range(6):
+                yield b"y" * (1 << 20)
+            raise OSError("source failed")
+
+        async def handle(request: Request) -> bytes:
+            try:
+                async for _ in request.streams["up"]:
+                    pass
+            except BaseException as error:
+                ended.append(error)
+                raise
+            return b""
+
+        async with aio_worker_and_caller(broker.address, uri, handle) as caller:
+            for attempt in range(1, 6):
+                with pytest.raises(StreamError, match="reading it failed: source failed"):
+                    await caller.request(uri, b"", streams={"up": source()}, timeout=60)
+                await wait_until_async(lambda: len(ended) >= attempt, 10, "the handler to end")  # noqa: B023
+        gc.collect()  # a task whose exception nobody retrieved reports it when collected
+        await asyncio.sleep(0)
+        assert not unseen, [str(context.get("message")) for context in unseen]
+        assert [type(error) for error in ended] == [StreamError] * 5, ended
+        assert all("source failed" in str(error) for error in ended)
 
     asyncio.run(run())
