@@ -37,7 +37,7 @@ from holdfast.sdk.instrument import Untraced
 from holdfast.sdk.poolnames import key_queue_uri
 from holdfast.sdk.rpc import calls, chunks, wire
 from holdfast.sdk.rpc import spans as rpc_spans
-from holdfast.sdk.rpc.calls import ABANDONED_MEMORY, MAX_WORKER_HANDLES, CallState
+from holdfast.sdk.rpc.calls import ABANDONED_MEMORY, MAX_WORKER_HANDLES, PICKUP_WAIT, CallState
 from holdfast.sdk.rpc.edges import Edges
 from holdfast.sdk.rpc.values import Reply
 from holdfast.sdk.types import Ack, Message
@@ -76,6 +76,8 @@ class AsyncCaller:
         self._guids = Uuid7Source()
         self._tag = uuid.uuid4().hex
         self._closed = False
+        self._beaten = asyncio.Event()
+        """Set by a heartbeat of a call over (``close`` waits for them)."""
         self._traced = session._telemetry
         self._on_replies = Untraced(self._on_reply_message)  # the call span covers them
         self._edges = Edges()
@@ -155,19 +157,38 @@ class AsyncCaller:
         """A fresh request GUID (uuid7)."""
         return self._guids.next()[0]
 
-    async def close(self) -> None:
+    async def close(self, timeout: float = 5.0) -> None:
         """Cancel every call still waiting (``RpcCancelledError``), telling their
-        workers. The session closes the queues."""
+        workers, and the workers of the calls that ended without a reply (a timeout, a
+        stream that failed), also those not picked up yet: their first heartbeats are
+        awaited (``calls.PICKUP_WAIT`` each, ``timeout`` in all). The session closes the
+        queues (flushing the cancels)."""
         if self._closed:
             return
         self._closed = True
         for call in list(self._calls.values()):
             self._finish(call, RpcCancelledError("the session closed during the call"))
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._await_pickups()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=5)
+
+    async def _await_pickups(self) -> None:
+        """Until no call over may still be picked up unseen, or none was for
+        ``PICKUP_WAIT``: each heartbeat of one sends its cancel (``_on_reply_message``)."""
+        while True:
+            self._beaten.clear()
+            if not any(call.may_start(time.monotonic()) for call in self._abandoned.values()):
+                return
+            try:
+                async with asyncio.timeout(PICKUP_WAIT):
+                    await self._beaten.wait()
+            except TimeoutError:
+                return
 
     def store_lost(self, report: str) -> None:
         """The broker's store lost data: every call waiting now fails at once with
@@ -187,6 +208,7 @@ class AsyncCaller:
             # A worker runs a call that is over: tell it to stop.
             abandoned.worker = properties.get(wire.WORKER, "")
             self._send_cancel(abandoned)
+            self._beaten.set()
         elif call is not None:
             if kind == wire.BEAT:
                 call.on_beat(properties, time.monotonic())
@@ -207,9 +229,7 @@ class AsyncCaller:
             message.confirm()
 
     def _on_request_ack(self, call: _Call, ack: Ack) -> None:
-        call.accepted = ack.status.ok
-        error = calls.refused(ack)
-        if error is not None:
+        if (error := call.on_ack(ack)) is not None:
             self._finish(call, error)
 
     def _finish(self, call: _Call, outcome: Reply | RpcError) -> None:
@@ -220,7 +240,7 @@ class AsyncCaller:
             future.set_result(outcome)
         else:
             future.set_exception(outcome)
-            if calls.ends_abandoned(outcome):
+            if calls.ended(call, outcome):
                 self._end(call)
 
     def _stream_failed(

@@ -275,10 +275,11 @@ class Session:
             return
         self._closed = True
         metrics.unwatch(self)
+        wait = self._options.close_timeout if timeout is None else timeout
         if self._caller is not None:
-            await self._caller.close()
+            await self._caller.close(wait)
         if self._started:
-            await self.flush(self._options.close_timeout if timeout is None else timeout)
+            await self.flush(wait)
         await self._core.stop()
         for queue in list(self._queues):
             queue.end_iteration()

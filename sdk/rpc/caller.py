@@ -73,6 +73,7 @@ class Caller:
         self._guids = Uuid7Source()
         self._tag = uuid.uuid4().hex
         self._closed = False
+        self._beaten = threading.Event()  # a heartbeat of a call over (close waits for them)
         self._traced = session._telemetry
         self._on_replies = Untraced(self._on_reply_message)  # the call span covers them
         self._wakeup = threading.Event()
@@ -203,15 +204,17 @@ class Caller:
         return self._session._options.token
 
     def close(self) -> None:
-        """Cancel every call still waiting (``RpcCancelledError``), telling their
-        workers; stop the timer. The session closes the queues."""
+        """Cancel every call still waiting (``RpcCancelledError``) and every call over
+        that a worker may still run, also before pickup (``calls.wait_for_pickups``),
+        telling their workers; stop the timer. The session closes the queues."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            calls = list(self._calls.values())
-        for call in calls:
+            waiting = list(self._calls.values())
+        for call in waiting:
             self._finish(call, error=RpcCancelledError("the session closed during the call"))
+        calls.wait_for_pickups(self._abandoned, self._beaten, self._session._options.close_timeout)
         self._wakeup.set()
         self._timer.join(5)
         self._cancels.shutdown(wait=True)
@@ -234,10 +237,10 @@ class Caller:
             call = self._calls.get(key) if key is not None else None
             abandoned = self._abandoned.get(key) if key is not None else None
         if abandoned is not None and kind == wire.BEAT:
-            # A worker runs a call that is over (cancelled, timed out, or redelivered
-            # after its worker was lost): tell it to stop.
+            # A worker runs a call over (cancelled, timed out, or redelivered): stop it.
             abandoned.worker = properties.get(wire.WORKER, "")
             self._send_cancel(abandoned)
+            self._beaten.set()
         elif call is not None:
             if kind == wire.BEAT:
                 with self._lock:
@@ -258,9 +261,7 @@ class Caller:
             message.confirm()
 
     def _on_request_ack(self, call: _Call, ack: Ack) -> None:
-        call.accepted = ack.status.ok
-        error = calls.refused(ack)
-        if error is not None:
+        if (error := call.on_ack(ack)) is not None:
             self._finish(call, error=error)
 
     def _finish(
@@ -277,7 +278,7 @@ class Caller:
         except concurrent.futures.InvalidStateError:
             self._abandon(call)  # the application cancelled the future meanwhile
             return
-        if error is not None and calls.ends_abandoned(error):
+        if error is not None and calls.ended(call, error):
             self._abandon(call)
 
     def _on_done(self, key: bytes, future: concurrent.futures.Future[Reply]) -> None:
@@ -290,9 +291,8 @@ class Caller:
             self._abandon(call)
 
     def _abandon(self, call: _Call) -> None:
-        """A call that ended without its reply: tell its worker to stop. The call is
-        remembered for a while, so a worker that picks it up later (or a redelivery)
-        is told too, at its first heartbeat."""
+        """A call over without its reply: tell its worker to stop. Remembered for a while:
+        a worker that picks it up later (or a redelivery) is told at its first heartbeat."""
         with self._lock:
             call.forget_at = max(call.deadline, time.monotonic()) + ABANDONED_MEMORY
             self._abandoned[call.guid.bytes] = call

@@ -5,6 +5,7 @@ reply queue means for it, and the error it ends with when no reply comes."""
 from __future__ import annotations
 
 import math
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -40,6 +41,12 @@ ABANDONED_MEMORY = 60.0
 """Seconds past its deadline a call that ended without a reply is remembered, to
 cancel a worker that picks it up late."""
 
+PICKUP_WAIT = 1.0
+"""Seconds a closing caller waits for the next first heartbeat of its calls that are
+over but that a worker may still pick up (``CallState.may_start``): only a heartbeat
+names the worker to cancel, and once the session is closed none is read (the worker
+then runs the call until it finds the caller gone, ``caller_grace`` later)."""
+
 
 @dataclass(slots=True, eq=False)
 class CallState:
@@ -58,6 +65,21 @@ class CallState:
     cancelled_worker: str = ""
     """The worker already told to cancel (each is told once)."""
     forget_at: float = 0.0
+    gone: bool = False
+    """Whether no worker can run it any more: the broker refused or dead-lettered it."""
+
+    def on_ack(self, ack: Ack) -> RpcError | None:
+        """The broker's ACK of the request: the error the call ends with if refused."""
+        self.accepted = ack.status.ok
+        error = refused(ack)
+        self.gone = self.gone or error is not None
+        return error
+
+    def may_start(self, now: float) -> bool:
+        """Whether a worker may still pick it up unseen: no heartbeat named one yet, the
+        broker took the request (or may yet), and before its pickup deadline (by then
+        the broker's pickup TTL dropped a request no worker took)."""
+        return not self.worker and not self.gone and now < self.pickup_deadline
 
     def lost(self, now: float) -> bool:
         """Whether its worker stopped heartbeating."""
@@ -200,6 +222,30 @@ def ends_abandoned(error: BaseException | None) -> bool:
     sent: its handler, maybe reading another of them, would otherwise wait out the
     reader's stall timeout."""
     return isinstance(error, (RpcTimeoutError, RpcCancelledError, DeadLetteredError, StreamError))
+
+
+def ended(call: CallState, error: BaseException) -> bool:
+    """Note that ``call`` ended with ``error`` (a dead-lettered request is ``gone``);
+    whether it leaves a worker to cancel (``ends_abandoned``)."""
+    call.gone = call.gone or isinstance(error, DeadLetteredError)
+    return ends_abandoned(error)
+
+
+def wait_for_pickups(
+    over: Mapping[bytes, CallState], beaten: threading.Event, timeout: float
+) -> None:
+    """The threaded caller's close: wait until none of the calls ``over`` may still be
+    picked up unseen (``CallState.may_start``), ``PICKUP_WAIT`` passed without a
+    heartbeat of one (``beaten``, set by each; the caller sends its cancel), or
+    ``timeout``."""
+    end = time.monotonic() + timeout
+    while True:
+        beaten.clear()  # before looking: a heartbeat from now on ends the wait below
+        now = time.monotonic()
+        if now >= end or not any(call.may_start(now) for call in list(over.values())):
+            return
+        if not beaten.wait(min(PICKUP_WAIT, end - now)):
+            return
 
 
 def broker_pickup_ms(pickup: float) -> int:

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from holdfast.sdk import Request, Session, StreamError, Worker
+from holdfast.sdk import Request, Session, StreamError, Worker, aio
 from tests.rpc.support import aio_worker_and_caller
 from tests.support.processes import BrokerProcess
 from tests.support.sessions import FAST, unique_uri
@@ -150,3 +150,92 @@ def test_an_async_iterable_source_that_raises_fails_the_handlers_read_first(
         assert all("source failed" in str(error) for error in ended)
 
     asyncio.run(run())
+
+
+def test_a_caller_closing_at_once_after_its_stream_failed_cancels_the_handler(
+    broker: BrokerProcess,
+) -> None:
+    """The call fails on the caller's side (a stream it cannot send) before a worker
+    picked it up, and the caller closes its session at once: ``close()`` still cancels
+    the handler, waiting for the heartbeat that names its worker. The worker ran it
+    until it found the caller gone (``caller_grace``, 5 s), and its next caller's call
+    waited behind it."""
+    uri = unique_uri("aio-stream-failed-close")
+
+    async def run() -> None:
+        started: list[float] = []
+        ended: list[float] = []
+
+        async def slow() -> AsyncIterator[bytes]:
+            await asyncio.Event().wait()  # never
+            yield b""
+
+        async def broken() -> AsyncIterator[bytes]:
+            raise OSError("disk gone")
+            yield b""  # an async generator
+
+        async def handle(request: Request) -> bytes:
+            if not request.streams:
+                return b"plain"
+            started.append(time.monotonic())
+            try:
+                await request.streams["slow"].read()
+            finally:
+                ended.append(time.monotonic())
+            return b""
+
+        async with aio_worker_and_caller(broker.address, uri, handle) as caller:
+            with pytest.raises(StreamError, match="stream broken: reading it failed"):
+                await caller.request(
+                    uri, b"", streams={"slow": slow(), "broken": broken()}, timeout=60
+                )
+            await caller.close()
+            closed = time.monotonic()
+            async with aio.Session(broker.address, options=FAST) as other:
+                reply = await other.request(uri, b"", timeout=30)
+            answered = time.monotonic() - closed
+            assert reply.payload == b"plain"
+            assert answered < 2.5, f"the next call waited {answered:.1f} s behind the failed one"
+            assert len(started) == len(ended) <= 1
+
+    asyncio.run(run())
+
+
+def test_a_threaded_caller_closing_at_once_after_its_stream_failed_cancels_the_handler(
+    broker: BrokerProcess,
+) -> None:
+    """The same with the threaded caller and worker."""
+    uri = unique_uri("stream-failed-close")
+    started: list[float] = []
+    ended: list[float] = []
+
+    def handle(request: Request) -> bytes:
+        if not request.streams:
+            return b"plain"
+        started.append(time.monotonic())
+        try:
+            request.streams["slow"].read()
+        finally:
+            ended.append(time.monotonic())
+        return b""
+
+    held = Held()
+    try:
+        with (
+            Session(broker.address, options=FAST) as worker_session,
+            Worker(worker_session, uri, handle),
+        ):
+            with (
+                Session(broker.address, options=FAST) as caller,  # closed at once
+                pytest.raises(StreamError, match="stream broken: reading it failed"),
+            ):
+                caller.request(uri, b"", streams={"slow": held, "broken": Broken()}, timeout=60)
+            closed = time.monotonic()
+            with Session(broker.address, options=FAST) as other:
+                reply = other.request(uri, b"", timeout=30)
+            answered = time.monotonic() - closed
+    finally:
+        held.released.set()
+    assert reply.payload == b"plain"
+    assert answered < 2.5, f"the next call waited {answered:.1f} s behind the failed one"
+    assert len(started) == len(ended) <= 1
