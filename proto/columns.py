@@ -23,7 +23,7 @@ from struct import Struct, iter_unpack
 from typing import NamedTuple, TypeVar
 
 from holdfast.proto import pb
-from holdfast.proto.validate import GUID_BYTES, Invalid
+from holdfast.proto.validate import GUID_BYTES, Invalid, ack_statuses_problem
 
 _OK = pb.STATUS_OK
 _T = TypeVar("_T")
@@ -266,13 +266,13 @@ def ack_batch(acks: Sequence[AckRow]) -> pb.AckBatch:
 
 
 def read_acks(batch: pb.AckBatch) -> list[AckRow]:
-    """(queue_id, guid, status) per ACK; ``Malformed`` if the columns disagree."""
+    """(queue_id, guid, status) per ACK; ``Malformed`` if they disagree or a status is bad."""
     guids = split_guids(batch.guids, "ACK batch")
     count = len(guids)
     queue_ids = _queue_ids(batch.queue_ids, count, "ACK batch")
-    statuses: Sequence[int] = batch.statuses or bytes(repeat(_OK, count))
-    if len(statuses) != count:
-        raise Malformed(f"an ACK batch of {count} messages with {len(statuses)} statuses")
+    statuses: bytes = batch.statuses or bytes(repeat(_OK, count))
+    if (problem := ack_statuses_problem(statuses, count)) is not None:
+        raise Malformed(problem)
     return list(zip(queue_ids, guids, statuses, strict=True))  # type: ignore[arg-type]
 
 

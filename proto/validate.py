@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from holdfast.proto import pb
+from holdfast.proto import pb, status_name
 from holdfast.proto.limits import Limits
 
 GUID_BYTES = 16
@@ -255,3 +255,49 @@ def put_status(
     if properties and properties_problem(properties, limits) is not None:
         return pb.STATUS_INVALID_PROPERTIES
     return _OK
+
+
+ACK_STATUSES = frozenset(
+    (
+        _OK,
+        # Refusals of the PUT itself (the broker's, or a proxy's that refuses it first).
+        pb.STATUS_INVALID_ARGUMENT,
+        pb.STATUS_INVALID_GUID,
+        pb.STATUS_PAYLOAD_TOO_LARGE,
+        pb.STATUS_INVALID_PROPERTIES,
+        pb.STATUS_NOT_WRITABLE,
+        pb.STATUS_UNKNOWN_QUEUE,
+        pb.STATUS_PERMISSION_DENIED,
+        pb.STATUS_CONFLICT,
+        pb.STATUS_STORE_ERROR,
+        pb.STATUS_SHUTTING_DOWN,
+        # No outcome known, or none yet (push-backs: the client keeps the PUT).
+        pb.STATUS_UNKNOWN,
+        pb.STATUS_TOO_OLD,
+        pb.STATUS_HISTORY_FULL,
+        pb.STATUS_QUEUE_FULL,
+        pb.STATUS_LIMIT_EXCEEDED,
+    )
+)
+"""The statuses an ACK may carry: a PUT's outcomes and push-backs. The rest answer
+other frames (``UNSPECIFIED`` answers none), and a byte that is no ``Status`` at all
+is not a status: an ACK batch with one is malformed (``ack_statuses_problem``)."""
+
+_ACK_STATUS_BYTES = bytes(sorted(ACK_STATUSES))
+
+
+def ack_statuses_problem(statuses: bytes, count: int) -> str | None:
+    """What is wrong with the statuses column of an ACK batch of ``count`` ACKs (not
+    one byte each, or a byte not in ``ACK_STATUSES``), or None. The column is checked
+    whole, in C (deleting every valid byte leaves nothing): no Python step per ACK."""
+    if len(statuses) != count:
+        return f"an ACK batch of {count} messages with {len(statuses)} statuses"
+    if not statuses.translate(None, _ACK_STATUS_BYTES):
+        return None
+    # The error path only: find the first offending ACK to name it.
+    index = next(i for i, status in enumerate(statuses) if status not in ACK_STATUSES)
+    status = statuses[index]
+    return (
+        f"an ACK batch whose ACK {index} of {count} has status {status_name(status)} "
+        f"({status}), which no ACK carries"
+    )

@@ -5,7 +5,8 @@ shell runs on one thread, so an application sees ACKs, messages and events in th
 order the engine decided them. In ``wire_acks`` mode (the proxy) PUT outcomes are
 ``(GUID bytes, wire status)`` pairs instead, relayed without a UUID or an ``Ack``.
 
-A frame whose content this SDK cannot accept (a GUID that is not 16 bytes) raises
+A frame whose content this SDK cannot accept (a GUID that is not 16 bytes, an ACK
+status that is no PUT outcome: ``validate.ACK_STATUSES``) raises
 ``RemoteProtocolError`` *before* any of its items is applied, so the engine stays
 consistent and the shell drops the connection.
 """
@@ -21,7 +22,7 @@ from typing import Any
 
 from holdfast.proto import pb, status_name
 from holdfast.proto.columns import Malformed, PushRow, read_pushes, split_guids
-from holdfast.proto.validate import quote
+from holdfast.proto.validate import ack_statuses_problem, quote
 from holdfast.sdk import events as ev
 from holdfast.sdk.errors import HoldfastError, RemoteProtocolError
 from holdfast.sdk.guids import ack_from_bytes, uuid_from_bytes
@@ -126,10 +127,10 @@ class Outcomes:
         except Malformed as error:
             raise RemoteProtocolError(f"the server sent {error.message}") from None
         statuses = batch.statuses
-        if statuses and len(statuses) != len(guids):
-            raise RemoteProtocolError(
-                f"the server sent an ACK batch of {len(guids)} GUIDs and {len(statuses)} statuses"
-            )
+        # Checked whole before any ACK is applied: a status byte no ACK carries (200,
+        # UNSPECIFIED) ends the connection, and every PUT of the batch stays buffered.
+        if statuses and (problem := ack_statuses_problem(statuses, len(guids))) is not None:
+            raise RemoteProtocolError(f"the server sent {problem}")
         puts = self._puts
         segments = puts.segments
         locate = puts.locate

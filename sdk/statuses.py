@@ -83,12 +83,13 @@ _RELAYED: tuple[tuple[type[HoldfastError], pb.Status], ...] = (
 
 
 def ack_status(status: int) -> AckStatus:
-    """What an ACK's wire status means to the application. A known status with no
-    meaning for a PUT (``SHUTTING_DOWN``, ``QUEUE_FULL``) is ``REFUSED``: not in the
-    queue. A status this SDK does not know (a newer broker's) or none at all
-    (``UNSPECIFIED``) is ``UNKNOWN``: it may or may not be in the queue, the one
-    answer that cannot be wrong (REFUSED could lead an application to post again a
-    message that is in the queue)."""
+    """What an ACK's wire status means to the application. A status with no outcome of
+    its own (``SHUTTING_DOWN``, ``QUEUE_FULL``) is ``REFUSED``: not in the queue. An
+    ACK from the wire never carries a status outside ``validate.ACK_STATUSES`` (its
+    batch is malformed: the connection ends, the PUTs stay buffered); should one get
+    here, it is ``UNKNOWN``: it may or may not be in the queue, the one answer that
+    cannot be wrong (REFUSED could lead an application to post again a message that
+    is in the queue)."""
     known = _ACK_STATUS.get(status)
     if known is not None:
         return known

@@ -21,6 +21,7 @@ from holdfast.proto.columns import (
     read_rejects,
     reject_batch,
 )
+from holdfast.proto.validate import ACK_STATUSES
 
 G = [bytes([i]) * 16 for i in range(4)]
 
@@ -111,6 +112,17 @@ def test_an_ack_batch_of_all_successes_carries_no_statuses() -> None:
     assert mixed.statuses == bytes([pb.STATUS_OK, pb.STATUS_CONFLICT])
     assert read_acks(mixed) == [(1, G[0], pb.STATUS_OK), (2, G[1], pb.STATUS_CONFLICT)]
     assert read_acks(ack_batch([])) == []
+
+
+@pytest.mark.parametrize("bad", [200, pb.STATUS_UNSPECIFIED, pb.STATUS_VERSION_MISMATCH, 26])
+def test_an_ack_batch_with_a_status_no_ack_carries_is_malformed(bad: int) -> None:
+    batch = pb.AckBatch(queue_ids=[1], guids=b"".join(G[:3]), statuses=bytes([1, 19, bad]))
+    with pytest.raises(Malformed, match=f"ACK 2 of 3 has status .*\\({bad}\\)") as raised:
+        read_acks(batch)
+    assert raised.value.status == pb.STATUS_MALFORMED_FRAME
+    # Every status an ACK does carry is read back as it was sent.
+    acks = [(1, G[0], status) for status in sorted(ACK_STATUSES)]
+    assert read_acks(ack_batch(acks)) == acks
 
 
 def test_push_confirm_and_reject_batches_round_trip() -> None:

@@ -249,7 +249,7 @@ def test_each_put_of_an_ack_batch_is_reported_with_its_own_status(h: Harness) ->
         (pb.STATUS_UNKNOWN_QUEUE, AckStatus.UNKNOWN_QUEUE),
         (pb.STATUS_STORE_ERROR, AckStatus.STORE_ERROR),
         (pb.STATUS_SHUTTING_DOWN, AckStatus.REFUSED),
-        (pb.STATUS_UNSPECIFIED, AckStatus.UNKNOWN),
+        # UNSPECIFIED is no ACK status: test_engine_guards.test_an_ack_status_no_ack_carries...
     ],
 )
 def test_broker_ack_status_maps_to_ack_status(wire: pb.Status, expected: AckStatus) -> None:

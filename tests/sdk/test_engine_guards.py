@@ -26,7 +26,7 @@ from holdfast.sdk.state import (
 )
 from holdfast.sdk.types import AckStatus
 
-from .fakes import Harness, put_guids, puts_in
+from .fakes import Harness, put_guids, puts_in, reconnect
 
 # ---------------------------------------------------------------------- the tables
 
@@ -339,3 +339,32 @@ def test_an_empty_server_frame_is_a_remote_protocol_error() -> None:
     h.establish()
     with pytest.raises(RemoteProtocolError, match="unknown kind"):
         h.feed(pb.ServerFrame())
+
+
+# A byte that is no Status, none at all, a status that answers other frames, the gap at 26.
+NOT_ACK_STATUSES = [200, pb.STATUS_UNSPECIFIED, pb.STATUS_MALFORMED_FRAME, 26]
+
+
+@pytest.mark.parametrize("bad", NOT_ACK_STATUSES)
+def test_an_ack_status_no_ack_carries_ends_the_connection_and_the_puts_are_sent_again(
+    bad: int,
+) -> None:
+    """The whole batch is refused before any ACK of it is applied (its good ACKs too),
+    the PUTs stay buffered, and the next connection sends them again (issue #33)."""
+    h = Harness()
+    h.establish()
+    queue_id = h.open_active()
+    guids = [h.post(queue_id) for _ in range(3)]
+    assert put_guids(h.sent_frames()) == guids
+    statuses = bytes([pb.STATUS_OK, bad, pb.STATUS_CONFLICT])
+    packed = b"".join(g.bytes for g in guids)
+    batch = pb.AckBatch(queue_ids=[queue_id], guids=packed, statuses=statuses)
+    with pytest.raises(RemoteProtocolError, match=f"ACK 1 of 3 has status .*\\({bad}\\)"):
+        h.feed(pb.ServerFrame(acks=batch))
+    h.run_callbacks()
+    assert h.acks == []
+    assert h.engine.pending_count == 3
+    h.lose()  # what the shell does on RemoteProtocolError
+    assert put_guids(reconnect(h)) == guids
+    h.ack(*guids, queue_id=queue_id)
+    assert [h.statuses(g) for g in guids] == [[AckStatus.SUCCESS]] * 3

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from holdfast.broker.redis.put_scripts import PUT_REFUSALS
 from holdfast.proto import pb, status_name
 from holdfast.proto.limits import Limits
-from holdfast.proto.validate import Invalid, InvalidUri
+from holdfast.proto.validate import ACK_STATUSES, Invalid, InvalidUri
 from holdfast.sdk.errors import (
     BufferFullError,
     HoldfastError,
@@ -124,6 +125,26 @@ def test_relay_status_of_sdk_errors(
     error: HoldfastError, default: pb.Status, expected: pb.Status
 ) -> None:
     assert relay_status(error, default)[0] == expected
+
+
+def test_every_status_a_broker_or_proxy_acks_with_is_one_the_sdk_accepts() -> None:
+    """``validate.ACK_STATUSES`` refuses the rest as a malformed batch (the connection
+    ends): a peer's own ACKs must never fall outside it."""
+    relayed = {wire_status_of(status) for status in AckStatus}
+    # What a proxy answers a PUT its upstream session refuses at once (proxy.relay).
+    for error in (
+        QueueNotOpenError("q"),
+        NotWritableError("w"),
+        InvalidArgumentError("a"),
+        PayloadTooLargeError("p"),
+        InvalidPropertiesError("i"),
+        BufferFullError("b"),
+    ):
+        relayed.add(relay_status(error, pb.STATUS_UNKNOWN_QUEUE)[0])
+    refusals = set(PUT_REFUSALS.values()) | {pb.STATUS_HISTORY_FULL, pb.STATUS_LIMIT_EXCEEDED}
+    assert relayed | refusals <= ACK_STATUSES
+    assert pb.STATUS_UNSPECIFIED not in ACK_STATUSES
+    assert set(pb.Status.values()) >= ACK_STATUSES
 
 
 # -- the engine applies the shared checks and limits -------------------------------------

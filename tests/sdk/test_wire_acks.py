@@ -8,11 +8,16 @@ import pytest
 from holdfast.proto import pb
 from holdfast.proto.columns import ack_batch
 from holdfast.sdk.engine import SessionEngine
-from holdfast.sdk.errors import InvalidArgumentError, NotWritableError, QueueNotOpenError
+from holdfast.sdk.errors import (
+    InvalidArgumentError,
+    NotWritableError,
+    QueueNotOpenError,
+    RemoteProtocolError,
+)
 from holdfast.sdk.relaying import Relayed
 from tests.support.columns import puts_of
 
-from .fakes import Harness
+from .fakes import Harness, put_guids, reconnect
 
 
 @pytest.fixture
@@ -94,6 +99,32 @@ def test_relay_buffers_under_the_given_guid_bytes_once(h: Harness) -> None:
     h.feed(pb.ServerFrame(acks=ack_batch([(queue_id, guid, pb.STATUS_OK)])))
     assert h.engine.take_wire_acks() == [(guid, pb.STATUS_OK)]
     assert h.engine.relay(queue_id, b"after the ACK", None, guid, h.now) is Relayed.SENT
+
+
+@pytest.mark.parametrize("bad", [200, pb.STATUS_UNSPECIFIED, pb.STATUS_UNKNOWN_GUID])
+def test_an_ack_status_no_ack_carries_is_never_relayed_the_puts_go_again(
+    h: Harness, bad: int
+) -> None:
+    """A proxy must not relay a byte no ACK carries to its clients (as UNKNOWN or as it
+    is): the connection ends with the batch unapplied, its PUTs are sent again on the
+    next one, and their ACKs there are relayed (issue #33)."""
+    queue_id = writer(h)
+    guids = [bytes([i]) * 16 for i in range(3)]
+    assert h.engine.relay_run(queue_id, guids, [b"a", b"b", b"c"], [0, 0, 0], h.now)
+    h.sent_frames()
+    batch = pb.AckBatch(
+        queue_ids=[queue_id],
+        guids=b"".join(guids),
+        statuses=bytes([bad, pb.STATUS_OK, pb.STATUS_OK]),
+    )
+    with pytest.raises(RemoteProtocolError, match="ACK 0 of 3 has status"):
+        h.feed(pb.ServerFrame(acks=batch))
+    assert h.engine.take_wire_acks() == []
+    assert h.engine.pending_count == 3
+    h.lose()
+    assert [g.bytes for g in put_guids(reconnect(h))] == guids
+    h.feed(pb.ServerFrame(acks=ack_batch([(queue_id, g, pb.STATUS_OK) for g in guids])))
+    assert h.engine.take_wire_acks() == [(g, pb.STATUS_OK) for g in guids]
 
 
 def test_relay_refuses_a_guid_that_is_not_16_bytes(h: Harness) -> None:
