@@ -41,6 +41,28 @@ def test_the_proxy_reconnects_after_a_bad_frame_and_keeps_serving() -> None:
 
 
 @pytest.mark.timeout(90)
+def test_an_upstream_ack_status_no_ack_carries_is_not_relayed_the_puts_go_again() -> None:
+    """The broker's first connection ACKs every PUT with status byte 200 (no Status): the
+    proxy used to relay those as outcomes (UNKNOWN) and drop the PUTs; now it drops that
+    upstream connection, sends the PUTs again on the next one, and relays those ACKs
+    (issue #33)."""
+    acks = AckRecorder()
+    with (
+        FakeBroker(Script(None, bad_connections=1, bad_ack_status=200)) as fake,
+        ProxyProcess(["--upstream", fake.address]) as proxy,
+    ):
+        with Session(proxy.address, options=FAST) as producer:
+            queue = producer.open_queue(URI, write=True, on_ack=acks)
+            guids = {queue.post(b"%d" % i) for i in range(10)}
+            assert producer.flush(timeout=20)
+            wait_until(lambda: len(acks) == 10, timeout=10, what="the ten ACKs")
+        assert acks.with_status(AckStatus.SUCCESS) == guids
+        assert fake.connections == 2
+        assert "has status STATUS_200 (200)" in proxy.output
+        assert proxy.terminate() == 0
+
+
+@pytest.mark.timeout(90)
 def test_repeated_bad_frames_never_wedge_the_proxy_a_real_broker_there_later_is_used() -> None:
     """The proxy keeps trying a broker whose connections all end in bad frames (with
     back-off, one ERROR line), and once a real broker answers on that address its

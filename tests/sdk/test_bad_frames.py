@@ -14,7 +14,14 @@ import threading
 
 import pytest
 
-from holdfast.sdk import AckStatus, Reconnected, Session, SessionFailed
+from holdfast.sdk import (
+    AckStatus,
+    ConnectionLost,
+    Reconnected,
+    Session,
+    SessionFailed,
+    StateRestored,
+)
 from holdfast.sdk.driver import MAX_BAD_CONNECTIONS
 from tests.support.fake_broker import (
     BadFrame,
@@ -45,6 +52,29 @@ def test_a_bad_push_drops_the_connection_and_the_session_reconnects() -> None:
         assert session.flush(timeout=20)
         assert acks.with_status(AckStatus.SUCCESS) == {guid}
         assert not events.of(SessionFailed)
+        assert fake.connections == 2
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("bad", [200, 0])
+def test_an_ack_status_no_ack_carries_drops_the_connection_and_the_puts_go_again(
+    bad: int,
+) -> None:
+    """ACKs with status byte 200 (no Status) or 0 (UNSPECIFIED) used to be taken as
+    UNKNOWN outcomes: the PUTs left the buffer, never sent again (issue #33)."""
+    events, acks = EventRecorder(), AckRecorder()
+    with (
+        FakeBroker(Script(None, bad_connections=1, bad_ack_status=bad)) as fake,
+        Session(fake.address, on_event=events, options=FAST) as session,
+    ):
+        writer = session.open_queue(URI, write=True, on_ack=acks)
+        guids = {writer.post(b"%d" % i) for i in range(3)}
+        assert session.flush(timeout=20)
+        wait_until(lambda: len(acks) == 3, timeout=10, what="the three ACKs")
+        assert acks.with_status(AckStatus.SUCCESS) == guids
+        assert "has status" in str(events.of(ConnectionLost)[0])
+        restored = events.of(StateRestored)[0]
+        assert isinstance(restored, StateRestored) and restored.retransmitted == 3
         assert fake.connections == 2
 
 

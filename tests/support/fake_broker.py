@@ -3,7 +3,8 @@
 A ``Script`` answers Hello and queue requests with OK, ACKs PUTs (unless told
 not to), ignores CONFIRMs, and on the first ``bad_connections`` connections (all
 of them when None) sends ``bad_frame`` right after answering an open of a
-readable queue, as raw bytes the client has to parse itself. ``FakeBroker``
+readable queue, as raw bytes the client has to parse itself, and ACKs PUTs with
+the status byte ``bad_ack_status`` if one is given. ``FakeBroker``
 serves it over real gRPC, ``serve_in_memory`` over the in-memory transport.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
-from typing import Self
+from typing import Self, cast
 
 import grpc
 
@@ -85,9 +86,14 @@ class Script:
     """The fake broker's answers; one per server, shared by its connections."""
 
     def __init__(
-        self, bad_frame: BadFrame, bad_connections: int | None = None, ack_puts: bool = True
+        self,
+        bad_frame: BadFrame | None,
+        bad_connections: int | None = None,
+        ack_puts: bool = True,
+        bad_ack_status: int | None = None,
     ) -> None:
         self._bad_frame = bad_frame
+        self._bad_ack_status = bad_ack_status
         self._bad_connections = bad_connections
         self._ack_puts = ack_puts
         self._lock = threading.Lock()
@@ -111,11 +117,15 @@ class Script:
             request = getattr(frame, kind)
             response = pb.Response(request_id=request.request_id, status=pb.STATUS_OK)
             out = [pb.ServerFrame(response=response).SerializeToString()]
-            if bad and kind == "open_queue" and request.read:
+            if bad and kind == "open_queue" and request.read and self._bad_frame is not None:
                 out.append(self._bad_frame(request.queue_id))
             return out
         if kind == "puts" and self._ack_puts:
-            acks = [(p.queue_id, p.guid, pb.STATUS_OK) for p in read_puts(frame.puts).rows()]
+            status = pb.STATUS_OK
+            if bad and self._bad_ack_status is not None:
+                # Any byte: ``ack_batch`` packs the statuses column without checking it.
+                status = cast(pb.Status, self._bad_ack_status)
+            acks = [(p.queue_id, p.guid, status) for p in read_puts(frame.puts).rows()]
             return [pb.ServerFrame(acks=ack_batch(acks)).SerializeToString()]
         return []
 
