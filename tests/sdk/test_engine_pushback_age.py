@@ -6,6 +6,8 @@ room, reached the window, was refused ``TOO_OLD`` and reported UNKNOWN, never en
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from holdfast.proto import pb
@@ -14,6 +16,16 @@ from holdfast.sdk.events import StateRestored
 from .fakes import Harness, put_guids, puts_in
 
 WINDOW = 300.0
+
+
+def _posted_then(seconds: float) -> tuple[Harness, uuid.UUID]:
+    """An engine with one PUT sent ``seconds`` ago and not answered yet."""
+    h = Harness()
+    h.establish(window=WINDOW)
+    guid = h.post(h.open_active())
+    h.sent_frames()
+    h.advance(seconds)
+    return h, guid
 
 
 def _retry(h: Harness) -> list[pb.ClientFrame]:
@@ -28,12 +40,7 @@ def _retry(h: Harness) -> list[pb.ClientFrame]:
 def test_a_put_the_broker_has_no_copy_of_is_retried_with_its_age_from_the_push_back(
     status: pb.Status,
 ) -> None:
-    h = Harness()
-    h.establish(window=WINDOW)
-    queue_id = h.open_active()
-    guid = h.post(queue_id)
-    h.sent_frames()
-    h.advance(250.0)
+    h, guid = _posted_then(250.0)
     h.ack(guid, status=status)
     [row] = puts_in(_retry(h))
     assert row.guid == guid.bytes
@@ -41,12 +48,7 @@ def test_a_put_the_broker_has_no_copy_of_is_retried_with_its_age_from_the_push_b
 
 
 def test_a_put_held_longer_than_the_window_is_retransmitted_after_a_drop() -> None:
-    h = Harness()
-    h.establish(window=WINDOW)
-    queue_id = h.open_active()
-    guid = h.post(queue_id)
-    h.sent_frames()
-    h.advance(200.0)
+    h, guid = _posted_then(200.0)
     h.ack(guid, status=pb.STATUS_HISTORY_FULL)
     h.lose()
     h.advance(200.0)  # 400 s since the post, 200 s since the broker said it has none
@@ -56,12 +58,7 @@ def test_a_put_held_longer_than_the_window_is_retransmitted_after_a_drop() -> No
 
 
 def test_a_limit_push_back_keeps_the_age_from_the_first_post() -> None:
-    h = Harness()
-    h.establish(window=WINDOW)
-    queue_id = h.open_active()
-    guid = h.post(queue_id)
-    h.sent_frames()
-    h.advance(250.0)
+    h, guid = _posted_then(250.0)
     h.ack(guid, status=pb.STATUS_LIMIT_EXCEEDED)
     [row] = puts_in(_retry(h))
     assert 250_049 <= row.age_ms <= 250_050
