@@ -92,9 +92,7 @@ class Worker:
         self._tasks: dict[bytes, asyncio.Task[Any]] = {}
         """The handler task of each running call (cancelled with the call)."""
         self._jobs: set[asyncio.Task[None]] = set()
-        self._replies: ReplyMemory[Answer] = ReplyMemory(
-            self.options.max_replies, self.options.reply_window
-        )
+        self._replies = ReplyMemory[Answer](self.options.max_replies, self.options.reply_window)
         self._handles: dict[str, Queue] = {}
         self._posting: dict[bytes, list[Job]] = {}
         self._absent_since: dict[str, float] = {}
@@ -108,13 +106,15 @@ class Worker:
         self._control: Queue | None = None
         self._service: Queue | None = None
         self._beater: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop  # set by start(), before any request
 
     async def start(self) -> Worker:
         """Open the control and service queues; requests flow from now on."""
         self._control = await self._session.open_queue(
             self.control_uri, read=True, on_message=Untraced(self._on_control)
         )
-        self._beater = asyncio.get_running_loop().create_task(self._beat_loop())
+        self._loop = asyncio.get_running_loop()  # asked once: a getpid() call each on 3.11
+        self._beater = self._loop.create_task(self._beat_loop())
         limit = self._concurrency + self.options.prefetch(self._concurrency)
         self._service = await self._session.open_queue(
             self.uri,
@@ -192,7 +192,7 @@ class Worker:
             job.answer = dead_letter(message.guid, "expired")
         else:
             self._running[guid] = job
-        task = asyncio.get_running_loop().create_task(self._process(job))
+        task = self._loop.create_task(self._process(job))
         self._jobs.add(task)
         task.add_done_callback(self._jobs.discard)
 
@@ -219,7 +219,7 @@ class Worker:
         its error reply, or None if its caller cancelled."""
         guid = job.request.guid
         self.handler_runs += 1
-        task = asyncio.current_task()
+        task = asyncio.current_task(self._loop)
         assert task is not None
         self._tasks[guid.bytes] = task
         span = rpc_spans.start_serve(self.uri, job.message) if self._traced else None

@@ -65,13 +65,17 @@ class AsyncDriver:
         self._in_a_row = 0
         """PUTs ``_poster`` queued in a row since the writer last took (``YIELD_EVERY``)."""
         self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """Set by ``start``. Tasks are asked for by the loop object: without one,
+        ``asyncio.current_task()`` is a ``getpid()`` system call on Python 3.11."""
         self._connection: AsyncConnection | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
         """Start connecting (on the running loop)."""
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._loop = asyncio.get_running_loop()
+        self._task = self._loop.create_task(self._run())
 
     async def stop(self) -> None:
         """End the stream after what is queued, then close the engine (pending PUTs are
@@ -136,7 +140,7 @@ class AsyncDriver:
         loop run (``await asyncio.sleep(0)``): once each time it has queued
         ``YIELD_EVERY`` in a row that the writer has not taken. Asked before queueing,
         so that a cancel at that turn leaves nothing queued."""
-        task = id(asyncio.current_task())
+        task = id(asyncio.current_task(self._loop))
         if task != self._poster:
             self._poster, self._in_a_row = task, 0
         self._in_a_row += puts
