@@ -135,3 +135,22 @@ def test_a_post_to_a_queue_pushed_back_waits_then_raises_broker_busy(world: Worl
         inbox.wait(2)
     assert sorted(a.guid for a in acks) == sorted(kept)
     assert sorted(m.payload for m in inbox.messages) == [b"a", b"b"]
+
+
+def test_a_replay_to_a_full_queue_is_acked_as_a_replay_not_pushed_back(world: World) -> None:
+    """A replay is decided before the depth limit (``lifecycle.admit``): QUEUE_FULL (and
+    HISTORY_FULL) answer only a GUID the broker holds no copy of, which is why the SDK
+    may count a pushed-back PUT's age from the push-back (``PutBuffer.hold``)."""
+    uri = world.uri("full-replay")
+    world.admin.set_policy(uri, QueuePolicy(max_messages=1))
+    guid = uuid.uuid4()
+    first: list[Ack] = []
+    again: list[Ack] = []
+    with world.session() as session:
+        queue = session.open_queue(uri, write=True)
+        queue.post(b"only", guid=guid, on_ack=first.append)
+        assert session.flush(timeout=15)
+        queue.post(b"only", guid=guid, on_ack=again.append)  # the queue is full now
+        assert session.flush(timeout=15), "the replay was pushed back"
+    assert [(a.guid, a.status) for a in first + again] == [(guid, AckStatus.SUCCESS)] * 2
+    assert [m.payload for m in peek(world, uri)] == [b"only"]
