@@ -141,7 +141,10 @@ class SessionOptions:
     max_disconnected_buffer_bytes: int | None = None
     """Optional bound on payload bytes buffered while not connected (default: none)."""
     close_timeout: float = 30.0
-    """Seconds ``close()`` waits for outstanding ACKs before reporting them ``UNKNOWN``."""
+    """Seconds ``close()`` waits for outstanding ACKs before reporting them ``UNKNOWN``.
+    Then it lets the server read what was sent (the CONFIRMs issued before ``close()``)
+    for up to ``CLOSE_DRAIN_TIMEOUT`` (2 s) more, which a stream the server no longer
+    reads (a client at its share of a proxy's buffer) waits out in full."""
     client_name: str = ""
     """Free text sent to the broker in Hello, for its logs."""
     token: str | None = field(default_factory=lambda: os.environ.get(TOKEN_ENV) or None)
