@@ -17,17 +17,13 @@ taken out of its segment; it queues tuples as before.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from holdfast.sdk.putbuffer import PUT_OVERHEAD, SIZE, PendingPut, PutBuffer, pending_put
 from holdfast.sdk.segment import Segment
 
-
-class _Drains(Protocol):
-    """What a run gives back its unsent bytes to (``Outbound``)."""
-
-    def drained(self, nbytes: int) -> None:
-        """The transport no longer holds ``nbytes`` of what it took."""
+if TYPE_CHECKING:  # outbound.py imports this module: a run is one of its items
+    from holdfast.sdk.outbound import Outbound
 
 
 class ResendRun:
@@ -46,7 +42,7 @@ class ResendRun:
         spans: list[tuple[Segment, int]],
         skip: frozenset[int],
         total: int,
-        outbound: _Drains,
+        outbound: Outbound,
     ) -> None:
         self._spans = spans
         self._skip = skip

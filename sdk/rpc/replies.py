@@ -41,8 +41,9 @@ class ReplyMemory(Generic[V]):
         found = self._values.get(key)
         if found is None:
             return None
-        if self._order and self._order[0][0] <= self._clock():
-            self._expire(self._clock())
+        now = self._clock()
+        if self._order[0][0] <= now:  # not empty: a kept key has an entry in it
+            self._expire(now)
             found = self._values.get(key)
         return None if found is None else found[0]
 
