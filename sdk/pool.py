@@ -42,11 +42,21 @@ With ``WORKER_LIFELINE_FD`` (the ``subprocess`` driver sets it), ``serve`` ends 
 process when that pipe reaches end-of-file, that is once its manager is gone: a
 worker run by a wrapper script, which the manager's parent-death signal does not
 reach, does not outlive a manager killed with ``kill -9``.
+
+A pool worker holds only the requests it runs (``unprefetched``): the broker counts
+every delivery, and a crash returns every request its process held. With a
+prefetch, a request that had finished just before a poison one (its CONFIRM, sent
+once its reply is ACKed, not yet at the broker) and one waiting for a thread went
+back with their counts risen at each crash: the poison request took its innocent
+neighbours to ``<pool>.poison``, and re-ran the finished one's handler. Without
+one, the broker pushes a key's next request only once it has the CONFIRM of the
+last.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -96,7 +106,8 @@ def serve(
     stop: threading.Event | None = None,
 ) -> None:
     """Serve the pool key this process was started for until SIGTERM/SIGINT (or until
-    ``stop`` is set, for callers that run it on a thread of their own)."""
+    ``stop`` is set, for callers that run it on a thread of their own).
+    ``options.extra_requests`` must be unset or 0 (``unprefetched``)."""
     env = os.environ if environ is None else environ
     missing = [name for name in ENVIRONMENT if not env.get(name)]
     if missing:
@@ -105,6 +116,7 @@ def serve(
             "(holdfast-pool sets them; with --driver noop set them by hand)"
         )
     names = PoolNames.of(env["WORKER_POOL"])
+    options = unprefetched(options)
     key, worker_id, queue = env["WORKER_KEY"], env["WORKER_ID"], env["WORKER_REQUESTS_QUEUE"]
     watchdog = Watchdog(_timeout(env.get(PROCESSING_TIMEOUT)), _exit_for_timeout)
     watch_lifeline(env.get(LIFELINE_FD))  # first: a manager gone meanwhile ends us now
@@ -143,6 +155,19 @@ def serve(
             log.info("worker %s serving key %r of %s on %s", worker_id, key, names.uri, queue)
             stop.wait()
         watchdog.stop()
+
+
+def unprefetched(options: WorkerOptions | None) -> WorkerOptions:
+    """``options`` with ``extra_requests=0``: a pool worker holds only the requests it
+    runs, so a crash returns no request that did not run beside it (see the module's
+    docstring). ``InvalidArgumentError`` for ``extra_requests`` above 0."""
+    options = options or WorkerOptions()
+    if options.extra_requests:
+        raise InvalidArgumentError(
+            "a pool worker takes no extra_requests: a request held for a thread would "
+            "count a delivery at each crash of another request and end in the poison queue"
+        )
+    return dataclasses.replace(options, extra_requests=0)
 
 
 class Watchdog:

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from holdfast.sdk import Session, WorkerStartError
+from holdfast.sdk import DeadLetteredError, Session, WorkerStartError
 from holdfast.sdk.admin import AdminClient
 from holdfast.sdk.poolnames import PoolNames
 from tests.pools.support import alive, manager_command, running_manager, start_manager, stop, who
+from tests.pools.worker_main import RUNS
 from tests.support.processes import BrokerProcess
 from tests.support.sessions import FAST
 from tests.support.waiting import wait_until
@@ -124,6 +125,45 @@ def test_a_worker_that_cannot_start_fails_its_caller_fast_with_the_reason(
         assert manager.supervisor.start_failures >= 1
         # (Counted on the error reply's ACK, which may reach the manager after the caller.)
         wait_until(lambda: manager.start_failures.failed_calls >= 1, 10, "the count")
+
+
+def test_a_poison_request_takes_neither_the_request_before_it_nor_the_one_after(
+    broker: BrokerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outside tester, t18: a request that finished just before a poison one on its key
+    went to the poison queue with it, its handler run --max-deliveries times (its
+    CONFIRM waits for its reply's ACK, and the crash came first); one held behind a
+    poison request went back, its delivery count risen, at each crash."""
+    runs = tmp_path / "runs"
+    monkeypatch.setenv(RUNS, str(runs))  # the manager's workers inherit it
+    names = PoolNames.of(POOL)
+    with (
+        running_manager(broker.address, POOL, max_deliveries=3),
+        Session(broker.address, options=FAST) as session,
+        AdminClient(broker.address) as admin,
+    ):
+        outcomes: list[tuple[bytes, str]] = []
+        # A key each: its restart back-off doubles with each crash of the key.
+        for key, round_ in (("n", [b"nap", b"crash", b"after"]), ("m", [b"crash", b"behind"])):
+            assert who(session.request(POOL, b"warm", key=key, timeout=60))[3] == b"warm"
+            calls = [session.request_async(POOL, p, key=key, timeout=60) for p in round_]
+            for payload, call in zip(round_, calls, strict=True):
+                try:
+                    outcomes.append((payload, who(call.result(60))[3].decode()))
+                except DeadLetteredError as error:
+                    outcomes.append((payload, f"dead-lettered {error.reason}"))
+        assert outcomes == [
+            (b"nap", "nap"),
+            (b"crash", "dead-lettered delivery-limit"),
+            (b"after", "after"),
+            (b"crash", "dead-lettered delivery-limit"),
+            (b"behind", "behind"),
+        ]
+        assert [letter.payload for letter in admin.peek(names.poison)] == [b"crash", b"crash"]
+        handled = [line.split(" ", 2) for line in runs.read_text().splitlines()]
+        innocent = [(count, payload) for _, count, payload in handled if payload != "crash"]
+        # Each run once, at its first delivery: no crash counted against it.
+        assert innocent == [("1", p) for p in ("warm", "nap", "after", "warm", "behind")]
 
 
 def _kill(pids: list[int]) -> None:

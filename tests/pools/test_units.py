@@ -21,6 +21,7 @@ from holdfast.pool.tracker import KeyState, PoolTracker
 from holdfast.proto.policy import QueuePolicy
 from holdfast.sdk.admin import PeekedMessage, QueueInfo
 from holdfast.sdk.errors import InvalidArgumentError
+from holdfast.sdk.pool import unprefetched
 from holdfast.sdk.poolnames import (
     ACTIVITY_KEY,
     MAX_KEY_BYTES,
@@ -28,6 +29,7 @@ from holdfast.sdk.poolnames import (
     PoolNames,
     check_key,
 )
+from holdfast.sdk.rpc.options import WorkerOptions
 from holdfast.sdk.types import Message
 from tests.support.waiting import wait_until
 
@@ -38,6 +40,16 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def test_a_pool_worker_holds_only_the_requests_it_runs() -> None:
+    # A held request counts a delivery at each crash of another: it would end in
+    # the poison queue without ever having run (tests/pools/test_crashes.py).
+    assert unprefetched(None).prefetch(4) == 0
+    kept = unprefetched(WorkerOptions(reply_window=9.0, extra_requests=0))
+    assert (kept.reply_window, kept.prefetch(1)) == (9.0, 0)
+    with pytest.raises(InvalidArgumentError, match="extra_requests"):
+        unprefetched(WorkerOptions(extra_requests=1))
 
 
 def test_a_key_goes_active_unbound_stopped_with_a_generation_per_change() -> None:
