@@ -328,6 +328,17 @@ class ClientSession(ContractStream):
         )
         self.reject_confirms(rejected, self._confirms.blameless)
 
+    def refused_upstream(self, upstream_queue_id: int, guids: list[bytes]) -> bool:
+        """The broker refused (UNKNOWN_GUID) CONFIRMs or REJECTs sent on upstream handle
+        ``upstream_queue_id``: if it is one of this client's, refuse them under the
+        client's handle and return True. They named deliveries this proxy made to the
+        client on the current link, so they do not count against its refusal limit."""
+        for handle in self._handles.values():
+            if handle.upstream is not None and handle.upstream.queue_id == upstream_queue_id:
+                self.reject_confirms({(pb.STATUS_UNKNOWN_GUID, handle.queue_id): guids}, len(guids))
+                return True
+        return False
+
     # -- the end ------------------------------------------------------------------------
 
     def dispatch(self, kind: str, message: Any) -> None:

@@ -25,6 +25,7 @@ from holdfast.proxy.upstream import Upstream
 from holdfast.sdk.events import (
     DataLost,
     DeliveriesRevoked,
+    HandleConfirmRejected,
     Reconnected,
     SessionEvent,
     log_event,
@@ -154,7 +155,18 @@ class Proxy:
             self.counters.reconnects += 1
         elif isinstance(event, DeliveriesRevoked | DataLost):
             self._relay_report(event)
+        elif isinstance(event, HandleConfirmRejected):
+            self._relay_refusal(event)
         log_event(event)
+
+    def _relay_refusal(self, event: HandleConfirmRejected) -> None:
+        """The broker refused CONFIRMs (or REJECTs) the proxy sent for a client (its
+        delivery was revoked meanwhile): the client whose upstream handle it was is told,
+        as the broker would have told it; no other client is."""
+        guids = [guid.bytes for guid in event.guids]
+        for session in list(self._sessions):
+            if session.refused_upstream(event.queue_id, guids):
+                return
 
     def _relay_report(self, event: DeliveriesRevoked | DataLost) -> None:
         """A broker's report on its store reaches the clients it concerns: revoked

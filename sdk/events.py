@@ -96,6 +96,16 @@ class ConfirmRejected(SessionEvent):
 
 
 @dataclass(frozen=True, slots=True)
+class HandleConfirmRejected(ConfirmRejected):
+    """``ConfirmRejected`` as a proxy's upstream session reports it (``wire_pushes``
+    mode), naming ``queue_id``, the upstream queue handle the refused CONFIRMs (or
+    REJECTs) were on. Each client of a proxy consumes on upstream handles of its own,
+    several perhaps on one queue: the handle says whose refusal it is."""
+
+    queue_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class DeliveriesRevoked(SessionEvent):
     """The broker node lost its lease on its store (a Redis link that stalled or slowed
     past the lease): these deliveries are void. A CONFIRM of one that reaches the node

@@ -302,7 +302,12 @@ class Outcomes:
         queue = self._queues.get(error.queue_id)
         if error.status == pb.STATUS_UNKNOWN_GUID and queue is not None:
             guids = tuple(uuid.UUID(bytes=g) for g in error.guids if len(g) == 16)
-            self.emit(ev.ConfirmRejected(queue.uri, guids, name))
+            if self._wire_pushes:
+                # A proxy's upstream: the proxy passes the refusal on to the one client
+                # whose handle it was (``holdfast.proxy.server``).
+                self.emit(ev.HandleConfirmRejected(queue.uri, guids, name, error.queue_id))
+            else:
+                self.emit(ev.ConfirmRejected(queue.uri, guids, name))
             return None
         if error.status == pb.STATUS_DELIVERIES_REVOKED and queue is not None:
             guids = tuple(uuid.UUID(bytes=g) for g in error.guids if len(g) == 16)

@@ -15,6 +15,7 @@ from holdfast.sdk.errors import (
 )
 from holdfast.sdk.events import (
     ConfirmRejected,
+    HandleConfirmRejected,
     QueueReopened,
 )
 from holdfast.sdk.types import Ack, AckStatus, Message
@@ -103,6 +104,21 @@ def test_confirm_the_broker_does_not_recognise_is_reported_as_an_event(h: Harnes
     )
     assert h.events[-1] == ConfirmRejected(URI, (guid,), "UNKNOWN_GUID")
     assert h.state() is LinkState.ACTIVE
+
+
+def test_a_proxy_upstream_hears_which_handle_a_refused_confirm_was_on() -> None:
+    """The proxy tells only the client whose upstream handle it was: several clients
+    may consume one queue, each on a handle of its own."""
+    h = Harness(wire_pushes=True)
+    reader(h)
+    queue_id = h.open_active(URI, read=True, write=False)  # a second handle on URI
+    guid = h.push(queue_id)
+    h.feed(
+        pb.ServerFrame(
+            error=pb.Error(status=pb.STATUS_UNKNOWN_GUID, queue_id=queue_id, guids=[guid.bytes])
+        )
+    )
+    assert h.events[-1] == HandleConfirmRejected(URI, (guid,), "UNKNOWN_GUID", queue_id)
 
 
 def test_unsent_confirm_is_not_carried_over_a_drop(h: Harness) -> None:

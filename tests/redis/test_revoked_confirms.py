@@ -1,0 +1,96 @@
+"""CONFIRMs of revoked deliveries are refused with ``ConfirmRejected``, directly and
+through the proxy alike (found by an outside tester: through the proxy the refusal
+stopped at the proxy's upstream session, and the application heard nothing).
+
+A node whose link to Redis is black-holed past its lease revokes its consumers'
+deliveries (``DeliveriesRevoked``); a CONFIRM of one that reaches the node after that is
+refused. Two consumers hold deliveries on the node; only the first confirms them, so
+only the first may hear of a refusal: a proxy serves many clients and must tell the one
+whose CONFIRMs they were."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from holdfast.sdk import ConfirmRejected, DeliveriesRevoked, QueueOptions, Session
+from tests.redis.fencing_kit import Deliveries, Events, redis_url_through
+from tests.redis.test_fencing import LEASE, post, stalled
+from tests.support.processes import BrokerProcess, ProxyProcess
+from tests.support.redis_server import RedisServer
+from tests.support.sessions import FAST
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+URI = "hf://fence/orders"
+HELD = 30
+"""Deliveries each consumer holds (fewer than a session's refused-CONFIRM rate)."""
+
+
+def guids_of(
+    events: Events, kind: type[ConfirmRejected] | type[DeliveriesRevoked]
+) -> set[uuid.UUID]:
+    """Every GUID the events of ``kind`` name."""
+    named: set[uuid.UUID] = set()
+    for event, _ in events.of(kind):
+        assert isinstance(event, kind)
+        named |= set(event.guids)
+    return named
+
+
+@contextlib.contextmanager
+def holder(address: str) -> Iterator[tuple[Deliveries, Events]]:
+    """A consumer of ``URI`` on ``address`` that holds up to ``HELD`` deliveries."""
+    events = Events()
+    held = Deliveries(hold=True)
+    with Session(address, options=FAST, on_event=events) as session:
+        session.open_queue(
+            URI, read=True, on_message=held, options=QueueOptions(max_unconfirmed_messages=HELD)
+        )
+        wait_until(lambda: held.count() >= HELD, 15, f"{HELD} deliveries held")
+        yield held, events
+
+
+@pytest.mark.parametrize("path", ["direct", "proxy"])
+def test_confirms_of_revoked_deliveries_are_refused_to_the_client_that_sent_them(
+    tmp_path: Path, toxic_link: Callable[[str, str], Any], path: str
+) -> None:
+    with (
+        RedisServer(tmp_path / "redis") as redis,
+        contextlib.ExitStack() as stack,
+    ):
+        link = toxic_link("redis", redis.address)
+        node = stack.enter_context(
+            BrokerProcess(["--store", redis_url_through(link), "--redis-lease", str(LEASE)])
+        )
+        address = node.address
+        if path == "proxy":
+            address = stack.enter_context(ProxyProcess(["--upstream", node.address])).address
+        post(node.address, 2 * HELD, "revoked")
+        confirmer, confirmer_events = stack.enter_context(holder(address))
+        bystander, bystander_events = stack.enter_context(holder(address))
+        mine, theirs = set(confirmer.guids()), set(bystander.guids())
+        assert len(mine) == len(theirs) == HELD and not mine & theirs
+        with stalled(link):
+            wait_until(
+                lambda: (
+                    guids_of(confirmer_events, DeliveriesRevoked) == mine
+                    and guids_of(bystander_events, DeliveriesRevoked) == theirs
+                ),
+                20,
+                "both consumers' deliveries revoked",
+            )
+            for message in confirmer.held:
+                message.confirm()  # reaches the node after it revoked the delivery
+            wait_until(
+                lambda: guids_of(confirmer_events, ConfirmRejected) == mine,
+                15,
+                "the CONFIRMs refused to the consumer that sent them",
+            )
+            assert not bystander_events.of(ConfirmRejected)
