@@ -9,7 +9,9 @@ holds, leaving out a replay whose GUID its target holds: ``broker.moved_guids``)
 ``GONE`` removes the source's copy (``STAY`` puts a replay left out back). A
 move that did not finish (the node died, Redis failed) is finished by whichever
 node sweeps the queue after ``STALE`` seconds, or at once by the node that reaps a
-dead one; finishing it twice adds nothing twice.
+dead one (every unfinished move of the queue, another node's in flight too). Finishing
+it twice adds nothing twice and counts it once: ``GONE`` counts a dead letter in the
+queue's statistics in the one run that removes the source's copy.
 """
 
 from __future__ import annotations
@@ -148,8 +150,10 @@ class RedisGraveyard:
         try:
             statuses = await self._add(moves)
             stay = [m for m, s in zip(owners, statuses, strict=True) if s == move_scripts.HELD]
-            await registry.client.run(
-                move_scripts.gone(keys, guids=[m.message.guid for m in items if m not in stay])
+            went = set(
+                await registry.client.run(
+                    move_scripts.gone(keys, guids=[m.message.guid for m in items if m not in stay])
+                )
             )
             if stay:
                 await registry.client.run(
@@ -158,10 +162,15 @@ class RedisGraveyard:
         except StoreError as error:
             log.error("%s: %d moves out wait for a later sweep: %s", uri, len(items), error)
             return None
-        dead = Counter((reason, target) for _, reason, target in items if reason != REPLAY)
+        # Counted for the moves this node finished (GONE counts them in the queue's
+        # statistics): another node may finish the same ones.
+        dead = Counter(
+            (reason, target)
+            for message, reason, target in items
+            if reason != REPLAY and message.guid in went
+        )
         for (reason, target), n in dead.items():
             (self.moved if target is not None else self.dropped)[reason] += n
-            registry.count(uri, "dead:" + reason, n)
             if target is None:
                 log.warning(
                     "%s: dropped %d dead messages (%s): the queue has no dead-letter queue",

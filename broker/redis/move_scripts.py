@@ -192,24 +192,44 @@ GONE = Script(
     "GONE",
     DROP
     + """
--- KEYS: body, meta, count, leaving, bytes, pickup. ARGV: guids.
--- Moves finished: the source's copy goes. Returns how many.
-local n = 0
+-- KEYS: body, meta, count, leaving, bytes, pickup, stats. ARGV: guids.
+-- Moves finished: the source's copy goes, and a dead letter (not a replay) is counted
+-- under dead:<reason> here, by the one run that finds its move unfinished: two nodes
+-- may finish one move (the reaper takes every unfinished move of a queue, another
+-- node's in flight too), and a count made by each finisher ran ahead of the dead
+-- letters. Returns the GUIDs whose move this run finished.
+local out = {}
 for _, guid in ipairs(ARGV) do
-  if redis.call('HDEL', KEYS[4], guid) == 1 then
+  local where = redis.call('HGET', KEYS[4], guid)
+  if where then
+    redis.call('HDEL', KEYS[4], guid)
     drop(guid)
-    n = n + 1
+    local reason = string.match(where, '^[^|]*|([^|]*)')
+    if reason and reason ~= 'replay' then
+      redis.call('HINCRBY', KEYS[7], 'dead:' .. reason, 1)
+    end
+    table.insert(out, guid)
   end
 end
-return n
+return out
 """,
 )
 
 
 def gone(queue: QueueKeys, *, guids: Iterable[bytes]) -> ScriptCall:
-    """GONE: the moves of ``guids`` out of ``queue`` are done; its copies go."""
+    """GONE: the moves of ``guids`` out of ``queue`` are done; its copies go, its dead
+    letters are counted; the reply is the GUIDs of the moves this call finished."""
     return GONE.call(
-        [queue.body, queue.meta, queue.count, queue.leaving, queue.bytes, queue.pickup], guids
+        [
+            queue.body,
+            queue.meta,
+            queue.count,
+            queue.leaving,
+            queue.bytes,
+            queue.pickup,
+            queue.stats,
+        ],
+        guids,
     )
 
 

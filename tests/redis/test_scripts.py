@@ -109,9 +109,9 @@ def test_requeue_and_unclaim_put_back_in_order_and_answer_how_many(db: redis.Red
 
 
 def test_the_move_scripts_answer_how_many_they_moved(db: redis.Redis) -> None:
-    """DELAY, LEAVE, GONE and STAY each answer the number of messages they acted on,
-    skipping one not where they look for it (``policy_scripts``); ADD answers a status
-    and a GUID a move (``move_scripts``)."""
+    """DELAY, LEAVE and STAY each answer the number of messages they acted on, GONE
+    the GUIDs, skipping one not where they look for it (``policy_scripts``); ADD answers
+    a status and a GUID a move (``move_scripts``)."""
     keys, target = queue(), queue()
     out = keys.out("n")
     db.zadd(out, {"a": 1, "b": 2, "c": 3})
@@ -126,9 +126,11 @@ def test_the_move_scripts_answer_how_many_they_moved(db: redis.Redis) -> None:
     assert db.hget(keys.leaving, "c") == b"5|x|t"
     assert run(db, STAY, [keys.leaving, keys.ready], ["c", "gone"]) == 1
     assert db.lrange(keys.ready, 0, -1) == [b"c"]
-    gone = [keys.body, keys.meta, keys.count, keys.leaving, keys.bytes, keys.pickup]
-    assert run(db, GONE, gone, ["b", "gone"]) == 1
+    gone = [keys.body, keys.meta, keys.count, keys.leaving, keys.bytes, keys.pickup, keys.stats]
+    assert run(db, GONE, gone, ["b", "gone"]) == [b"b"]
     assert not db.hexists(keys.body, "b")
+    assert run(db, GONE, gone, ["b"]) == []  # finished already: not counted again
+    assert db.hgetall(keys.stats) == {b"dead:x": b"1"}
     add = [target.ready, target.body, target.meta, target.count, target.bytes, target.pickup]
     marker = [target.prefix + "mv:", "60000"]
 
