@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from holdfast.sdk import tracing
+from holdfast.sdk.aio import handling
 from holdfast.sdk.aio import streams as streaming
 from holdfast.sdk.aio.slots import Slots
 from holdfast.sdk.errors import HoldfastError, InvalidArgumentError
@@ -192,31 +193,62 @@ class Worker:
             job.answer = dead_letter(message.guid, "expired")
         else:
             self._running[guid] = job
-        task = self._loop.create_task(self._process(job))
-        self._jobs.add(task)
-        task.add_done_callback(self._jobs.discard)
+        self._keep(self._loop.create_task(self._process(job)))
 
     async def _process(self, job: Job) -> None:
         guid = job.request.guid.bytes
-        if job.answer is None:
-            slots = self._slots
-            if not slots.take_now():
-                await slots.take()
+        try:
+            if job.answer is None:
+                slots = self._slots
+                if not slots.take_now():
+                    await slots.take()
+                try:
+                    if not job.request.cancelled.is_set():
+                        job.answer = await self._run(job)
+                finally:
+                    slots.give()
+                    self._running.pop(guid, None)
+                if job.request.cancelled.is_set() or job.answer is None:
+                    confirm(job.message)  # nobody waits for this reply
+                    return
+                self._replies[guid] = job.answer
+            await self._post_answer(job)
+        except asyncio.CancelledError:
+            if job.request.cancelled.is_set() and not self._stopping:  # its caller's, late
+                for each in {job, *self._posting.pop(guid, [])}:
+                    confirm(each.message)
+            raise  # else the worker is closing: unconfirmed, the request goes back
+        except BaseException as error:
+            await self._failed(job, error)
+
+    async def _failed(self, job: Job, error: BaseException) -> None:
+        """A failure that reached ``_process``: answered as a handler error if it came
+        before the reply (a ``GeneratorExit`` from a future the handler awaited is thrown
+        into this frame, past ``_run``), else logged and the request confirmed. Left to end
+        the task, it held the request unconfirmed (one of the broker's window for good),
+        its slot and, its reply GUID in ``_posting``, its redeliveries."""
+        guid = job.request.guid
+        if job.answer is None and not job.request.cancelled.is_set():
+            log.debug("handler raised for %s", guid, exc_info=error)
+            job.answer = self._replies[guid.bytes] = handler_error(guid, error)
             try:
-                if not job.request.cancelled.is_set():
-                    job.answer = await self._run(job)
-            finally:
-                slots.give()
-            self._running.pop(guid, None)
-            if job.request.cancelled.is_set() or job.answer is None:
-                confirm(job.message)  # nobody waits for this reply
+                await self._post_answer(job)
                 return
-            self._replies[guid] = job.answer
-        await self._post_answer(job)
+            except Exception as again:
+                error = again
+        log.error("request %s failed in the worker: confirmed unanswered", guid, exc_info=error)
+        for each in {job, *self._posting.pop(guid.bytes, [])}:
+            confirm(each.message)
+
+    def _keep(self, task: asyncio.Task[Any]) -> None:
+        """Hold ``task`` until it ends (``close`` waits for, then cancels, the rest)."""
+        self._jobs.add(task)
+        task.add_done_callback(self._jobs.discard)
 
     async def _run(self, job: Job) -> Answer | None:
         """Run the handler in this task (a cancel cancels it: ``_cancel``); its reply,
-        its error reply, or None if its caller cancelled."""
+        its error reply (whatever it raised: ``holdfast.sdk.aio.handling``), or None if
+        its caller cancelled."""
         guid = job.request.guid
         self.handler_runs += 1
         task = asyncio.current_task(self._loop)
@@ -225,21 +257,15 @@ class Worker:
         span = rpc_spans.start_serve(self.uri, job.message) if self._traced else None
         try:
             with tracing.current(span):
-                if self._coroutine:
-                    result = await self._handler(job.request)  # type: ignore[misc]
-                else:
-                    loop = asyncio.get_running_loop()
-                    result = await loop.run_in_executor(None, self._handler, job.request)
-                if inspect.isawaitable(result):  # a plain function that returned a coroutine
-                    result = await result
-            answer = self._answer(job, result)
-        except asyncio.CancelledError as cancelled:
-            tracing.fail(span, cancelled)
-            if self._stopping or not job.request.cancelled.is_set():
-                raise  # the worker is closing: the request goes back to the queue
-            task.uncancel()
-            return None  # cancelled by its caller
-        except Exception as error:  # the handler's failure is the caller's to see
+                result = await handling.call(self._handler, self._coroutine, job.request)
+            answer = handling.answer(self._session, job, result, self._keep)
+        except BaseException as error:  # the handler's failure is the caller's to see
+            if handling.cancelled_from_outside(error, task):
+                tracing.fail(span, error)
+                if self._stopping or not job.request.cancelled.is_set():
+                    raise  # the worker is closing: the request goes back to the queue
+                task.uncancel()
+                return None  # cancelled by its caller
             log.debug("handler raised for %s", guid, exc_info=error)
             answer = handler_error(guid, error)
             rpc_spans.end_serve(span, answer[1], error)
@@ -250,30 +276,6 @@ class Worker:
                 await streaming.close_all(job.request.streams)
         rpc_spans.end_serve(span, answer[1])
         return answer
-
-    def _answer(self, job: Job, result: Any) -> Answer:
-        """The reply to post for the handler's ``result`` (bad properties or stream names
-        raise: an error reply); the streams of a ``StreamingReply`` start now."""
-        guid = job.request.guid
-        if isinstance(result, StreamingReply):
-            headers = chunks.streaming_reply_properties(guid, result.properties, result.streams)
-            senders = streaming.start_senders(
-                self._session,
-                calls.domain_of(job.reply_to),
-                wire.reply_guid(guid),
-                result.streams,
-                lambda error, _: log.warning("reply stream of %s failed: %s", guid, error),
-                chunks.REPLY_CREDIT_TIMEOUT,
-            )
-            for task in senders:
-                self._jobs.add(task)
-                task.add_done_callback(self._jobs.discard)
-            return wire.payload_bytes(result.payload), headers
-        if isinstance(result, tuple):
-            payload, properties = result
-            user = wire.check_user_properties(properties)
-            return wire.payload_bytes(payload), wire.reply_properties(guid, user)
-        return wire.payload_bytes(result), wire.reply_properties(guid, {})
 
     async def _post_answer(self, job: Job) -> None:
         """Post the reply; confirm the request once the broker has it (one post per
@@ -322,9 +324,7 @@ class Worker:
         if ack.status is AckStatus.UNKNOWN and not self._stopping:
             # It may not be in the queue: post it again under the same GUID (dedup).
             for job in jobs:
-                task = asyncio.get_running_loop().create_task(self._post_answer(job))
-                self._jobs.add(task)
-                task.add_done_callback(self._jobs.discard)
+                self._keep(asyncio.get_running_loop().create_task(self._post_answer(job)))
             return
         log_reply_ack(key, ack)
         for job in jobs:
