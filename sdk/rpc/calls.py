@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from holdfast.proto.uri import parse_queue_uri
+from holdfast.proto.validate import MAX_PICKUP_TTL_MS
 from holdfast.sdk.errors import (
     DeadLetteredError,
     InvalidArgumentError,
@@ -137,9 +138,20 @@ class CallState:
         return worker
 
 
-def check_seconds(name: str, value: object, *, zero: bool = False) -> float:
-    """``value`` as a number of seconds: finite and > 0 (>= 0 with ``zero``);
-    ``InvalidArgumentError`` for anything else (``None``, a ``str``, NaN, infinity)."""
+MAX_TIMEOUT = MAX_PICKUP_TTL_MS / 1000
+"""The longest call timeout (``timeout``, ``pickup_timeout``, ``fetch_reply``'s): ten
+years, the longest pickup TTL (``x-ttl-ms``) the broker takes, which a call's pickup
+timeout becomes. Past it the broker refused the request with an error about a property
+the caller never set, and far past it (1e12 s) a thread's wait on the threaded front-end
+raised an untyped ``OverflowError``."""
+
+
+def check_seconds(
+    name: str, value: object, *, zero: bool = False, most: float = MAX_TIMEOUT
+) -> float:
+    """``value`` as a number of seconds: finite, > 0 (>= 0 with ``zero``) and at most
+    ``most``; ``InvalidArgumentError`` naming ``name`` for anything else (``None``, a
+    ``str``, NaN, infinity, too long)."""
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
@@ -151,6 +163,8 @@ def check_seconds(name: str, value: object, *, zero: bool = False) -> float:
         raise InvalidArgumentError(
             f"{name} must be a finite number of seconds {bound}, not {value!r:.80}"
         )
+    if value > most:
+        raise InvalidArgumentError(f"{name} must be at most {most:.0f} seconds, not {value!r:.80}")
     return float(value)
 
 

@@ -158,8 +158,7 @@ def prepare(
     token: str | None,
 ) -> DurablePut:
     """Check the arguments of ``request_durable``; the request to post."""
-    if calls.check_seconds("keep", keep) > MAX_REPLY_KEEP:
-        raise InvalidArgumentError(f"keep must be in (0, {MAX_REPLY_KEEP:.0f}] seconds")
+    calls.check_seconds("keep", keep, most=MAX_REPLY_KEEP)
     calls.check_seconds("timeout", timeout)
     user = wire.check_user_properties(properties)
     keep_ms = max(1, round(keep * 1000))

@@ -3,7 +3,8 @@ while the broker is unreachable (its queue opens within it), ``fetch_reply`` wit
 ``timeout=0`` takes a reply the broker holds, arguments of the wrong type get
 ``InvalidArgumentError``, not a ``TypeError``, and a reply fetched again has streams
 that fail at once with ``StreamTakenError`` (the first fetch took them), not after
-the 30 s stall timeout."""
+the 30 s stall timeout. A timeout over ``calls.MAX_TIMEOUT`` (ten years) is an
+``InvalidArgumentError`` naming the argument and the bound, on both front-ends."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from holdfast.sdk import (
     Worker,
     aio,
 )
-from holdfast.sdk.rpc import durable, wire
+from holdfast.sdk.rpc import calls, durable, wire
 from tests.support.processes import BrokerProcess
 from tests.support.sessions import FAST, unique_uri
 from tests.support.toxics import free_port
@@ -131,3 +132,48 @@ def test_a_reply_fetched_again_has_its_streams_taken_at_once(broker: BrokerProce
             second.streams["data"].read(10)
         assert time.monotonic() - started < 5  # at once, not after the stall timeout
         asyncio.run(fetch_on_asyncio(request_id))
+
+
+TOO_LONG = (2 * calls.MAX_TIMEOUT, 1e12)
+"""Twenty years (the broker refused its pickup TTL, ``InvalidPropertiesError`` about
+``x-ttl-ms``, a property the caller never set) and 1e12 s (``OverflowError`` from a
+thread's wait on the threaded front-end)."""
+
+
+def test_a_timeout_over_the_bound_is_an_invalid_argument_naming_it(broker: BrokerProcess) -> None:
+    uri = unique_uri("long")
+    bound = f"at most {calls.MAX_TIMEOUT:.0f} seconds"
+    with Session(broker.address, options=FAST) as session, Worker(session, uri, lambda _: b"ok"):
+        rid = session.request_durable(uri, b"")
+        for too_long in TOO_LONG:
+            with pytest.raises(InvalidArgumentError, match=f"^timeout must be {bound}"):
+                session.request(uri, b"", timeout=too_long)
+            with pytest.raises(InvalidArgumentError, match=f"^pickup_timeout must be {bound}"):
+                session.request(uri, b"", pickup_timeout=too_long)
+            with pytest.raises(InvalidArgumentError, match=f"^timeout must be {bound}"):
+                session.request_durable(uri, b"", timeout=too_long)
+            with pytest.raises(InvalidArgumentError, match=f"^timeout must be {bound}"):
+                session.fetch_reply(rid, timeout=too_long)
+        with pytest.raises(InvalidArgumentError, match=f"^keep must be at most {30 * 86400} "):
+            session.request_durable(uri, b"", keep=1e12)
+        # The bound itself is a call the broker takes.
+        assert session.request(uri, b"", timeout=calls.MAX_TIMEOUT).payload == b"ok"
+
+    async def on_the_loop() -> None:
+        async with (
+            aio.Session(broker.address, options=FAST) as session,
+            aio.Worker(session, uri, lambda _: b"ok"),
+        ):
+            rid = await session.request_durable(uri, b"")
+            for too_long in TOO_LONG:
+                for call in (
+                    session.request(uri, b"", timeout=too_long),
+                    session.request_durable(uri, b"", timeout=too_long),
+                    session.fetch_reply(rid, timeout=too_long),
+                ):
+                    with pytest.raises(InvalidArgumentError, match=f"^timeout must be {bound}"):
+                        await call
+            reply = await session.request(uri, b"", timeout=calls.MAX_TIMEOUT)
+            assert reply.payload == b"ok"
+
+    asyncio.run(on_the_loop())
