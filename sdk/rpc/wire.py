@@ -122,7 +122,13 @@ def check_user_properties(properties: Mapping[str, str] | None) -> dict[str, str
     per-message policy properties the call sets itself."""
     result = dict(properties or {})
     for name in result:
-        if isinstance(name, str) and (name.startswith(PREFIX) or name in _CALL_POLICY):
+        if not isinstance(name, str):
+            continue
+        if name in _CALL_POLICY:  # not under PREFIX: the broker's names, named as such
+            raise InvalidPropertiesError(
+                f"property {name!r} is reserved: request/reply sets it on its messages"
+            )
+        if name.startswith(PREFIX):
             raise InvalidPropertiesError(
                 f"property {name[:64]!r}: names starting with {PREFIX!r} are reserved"
             )

@@ -24,8 +24,13 @@ def test_reply_guid_is_a_deterministic_uuid8_distinct_per_request() -> None:
 
 
 def test_reserved_names_are_refused_and_hidden() -> None:
-    with pytest.raises(InvalidPropertiesError):
+    with pytest.raises(InvalidPropertiesError, match="names starting with 'x-rpc-' are"):
         wire.check_user_properties({"x-rpc-kind": "reply"})
+    # The call's own policy properties are named, not the x-rpc- prefix they lack (the
+    # check of a request's properties and of a handler's reply, on both front-ends).
+    for name in ("x-ttl-ms", "x-dead-letter-notify"):
+        with pytest.raises(InvalidPropertiesError, match=f"^property '{name}' is reserved: "):
+            wire.check_user_properties({"k": "v", name: "5"})
     assert wire.check_user_properties({"k": "v"}) == {"k": "v"}
     properties = wire.request_properties({"k": "v"}, "hf://a/reply", 123, "key-1")
     assert wire.user_properties(properties) == {"k": "v"}
