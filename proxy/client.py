@@ -342,7 +342,10 @@ class ClientSession(ContractStream):
     # -- the end ------------------------------------------------------------------------
 
     def dispatch(self, kind: str, message: Any) -> None:
-        """Handle a frame now, or hold it behind an open in flight (``proxy.opening``)."""
+        """Handle a frame now, or hold it behind an open in flight (``proxy.opening``);
+        a PutBatch with no room in the buffer bound is refused whole first."""
+        if kind == "puts" and self._relay.refuses(message):
+            return
         if not self._opens.holds(kind, message):
             super().dispatch(kind, message)
 
@@ -356,6 +359,7 @@ class ClientSession(ContractStream):
         await self._upstream.wait_below_high_watermark()
         budget = self._routes.budget
         key = self._route_key
+        budget.settled(key)
         if not budget.may_read(key):
             log.info(
                 "session %s holds %d bytes of PUTs (its share of --max-buffer-bytes %d "

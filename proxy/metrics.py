@@ -82,4 +82,10 @@ class ProxyCollector(Collector):
                 gauge = GaugeMetricFamily(f"holdfast_proxy_{name}", text)
                 gauge.add_metric([], number)
                 families.append(gauge)
+            refused = CounterMetricFamily(
+                "holdfast_proxy_buffer_refused_frames",
+                "client PUT frames answered LIMIT_EXCEEDED: no room within the bound's slack",
+            )
+            refused.add_metric([], budget.refused)
+            families.append(refused)
         return families

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from itertools import groupby
 
 from holdfast.proto import pb
-from holdfast.proto.columns import PutColumns
+from holdfast.proto.columns import Malformed, PutColumns, split_guids
 from holdfast.proto.policy import DEAD_LETTER_NOTIFY, ORIGINAL_URI
 from holdfast.proxy.budget import PUT_BOOKKEEPING_BYTES
 from holdfast.proxy.routes import ClientHandle, ParkedPut, Routes
@@ -71,6 +71,38 @@ class PutRelay:
         if charged:
             self._routes.budget.read(self._route_key, charged)
         return relayed
+
+    def refuses(self, batch: pb.PutBatch) -> bool:
+        """Whether a PutBatch does not fit the proxy's bound and its slack
+        (``BufferBudget.admits``): then each of its PUTs has been answered
+        ``LIMIT_EXCEEDED`` (the client keeps them and sends them again, as after a
+        broker's push-back) and nothing of it is buffered. Judged before its payloads
+        are split, so a refused frame leaves no small objects behind."""
+        budget = self._routes.budget
+        # Its wire size stands for payloads and properties (a little over them; reading
+        # ``payloads`` itself would copy them).
+        charge = batch.ByteSize() + PUT_BOOKKEEPING_BYTES * len(batch.payload_lengths)
+        if not budget.total or budget.total + charge <= budget.max_bytes + budget.slack:
+            return False
+        try:
+            guids = split_guids(batch.guids, "PUT batch")
+        except Malformed:
+            return False  # answered MALFORMED_FRAME when it is read
+        queue_ids = batch.queue_ids
+        if len(queue_ids) not in (1, len(guids)):
+            return False
+        # PUTs the client sends again after it lost the proxy join those buffered
+        # already, uncharged; the bookkeeping of the rest is what it would cost.
+        fresh = len(self._routes.fresh(guids))
+        if fresh < len(guids):
+            charge = charge * fresh // max(1, len(guids))
+        if budget.admits(self._route_key, charge):
+            return False
+        ack = self._ack
+        ids = list(queue_ids) if len(queue_ids) == len(guids) else [queue_ids[0]] * len(guids)
+        for queue_id, guid in zip(ids, guids, strict=True):
+            ack(queue_id, guid, pb.STATUS_LIMIT_EXCEEDED)
+        return True
 
     def _relay_run(
         self,

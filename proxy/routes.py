@@ -220,6 +220,11 @@ class Routes:
                 )
             )
 
+    def fresh(self, guids: Sequence[bytes]) -> list[int]:
+        """The indices of ``guids`` not pending upstream already."""
+        by_guid = self._by_guid
+        return [i for i, guid in enumerate(guids) if guid not in by_guid]
+
     def park(self, put: ParkedPut) -> None:
         """Keep ``put`` until its GUID's pending PUT (on another queue) has an outcome
         (the caller has charged ``put.charge`` to its client)."""

@@ -27,7 +27,7 @@ def test_a_client_at_its_share_is_not_read_and_the_others_are() -> None:
     assert budget.total == 350 and budget.peak == 450
 
 
-def test_a_client_holding_nothing_may_always_send_one_frame() -> None:
+def test_a_client_holding_nothing_may_send_one_frame_of_any_size_into_an_empty_proxy() -> None:
     budget = BufferBudget(10)
     budget.connect(1)
     budget.read(1, 1000)
@@ -37,23 +37,71 @@ def test_a_client_holding_nothing_may_always_send_one_frame() -> None:
 
 
 def test_frames_larger_than_their_senders_shares_do_not_stop_a_client_under_its_own() -> None:
-    """Six clients of a 600-byte bound (shares of 100): each of the first five sends one
-    frame of 150 while holding nothing, so the proxy holds 750. The sixth, holding 20 of
-    its 100 with frames of 10, is read still; each of the five waits for its ACKs."""
+    """Six clients of a 600-byte bound (shares of 100, a slack of 75): the first four
+    send one frame of 150 each while holding nothing, so the proxy holds 600. The fifth
+    frame would take it to 750: refused. The sixth client, holding 20 of its 100 with
+    frames of 10, is read still; each of the four waits for its ACKs."""
     budget = BufferBudget(600)
     for key in range(6):
         budget.connect(key)
-    for key in range(5):
+    for key in range(4):
         assert budget.may_read(key)
+        assert budget.admits(key, 150)
         budget.read(key, 150)
         budget.charge(key, 150)
         assert not budget.may_read(key)
+    assert budget.may_read(4)
+    assert not budget.admits(4, 150)
+    assert budget.refused == 1
+    assert not budget.may_read(4)  # no room for a frame of 150 until some are ACKed
     budget.read(5, 10)
     budget.charge(5, 20)
-    assert budget.total == 770
+    assert budget.total == 620
     assert budget.may_read(5)
     budget.charge(5, 75)
     assert not budget.may_read(5)  # 95 + a 10-byte frame would pass its share
+
+
+def test_the_proxy_never_holds_more_than_its_bound_and_slack_but_one_frame_when_empty() -> None:
+    """However many clients holding nothing send a frame at once, what is admitted stays
+    within the bound plus its slack; only into an empty proxy does a frame of any size go."""
+    budget = BufferBudget(800)  # a slack of 100
+    for key in range(20):
+        budget.connect(key)
+    taken = 0
+    for key in range(20):
+        if budget.admits(key, 300):
+            budget.charge(key, 300)
+            taken += 1
+    assert taken == 3 and budget.total == 900 == budget.max_bytes + budget.slack
+    assert budget.refused == 17
+    alone = BufferBudget(10)
+    alone.connect(1)
+    assert alone.admits(1, 5000)
+
+
+def test_room_for_one_frame_wakes_one_refused_client_not_all() -> None:
+    async def scenario() -> None:
+        budget = BufferBudget(800)
+        for key in range(4):
+            budget.connect(key)
+        budget.charge(0, 800)
+        for key in (1, 2, 3):
+            assert not budget.admits(key, 300)
+        waiters = [asyncio.ensure_future(budget.wait_for_room(key)) for key in (1, 2, 3)]
+        await asyncio.sleep(0)
+        budget.release(0, 300)  # room for one frame of 300 (800 - 300 + 300 <= 900)
+        budget.wake()
+        await asyncio.sleep(0)
+        assert [w.done() for w in waiters] == [True, False, False]
+        # The woken client sends nothing: its room is given on after a while.
+        await asyncio.wait_for(asyncio.gather(waiters[1]), 5)
+        assert not waiters[2].done()
+        budget.release(0, 500)
+        budget.wake()
+        await asyncio.wait_for(asyncio.gather(*waiters), 5)
+
+    asyncio.run(scenario())
 
 
 def test_the_total_bound_holds_when_a_new_client_joins_a_full_proxy() -> None:
