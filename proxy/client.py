@@ -164,14 +164,8 @@ class ClientSession(ContractStream):
             self._opens.ended(handle.queue_id, opened)
 
     async def _open_upstream_now(self, request: pb.OpenQueue, handle: ClientHandle) -> None:
-        options = (
-            QueueOptions(
-                max_unconfirmed_messages=request.options.max_unconfirmed_messages,
-                max_unconfirmed_bytes=request.options.max_unconfirmed_bytes,
-            )
-            if request.HasField("options")
-            else QueueOptions()
-        )
+        # Cut to the proxy's own limits: what is pushed waits here until it is read.
+        options = self._config.flow_limits(request.options if request.HasField("options") else None)
         try:
             record = await self._upstream.open_queue(
                 request.uri,
@@ -205,10 +199,7 @@ class ClientSession(ContractStream):
         if handle is None or handle.upstream is None:
             self.respond_not_open(request.request_id, request.queue_id)
             return
-        options = QueueOptions(
-            max_unconfirmed_messages=request.options.max_unconfirmed_messages,
-            max_unconfirmed_bytes=request.options.max_unconfirmed_bytes,
-        )
+        options = self._config.flow_limits(request.options if request.HasField("options") else None)
         self._spawn(self._configure_upstream(request.request_id, handle.upstream, options))
 
     async def _configure_upstream(

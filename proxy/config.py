@@ -5,11 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from holdfast.proto.limits import DEFAULT_BATCH_BYTES, MAX_BATCH_BYTES, MIB
+from holdfast.proto import pb
+from holdfast.proto.limits import (
+    DEFAULT_BATCH_BYTES,
+    DEFAULT_MAX_UNCONFIRMED_MESSAGES,
+    MAX_BATCH_BYTES,
+    MIB,
+)
 from holdfast.proxy.budget import DEFAULT_MAX_BUFFER_BYTES
 from holdfast.sdk.errors import InvalidArgumentError
 from holdfast.sdk.failover import parse_addresses
-from holdfast.sdk.options import SessionOptions
+from holdfast.sdk.options import QueueOptions, SessionOptions
 from holdfast.server.security import ServerSecurity
 from holdfast.server.serve import metrics_endpoint, split_host_port
 
@@ -78,6 +84,35 @@ class ProxyConfig:
             raise InvalidArgumentError("metrics_port must be 0-65535")
         if self.metrics_listen is not None:
             _named("metrics_listen", split_host_port, self.metrics_listen)
+
+    @property
+    def max_unconfirmed_bytes(self) -> int:
+        """The most unconfirmed payload bytes the proxy asks the broker to push to one
+        client's queue handle, whatever the client asked for: an eighth of
+        ``max_buffer_bytes`` (32 MiB, the SDK's default, at the default bound), at
+        least 1 MiB. PUSHes wait in the proxy until their client reads them, so a
+        client's own limits would let one that stops reading grow the proxy by its
+        queue's depth; the broker pushes more as the client confirms."""
+        return max(MIB, self.max_buffer_bytes // 8)
+
+    @property
+    def max_unconfirmed_messages(self) -> int:
+        """The most unconfirmed messages asked for one client's queue handle, likewise:
+        one per KiB of ``max_unconfirmed_bytes``, at least the SDK's default (1000)."""
+        return max(DEFAULT_MAX_UNCONFIRMED_MESSAGES, self.max_unconfirmed_bytes // 1024)
+
+    def flow_limits(self, asked: pb.QueueOptions | None) -> QueueOptions:
+        """The flow limits to ask upstream for a client that asked for ``asked``
+        (None: the defaults), cut to ``max_unconfirmed_messages`` and ``_bytes``."""
+        wanted = (
+            QueueOptions()
+            if asked is None
+            else QueueOptions(asked.max_unconfirmed_messages, asked.max_unconfirmed_bytes)
+        )
+        return QueueOptions(
+            min(wanted.max_unconfirmed_messages, self.max_unconfirmed_messages),
+            min(wanted.max_unconfirmed_bytes, self.max_unconfirmed_bytes),
+        )
 
     @property
     def metrics_address(self) -> tuple[str, int, str] | None:

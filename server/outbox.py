@@ -18,7 +18,8 @@ batches grow exactly when the link is the bottleneck.
 
 Only the ordered lane counts toward the read bound: it is what reading client
 frames produces, so a client that does not read its ACKs stops being read. PUSHes
-are bounded by the consumers' flow limits instead.
+are bounded by the consumers' flow limits instead (a proxy cuts its clients' limits
+to its own before it asks the broker: ``ProxyConfig.max_unconfirmed_bytes``).
 """
 
 from __future__ import annotations
