@@ -86,6 +86,8 @@ class ClientSession(ContractStream):
         self._acks: AckGroup | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._opens = OpenWaits()
+        self._frame_bytes = 0
+        """Wire size of the client frame being handled."""
 
     def handles_on(self, uri: str) -> list[ClientHandle]:
         """This client's handles on ``uri``."""
@@ -332,10 +334,15 @@ class ClientSession(ContractStream):
 
     # -- the end ------------------------------------------------------------------------
 
+    def on_bytes(self, raw: bytes) -> None:
+        """Handle a client frame, knowing its size (``PutRelay.refuses``)."""
+        self._frame_bytes = len(raw)
+        super().on_bytes(raw)
+
     def dispatch(self, kind: str, message: Any) -> None:
         """Handle a frame now, or hold it behind an open in flight (``proxy.opening``);
         a PutBatch with no room in the buffer bound is refused whole first."""
-        if kind == "puts" and self._relay.refuses(message):
+        if kind == "puts" and self._relay.refuses(message, self._frame_bytes):
             return
         if not self._opens.holds(kind, message):
             super().dispatch(kind, message)

@@ -72,17 +72,21 @@ class PutRelay:
             self._routes.budget.read(self._route_key, charged)
         return relayed
 
-    def refuses(self, batch: pb.PutBatch) -> bool:
+    def refuses(self, batch: pb.PutBatch, wire_bytes: int) -> bool:
         """Whether a PutBatch does not fit the proxy's bound and its slack
         (``BufferBudget.admits``): then each of its PUTs has been answered
         ``LIMIT_EXCEEDED`` (the client keeps them and sends them again, as after a
         broker's push-back) and nothing of it is buffered. Judged before its payloads
-        are split, so a refused frame leaves no small objects behind."""
+        are split, so a refused frame leaves no small objects behind; ``wire_bytes``,
+        the size of the client frame it came in, stands for its payloads and
+        properties until the bound is near (measuring the batch itself costs a copy)."""
         budget = self._routes.budget
-        # Its wire size stands for payloads and properties (a little over them; reading
-        # ``payloads`` itself would copy them).
-        charge = batch.ByteSize() + PUT_BOOKKEEPING_BYTES * len(batch.payload_lengths)
-        if not budget.total or budget.total + charge <= budget.max_bytes + budget.slack:
+        room = budget.max_bytes + budget.slack - budget.total
+        bookkeeping = PUT_BOOKKEEPING_BYTES * len(batch.payload_lengths)
+        if not budget.total or wire_bytes + bookkeeping <= room:
+            return False
+        charge = batch.ByteSize() + bookkeeping
+        if charge <= room:
             return False
         try:
             guids = split_guids(batch.guids, "PUT batch")
