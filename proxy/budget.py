@@ -17,11 +17,11 @@ those frames is read. So the bound is also checked once a frame is in (``admits`
 a frame that would take the proxy past the bound plus ``slack`` (an eighth of the
 bound) is not buffered; its PUTs are answered ``LIMIT_EXCEEDED`` (the SDK keeps them
 and sends them again, as for a broker's push-back), and its client is not read again
-until there is room for a frame as large (``reserve``). The slack is what a client
-holding nothing may take beyond the bound (a newcomer to a proxy another client
-filled during an outage). Only when the proxy holds nothing is a frame taken whatever
-its size, so no bound is too small to make progress with: the proxy never holds more
-than the bound plus the slack, or one frame.
+until there is room for a frame as large (``reserve``). The slack is where
+frames of clients holding nothing may go beyond the bound (a newcomer's frame to a
+proxy another client filled during an outage, say). Only when the proxy holds
+nothing is a frame taken whatever its size, so no bound is too small to make progress
+with: the proxy never holds more than the bound plus the slack, or one frame.
 """
 
 from __future__ import annotations

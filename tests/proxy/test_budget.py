@@ -175,3 +175,24 @@ def test_routes_release_the_charge_with_the_ack_and_move_a_departed_clients() ->
     routes.on_acks([(guid, pb.STATUS_OK)])
     assert second.acks == [(3, guid, pb.STATUS_OK)] and first.acks == []
     assert budget.total == 0
+
+
+def test_a_newcomer_to_a_proxy_one_client_filled_sends_into_the_slack_then_waits_for_acks() -> None:
+    """docs/operations.md: one client filled the bound during an outage; a newcomer
+    holding nothing may send a frame that fits the slack, and is then pushed back too.
+    Once ACKs free room, the client that filled it, over its share, is not read, and
+    the newcomer is."""
+    budget = BufferBudget(800)  # a slack of 100
+    budget.connect(1)
+    budget.read(1, 50)
+    budget.charge(1, 800)
+    budget.connect(2)
+    assert not budget.may_read(1)  # 800 of a share of 400
+    assert budget.may_read(2) and budget.admits(2, 60)
+    budget.read(2, 60)
+    budget.charge(2, 60)
+    assert not budget.may_read(2)  # past the bound, and nothing over it is its own
+    assert not budget.admits(2, 60)  # a frame already on its way: past the slack
+    budget.release(1, 300)  # the broker is back: ACKs of the first client's PUTs
+    assert not budget.may_read(1)  # 500 of its 400
+    assert budget.may_read(2)
