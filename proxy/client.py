@@ -342,17 +342,25 @@ class ClientSession(ContractStream):
     def dispatch(self, kind: str, message: Any) -> None:
         """Handle a frame now, or hold it behind an open in flight (``proxy.opening``);
         a PutBatch with no room in the buffer bound is refused whole first."""
-        if kind == "puts" and self._relay.refuses(message, self._frame_bytes):
-            return
         if not self._opens.holds(kind, message):
-            super().dispatch(kind, message)
+            self._handle(kind, message, self._frame_bytes)
+
+    def _handle(self, kind: str, message: Any, wire_bytes: int) -> None:
+        # A PutBatch is judged against the bound here, not before it is held behind an
+        # open: its LIMIT_EXCEEDED ACKs must come after the open's Response.
+        if kind == "puts" and self._relay.refuses(message, wire_bytes):
+            return
+        super().dispatch(kind, message)
+
+    def _handle_held(self, kind: str, message: Any) -> None:
+        self._handle(kind, message, message.ByteSize() if kind == "puts" else 0)
 
     async def wait_before_read(self) -> None:
         """Stop reading this client while frames wait for an open, while the upstream
         pushes back, and while it holds its share of the proxy's buffer bound
         (``holdfast.proxy.budget``)."""
         if self._opens:
-            await self._opens.release(super().dispatch, lambda: self.ending)
+            await self._opens.release(self._handle_held, lambda: self.ending)
         await super().wait_before_read()
         await self._upstream.wait_below_high_watermark()
         budget = self._routes.budget
