@@ -23,11 +23,10 @@ from struct import Struct, iter_unpack
 from typing import NamedTuple, TypeVar
 
 from holdfast.proto import pb
-from holdfast.proto.validate import GUID_BYTES, Invalid, ack_statuses_problem
+from holdfast.proto.validate import GUID_BYTES, Invalid, ack_statuses_problem, pushes_problem
 
 _OK = pb.STATUS_OK
 _T = TypeVar("_T")
-_ALL_OK = b""
 _GUIDS = Struct(f"{GUID_BYTES}s")
 _first = itemgetter(0)
 
@@ -261,7 +260,7 @@ def ack_batch(acks: Sequence[AckRow]) -> pb.AckBatch:
     return pb.AckBatch(
         queue_ids=_packed_ids(queue_ids),
         guids=b"".join(guids),
-        statuses=_ALL_OK if ok else bytes(statuses),
+        statuses=b"" if ok else bytes(statuses),
     )
 
 
@@ -292,7 +291,9 @@ def read_pushes(batch: pb.PushBatch) -> list[tuple[int, PushRow]]:
     count = len(guids)
     queue_ids = _queue_ids(batch.queue_ids, count, "PUSH batch")
     payloads = split_payloads(batch.payloads, batch.payload_lengths, count)
-    counts = _optional(batch.delivery_counts, count, 1, "delivery_counts")
+    counts = list(_optional(batch.delivery_counts, count, 1, "delivery_counts"))
+    if (problem := pushes_problem(queue_ids, guids, counts)) is not None:
+        raise Malformed(problem)
     ages = _optional(batch.ages_ms, count, 0, "ages_ms")
     properties = grouped_properties(batch.property_groups, count)
     empty: Mapping[str, str] = {}
@@ -312,8 +313,7 @@ def push_batch(
     ages_ms: Sequence[int],
     properties: Iterable[tuple[int, Mapping[str, str]]] = (),
 ) -> pb.PushBatch:
-    """A PushBatch of these columns (delivery counts left out when all are 1, ages
-    when all are 0)."""
+    """A PushBatch of these columns (delivery counts left out when all 1, ages when 0)."""
     batch = pb.PushBatch(
         queue_ids=_packed_ids(queue_ids),
         guids=b"".join(guids),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from holdfast.proto import pb, status_name
@@ -301,3 +301,39 @@ def ack_statuses_problem(statuses: bytes, count: int) -> str | None:
         f"an ACK batch whose ACK {index} of {count} has status {status_name(status)} "
         f"({status}), which no ACK carries"
     )
+
+
+def ack_queue_ids_problem(queue_ids: Sequence[int], count: int, chosen: int) -> str | None:
+    """What is wrong with the queue_ids column of an ACK batch of ``count`` ACKs sent to
+    a client whose handles are 1 to ``chosen`` (handles are the client's to choose):
+    neither one per ACK nor one for all, or a handle the client never chose; or None.
+    Checked whole (``min``/``max`` in C): no Python step per ACK."""
+    size = len(queue_ids)
+    if size != count and size != 1:
+        return f"an ACK batch of {count} messages with {size} queue_ids"
+    if not size:
+        return None
+    low, high = (queue_ids[0], queue_ids[0]) if size == 1 else (min(queue_ids), max(queue_ids))
+    if low >= 1 and high <= chosen:
+        return None
+    handle = low if low < 1 else high
+    return f"an ACK batch naming queue handle {handle}, which this client never opened"
+
+
+def pushes_problem(
+    queue_ids: Sequence[int], guids: Sequence[bytes], counts: list[int]
+) -> str | None:
+    """What breaks the PUSH rules in a PUSH batch whose columns agree (one value per
+    PUSH each), or None: a delivery count of 0 (1 on first delivery), or one message
+    (queue handle and GUID) twice, which would reach the application twice and be
+    confirmed twice. A GUID may be in two queues (dedup is per queue): pairs are
+    compared only when the GUIDs alone are not distinct. ``counts`` is a list: ``in``
+    on a protobuf column costs ten times as much."""
+    count = len(guids)
+    if 0 in counts:
+        return f"a PUSH batch whose PUSH {counts.index(0)} of {count} has delivery count 0"
+    if count < 2 or len(set(guids)) == count:
+        return None
+    if len(set(zip(queue_ids, guids, strict=True))) != count:
+        return f"a PUSH batch of {count} messages that carries one message twice"
+    return None

@@ -6,7 +6,9 @@ order the engine decided them. In ``wire_acks`` mode (the proxy) PUT outcomes ar
 ``(GUID bytes, wire status)`` pairs instead, relayed without a UUID or an ``Ack``.
 
 A frame whose content this SDK cannot accept (a GUID that is not 16 bytes, an ACK
-status that is no PUT outcome: ``validate.ACK_STATUSES``) raises
+status that is no PUT outcome: ``validate.ACK_STATUSES``, a queue_ids column of the
+wrong length or naming a handle never opened, a PUSH batch that breaks the PUSH rules:
+``validate.pushes_problem``) raises
 ``RemoteProtocolError`` *before* any of its items is applied, so the engine stays
 consistent and the shell drops the connection.
 """
@@ -22,7 +24,7 @@ from typing import Any
 
 from holdfast.proto import pb, status_name
 from holdfast.proto.columns import Malformed, PushRow, read_pushes, split_guids
-from holdfast.proto.validate import ack_statuses_problem, quote
+from holdfast.proto.validate import ack_queue_ids_problem, ack_statuses_problem, quote
 from holdfast.sdk import events as ev
 from holdfast.sdk.errors import HoldfastError, RemoteProtocolError
 from holdfast.sdk.guids import ack_from_bytes, uuid_from_bytes
@@ -128,8 +130,12 @@ class Outcomes:
             raise RemoteProtocolError(f"the server sent {error.message}") from None
         statuses = batch.statuses
         # Checked whole before any ACK is applied: a status byte no ACK carries (200,
-        # UNSPECIFIED) ends the connection, and every PUT of the batch stays buffered.
+        # UNSPECIFIED), or a queue_ids column of the wrong length or naming a handle
+        # never opened, ends the connection, and every PUT of the batch stays buffered.
         if statuses and (problem := ack_statuses_problem(statuses, len(guids))) is not None:
+            raise RemoteProtocolError(f"the server sent {problem}")
+        chosen = self._queues.last_queue_id
+        if (problem := ack_queue_ids_problem(batch.queue_ids, len(guids), chosen)) is not None:
             raise RemoteProtocolError(f"the server sent {problem}")
         puts = self._puts
         segments = puts.segments

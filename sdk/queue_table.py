@@ -110,6 +110,12 @@ class QueueTable:
             raise QueueNotOpenError(f"queue {uri} is not open")
         return queue
 
+    @property
+    def last_queue_id(self) -> int:
+        """The highest handle this session has chosen (0: none); never reused, so a
+        server naming a higher one (or 0) names a queue this session never opened."""
+        return self._next_queue_id - 1
+
     def new_request_id(self) -> int:
         """A fresh request id."""
         request_id = self._next_request_id

@@ -61,7 +61,8 @@ def test_properties_travel_grouped_by_their_keys() -> None:
         ([5], ["ü"], ["€"]),
     ]
     assert read_puts(wire).properties == dict(posted)
-    pushed = push_batch([1] * 6, G[:4] + G[:2], [b""] * 6, [1] * 6, [0] * 6, posted)
+    # One GUID twice in one queue is one message PUSHed twice (malformed): two queues.
+    pushed = push_batch([1] * 4 + [2] * 2, G[:4] + G[:2], [b""] * 6, [1] * 6, [0] * 6, posted)
     assert [dict(row.properties) for _, row in read_pushes(pushed)] == [
         posted[0][1], posted[1][1], {}, posted[2][1], posted[3][1], posted[4][1]
     ]  # fmt: skip
@@ -181,3 +182,16 @@ def test_payloads_of_one_size_are_split_like_any_other() -> None:
         read_puts(
             pb.PutBatch(queue_ids=[1], guids=b"x" * 32, payloads=b"abcdef", payload_lengths=[2, 2])
         )
+
+
+def test_a_push_batch_that_breaks_the_push_rules_is_malformed() -> None:
+    """A delivery count is 1 on first delivery, never 0; one message (handle and GUID)
+    is never PUSHed twice in one batch. One GUID in two queues is two messages."""
+    zero = push_batch([1, 1], G[:2], [b"a", b"b"], [1, 1], [0, 0])
+    zero.delivery_counts[:] = [3, 0]
+    with pytest.raises(Malformed, match="PUSH 1 of 2 has delivery count 0"):
+        read_pushes(zero)
+    with pytest.raises(Malformed, match="carries one message twice"):
+        read_pushes(push_batch([1, 2, 1], [G[0], G[0], G[0]], [b""] * 3, [1] * 3, [0] * 3))
+    two_queues = push_batch([1, 2], [G[0], G[0]], [b"a", b"b"], [1, 2], [0, 0])
+    assert [(q, row.delivery_count) for q, row in read_pushes(two_queues)] == [(1, 1), (2, 2)]

@@ -97,7 +97,7 @@ def test_a_wait_on_the_brokers_push_back_is_counted_apart() -> None:
     queue_id = h.open_active()
     guid = h.post(queue_id)
     h.sent_frames()
-    h.feed(pb.ServerFrame(acks=ack_batch([(0, guid.bytes, pb.STATUS_HISTORY_FULL)])))
+    h.feed(pb.ServerFrame(acks=ack_batch([(queue_id, guid.bytes, pb.STATUS_HISTORY_FULL)])))
     assert h.engine.admit_post(h.now, h.now, queue_id) > 0
     h.engine.note_admission_wait(queue_id)
     stats = h.engine.stats()
