@@ -364,10 +364,8 @@ class SessionEngine:
 
     def _check_usable(self) -> None:
         state = self._link.state
-        if state is LinkState.CLOSED:
-            raise SessionClosedError("the session is closed")
-        if state is LinkState.FAILED:
-            raise SessionClosedError(f"the session failed: {self.failure}") from self.failure
+        if state is LinkState.CLOSED or state is LinkState.FAILED:
+            raise SessionClosedError.of(self.failure if state is LinkState.FAILED else None)
 
     def _report_queue_unknown(self, queue: QueueRecord) -> None:
         self._puts.busy.discard(queue.queue_id)
@@ -378,7 +376,7 @@ class SessionEngine:
         """Stop for good: report every pending PUT UNKNOWN and fail every waiter."""
         for put in self._puts:
             self._out.report(put, AckStatus.UNKNOWN)
-        self._queues.end(error)
+        self._queues.end(error, SessionClosedError.of(self.failure))
         self.queries.end(error)
         self._outbound.clear()
 

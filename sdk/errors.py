@@ -178,7 +178,18 @@ class BrokerUnreachableError(RequestTimeoutError):
 
 
 class SessionClosedError(HoldfastError):
-    """The session was closed by the application (or failed terminally)."""
+    """The session was closed by the application, or failed terminally: then the
+    message says why and ``__cause__`` is the failure. Every call on the session and
+    on its queues raises it from then on (``Queue.close()`` excepted: a no-op)."""
+
+    @classmethod
+    def of(cls, failure: HoldfastError | None) -> SessionClosedError:
+        """What a call on an ended session raises: closed (``failure`` None) or failed."""
+        if failure is None:
+            return cls("the session is closed")
+        error = cls(f"the session failed: {failure}")
+        error.__cause__ = failure
+        return error
 
 
 class ProtocolError(HoldfastError):

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from holdfast.sdk.engine import QueueRecord, QueueState
-from holdfast.sdk.errors import QueueNotOpenError, QueueStateError
+from holdfast.sdk.errors import QueueNotOpenError, QueueStateError, SessionClosedError
 from holdfast.sdk.inbox import Inbox, check_timeout, iterate
 from holdfast.sdk.options import QueueOptions
 from holdfast.sdk.producer import check_callback
@@ -40,8 +40,13 @@ class QueueHandle:
         return self._record.state not in (QueueState.CLOSED, QueueState.CLOSING)
 
     def _check_open(self) -> None:
-        """A closed handle says which queue it was (the engine has forgotten it)."""
-        if self._record.state is QueueState.CLOSED:
+        """A closed handle says which queue it was (the engine has forgotten it), or
+        that the session ended: closed, or failed and why (``SessionClosedError``)."""
+        record = self._record
+        if record.state is QueueState.CLOSED:
+            ended = record.session_end
+            if ended is not None:
+                raise SessionClosedError(str(ended)) from ended.__cause__
             raise QueueNotOpenError(f"queue {self.uri} is closed")
 
     def __repr__(self) -> str:
@@ -78,7 +83,8 @@ class Queue(QueueHandle):
 
         Only for a queue opened with ``read=True`` and no ``on_message``:
         ``QueueStateError`` otherwise (the two would compete for the same messages).
-        ``QueueNotOpenError`` once the queue is closed.
+        ``QueueNotOpenError`` once the queue is closed, ``SessionClosedError`` once the
+        session is.
         """
         self._check_open()
         if self._inbox is None:
@@ -139,8 +145,11 @@ class Queue(QueueHandle):
 
     def close(self, timeout: float = 30.0) -> None:
         """Close the queue. While disconnected this is local: the queue is not
-        reopened and its unacknowledged PUTs are reported ``UNKNOWN``."""
-        self._check_open()
+        reopened and its unacknowledged PUTs are reported ``UNKNOWN``. A queue closed
+        already (by ``close``, a refused reopen or the end of the session) stays
+        closed: nothing happens, as for a second ``Session.close()``."""
+        if self._record.state is QueueState.CLOSED:
+            return
         try:
             self._session._close_queue(self._record.queue_id, timeout)
         finally:

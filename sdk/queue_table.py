@@ -43,6 +43,9 @@ class QueueRecord:
     ever_opened: bool = False
     waiters: list[int] = field(default_factory=list)
     """Request ids that the queue's next (re)open answer completes."""
+    session_end: HoldfastError | None = None
+    """Set when the end of the session closed the handle: what calls on it raise (a
+    ``SessionClosedError``, ``QueueHandle``), not "the queue is closed"."""
 
     def apply(self, event: QueueEvent) -> None:
         """Move on ``event`` (``LocalProtocolError`` if the table has no such move)."""
@@ -300,11 +303,13 @@ class QueueTable:
                 queue.waiters = []
                 self.forget(queue)
 
-    def end(self, error: HoldfastError) -> None:
-        """The session is over: every waiter fails with ``error``."""
+    def end(self, error: HoldfastError, closed: HoldfastError) -> None:
+        """The session is over: every waiter fails with ``error``; every handle is
+        closed, and its calls raise ``closed``."""
         for queue in list(self._queues.values()):
             self.complete(queue.waiters, error)
             queue.waiters = []
+            queue.session_end = closed
             self.forget(queue)
         for request in self._inflight.values():
             self.complete(request.resolves, error)

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from holdfast.sdk.engine import QueueRecord
+from holdfast.sdk.engine import QueueRecord, QueueState
 from holdfast.sdk.errors import QueueStateError
 from holdfast.sdk.instrument import ItemSpans
 from holdfast.sdk.options import QueueOptions
@@ -89,8 +89,11 @@ class Queue(QueueHandle):
 
     async def close(self, timeout: float = 30.0) -> None:
         """Close the queue. While disconnected this is local: the queue is not reopened
-        and its unacknowledged PUTs are reported ``UNKNOWN``. Ends any iteration."""
-        self._check_open()
+        and its unacknowledged PUTs are reported ``UNKNOWN``. Ends any iteration. A
+        queue closed already (by ``close``, a refused reopen or the end of the session)
+        stays closed: nothing happens, as for a second ``Session.close()``."""
+        if self._record.state is QueueState.CLOSED:
+            return
         try:
             await self._session._core.close_queue(self._record.queue_id, timeout)
         finally:

@@ -242,8 +242,7 @@ def test_a_closed_queue_is_named_by_its_uri() -> None:
         queue.close()
         with pytest.raises(QueueNotOpenError, match="queue hf://d/closed-one is closed"):
             queue.post(b"late")
-        with pytest.raises(QueueNotOpenError, match="hf://d/closed-one"):
-            queue.close()
+        queue.close()  # closed already: nothing happens, as for a second Session.close()
 
 
 def test_the_asyncio_api_names_a_closed_queue_and_a_never_connected_open() -> None:
