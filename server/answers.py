@@ -65,4 +65,14 @@ class Answers:
         self.respond(request_id, pb.STATUS_UNKNOWN_QUEUE, f"queue_id {queue_id} is not open")
 
 
-__all__ = ["Answers"]
+CONFIRM_ERRORS: dict[pb.Status, str] = {
+    pb.STATUS_UNKNOWN_QUEUE: "CONFIRM or REJECT on a queue_id that is not open",
+    pb.STATUS_NOT_READABLE: "CONFIRM or REJECT on a queue handle opened without read",
+    pb.STATUS_UNKNOWN_GUID: (
+        "CONFIRM or REJECT of GUIDs this consumer does not hold unconfirmed (through a proxy: "
+        "delivered on an earlier broker connection, and redelivered since)"
+    ),
+}
+"""Why a CONFIRM (or a REJECT) was refused, by status."""
+
+__all__ = ["CONFIRM_ERRORS", "Answers"]

@@ -68,8 +68,12 @@ class SessionLimits:
     proxy_new_queues_per_minute: int = 60_000
     """Queues one proxy token (one proxy session, without an auth file) may create per
     minute for all its clients together."""
+    hello_timeout: float = 10.0
+    """Seconds a session stream has to send its Hello; then it is ended (PROTOCOL_ERROR)."""
 
     def __post_init__(self) -> None:
+        if not self.hello_timeout > 0:
+            raise ValueError("hello_timeout must be > 0")
         for name in (
             "max_open_queues",
             "new_queues_per_minute",

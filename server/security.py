@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 
 from holdfast.server.auth import AuthFileError, Authorizer
-from holdfast.server.cli_support import whole_number
+from holdfast.server.cli_support import seconds, whole_number
 from holdfast.server.guard import ServerGuard, SessionLimits
 
 
@@ -86,6 +86,7 @@ LIMIT_FLAGS = {
     "new_queues_per_minute": "--new-queues-per-minute",
     "frames_per_second": "--frames-per-second",
     "confirm_errors_per_second": "--confirm-errors-per-second",
+    "hello_timeout": "--hello-timeout",
 }
 """Fields of ``SessionLimits`` and the flags that set them (for ``name_flags``)."""
 
@@ -117,10 +118,22 @@ def add_security_flags(parser: argparse.ArgumentParser) -> None:
             metavar="N",
             help=f"{text} (default: {default})",
         )
+    parser.add_argument(
+        "--hello-timeout",
+        type=_positive_seconds,
+        default=limits.hello_timeout,
+        metavar="SECONDS",
+        help="end a session stream with no Hello by then (default: %(default)g)",
+    )
 
 
 _at_least_one = whole_number(1)
 """A limit flag's value (``--max-open-queues`` and the like)."""
+
+MAX_HELLO_TIMEOUT = 3600.0
+"""The longest ``--hello-timeout``: an hour is no deadline any more."""
+
+_positive_seconds = seconds(MAX_HELLO_TIMEOUT)
 
 
 def security_from_args(args: argparse.Namespace) -> ServerSecurity:
@@ -137,6 +150,7 @@ def security_from_args(args: argparse.Namespace) -> ServerSecurity:
             confirm_errors_per_second=int(args.confirm_errors_per_second),
             proxy_max_open_queues=int(args.proxy_max_open_queues),
             proxy_new_queues_per_minute=int(args.proxy_new_queues_per_minute),
+            hello_timeout=float(args.hello_timeout),
         ),
     )
 

@@ -13,10 +13,11 @@ continues in a task while its answers hold their place in the outbox.
 Rules of the stream:
 
 * bytes that do not parse, or a frame of a kind this server does not know, are
-  answered with an Error (MALFORMED_FRAME, UNKNOWN_FRAME) and the stream goes on;
-* the first known frame must be a Hello of this protocol version; anything else, or
-  a second Hello, is a fatal Error (PROTOCOL_ERROR, VERSION_MISMATCH): the error is
-  sent and the stream ends;
+  answered with an Error (MALFORMED_FRAME, UNKNOWN_FRAME) and the stream goes on
+  (before the Hello, bytes that do not parse are a fatal MALFORMED_FRAME);
+* the first known frame must be a Hello of this protocol version, within the guard's
+  ``hello_timeout`` (``--hello-timeout``); anything else, or none, or a second Hello,
+  is a fatal Error (PROTOCOL_ERROR, VERSION_MISMATCH): it is sent and the stream ends;
 * a ``batch`` (``ClientFrames``) is handled frame by frame, in order, as if each had
   come alone; a Hello or a batch inside one is a fatal PROTOCOL_ERROR. To a client
   whose Hello set ``accepts_batches`` the writer sends what is ready as one
@@ -50,7 +51,7 @@ from holdfast.proto.columns import (
     read_rejects,
 )
 from holdfast.sdk.turns import before_taking
-from holdfast.server.answers import Answers
+from holdfast.server.answers import CONFIRM_ERRORS, Answers
 from holdfast.server.guard import ServerGuard, SessionGuard, pause
 from holdfast.server.outbox import Outbox
 
@@ -180,6 +181,7 @@ class ContractStream(Answers, ABC):
         reader = loop.create_task(self._read_loop(), name=f"read {self.session_id}")
         self._reader = reader
         writer.add_done_callback(self._on_writer_done)
+        hello_deadline = loop.call_later(self.guard.limits.hello_timeout, self._hello_overdue)
         try:
             # wait() rather than await: a cancelled reader is an ending, not our cancel.
             await asyncio.wait([reader])
@@ -193,6 +195,7 @@ class ContractStream(Answers, ABC):
             self.on_end()
             await asyncio.wait([writer], timeout=FLUSH_TIMEOUT)
         finally:
+            hello_deadline.cancel()
             self._ending = True
             reader.cancel()
             writer.cancel()
@@ -212,6 +215,14 @@ class ContractStream(Answers, ABC):
         stop reading, and let ``run()`` flush and return."""
         if not self._ending:
             self.fatal(pb.STATUS_SHUTTING_DOWN, message, reason="server stopping")
+        if self._reader is not None:
+            self._reader.cancel()
+
+    def _hello_overdue(self) -> None:
+        if self._greeted or self._ending:
+            return
+        seconds = self.guard.limits.hello_timeout
+        self.fatal(pb.STATUS_PROTOCOL_ERROR, f"no hello within {seconds:g} s", reason="no hello")
         if self._reader is not None:
             self._reader.cancel()
 
@@ -291,10 +302,11 @@ class ContractStream(Answers, ABC):
         try:
             frame = pb.ClientFrame.FromString(raw)
         except DecodeError as error:
-            self.error(
-                pb.STATUS_MALFORMED_FRAME,
-                f"{len(raw)} bytes that do not parse as a ClientFrame: {error}",
-            )
+            problem = f"{len(raw)} bytes that do not parse as a ClientFrame: {error}"
+            if self._greeted:
+                self.error(pb.STATUS_MALFORMED_FRAME, problem)
+            else:  # not a client of this contract, or not yet one: it gets no second try
+                self.fatal(pb.STATUS_MALFORMED_FRAME, f"before hello: {problem}")
             return
         if frame.WhichOneof("frame") != "batch":
             self._on_frame(frame, batched=False)
@@ -386,14 +398,3 @@ class ContractStream(Answers, ABC):
         self.error(status, message, fatal=True)
         self._ending = True
         self._end_reason = reason or f"{status_name(status)}: {message}"
-
-
-CONFIRM_ERRORS: dict[pb.Status, str] = {
-    pb.STATUS_UNKNOWN_QUEUE: "CONFIRM or REJECT on a queue_id that is not open",
-    pb.STATUS_NOT_READABLE: "CONFIRM or REJECT on a queue handle opened without read",
-    pb.STATUS_UNKNOWN_GUID: (
-        "CONFIRM or REJECT of GUIDs this consumer does not hold unconfirmed (through a proxy: "
-        "delivered on an earlier broker connection, and redelivered since)"
-    ),
-}
-"""Why a CONFIRM (or a REJECT) was refused, by status."""

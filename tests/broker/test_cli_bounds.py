@@ -51,6 +51,8 @@ POOL = ("--address", "127.0.0.1:1", "--pool", "hf://d/p", "--worker-command", "t
             "argument --redis-retry: must be > 0 and at most 3600",
         ),
         ("broker", ("--stage-retention", "inf"), {}, "argument --stage-retention: must be > 0"),
+        ("broker", ("--hello-timeout", "0"), {}, "argument --hello-timeout: must be > 0"),
+        ("proxy", ("--hello-timeout", "inf"), {}, "argument --hello-timeout: must be > 0"),
         (
             "broker",
             ("--max-payload-bytes", str(2**40)),

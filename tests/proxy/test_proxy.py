@@ -115,9 +115,9 @@ def test_a_misbehaving_client_does_not_affect_another(
         try:
             for _ in range(3):
                 with WireClient(proxy.address) as bad:
+                    bad.hello()  # before it, bytes that do not parse end the stream
                     bad.send_raw(b"\xff\xfe not a frame")
                     assert bad.recv("error").error.status == pb.STATUS_MALFORMED_FRAME
-                    bad.hello()
                     assert bad.open(1, "not-a-uri", write=True).status == (
                         pb.STATUS_INVALID_ARGUMENT
                     )
