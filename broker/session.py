@@ -208,6 +208,7 @@ class Session(ContractStream, Generic[Q]):
         if handle.consumer is not None:
             # PUSHes not written yet go back to the queue with the rest.
             self.outbox.drop_pushes(handle.queue_id)
+            self.outbox.revoked.forget(handle.queue_id)
             handle.queue.detach(handle.consumer)
 
     def on_end(self) -> None:

@@ -21,7 +21,8 @@ counts what the session does:
   until its budget refills (gRPC flow control pushes back on the client), and the
   client is told once per second with a non-fatal ``LIMIT_EXCEEDED`` error;
 - refused CONFIRMs per second: a session past it is ended (``LIMIT_EXCEEDED``), as a
-  client that keeps confirming what it does not hold is broken.
+  client that keeps confirming what it does not hold is broken (not counting those of
+  deliveries the server revoked and told it of, ``holdfast.server.revoked``).
 
 Buckets are token buckets on the monotonic clock. Everything runs on the server's
 event loop; the per-token buckets are shared by that token's sessions.

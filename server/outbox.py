@@ -33,6 +33,7 @@ from typing import Protocol
 from holdfast.proto import pb
 from holdfast.proto.columns import PushRow, ack_batch, push_batch
 from holdfast.proto.validate import GUID_BYTES
+from holdfast.server.revoked import RevokedDeliveries
 
 AckEntry = tuple[int, bytes, "pb.Status"]
 """An ACK as (queue_id, guid, status); the writer packs them into an AckBatch's columns."""
@@ -120,6 +121,9 @@ class Outbox:
         self.clock: Callable[[], float] | None = None
         """The clock ``accepted_at`` is on (the broker's): PUSHes carry their age on it.
         None (a proxy relaying upstream PUSHes as they came): no age is added."""
+        self.revoked = RevokedDeliveries()
+        """The deliveries ``revoke`` told the client of: refusing their CONFIRMs is no
+        fault of the client's (``holdfast.server.revoked``)."""
 
     # -- producers ------------------------------------------------------------------
 
@@ -179,8 +183,11 @@ class Outbox:
     def revoke(self, queue_id: int, guids: list[bytes]) -> None:
         """The deliveries ``guids`` under ``queue_id`` are void: PUSHes of the handle not
         written yet are dropped, and the client is told which (``DELIVERIES_REVOKED``),
-        after the PUSHes already written."""
+        after the PUSHes already written. Their refused CONFIRMs are not counted
+        against the client (``revoked``)."""
         self.drop_pushes(queue_id)
+        if not self.closed:
+            self.revoked.add(queue_id, guids)
         error = pb.Error(
             status=pb.STATUS_DELIVERIES_REVOKED,
             message="the broker node lost its lease on the store: these deliveries are "
@@ -202,6 +209,7 @@ class Outbox:
         """Drop everything: the stream is gone."""
         self.closed = True
         self._ordered.clear()
+        self.revoked.clear()
         self._pushes = []
         self._ordered_bytes = self._push_bytes = self._push_holds = 0
         self._room.set()

@@ -241,11 +241,8 @@ class ContractStream(Answers, ABC):
                 await pause(delay)
             raw = await read()
             if raw is grpc.aio.EOF:
-                self._end_reason = (
-                    "stream cancelled"
-                    if self._context.cancelled()
-                    else "end of the client's stream"
-                )
+                cancelled = self._context.cancelled()
+                self._end_reason = "stream cancelled" if cancelled else "end of the client's stream"
                 return
             self.on_bytes(raw)
 
@@ -373,9 +370,11 @@ class ContractStream(Answers, ABC):
         self, rejected: dict[tuple[pb.Status, int], list[bytes]], blameless: int = 0
     ) -> None:
         """One Error per (status, handle) naming the GUIDs; a session refused too many a
-        second, not counting ``blameless`` ones (a proxy's upstream reconnect), is ended."""
+        second is ended, less ``blameless`` ones (a proxy's upstream reconnect) and
+        those of deliveries it was told were revoked (``Outbox.revoked``)."""
         for (status, queue_id), guids in rejected.items():
             self.error(status, CONFIRM_ERRORS[status], queue_id, guids)
+        blameless += self.outbox.revoked.forgive(rejected)
         counted = sum(len(guids) for guids in rejected.values()) - blameless
         if not self.guard.confirm_errors(counted):
             self.fatal(
