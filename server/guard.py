@@ -21,11 +21,11 @@ counts what the session does:
   until its budget refills (gRPC flow control pushes back on the client), and the
   client is told once per second with a non-fatal ``LIMIT_EXCEEDED`` error;
 - refused CONFIRMs per second: a session past it is ended (``LIMIT_EXCEEDED``), as a
-  client that keeps confirming what it does not hold is broken (not counting those of
-  deliveries the server revoked and told it of, ``holdfast.server.revoked``).
+  client that keeps confirming what it does not hold is broken (revoked deliveries it
+  was told of aside: ``holdfast.server.revoked``).
 
-Buckets are token buckets on the monotonic clock. Everything runs on the server's
-event loop; the per-token buckets are shared by that token's sessions.
+Buckets are token buckets on the monotonic clock, on the server's event loop; the
+per-token buckets are shared by that token's sessions.
 """
 
 from __future__ import annotations
@@ -75,14 +75,9 @@ class SessionLimits:
     def __post_init__(self) -> None:
         if not self.hello_timeout > 0:
             raise ValueError("hello_timeout must be > 0")
-        for name in (
-            "max_open_queues",
-            "new_queues_per_minute",
-            "frames_per_second",
-            "confirm_errors_per_second",
-            "proxy_max_open_queues",
-            "proxy_new_queues_per_minute",
-        ):
+        counts = ("max_open_queues", "new_queues_per_minute", "frames_per_second")
+        counts += ("confirm_errors_per_second", "proxy_max_open_queues")
+        for name in (*counts, "proxy_new_queues_per_minute"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
 
