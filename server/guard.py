@@ -75,9 +75,9 @@ class SessionLimits:
     def __post_init__(self) -> None:
         if not self.hello_timeout > 0:
             raise ValueError("hello_timeout must be > 0")
-        counts = ("max_open_queues", "new_queues_per_minute", "frames_per_second")
-        counts += ("confirm_errors_per_second", "proxy_max_open_queues")
-        for name in (*counts, "proxy_new_queues_per_minute"):
+        rates = ("new_queues_per_minute", "frames_per_second", "confirm_errors_per_second")
+        counts = ("max_open_queues", "proxy_max_open_queues", "proxy_new_queues_per_minute")
+        for name in (*rates, *counts):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
 

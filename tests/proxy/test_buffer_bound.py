@@ -40,6 +40,17 @@ FLOODER = SessionOptions(
 )
 
 
+def bounded_proxy(broker: BrokerProcess, bound: int) -> ProxyProcess:
+    """A proxy in front of ``broker`` with a buffer bound of ``bound`` bytes, serving
+    its metrics, and quick to notice its upstream gone."""
+    return ProxyProcess(
+        [
+            *("--upstream", broker.address, "--max-buffer-bytes", str(bound)),
+            *("--metrics-port", "0", *FAST_UPSTREAM),
+        ]
+    )
+
+
 def buffered(metrics: str, name: str = "holdfast_proxy_buffered_bytes") -> float:
     """A buffer gauge of the proxy, now."""
     number = value(scrape(metrics), name)
@@ -53,17 +64,7 @@ def test_a_flooding_client_is_pushed_back_within_the_bound_and_another_gets_thro
     acks_a, acks_b = AckRecorder(), AckRecorder()
     with (
         BrokerProcess() as broker,
-        ProxyProcess(
-            [
-                "--upstream",
-                broker.address,
-                "--max-buffer-bytes",
-                str(BOUND),
-                "--metrics-port",
-                "0",
-                *FAST_UPSTREAM,
-            ]
-        ) as proxy,
+        bounded_proxy(broker, BOUND) as proxy,
     ):
         metrics = metrics_address(proxy)
         assert buffered(metrics, "holdfast_proxy_buffer_limit_bytes") == BOUND

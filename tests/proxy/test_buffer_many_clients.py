@@ -16,9 +16,9 @@ import uuid
 import pytest
 
 from holdfast.sdk import AckStatus, Session, SessionOptions
-from tests.proxy.test_buffer_bound import FAST_UPSTREAM, buffered
+from tests.proxy.test_buffer_bound import bounded_proxy, buffered
 from tests.support.metrics import metrics_address, scrape, value
-from tests.support.processes import BrokerProcess, ProxyProcess
+from tests.support.processes import BrokerProcess
 from tests.support.recorder import AckRecorder
 from tests.support.sessions import FAST, unique_uri
 from tests.support.waiting import wait_until
@@ -46,17 +46,7 @@ def test_many_clients_sending_a_frame_at_once_stay_within_the_bound_and_slack() 
     payload = os.urandom(4096)
     with (
         BrokerProcess() as broker,
-        ProxyProcess(
-            [
-                "--upstream",
-                broker.address,
-                "--max-buffer-bytes",
-                str(BOUND),
-                "--metrics-port",
-                "0",
-                *FAST_UPSTREAM,
-            ]
-        ) as proxy,
+        bounded_proxy(broker, BOUND) as proxy,
     ):
         metrics = metrics_address(proxy)
         sessions = [Session(proxy.address, options=OPTIONS) for _ in range(CLIENTS)]
