@@ -18,3 +18,11 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[redis.Redis]:
         client = redis.Redis(host="127.0.0.1", port=server.port)
         yield client
         client.close()
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of one redis-server for a module's brokers and stores (each test has
+    queues of its own)."""
+    with RedisServer(tmp_path_factory.mktemp("redis"), aof=False) as server:
+        yield server.url

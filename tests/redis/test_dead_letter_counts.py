@@ -12,25 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
 from holdfast.broker.redis.keys import QueueKeys
 from holdfast.proto.policy import REASON_REJECTED
 from tests.redis.lifecycle_world import RedisWorld, in_world
-from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.timeout(60)
 
 MOVES = 50
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One redis-server (each test has queues of its own)."""
-    with RedisServer(tmp_path_factory.mktemp("counts"), aof=False) as server:
-        yield server.url
 
 
 async def begun_and_abandoned(world: RedisWorld) -> list[bytes]:

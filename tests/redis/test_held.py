@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,6 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from holdfast.broker.redis.client import RedisClient, parse_redis_spec
 from holdfast.broker.redis.held import HeldConnections
 from tests.redis.test_sentinel import SERVICE, watched_pair
-from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -30,12 +29,6 @@ until now[1] * 1000000 + now[2] >= until_us
 return 'spun'
 """
 """A script that holds Redis for ARGV[1] ms, then answers 'spun'."""
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with RedisServer(tmp_path_factory.mktemp("held"), aof=False) as server:
-        yield server.url
 
 
 @contextlib.asynccontextmanager

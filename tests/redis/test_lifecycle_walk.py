@@ -11,7 +11,6 @@ step must have taken the row named. A rule missing from a script fails its row.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -33,7 +32,6 @@ from holdfast.proto import pb
 from holdfast.proto.columns import PutRow
 from holdfast.proto.policy import REASON_EXPIRED
 from tests.redis.lifecycle_world import STAGE_RETENTION, RedisWorld, Seen, in_world
-from tests.support.redis_server import RedisServer
 
 DELAY = 5.0
 """Seconds of every reject delay in the walk."""
@@ -145,13 +143,6 @@ def scenario(row: Row) -> list[Step]:
 
 def row_id(row: Row) -> str:
     return f"{row.state.value}-{row.event.value}-{row.guard.value}"
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One redis-server for the walk (each case has queues of its own)."""
-    with RedisServer(tmp_path_factory.mktemp("redis-walk"), aof=False) as server:
-        yield server.url
 
 
 class Walk:

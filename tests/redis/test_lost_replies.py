@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +43,6 @@ from tests.support.toxics import toxic
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One redis-server (each test has queues of its own)."""
-    with RedisServer(tmp_path_factory.mktemp("lost-replies"), aof=False) as server:
-        yield server.url
 
 
 class Faulty:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 
 import pytest
 import redis as redis_sync
@@ -32,17 +32,10 @@ from holdfast.broker.store import StoreError
 from holdfast.proto import pb
 from holdfast.proto.policy import PICKUP_TTL, QueuePolicy
 from tests.redis.lifecycle_world import Clock
-from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.timeout(60)
 
 RETENTION = 30.0
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with RedisServer(tmp_path_factory.mktemp("redis-staging"), aof=False) as server:
-        yield server.url
 
 
 Nodes = tuple[RedisClient, RedisStaging, RedisStaging, Clock]
